@@ -1,0 +1,91 @@
+"""neetorch: a Python-native neural execution engine with a PyTorch-like API.
+
+``import neetorch as nee``; tensors run eagerly on device backends (Numba kernels on
+the CPU); see README.md for the architecture.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import _env  # noqa: F401
+from .tensor import dtypes as _dtypes
+from .tensor.dtypes import (  # noqa: F401
+    DType as dtype, bool_ as bool, uint8, int8, int16, int32, int64, float16, float32, float64,
+    get_default_dtype, set_default_dtype, promote_types,
+)
+from .tensor.tensor import Size, Tensor  # noqa: F401
+from .tensor.creation import *  # noqa: F401,F403
+from .tensor.creation import set_default_device, get_default_device, default_generator  # noqa: F401
+from .tensor.views import *  # noqa: F401,F403
+from .devices import (  # noqa: F401
+    device, devices, fallback_report, reset_fallbacks, set_strict, is_strict, FallbackError,
+)
+from . import ops as _ops
+from .tensor import methods as _methods
+
+half = float16
+float = float32  # noqa: A001
+double = float64
+long = int64
+int = int32  # noqa: A001
+short = int16
+uint8 = uint8
+
+_methods.install()
+for _name, (_fn, _method, _function, _inplace) in _ops.EXPORTS.items():
+    if _function and _name not in globals():
+        globals()[_name] = _fn
+del _name, _fn, _method, _function, _inplace
+
+
+def result_type(*args):
+    """``torch.result_type`` over tensors and Python scalars."""
+    return _dtypes.result_type(*args)
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(t) -> int:
+    return t.numel()
+
+
+def is_floating_point(t) -> bool:
+    return t.is_floating_point()
+
+
+def can_cast(from_, to) -> bool:
+    from .ops.elementwise import _can_cast
+    return _can_cast(_dtypes.to_dtype(from_), _dtypes.to_dtype(to))
+
+
+class no_grad:
+    """Accepted for compatibility: neetorch is an inference engine and records no gradients."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+inference_mode = enable_grad = no_grad
+
+
+def _functional_namespace():
+    from .nn import functional
+    return functional
+
+
+def get_num_threads() -> int:
+    from .devices.cpu import threads
+    return threads.get_num_threads()
+
+
+def set_num_threads(n: int) -> None:
+    from .devices.cpu import threads
+    threads.set_num_threads(n)

@@ -1,0 +1,17 @@
+"""Every environment switch neetorch reads, in one place (documented in README).
+
+NEE_DEBUG        0..4: 1 compile events and fallbacks, 2 per-kernel timing,
+                 3 fusion decisions, 4 generated source.
+NEE_CACHE_DIR    where compiled kernels are cached (default ~/.cache/neetorch).
+NEE_STRICT       1: any fallback to another device raises instead of running.
+NEE_NUM_THREADS  threads for CPU kernels (default: number of cores).
+NEE_DEVICE       default device for new tensors (default cpu).
+"""
+import os
+
+DEBUG = int(os.environ.get("NEE_DEBUG", "0") or 0)
+CACHE_DIR = os.environ.get("NEE_CACHE_DIR") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "neetorch")
+STRICT = os.environ.get("NEE_STRICT", "0") not in ("", "0", "false", "False")
+NUM_THREADS = int(os.environ.get("NEE_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
+DEFAULT_DEVICE = os.environ.get("NEE_DEVICE", "cpu")

@@ -1,0 +1,114 @@
+"""The CPU backend: numpy arrays as storage, generated Numba kernels, BLAS for products.
+
+Registered through the ``neetorch.devices`` entry point like any third-party plugin.
+Kernels for non-elementwise ops live in the modules of ``kernels/`` and register
+themselves with :func:`kernel`; every elementwise op in the op table gets the
+generated elementwise kernel.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+
+from ..base import Backend
+from ...tensor.dtypes import ALL_DTYPES
+
+__all__ = ["CPUBackend", "kernel"]
+
+_KERNELS: dict = {}
+
+
+def kernel(*names):
+    """Register ``fn(backend, outs, ins, attrs)`` as the CPU kernel of each op in ``names``."""
+    def deco(fn):
+        for n in names:
+            _KERNELS[n] = fn
+        return fn
+    return deco
+
+
+class _Span:
+    __slots__ = ("__array_interface__", "_keep")
+
+
+class CPUBackend(Backend):
+    type = "cpu"
+    dtypes = frozenset(d.name for d in ALL_DTYPES)
+
+    @classmethod
+    def probe(cls):
+        return 1, None
+
+    def __init__(self, index: int = 0):
+        super().__init__(index)
+        _load_kernel_modules()
+        from ...ops.registry import OPS
+        from .elementwise import launch
+        k = dict(_KERNELS)
+        for name, op in OPS.items():
+            if op.kind == "elementwise" and "py" in op.expr and name not in k:
+                k[name] = _ew_kernel(op, launch)
+        self.kernels = k
+        self.allocated = 0
+
+    # ---------------------------------------------------------------- allocator
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype.np)
+
+    def from_host(self, array):
+        return np.array(array, copy=True)
+
+    def to_host(self, array):
+        return array
+
+    def copy_(self, dst, src):
+        np.copyto(dst, src, casting="unsafe")
+
+    def fill_(self, dst, value):
+        dst.fill(value)
+
+    def memory_stats(self):
+        return {"note": "CPU tensors are numpy arrays; memory is managed by numpy's allocator"}
+
+    def data_ptr(self, a):
+        return a.__array_interface__["data"][0]
+
+    def storage_offset(self, a):
+        base = a
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        return (self.data_ptr(a) - self.data_ptr(base)) // a.itemsize
+
+    # ---------------------------------------------------------------- layout
+    def as_strided(self, a, shape, strides, offset=0):
+        isz = a.itemsize
+        h = _Span()
+        h.__array_interface__ = {"data": (a.__array_interface__["data"][0] + offset * isz, False),
+                                 "shape": tuple(shape), "strides": tuple(s * isz for s in strides),
+                                 "typestr": a.dtype.str, "version": 3}
+        h._keep = a
+        return np.asarray(h)
+
+    def supports(self, op, dtypes):
+        return None if op in self.kernels else f"no cpu kernel for {op}"
+
+
+def _ew_kernel(op, launch):
+    def run(backend, outs, ins, attrs):
+        launch(op, outs[0], ins)
+    run.__name__ = f"ew_{op.name}"
+    return run
+
+
+_loaded = [False]
+
+
+def _load_kernel_modules():
+    if _loaded[0]:
+        return
+    from . import kernels as pkg
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{m.name}")
+    _loaded[0] = True

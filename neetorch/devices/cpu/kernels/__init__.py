@@ -1,0 +1,1 @@
+"""CPU kernels for non-elementwise ops; every module here is imported by the CPU backend."""

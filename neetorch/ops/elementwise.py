@@ -1,0 +1,587 @@
+"""Elementwise ops: one row per op (dtype rule, numpy reference, scalar expression).
+
+The scalar expression (``expr["py"]``) is what every renderer prints inside its
+loop: the CPU backend's Numba kernel generator today, fused JIT kernels and other
+devices' renderers later.  ``{0}``, ``{1}``… stand for the inputs, already cast to
+the op's compute dtype; helper names (``f_exp`` …) come from
+``neetorch/devices/cpu/scalar.py``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ..tensor import dtypes as _dt
+from ..tensor.dtypes import DType, result_type
+from ..tensor.tensor import Tensor
+from .registry import Meta, OpDef, export, register, run
+from .shape_rules import broadcast_shapes
+
+
+# ---------------------------------------------------------------- dtype rules
+def _same(dts):           # compute and output in the promoted dtype
+    return dts, dts[0]
+
+
+def _float(dts):          # integers and bools compute in the default float dtype
+    d = dts[0] if dts[0].category == 2 else _dt.get_default_dtype()
+    return [d] * len(dts), d
+
+
+def _to_bool(dts):        # compute promoted, output bool
+    return dts, _dt.bool_
+
+
+def _logical(dts):
+    return [_dt.bool_] * len(dts), _dt.bool_
+
+
+class EW:
+    """Spec of an elementwise op: ``rule`` maps the promoted dtype to compute/out dtypes."""
+
+    def __init__(self, name, nin, py, rule=_same, ref=None, allow=None, promote=None, doc=""):
+        self.name, self.nin, self.py, self.rule, self.ref = name, nin, py, rule, ref
+        self.allow = allow          # None = all dtypes, else a predicate on the promoted dtype
+        self.promote = promote      # indices that take part in promotion (default: all)
+
+
+def _ew_infer(spec):
+    def infer(metas, attrs):
+        shape = broadcast_shapes(*[m.shape for m in metas], op=spec.name)
+        comp, out = ew_dtypes(spec, [m.dtype for m in metas])
+        return [Meta(shape, out)]
+    return infer
+
+
+def ew_dtypes(spec, in_dtypes):
+    """(per-input compute dtypes, output dtype) for an elementwise op."""
+    idx = spec.promote if spec.promote is not None else range(len(in_dtypes))
+    p = None
+    for i in idx:
+        p = in_dtypes[i] if p is None else _dt.promote_types(p, in_dtypes[i])
+    comp, out = spec.rule([p] * len(idx))
+    c = list(in_dtypes)
+    for j, i in enumerate(idx):
+        c[i] = comp[j]
+    return c, out
+
+
+def define(name, nin, py, rule=_same, ref=None, allow=None, promote=None, doc="") -> OpDef:
+    spec = EW(name, nin, py, rule, ref, allow, promote, doc)
+    op = OpDef(name=name, kind="elementwise", infer=_ew_infer(spec), reference=ref, expr={"py": py}, doc=doc)
+    op.ew = spec
+    return register(op)
+
+
+# ---------------------------------------------------------------- frontend
+def _is_scalar(x) -> bool:
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, Tensor)
+
+
+_scalar_cache: dict = {}
+
+
+def _scalar_tensor(v, dt: DType, dev) -> Tensor:
+    key = (type(v), v, dt, dev)
+    t = _scalar_cache.get(key) if dev.type == "cpu" else None
+    if t is None:
+        from ..tensor.creation import full
+        t = full((), v, dtype=dt, device=dev)
+        if dev.type == "cpu" and len(_scalar_cache) < 4096 and not (isinstance(v, float) and v != v):
+            t._data.flags.writeable = False
+            _scalar_cache[key] = t
+    return t
+
+
+def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
+    """Run elementwise ``op`` on tensors and Python scalars with PyTorch's promotion."""
+    spec = op.ew
+    dev = None
+    for a in args:
+        if isinstance(a, Tensor):
+            dev = a._device
+            break
+    if dev is None:
+        from ..tensor.creation import _default_device
+        dev = _default_device()
+    idx = spec.promote if spec.promote is not None else range(len(args))
+    promoted = result_type(*[args[i] for i in idx])
+    if spec.allow is not None:
+        msg = spec.allow(promoted)
+        if msg:
+            raise TypeError(f"{op.name}: {msg} (got {promoted.name})")
+    ins = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            ins.append(a)
+        elif _is_scalar(a):
+            dt = promoted if i in idx else _dt.scalar_dtype(a)
+            ins.append(_scalar_tensor(a, dt, dev))
+        elif a is None:
+            raise TypeError(f"{op.name}: argument {i} is None")
+        else:
+            from ..tensor.creation import tensor
+            ins.append(tensor(a, device=dev))
+    metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {})
+    if out is not None:
+        if tuple(out.shape) != metas[0].shape:
+            raise RuntimeError(f"{op.name}: output with shape {tuple(out.shape)} doesn't match the broadcast shape "
+                               f"{metas[0].shape}")
+        if metas[0].dtype is not out._dtype:
+            if not _can_cast(metas[0].dtype, out._dtype):
+                raise RuntimeError(f"{op.name}: result type {metas[0].dtype.name} can't be cast to the desired output "
+                                   f"type {out._dtype.name}")
+            metas = [Meta(metas[0].shape, out._dtype)]
+        return run(op, ins, {}, metas, out=[out])[0]
+    return run(op, ins, {}, metas)[0]
+
+
+def _can_cast(frm: DType, to: DType) -> bool:
+    # torch's canCast: no float->int, no non-bool->bool
+    if frm.category > to.category:
+        return False
+    return True
+
+
+def _unary(op):
+    def f(input, *, out=None):
+        return apply(op, input, out=out)
+    f.__name__ = op.name
+    f.__doc__ = op.doc or f"Elementwise {op.name} (``torch.{op.name}``)."
+    return f
+
+
+def _binary(op):
+    def f(input, other, *, out=None):
+        return apply(op, input, other, out=out)
+    f.__name__ = op.name
+    f.__doc__ = op.doc or f"Elementwise {op.name} with broadcasting (``torch.{op.name}``)."
+    return f
+
+
+def _no_bool(d):
+    return "not supported for bool tensors" if d.category == 0 else None
+
+
+def _int_or_bool(d):
+    return "only integral and bool tensors are supported" if d.category == 2 else None
+
+
+def _F(name):  # dtype-specialised helper: f_exp -> f_exp32/f_exp64 chosen at render time
+    return lambda dt: f"{name}{'32' if dt is _dt.float32 else '64'}"
+
+
+# expressions are callables of the compute dtype of input 0 -> template
+def _fexpr(fmt):
+    return lambda dt: fmt.format(*["{%d}" % i for i in range(4)], s="32" if dt is not _dt.float64 else "64")
+
+
+UNARY_FLOAT = {
+    # name: (expression, numpy reference)
+    "exp": ("f_exp{s}({0})", np.exp),
+    "exp2": ("f_exp2{s}({0})", np.exp2),
+    "expm1": ("f_expm1{s}({0})", np.expm1),
+    "log": ("f_log{s}({0})", np.log),
+    "log2": ("f_log2{s}({0})", np.log2),
+    "log10": ("f_log10{s}({0})", np.log10),
+    "log1p": ("f_log1p{s}({0})", np.log1p),
+    "sqrt": ("np.sqrt({0})", np.sqrt),
+    "rsqrt": ("f_rsqrt{s}({0})", lambda x: 1 / np.sqrt(x)),
+    "sin": ("f_sin{s}({0})", np.sin),
+    "cos": ("f_cos{s}({0})", np.cos),
+    "tan": ("np.tan({0})", np.tan),
+    "asin": ("np.arcsin({0})", np.arcsin),
+    "acos": ("np.arccos({0})", np.arccos),
+    "atan": ("np.arctan({0})", np.arctan),
+    "sinh": ("np.sinh({0})", np.sinh),
+    "cosh": ("np.cosh({0})", np.cosh),
+    "tanh": ("f_tanh{s}({0})", np.tanh),
+    "asinh": ("np.arcsinh({0})", np.arcsinh),
+    "acosh": ("np.arccosh({0})", np.arccosh),
+    "atanh": ("np.arctanh({0})", np.arctanh),
+    "sigmoid": ("f_sigmoid{s}({0})", lambda x: 1 / (1 + np.exp(-x))),
+    "erf": ("f_erf{s}({0})", None),
+    "erfc": ("f_erfc{s}({0})", None),
+    "reciprocal": ("f_one{s} / {0}", np.reciprocal),
+    "silu": ("{0} * f_sigmoid{s}({0})", lambda x: x / (1 + np.exp(-x))),
+    "gelu": ("f_gelu{s}({0})", None),
+    "gelu_tanh": ("f_gelu_tanh{s}({0})", None),
+    "mish": ("{0} * f_tanh{s}(f_softplus{s}({0}))", None),
+    "logsigmoid": ("-f_softplus{s}(-{0})", None),
+    "softsign": ("{0} / (f_one{s} + abs({0}))", lambda x: x / (1 + np.abs(x))),
+    "tanhshrink": ("{0} - f_tanh{s}({0})", lambda x: x - np.tanh(x)),
+    "selu": ("f_selu{s}({0})", None),
+    "hardsigmoid": ("f_hardsigmoid{s}({0})", None),
+    "hardswish": ("{0} * f_hardsigmoid{s}({0})", None),
+    "relu6": ("f_clamp{s}({0}, f_zero{s}, f_six{s})", lambda x: np.clip(x, 0, 6)),
+    "lgamma": ("f_lgamma{s}({0})", None),
+}
+
+for _n, (_e, _r) in UNARY_FLOAT.items():
+    _op = define(_n, 1, _fexpr(_e), rule=_float, ref=_r)
+    export(_unary(_op), name=_n, method=_n not in ("gelu", "gelu_tanh", "mish", "logsigmoid", "softsign",
+                                                    "tanhshrink", "selu", "hardsigmoid", "hardswish", "relu6", "silu"))
+
+_abs = define("abs", 1, lambda dt: "abs({0})" if dt.category != 0 else "{0}", ref=np.abs)
+_neg = define("neg", 1, lambda dt: "-{0}", ref=np.negative, allow=lambda d: (
+    "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
+    "use the `~` or `logical_not()` operator instead" if d.category == 0 else None))
+_floor = define("floor", 1, lambda dt: "np.floor({0})" if dt.category == 2 else "{0}", ref=np.floor)
+_ceil = define("ceil", 1, lambda dt: "np.ceil({0})" if dt.category == 2 else "{0}", ref=np.ceil)
+_trunc = define("trunc", 1, lambda dt: "np.trunc({0})" if dt.category == 2 else "{0}", ref=np.trunc)
+_round = define("round", 1, lambda dt: "np.rint({0})" if dt.category == 2 else "{0}", ref=np.round)
+_frac = define("frac", 1, lambda dt: "{0} - np.trunc({0})", ref=lambda x: x - np.trunc(x),
+               allow=lambda d: "only floating-point tensors" if d.category != 2 else None)
+_sign = define("sign", 1, lambda dt: "{0}" if dt.category == 0 else
+               ("f_sign{s}({0})".replace("{s}", "32" if dt is not _dt.float64 else "64") if dt.category == 2
+                else "(({0} > 0) - ({0} < 0))"), ref=np.sign)
+_relu = define("relu", 1, lambda dt: "max({0}, 0)" if dt.category != 2 else "f_relu({0})",
+               ref=lambda x: np.maximum(x, 0), allow=_no_bool)
+_bitwise_not = define("bitwise_not", 1, lambda dt: "~{0}" if dt.category == 1 else "not {0}",
+                      ref=np.invert, allow=_int_or_bool)
+_logical_not = define("logical_not", 1, lambda dt: "not {0}", rule=_logical, ref=np.logical_not)
+_isnan = define("isnan", 1, lambda dt: "{0} != {0}" if dt.category == 2 else "False", rule=_to_bool, ref=np.isnan)
+_isinf = define("isinf", 1, lambda dt: "abs({0}) == np.inf" if dt.category == 2 else "False", rule=_to_bool,
+                ref=np.isinf)
+_isfinite = define("isfinite", 1, lambda dt: "abs({0}) < np.inf" if dt.category == 2 else "True", rule=_to_bool,
+                   ref=np.isfinite)
+_isposinf = define("isposinf", 1, lambda dt: "{0} == np.inf" if dt.category == 2 else "False", rule=_to_bool)
+_isneginf = define("isneginf", 1, lambda dt: "{0} == -np.inf" if dt.category == 2 else "False", rule=_to_bool)
+_signbit = define("signbit", 1, lambda dt: "np.signbit({0})" if dt.category == 2 else
+                  ("{0} < 0" if dt.category == 1 else "False"), rule=_to_bool, ref=np.signbit)
+_square = define("square", 1, lambda dt: "{0} * {0}" if dt.category != 0 else "{0}", ref=np.square)
+# identity with a dtype change: the cast op (also used by .to(dtype))
+_cast = define("cast", 1, lambda dt: "{0}", ref=None)
+
+for _op in (_abs, _neg, _floor, _ceil, _trunc, _frac, _sign, _relu, _bitwise_not, _logical_not, _isnan,
+            _isinf, _isfinite, _isposinf, _isneginf, _signbit, _square):
+    export(_unary(_op), name=_op.name)
+export(_unary(_abs), name="absolute")
+export(_unary(_neg), name="negative")
+export(_unary(_trunc), name="fix")
+
+
+@export
+def round(input, *, decimals=0, out=None):
+    """Round half to even; ``decimals`` scales by 10**decimals first (``torch.round``)."""
+    if decimals == 0:
+        return apply(_round, input, out=out)
+    s = 10.0 ** decimals
+    return apply(_round, input * s, out=out) / s
+
+
+def cast(t: Tensor, dtype) -> Tensor:
+    """A copy of ``t`` converted to ``dtype`` (float->int truncates toward zero)."""
+    dt = _dt.to_dtype(dtype)
+    if t._dtype is dt:
+        return t
+    return run(_cast, [t], {}, [Meta(t._data.shape, dt)])[0]
+
+
+# ------------------------------------------------------------------ binary
+def _div_rule(dts):
+    return _float(dts)
+
+
+BINARY = {
+    # name: (expression(dt) -> template, rule, reference, allow)
+    "add": (lambda dt: "{0} + {1}" if dt.category != 0 else "{0} or {1}", _same, np.add, None),
+    "sub": (lambda dt: "{0} - {1}", _same, np.subtract, lambda d: (
+        "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` "
+        "operator instead" if d.category == 0 else None)),
+    "mul": (lambda dt: "{0} * {1}" if dt.category != 0 else "{0} and {1}", _same, np.multiply, None),
+    "true_divide": (lambda dt: "{0} / {1}", _div_rule, np.true_divide, None),
+    "floor_divide": (lambda dt: "f_floordiv({0}, {1})" if dt.category == 2 else "f_ifloordiv({0}, {1})", _same,
+                     np.floor_divide, _no_bool),
+    "trunc_divide": (lambda dt: "np.trunc({0} / {1})" if dt.category == 2 else "f_itruncdiv({0}, {1})", _same,
+                     None, _no_bool),
+    "remainder": (lambda dt: "f_remainder({0}, {1})" if dt.category == 2 else "f_iremainder({0}, {1})", _same,
+                  np.remainder, _no_bool),
+    "fmod": (lambda dt: "f_fmod({0}, {1})" if dt.category == 2 else "f_ifmod({0}, {1})", _same, np.fmod, _no_bool),
+    "pow": (lambda dt: "f_pow({0}, {1})" if dt.category == 2 else "f_ipow({0}, {1})", _same, np.power, None),
+    "atan2": (lambda dt: "np.arctan2({0}, {1})", _float, np.arctan2, None),
+    "hypot": (lambda dt: "np.hypot({0}, {1})", _float, np.hypot, None),
+    "copysign": (lambda dt: "np.copysign({0}, {1})", _float, np.copysign, None),
+    "maximum": (lambda dt: "f_maximum({0}, {1})" if dt.category == 2 else "max({0}, {1})", _same, np.maximum, None),
+    "minimum": (lambda dt: "f_minimum({0}, {1})" if dt.category == 2 else "min({0}, {1})", _same, np.minimum, None),
+    "fmax": (lambda dt: "f_fmax({0}, {1})" if dt.category == 2 else "max({0}, {1})", _same, np.fmax, None),
+    "fmin": (lambda dt: "f_fmin({0}, {1})" if dt.category == 2 else "min({0}, {1})", _same, np.fmin, None),
+    "eq": (lambda dt: "{0} == {1}", _to_bool, np.equal, None),
+    "ne": (lambda dt: "{0} != {1}", _to_bool, np.not_equal, None),
+    "lt": (lambda dt: "{0} < {1}", _to_bool, np.less, None),
+    "le": (lambda dt: "{0} <= {1}", _to_bool, np.less_equal, None),
+    "gt": (lambda dt: "{0} > {1}", _to_bool, np.greater, None),
+    "ge": (lambda dt: "{0} >= {1}", _to_bool, np.greater_equal, None),
+    "logical_and": (lambda dt: "{0} and {1}", _logical, np.logical_and, None),
+    "logical_or": (lambda dt: "{0} or {1}", _logical, np.logical_or, None),
+    "logical_xor": (lambda dt: "{0} != {1}", _logical, np.logical_xor, None),
+    "bitwise_and": (lambda dt: "{0} & {1}", _same, np.bitwise_and, _int_or_bool),
+    "bitwise_or": (lambda dt: "{0} | {1}", _same, np.bitwise_or, _int_or_bool),
+    "bitwise_xor": (lambda dt: "{0} ^ {1}", _same, np.bitwise_xor, _int_or_bool),
+    "bitwise_left_shift": (lambda dt: "f_shl({0}, {1})", _same, None,
+                           lambda d: "only integral tensors are supported" if d.category != 1 else None),
+    "bitwise_right_shift": (lambda dt: "f_shr({0}, {1})", _same, None,
+                            lambda d: "only integral tensors are supported" if d.category != 1 else None),
+    "leaky_relu": (lambda dt: "{0} if {0} > 0 else {0} * {1}", _same, None, None),
+    "xlogy": (lambda dt: "f_xlogy({0}, {1})", _float, None, None),
+}
+
+_BIN = {}
+for _n, (_e, _rule, _r, _allow) in BINARY.items():
+    _BIN[_n] = define(_n, 2, _e, rule=_rule, ref=_r, allow=_allow)
+    if _n not in ("leaky_relu", "trunc_divide"):
+        export(_binary(_BIN[_n]), name=_n)
+
+for _alias, _n in [("multiply", "mul"), ("subtract", "sub"), ("greater", "gt"), ("greater_equal", "ge"),
+                   ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne"), ("max_elementwise", "maximum"),
+                   ("arctan2", "atan2")]:
+    if _alias != "max_elementwise":
+        export(_binary(_BIN[_n]), name=_alias)
+
+
+def _check_int_div(op, a, b):
+    # integer division by zero raises in torch (ZeroDivisionError), it is never garbage
+    bt = b if isinstance(b, Tensor) else None
+    pa = result_type(a, b)
+    if pa.category == 2:
+        return
+    if bt is None:
+        if b == 0:
+            raise ZeroDivisionError(f"{op}: integer division by zero")
+    elif bool((bt == 0).any()):
+        raise ZeroDivisionError(f"{op}: integer division by zero (divisor tensor of shape {tuple(bt.shape)} "
+                                f"contains zeros)")
+
+
+@export
+def add(input, other, *, alpha=1, out=None):
+    """``input + alpha * other`` (``torch.add``)."""
+    if alpha != 1:
+        other = apply(_BIN["mul"], other, alpha)
+    return apply(_BIN["add"], input, other, out=out)
+
+
+@export
+def sub(input, other, *, alpha=1, out=None):
+    """``input - alpha * other`` (``torch.sub``)."""
+    if alpha != 1:
+        other = apply(_BIN["mul"], other, alpha)
+    return apply(_BIN["sub"], input, other, out=out)
+
+
+export(sub, name="subtract")
+
+
+@export
+def rsub(input, other, *, alpha=1):
+    return sub(other, input, alpha=alpha)
+
+
+@export
+def div(input, other, *, rounding_mode=None, out=None):
+    """True division, or ``rounding_mode='trunc'|'floor'`` (``torch.div``)."""
+    if rounding_mode is None:
+        return apply(_BIN["true_divide"], input, other, out=out)
+    if rounding_mode == "floor":
+        _check_int_div("div", input, other)
+        return apply(_BIN["floor_divide"], input, other, out=out)
+    if rounding_mode == "trunc":
+        _check_int_div("div", input, other)
+        return apply(_BIN["trunc_divide"], input, other, out=out)
+    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+
+
+export(div, name="divide")
+export(div, name="true_divide")
+
+
+@export
+def floor_divide(input, other, *, out=None):
+    _check_int_div("floor_divide", input, other)
+    return apply(_BIN["floor_divide"], input, other, out=out)
+
+
+@export
+def remainder(input, other, *, out=None):
+    _check_int_div("remainder", input, other)
+    return apply(_BIN["remainder"], input, other, out=out)
+
+
+@export
+def fmod(input, other, *, out=None):
+    _check_int_div("fmod", input, other)
+    return apply(_BIN["fmod"], input, other, out=out)
+
+
+@export
+def pow(input, exponent, *, out=None):
+    """``input ** exponent`` with PyTorch's promotion (``torch.pow``)."""
+    rt = result_type(input, exponent)
+    if rt.category == 1:
+        e = exponent
+        neg = (e < 0) if _is_scalar(e) else bool((e < 0).any()) if isinstance(e, Tensor) and e._dtype.category == 1 else False
+        if neg:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return apply(_BIN["pow"], input, exponent, out=out)
+
+
+@export(method=False)
+def float_power(input, exponent):
+    a = input.to(_dt.float64) if isinstance(input, Tensor) else float(input)
+    b = exponent.to(_dt.float64) if isinstance(exponent, Tensor) else float(exponent)
+    return apply(_BIN["pow"], a, b)
+
+
+# ------------------------------------------------------------------ ternary
+def _where_rule(dts):
+    return dts, dts[0]
+
+
+_where = define("where", 3, lambda dt: "{1} if {0} else {2}", rule=_same, ref=np.where, promote=(1, 2))
+_clamp = define("clamp", 3, lambda dt: "f_clamp({0}, {1}, {2})" if dt.category == 2 else "min(max({0}, {1}), {2})",
+                rule=_same, ref=None, allow=_no_bool)
+_softplus = define("softplus", 3, _fexpr("f_softplus_bt{s}({0}, {1}, {2})"), rule=_float, ref=None)
+_lerp = define("lerp", 3, lambda dt: "{0} + {2} * ({1} - {0})", rule=_float, ref=None)
+_addcmul = define("addcmul", 4, lambda dt: "{0} + {3} * {1} * {2}", rule=_same, ref=None)
+_addcdiv = define("addcdiv", 4, lambda dt: "{0} + {3} * {1} / {2}", rule=_float, ref=None)
+_elu = define("elu", 4, _fexpr("f_elu{s}({0}, {1}, {2}, {3})"), rule=_float, ref=None)
+_hardtanh = _clamp
+
+
+@export
+def where(condition, input=None, other=None, *, out=None):
+    """``input`` where ``condition`` else ``other`` (``torch.where``); one argument: ``nonzero`` tuple."""
+    if input is None and other is None:
+        from .indexing import nonzero
+        return nonzero(condition, as_tuple=True)
+    if isinstance(condition, Tensor) and condition._dtype is not _dt.bool_:
+        if condition._dtype is _dt.uint8:
+            condition = condition.bool()
+        else:
+            raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                               f"{condition._dtype.name}")
+    return apply(_where, condition, input, other, out=out)
+
+
+@export
+def clamp(input, min=None, max=None, *, out=None):
+    """Clamp into ``[min, max]``; either bound may be None or a tensor (``torch.clamp``)."""
+    if min is None and max is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    if min is None:
+        return apply(_BIN["minimum"], input, max, out=out)
+    if max is None:
+        return apply(_BIN["maximum"], input, min, out=out)
+    return apply(_clamp, input, min, max, out=out)
+
+
+export(clamp, name="clip")
+
+
+@export
+def clamp_min(input, min):
+    return apply(_BIN["maximum"], input, min)
+
+
+@export
+def clamp_max(input, max):
+    return apply(_BIN["minimum"], input, max)
+
+
+@export
+def lerp(input, end, weight):
+    return apply(_lerp, input, end, weight)
+
+
+@export
+def addcmul(input, tensor1, tensor2, *, value=1):
+    return apply(_addcmul, input, tensor1, tensor2, value)
+
+
+@export
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    return apply(_addcdiv, input, tensor1, tensor2, value)
+
+
+@export
+def masked_fill(input, mask, value):
+    """``input`` with ``value`` where ``mask`` is True (``Tensor.masked_fill``)."""
+    if not isinstance(mask, Tensor) or mask._dtype is not _dt.bool_:
+        raise RuntimeError(f"masked_fill only supports boolean masks, but got mask with dtype "
+                           f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise RuntimeError(f"masked_fill only supports a 0-dimensional value tensor, but got tensor with "
+                               f"{value.ndim} dimension(s).")
+        value = value.item()
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_fill")
+    if shape != tuple(input.shape):
+        raise RuntimeError(f"masked_fill: mask of shape {tuple(mask.shape)} is not broadcastable to input of shape "
+                           f"{tuple(input.shape)}")
+    return apply(_where, mask, _scalar_tensor(value, input._dtype, input._device), input)
+
+
+@export
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    a, b = input, other
+    diff = abs(a - b)
+    r = logical_or(diff <= atol + rtol * abs(b), a == b)  # a == b: equal infinities
+    if equal_nan:
+        r = logical_or(r, logical_and(a != a, b != b))
+    return r
+
+
+def logical_or(a, b):
+    return apply(_BIN["logical_or"], a, b)
+
+
+def logical_and(a, b):
+    return apply(_BIN["logical_and"], a, b)
+
+
+@export
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+@export
+def equal(input, other) -> bool:
+    return tuple(input.shape) == tuple(other.shape) and bool((input == other).all())
+
+
+# ------------------------------------------------------------------ nn-style
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    r = apply(_BIN["leaky_relu"], input, negative_slope)
+    return input.copy_(r) if inplace else r
+
+
+def gelu(input, approximate="none"):
+    if approximate == "none":
+        return apply(OPS_["gelu"], input)
+    if approximate == "tanh":
+        return apply(OPS_["gelu_tanh"], input)
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return apply(_softplus, input, float(beta), float(threshold))
+
+
+def elu(input, alpha=1.0, inplace=False):
+    r = apply(_elu, input, float(alpha), 1.0, 1.0)
+    return input.copy_(r) if inplace else r
+
+
+def celu(input, alpha=1.0, inplace=False):
+    r = apply(_elu, input, float(alpha), 1.0, 1.0 / float(alpha))
+    return input.copy_(r) if inplace else r
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    r = apply(_clamp, input, min_val, max_val)
+    return input.copy_(r) if inplace else r
+
+
+from .registry import OPS as OPS_  # noqa: E402

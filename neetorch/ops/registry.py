@@ -1,0 +1,143 @@
+"""One definition per op, and the eager dispatcher every op goes through.
+
+An :class:`OpDef` carries what is true of an op on every device:
+
+* ``infer(metas, attrs) -> [Meta]``: the shape and dtype rule;
+* ``reference(np_inputs, attrs) -> [np.ndarray]``: reference semantics in numpy
+  (used by tests, and by the CPU backend for ops it has no faster kernel for);
+* ``expr``: for elementwise ops, a scalar expression per renderer (``"py"`` for the
+  Numba renderer), so one kernel generator serves every elementwise op.
+* ``decompose(*tensors, **attrs)``: optional; an op with a decomposition runs as
+  its parts on a device that has no kernel for it instead of falling back.
+
+:func:`run` is the one eager entry point: it picks the device, checks what the
+device claims, falls back to the CPU visibly when it must, allocates the outputs
+and calls the device's kernel.  The tracer (``trace/``) hooks in here too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from ..tensor.dtypes import DType
+
+__all__ = ["Meta", "OpDef", "OPS", "register", "run", "get", "export", "EXPORTS"]
+
+#: name -> (function, is_method, is_function): what ``nee.<name>`` / ``Tensor.<name>`` become
+EXPORTS: dict = {}
+
+
+def export(fn=None, *, name=None, method=True, function=True, inplace=False):
+    """Publish ``fn`` as ``nee.<name>`` and (if ``method``) ``Tensor.<name>``.
+
+    ``inplace=True`` also creates ``Tensor.<name>_`` writing the result into self.
+    """
+    def deco(f):
+        n = name or f.__name__
+        EXPORTS[n] = (f, method, function, inplace)
+        return f
+    return deco(fn) if fn is not None else deco
+
+
+class Meta(NamedTuple):
+    shape: tuple
+    dtype: DType
+
+
+@dataclass(eq=False)
+class OpDef:
+    name: str
+    infer: Callable
+    kind: str = "other"            # "elementwise" | "reduce" | "view" | "other"
+    reference: Callable | None = None
+    expr: dict = field(default_factory=dict)
+    decompose: Callable | None = None
+    nout: int = 1
+    doc: str = ""
+
+    def __repr__(self):
+        return f"OpDef({self.name})"
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} defined twice")
+    OPS[op.name] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"no op named {name!r}") from None
+
+
+# The tracer installs a hook here: called with (op, inputs, attrs, metas) and returns
+# output tensors when any input is being traced, or None to run eagerly.
+_trace_hook: list = [None]
+
+
+def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, out: list | None = None) -> list:
+    """Run ``op`` eagerly on ``inputs`` (Tensors) and return a list of output Tensors.
+
+    ``metas`` may be passed when the caller already computed the output shapes and
+    dtypes; ``out`` may hold preallocated output tensors (in-place ops).
+    """
+    from ..tensor.tensor import Tensor
+    from ..devices import get_backend, record_fallback
+
+    if metas is None:
+        metas = op.infer([Meta(t._data.shape, t._dtype) for t in inputs], attrs)
+    hook = _trace_hook[0]
+    if hook is not None:
+        r = hook(op, inputs, attrs, metas)
+        if r is not None:
+            return r
+    dev = inputs[0]._device if inputs else (out[0]._device if out else _default_device())
+    for t in inputs:
+        if t._device is not dev and t._device != dev:
+            raise RuntimeError(f"{op.name}: expected all tensors on the same device, got {dev} and {t._device}")
+    backend = get_backend(dev)
+    dtypes = [t._dtype for t in inputs] + [m.dtype for m in metas]
+    reason = backend.supports(op.name, dtypes)
+    if reason is None:
+        if out is None:
+            out = [Tensor._make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
+        backend.kernels[op.name](backend, [o._data for o in out], [t._data for t in inputs], attrs)
+        return out
+    if op.decompose is not None:
+        res = op.decompose(*inputs, **attrs)
+        res = list(res) if isinstance(res, (tuple, list)) else [res]
+        if out is not None:
+            for o, r in zip(out, res):
+                o.copy_(r)
+            return out
+        return res
+    # visible fallback to the CPU
+    from ..devices import device
+    cpu = device("cpu")
+    nbytes = sum(t.nbytes for t in inputs) + sum(_nbytes(m) for m in metas)
+    record_fallback(op.name, dev, dtypes, reason, nbytes)
+    cpu_in = [t.to(cpu) for t in inputs]
+    cpu_out = run(op, cpu_in, attrs, metas)
+    if out is not None:
+        for o, r in zip(out, cpu_out):
+            o.copy_(r.to(dev))
+        return out
+    return [r.to(dev) for r in cpu_out]
+
+
+def _nbytes(m: Meta) -> int:
+    n = m.dtype.itemsize
+    for s in m.shape:
+        n *= s
+    return n
+
+
+def _default_device():
+    from ..tensor.creation import _default_device as d
+    return d()

@@ -1,0 +1,418 @@
+"""Tensor creation: ``tensor``, ``zeros``, ``arange``, random tensors, interop."""
+from __future__ import annotations
+
+import numbers
+import threading
+
+import numpy as np
+
+from .. import _env
+from . import dtypes as _dt
+from .dtypes import DType
+from .tensor import Tensor
+
+__all__ = ["tensor", "as_tensor", "asarray", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
+           "zeros_like", "ones_like", "full_like", "empty_like", "arange", "linspace", "logspace", "eye",
+           "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "manual_seed",
+           "seed", "initial_seed", "Generator", "scalar_tensor"]
+
+_default_dev = [None]
+
+
+def _default_device():
+    d = _default_dev[0]
+    if d is None:
+        from ..devices import device
+        d = _default_dev[0] = device(_env.DEFAULT_DEVICE)
+    return d
+
+
+def set_default_device(dev) -> None:
+    from ..devices import device
+    _default_dev[0] = device(dev) if dev is not None else None
+
+
+def get_default_device():
+    return _default_device()
+
+
+def _resolve_device(dev):
+    if dev is None:
+        return _default_device()
+    from ..devices import device
+    return device(dev)
+
+
+def _size(size) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = int(s)
+        if not isinstance(s, (int, np.integer)):
+            raise TypeError(f"size must be a sequence of ints, got {type(s).__name__} in {tuple(size)}")
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _wrap_host(a: np.ndarray, dt: DType, dev) -> Tensor:
+    """Wrap a host array (already of ``dt``) as a tensor on ``dev``."""
+    if dev.type == "cpu":
+        return Tensor._make(a, dev, dt)
+    from ..devices import get_backend
+    return Tensor._make(get_backend(dev).from_host(np.ascontiguousarray(a)), dev, dt)
+
+
+def _infer_np(data, dtype) -> np.ndarray:
+    """numpy array for ``data`` (Python scalars/lists, numpy, tensors), with PyTorch's dtype inference."""
+    if isinstance(data, Tensor):
+        a = data.numpy(force=True)
+        return a if dtype is None else a.astype(dtype.np)
+    if isinstance(data, np.ndarray):
+        if dtype is None:
+            _dt.from_numpy_dtype(data.dtype)  # refuse unsupported dtypes clearly
+            return data
+        return data.astype(dtype.np)
+    if isinstance(data, (np.generic,)) and dtype is None:
+        return np.asarray(data)
+    try:
+        a = np.asarray(data)
+    except ValueError as e:
+        raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
+    if a.dtype == object:
+        raise TypeError(f"tensor(): could not infer dtype of {type(data).__name__} (ragged nested sequence or unsupported element type)")
+    if dtype is None:
+        if a.dtype.kind == "f":
+            hasnp = _contains_np_float(data)
+            dtype = _dt.from_numpy_dtype(a.dtype) if hasnp else _dt.get_default_dtype()
+        elif a.dtype.kind in "iu":
+            dtype = _dt.int64 if not _contains_np_int(data) else _dt.from_numpy_dtype(a.dtype)
+        elif a.dtype.kind == "b":
+            dtype = _dt.bool_
+        elif a.dtype.kind == "c":
+            raise TypeError("tensor(): complex dtypes are not supported by neetorch")
+        else:
+            raise TypeError(f"tensor(): unsupported element type {a.dtype}")
+    return a.astype(dtype.np, copy=False)
+
+
+def _contains_np_float(data) -> bool:
+    # Tensors/numpy values inside a list keep their dtype (torch.tensor([t1, t2]))
+    if isinstance(data, (Tensor, np.ndarray, np.floating)):
+        return True
+    if isinstance(data, (list, tuple)) and data:
+        return _contains_np_float(data[0])
+    return False
+
+
+def _contains_np_int(data) -> bool:
+    if isinstance(data, (Tensor, np.ndarray, np.integer)):
+        return True
+    if isinstance(data, (list, tuple)) and data:
+        return _contains_np_int(data[0])
+    return False
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False, pin_memory: bool = False) -> Tensor:
+    """Copy ``data`` into a new tensor (``torch.tensor``)."""
+    dt = None if dtype is None else _dt.to_dtype(dtype)
+    a = _infer_np(data, dt)
+    dev = _resolve_device(device if device is not None else (data._device if isinstance(data, Tensor) else None))
+    dt = _dt.from_numpy_dtype(a.dtype)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    t = _wrap_host(np.array(a, copy=True, order="C"), dt, dev)
+    t.requires_grad = requires_grad
+    return t
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """Share memory with ``data`` when it is already a tensor or numpy array of the same dtype/device."""
+    dt = None if dtype is None else _dt.to_dtype(dtype)
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dt) if (device is not None or dt is not None) else data
+    if isinstance(data, np.ndarray) and (dt is None or data.dtype == dt.np):
+        t = from_numpy(data)
+        return t if device is None else t.to(device)
+    a = _infer_np(data, dt)
+    return _wrap_host(np.ascontiguousarray(a), _dt.from_numpy_dtype(a.dtype), _resolve_device(device))
+
+
+def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
+    if copy:
+        return tensor(obj, dtype=dtype, device=device)
+    return as_tensor(obj, dtype=dtype, device=device)
+
+
+def from_numpy(a: np.ndarray) -> Tensor:
+    """Zero-copy: the tensor and the array share memory (``torch.from_numpy``)."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_numpy: expected np.ndarray (got {type(a).__name__})")
+    dt = _dt.from_numpy_dtype(a.dtype if a.dtype.isnative else a.dtype.newbyteorder("="))
+    if not a.dtype.isnative:
+        raise ValueError("from_numpy: given numpy array has byte order different from the native byte order; "
+                         "convert it first with a.astype(a.dtype.newbyteorder('='))")
+    if any(s % a.itemsize for s in a.strides):
+        raise ValueError(f"from_numpy: strides {a.strides} are not a multiple of the element size {a.itemsize}")
+    from ..devices import device
+    return Tensor._make(a, device("cpu"), dt)
+
+
+def from_dlpack(ext) -> Tensor:
+    """Zero-copy import of any object exporting ``__dlpack__`` (numpy, torch, CuPy...)."""
+    if isinstance(ext, Tensor):
+        return ext
+    dev_type, _ = ext.__dlpack_device__() if hasattr(ext, "__dlpack_device__") else (1, 0)
+    if dev_type != 1:  # kDLCPU
+        from ..devices import get_backend, device
+        if dev_type == 2:
+            b = get_backend(device("cuda"))
+            arr = b.from_dlpack(ext)
+            return Tensor._make(arr, device("cuda"), _dt.from_numpy_dtype(np.dtype(arr.dtype)))
+        raise RuntimeError(f"from_dlpack: unsupported DLPack device type {dev_type}")
+    return from_numpy(np.from_dlpack(ext))
+
+
+def scalar_tensor(s, dtype=None, device=None) -> Tensor:
+    return full((), s, dtype=dtype if dtype is not None else _dt.get_default_dtype(), device=device)
+
+
+def _new(shape, dtype, device, fill) -> Tensor:
+    dev = _resolve_device(device)
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    from ..devices import get_backend
+    b = get_backend(dev)
+    data = b.empty(shape, dt)
+    t = Tensor._make(data, dev, dt)
+    if fill is not None:
+        b.fill_(data, fill)
+    return t
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None, pin_memory=False) -> Tensor:
+    return _new(_size(size), dtype, device, None)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _new(_size(size), dtype, device, 0)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _new(_size(size), dtype, device, 1)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if dtype is None:
+        dtype = _dt.scalar_dtype(fill_value)
+    return _new(_size((size,) if not isinstance(size, int) else (size,)), dtype, device, fill_value)
+
+
+def _like(t, dtype, device):
+    return (t._dtype if dtype is None else dtype), (t._device if device is None else device)
+
+
+def empty_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return _new(tuple(t.shape), dt, dev, None)
+
+
+def zeros_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return _new(tuple(t.shape), dt, dev, 0)
+
+
+def ones_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return _new(tuple(t.shape), dt, dev, 1)
+
+
+def full_like(t, fill_value, dtype=None, device=None, memory_format=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return _new(tuple(t.shape), dt, dev, fill_value)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    start, end, step = vals
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) / step < 0:
+        raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign "
+                           f"(start={start}, end={end}, step={step})")
+    if dtype is None:
+        dtype = _dt.int64 if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals) \
+            else _dt.get_default_dtype()
+    dt = _dt.to_dtype(dtype)
+    n = int(np.ceil((end - start) / step))
+    if dt.category == 2:
+        # computed in float64 like torch's CPU kernel, then rounded to dt
+        a = (start + np.arange(n, dtype=np.float64) * step).astype(dt.np)
+    else:
+        a = (start + np.arange(n, dtype=np.int64) * step).astype(dt.np)
+    return _wrap_host(a, dt, _resolve_device(device))
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    start, end = (float(v) if isinstance(v, Tensor) else v for v in (start, end))
+    a = np.linspace(start, end, steps, dtype=np.float64)
+    if steps > 1:
+        # torch's symmetric formulation: second half computed from the end
+        step = (end - start) / (steps - 1)
+        i = np.arange(steps)
+        half = steps // 2
+        a = np.where(i < half, start + step * i, end - step * (steps - 1 - i))
+    if dt.category != 2:
+        a = np.trunc(a) if dt.category == 1 else a
+    return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None) -> Tensor:
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    a = np.power(base, linspace(start, end, steps, dtype=_dt.float64).numpy())
+    return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    return _wrap_host(np.eye(n, n if m is None else m, dtype=dt.np), dt, _resolve_device(device))
+
+
+# ------------------------------------------------------------------ random
+class Generator:
+    """A random number generator (numpy's PCG64 underneath)."""
+
+    def __init__(self, device="cpu"):
+        self._seed = 67280421310721
+        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        self.device = device
+
+    def manual_seed(self, seed: int) -> "Generator":
+        self._seed = int(seed)
+        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        return self
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def seed(self) -> int:
+        import secrets
+        s = secrets.randbits(63)
+        self.manual_seed(s)
+        return s
+
+    def get_state(self):
+        return self._rng.bit_generator.state
+
+    def set_state(self, state):
+        self._rng.bit_generator.state = state
+
+
+default_generator = Generator()
+_rng_lock = threading.Lock()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed the default generator; ``rand``/``randn``/``randint`` become reproducible."""
+    return default_generator.manual_seed(seed)
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def _rand_impl(fn, size, dtype, device, generator):
+    g = generator or default_generator
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    if dt.category != 2:
+        raise TypeError(f"{fn}: expected a floating-point dtype, got {dt}")
+    with _rng_lock:
+        if fn == "rand":
+            a = g._rng.random(size, dtype=np.float64 if dt is _dt.float64 else np.float32)
+        else:
+            a = g._rng.standard_normal(size, dtype=np.float64 if dt is _dt.float64 else np.float32)
+    return _wrap_host(a.astype(dt.np, copy=False), dt, _resolve_device(device))
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _rand_impl("rand", _size(size), dtype, device, generator)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _rand_impl("randn", _size(size), dtype, device, generator)
+
+
+def rand_like(t, dtype=None, device=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return rand(*t.shape, dtype=dt, device=dev)
+
+
+def randn_like(t, dtype=None, device=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return randn(*t.shape, dtype=dt, device=dev)
+
+
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if size is None:  # randint(high, size)
+        if high is None:
+            raise TypeError("randint() missing required argument 'size'")
+        low, high, size = 0, low, high
+    elif high is None:
+        low, high = 0, low
+    if high <= low:
+        raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
+    g = generator or default_generator
+    dt = _dt.int64 if dtype is None else _dt.to_dtype(dtype)
+    with _rng_lock:
+        a = g._rng.integers(low, high, size=_size((size,) if isinstance(size, int) else tuple(size)), dtype=np.int64)
+    return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+
+
+def randint_like(t, low, high=None, dtype=None, device=None) -> Tensor:
+    dt, dev = _like(t, dtype, device)
+    return randint(low, high, tuple(t.shape), dtype=dt, device=dev)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
+    g = generator or default_generator
+    dt = _dt.int64 if dtype is None else _dt.to_dtype(dtype)
+    with _rng_lock:
+        a = g._rng.permutation(n)
+    return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+
+
+# ------------------------------------------------------------------ internals
+def _transfer(t: Tensor, dev) -> Tensor:
+    from ..devices import get_backend
+    if t._device == dev:
+        return t
+    host = t.numpy(force=True)
+    if dev.type == "cpu":
+        return Tensor._make(np.array(host, copy=True, order="C") if t._device.type == "cpu" else host, dev, t._dtype)
+    return Tensor._make(get_backend(dev).from_host(np.ascontiguousarray(host)), dev, t._dtype)
+
+
+def as_tensor_like(v, like: Tensor) -> Tensor:
+    """``v`` as a tensor of ``like``'s dtype and device (scalars, lists, tensors)."""
+    if isinstance(v, Tensor):
+        return v
+    if isinstance(v, (numbers.Number, np.generic)):
+        return full((), v, dtype=like._dtype, device=like._device)
+    return tensor(v, dtype=like._dtype, device=like._device)
+
+
+def _rebuild(arr, dev):
+    return tensor(arr, device=dev)

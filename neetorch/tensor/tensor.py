@@ -1,0 +1,388 @@
+"""The Tensor: a typed, strided view over a device's storage.
+
+A Tensor holds the device's own array object (``_data``: a numpy array on the CPU;
+whatever the backend allocates elsewhere), the ``device`` and the ``dtype``.  Shape
+and strides live on the device array, so a view is just another device array over
+the same storage.  Every computation goes through an op in ``neetorch.ops``; the
+operator methods here only forward to those functions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+from .dtypes import DType
+
+__all__ = ["Tensor", "Size"]
+
+
+class Size(tuple):
+    """``torch.Size``: a tuple of ints that prints as ``neetorch.Size([...])``."""
+
+    def __repr__(self):
+        return f"neetorch.Size({list(self)})"
+
+    def numel(self) -> int:
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+
+def _F():
+    from .. import _functional_namespace
+    return _functional_namespace()
+
+
+class Tensor:
+    __slots__ = ("_data", "_device", "_dtype", "requires_grad", "grad", "__weakref__", "__dict__")
+    __array_priority__ = 1000  # numpy defers binary operators to Tensor
+
+    @classmethod
+    def _make(cls, data, device, dtype: DType) -> "Tensor":
+        t = object.__new__(cls)
+        t._data = data
+        t._device = device
+        t._dtype = dtype
+        t.requires_grad = False
+        t.grad = None
+        return t
+
+    def __new__(cls, *args, **kw):
+        # Tensor(data) behaves like nee.tensor(data); Tensor(2, 3) like empty(2, 3)
+        from . import creation
+        if len(args) == 1 and not isinstance(args[0], int):
+            return creation.tensor(args[0], **kw)
+        return creation.empty(*args, **kw)
+
+    def __init__(self, *args, **kw):
+        pass
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> Size:
+        return Size(self._data.shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[_wrap_dim(dim, self._data.ndim, "size")]
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    def dim(self) -> int:
+        return self._data.ndim
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return int(np.prod(self._data.shape, dtype=np.int64))
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self._dtype.itemsize
+
+    def stride(self, dim: int | None = None):
+        isz = self._dtype.itemsize
+        st = tuple(s // isz for s in self._data.strides)
+        if dim is None:
+            return st
+        return st[_wrap_dim(dim, self._data.ndim, "stride")]
+
+    def storage_offset(self) -> int:
+        return getattr(self._backend(), "storage_offset", lambda a: 0)(self._data)
+
+    def data_ptr(self) -> int:
+        return self._backend().data_ptr(self._data)
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return _is_contiguous(self._data.shape, self.stride())
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self._device.type == "cpu"
+
+    def is_floating_point(self) -> bool:
+        return self._dtype.category == 2
+
+    def is_complex(self) -> bool:
+        return False
+
+    @property
+    def T(self) -> "Tensor":
+        if self.ndim > 2:
+            import warnings
+            warnings.warn("Tensor.T on a tensor of more than 2 dims reverses all dims; use .mT or permute", UserWarning)
+        return self.permute(*range(self.ndim - 1, -1, -1))
+
+    @property
+    def mT(self) -> "Tensor":
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.ndim}-D tensor.")
+        return self.transpose(-2, -1)
+
+    @property
+    def H(self):
+        return self.T
+
+    @property
+    def mH(self):
+        return self.mT
+
+    def _backend(self):
+        from ..devices import get_backend
+        return get_backend(self._device)
+
+    # ------------------------------------------------------------ conversion
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """Zero-copy on the CPU (the array shares memory with the tensor)."""
+        if self._device.type == "cpu":
+            return self._data
+        if not force:
+            raise TypeError(f"can't convert {self._device} tensor to numpy; use .cpu() first (or numpy(force=True))")
+        return self._backend().to_host(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy(force=True)
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        return a
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self.numpy(force=True).reshape(()).item()
+
+    def tolist(self):
+        return self.numpy(force=True).tolist()
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous (shape {tuple(self.shape)})")
+        return bool(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __index__(self):
+        if self._dtype.category == 2 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __hash__(self):
+        return id(self)
+
+    def __reversed__(self):
+        return self.flip(0)
+
+    def __dlpack__(self, stream=None, **kw):
+        if self._device.type != "cpu":
+            return self._data.__dlpack__(stream=stream, **kw)
+        return self._data.__dlpack__(**kw) if kw else self._data.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def to(self, *args, **kwargs) -> "Tensor":
+        """``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``; ``copy=``."""
+        from ..devices import device as _device
+        dev = kwargs.pop("device", None)
+        dt = kwargs.pop("dtype", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                dev, dt = a._device, a._dtype
+            elif isinstance(a, DType) or a in (float, int, bool) or isinstance(a, np.dtype):
+                dt = a
+            elif a is None:
+                continue
+            else:
+                dev = a
+        dt = self._dtype if dt is None else _dt.to_dtype(dt)
+        dev = self._device if dev is None else _device(dev)
+        t = self
+        if dev != self._device:
+            from .creation import _transfer
+            t = _transfer(t, dev)
+            copy = False
+        if dt is not t._dtype:
+            from ..ops.elementwise import cast
+            t = cast(t, dt)
+            copy = False
+        if copy:
+            t = t.clone()
+        return t
+
+    def cpu(self) -> "Tensor":
+        return self.to("cpu")
+
+    def cuda(self, device=None) -> "Tensor":
+        return self.to(f"cuda:{device or 0}")
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return f"neetorch.{self._dtype.name.capitalize()}Tensor"
+        return self.to(dtype)
+
+    def float(self):
+        return self.to(_dt.float32)
+
+    def double(self):
+        return self.to(_dt.float64)
+
+    def half(self):
+        return self.to(_dt.float16)
+
+    def int(self):
+        return self.to(_dt.int32)
+
+    def long(self):
+        return self.to(_dt.int64)
+
+    def short(self):
+        return self.to(_dt.int16)
+
+    def char(self):
+        return self.to(_dt.int8)
+
+    def byte(self):
+        return self.to(_dt.uint8)
+
+    def bool(self):
+        return self.to(_dt.bool_)
+
+    def contiguous(self, memory_format=None) -> "Tensor":
+        return self if self.is_contiguous() else self.clone()
+
+    def clone(self, memory_format=None) -> "Tensor":
+        b = self._backend()
+        out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
+        b.copy_(out._data, self._data)
+        return out
+
+    def detach(self) -> "Tensor":
+        return Tensor._make(self._data, self._device, self._dtype)
+
+    def detach_(self):
+        return self
+
+    def requires_grad_(self, flag: bool = True):
+        self.requires_grad = flag
+        return self
+
+    def copy_(self, src, non_blocking=False) -> "Tensor":
+        """Copy ``src`` (broadcast to this tensor's shape, cast to its dtype) into this tensor."""
+        from .creation import as_tensor_like
+        src = as_tensor_like(src, self)
+        if src._device != self._device:
+            src = src.to(self._device)
+        src = src.expand(self._data.shape) if src.shape != self.shape else src
+        self._backend().copy_(self._data, src._data)
+        return self
+
+    def fill_(self, value) -> "Tensor":
+        return self.copy_(value)
+
+    def zero_(self) -> "Tensor":
+        return self.copy_(0)
+
+    def new_tensor(self, data, dtype=None, device=None):
+        from .creation import tensor
+        return tensor(data, dtype=dtype or self._dtype, device=device or self._device)
+
+    def new_zeros(self, *size, dtype=None, device=None):
+        from .creation import zeros
+        return zeros(*size, dtype=dtype or self._dtype, device=device or self._device)
+
+    def new_ones(self, *size, dtype=None, device=None):
+        from .creation import ones
+        return ones(*size, dtype=dtype or self._dtype, device=device or self._device)
+
+    def new_full(self, size, fill_value, dtype=None, device=None):
+        from .creation import full
+        return full(size, fill_value, dtype=dtype or self._dtype, device=device or self._device)
+
+    def new_empty(self, *size, dtype=None, device=None):
+        from .creation import empty
+        return empty(*size, dtype=dtype or self._dtype, device=device or self._device)
+
+    def __repr__(self):
+        from ._repr import tensor_repr
+        return tensor_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __reduce_ex__(self, proto):
+        from .creation import _rebuild
+        return (_rebuild, (self.numpy(force=True).copy(), str(self._device)))
+
+    def __deepcopy__(self, memo):
+        t = self.clone()
+        if type(self) is not Tensor:
+            t.__class__ = type(self)
+            t.__dict__.update(self.__dict__)
+        t.requires_grad = self.requires_grad
+        memo[id(self)] = t
+        return t
+
+
+def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim + n if dim < 0 else dim
+
+
+def _is_contiguous(shape, strides) -> bool:
+    expected = 1
+    for s, st in zip(reversed(shape), reversed(strides)):
+        if s == 0:
+            return True
+        if s != 1 and st != expected:
+            return False
+        expected *= s
+    return True
