@@ -19,7 +19,7 @@ class FallbackError(RuntimeError):
 
 class device:
     """``nee.device("cpu")``, ``nee.device("opencl:0")``, ``nee.device("cuda", 1)``."""
-    __slots__ = ("type", "index")
+    __slots__ = ("type", "index", "_hash")
 
     def __new__(cls, type_or_str, index=None):
         if isinstance(type_or_str, device):
@@ -42,6 +42,7 @@ class device:
         self = object.__new__(cls)
         object.__setattr__(self, "type", t)
         object.__setattr__(self, "index", idx)
+        object.__setattr__(self, "_hash", hash((t, idx)))
         _DEVICE_CACHE[key] = self
         return self
 
@@ -54,7 +55,7 @@ class device:
         return isinstance(other, device) and other.type == self.type and other.index == self.index
 
     def __hash__(self):
-        return hash((self.type, self.index))
+        return self._hash
 
     def __str__(self):
         return self.type if (self.index == 0 and self.type == "cpu") else f"{self.type}:{self.index}"

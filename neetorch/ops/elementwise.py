@@ -16,7 +16,7 @@ import numpy as np
 from ..tensor import dtypes as _dt
 from ..tensor.dtypes import DType, result_type
 from ..tensor.tensor import Tensor
-from .registry import Meta, OpDef, export, register, run
+from .registry import Meta, OpDef, _trace_hook, export, register, run
 from .shape_rules import broadcast_shapes
 
 
@@ -95,8 +95,29 @@ def _scalar_tensor(v, dt: DType, dev) -> Tensor:
     return t
 
 
+_plans: dict = {}
+
+
 def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     """Run elementwise ``op`` on tensors and Python scalars with PyTorch's promotion."""
+    key = None
+    if out is None and _trace_hook[0] is None:
+        # prepared launches: the dtype/shape rules and the kernel's layout depend only on
+        # (op, dtypes, devices, shapes, strides, scalar types), so they are computed once
+        sig = [op]
+        for a in args:
+            if isinstance(a, Tensor):
+                s = a._sig
+                if s is None:
+                    d = a._data
+                    s = a._sig = (a._dtype, a._device, d.shape, d.strides, d.flags.writeable)
+                sig.append(s)
+            else:
+                sig.append(type(a))
+        key = tuple(sig)
+        plan = _plans.get(key)
+        if plan is not None:
+            return plan(args)
     spec = op.ew
     dev = None
     for a in args:
@@ -135,7 +156,14 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
                                    f"type {out._dtype.name}")
             metas = [Meta(metas[0].shape, out._dtype)]
         return run(op, ins, {}, metas, out=[out])[0]
-    return run(op, ins, {}, metas)[0]
+    res = run(op, ins, {}, metas)[0]
+    if key is not None and len(_plans) < 65536:
+        from ..devices import get_backend
+        prep = getattr(get_backend(dev), "prepare_elementwise", None)
+        plan = prep(op, args, ins, metas[0]) if prep is not None else None
+        if plan is not None:
+            _plans[key] = plan
+    return res
 
 
 def _can_cast(frm: DType, to: DType) -> bool:

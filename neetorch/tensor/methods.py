@@ -75,12 +75,13 @@ def _r(fn):
 def _operators() -> None:
     E = {k: v[0] for k, v in EXPORTS.items()}
     T = Tensor
-    T.__add__ = T.__radd__ = lambda s, o: E["add"](s, o)
+    apply, add_op, mul_op, sub_op = ew.apply, OPS["add"], OPS["mul"], OPS["sub"]
+    T.__add__ = T.__radd__ = lambda s, o: apply(add_op, s, o)
     T.__iadd__ = lambda s, o: E["add"](s, o, out=s)
-    T.__sub__ = lambda s, o: E["sub"](s, o)
+    T.__sub__ = lambda s, o: apply(sub_op, s, o)
     T.__rsub__ = lambda s, o: E["sub"](o, s)
     T.__isub__ = lambda s, o: E["sub"](s, o, out=s)
-    T.__mul__ = T.__rmul__ = lambda s, o: E["mul"](s, o)
+    T.__mul__ = T.__rmul__ = lambda s, o: apply(mul_op, s, o)
     T.__imul__ = lambda s, o: E["mul"](s, o, out=s)
     T.__truediv__ = lambda s, o: E["div"](s, o)
     T.__rtruediv__ = lambda s, o: E["div"](o, s)

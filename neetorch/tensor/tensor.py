@@ -35,7 +35,9 @@ def _F():
 
 
 class Tensor:
-    __slots__ = ("_data", "_device", "_dtype", "requires_grad", "grad", "__weakref__", "__dict__")
+    # _sig caches (dtype, device, shape, strides, writeable) for dispatch-plan lookups;
+    # whoever replaces _data must reset it to None
+    __slots__ = ("_data", "_device", "_dtype", "_sig", "requires_grad", "grad", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     @classmethod
@@ -44,6 +46,7 @@ class Tensor:
         t._data = data
         t._device = device
         t._dtype = dtype
+        t._sig = None
         t.requires_grad = False
         t.grad = None
         return t

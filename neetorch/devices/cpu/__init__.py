@@ -91,6 +91,10 @@ class CPUBackend(Backend):
         h._keep = a
         return np.asarray(h)
 
+    def prepare_elementwise(self, op, args, ins, meta):
+        from .elementwise import prepare
+        return prepare(op, args, ins, meta, self.device)
+
     def supports(self, op, dtypes):
         return None if op in self.kernels else f"no cpu kernel for {op}"
 

@@ -86,11 +86,20 @@ def render(name: str, template: str, in_dt: list, comp_dt: list, out_dt) -> str:
         first = False
         for i in var:
             L.append(f"                    v{i} = {load(i, f'px{i}')}")
+        # slices make the loop index provably non-negative, so no wrap-around
+        # check is emitted and LLVM vectorizes the loop
+        L.append("                    ov = o[po:po + n3]")
+        for i in range(nin):
+            if i not in var:
+                L.append(f"                    xv{i} = x{i}[px{i}:px{i} + n3]")
         L.append("                    for i3 in range(n3):")
         for i in range(nin):
             if i not in var:
-                L.append(f"                        v{i} = {load(i, f'px{i} + i3')}")
-        L.append(f"                        o[po + i3] = {store}")
+                e = f"xv{i}[i3]"
+                if comp_dt[i] != in_dt[i]:
+                    e = f"{_NP_CTOR[comp_dt[i]]}({e})"
+                L.append(f"                        v{i} = {e}")
+        L.append(f"                        ov[i3] = {store}")
     L.append("                else:")
     L.append("                    for i3 in range(n3):")
     for i in range(nin):
@@ -128,8 +137,20 @@ def launch(op, out: np.ndarray, ins: list) -> None:
         np.copyto(out, tmp, casting="unsafe")
         return
     ins = [a.astype(np.float32) if a.dtype == np.float16 else a for a in ins]
+    ins = [_unalias(out, a) for a in ins]
     kern = get_kernel(op, [a.dtype for a in ins], out.dtype)
     run_strided(kern, out, ins)
+
+
+def _unalias(out: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """An input that overlaps the output in any other layout is read from a copy, so
+    in-place ops (``x += x.T``) see the values from before the op, as in numpy."""
+    if a.size == 0 or not np.may_share_memory(out, a):
+        return a
+    if (a.shape == out.shape and a.strides == out.strides and
+            a.__array_interface__["data"][0] == out.__array_interface__["data"][0]):
+        return a
+    return a.copy()
 
 
 def run_strided(kern, out: np.ndarray, ins: list) -> None:
@@ -167,3 +188,89 @@ def _launch4(kern, bufs, cshape, cstrides, offs):
         sh[d] = e - s
         metas.append(layout.meta(sh, strides4, [o + s * st[d] for o, st in zip(offs, strides4)]))
     threads.run_parallel(lambda m: kern(*bufs, m), metas)
+
+
+_scalar_bufs: dict = {}
+
+
+def _scalar_buf(v, npdt):
+    key = (type(v), v, npdt)
+    b = _scalar_bufs.get(key)
+    if b is None:
+        b = np.array([v], dtype=npdt)
+        if len(_scalar_bufs) < 4096 and v == v:
+            _scalar_bufs[key] = b
+    return b
+
+
+def prepare(op, args, ins, meta, device):
+    """A launch closure for ``op`` on arguments with these dtypes/shapes/strides.
+
+    Everything that depends only on the layout (kernel, collapsed dims, thread chunks)
+    is computed here once; the closure only allocates the output, takes the flat
+    buffers and calls the kernel.  Returns None for cases left to the general path.
+    """
+    from ...tensor.tensor import Tensor
+    odt = meta.dtype
+    if odt.np == np.float16 or any(t._data.dtype == np.float16 for t in ins):
+        return None
+    shape = tuple(meta.shape)
+    out_np = odt.np
+    kern = get_kernel(op, [t._data.dtype for t in ins], out_np)
+    n = 1
+    for s in shape:
+        n *= s
+    st, strides, offs, kinds = [], [], [0], []
+    c = 1
+    for s in reversed(shape):
+        st.append(c)
+        c *= s
+    strides.append(st[::-1])
+    for a, t in zip(args, ins):
+        arr = t._data
+        fa, oa, sa = layout.flat(arr)
+        strides.append(layout.broadcast_strides(shape, arr, sa) if arr.shape != shape else sa)
+        offs.append(oa)
+        if not isinstance(a, Tensor):
+            kinds.append((2, arr.dtype))
+        elif arr.flags.c_contiguous and arr.flags.writeable:
+            kinds.append((0, None))
+        else:
+            kinds.append((1, None))
+    cshape, cstrides = layout.collapse(shape, strides)
+    if len(cshape) > layout.MAX_RANK:
+        return None
+    shape4, strides4 = layout.pad4(cshape, cstrides)
+    nt = threads.NUM_THREADS
+    if n < threads.PARALLEL_THRESHOLD or nt == 1:
+        chunks = [layout.meta(shape4, strides4, offs)]
+    else:
+        d = next((i for i in range(4) if shape4[i] >= 2 * nt), 3)
+        chunks = []
+        for s, e in threads.split(shape4[d], nt):
+            sh = list(shape4)
+            sh[d] = e - s
+            chunks.append(layout.meta(sh, strides4, [o + s * st_[d] for o, st_ in zip(offs, strides4)]))
+    single = chunks[0] if len(chunks) == 1 else None
+    make = Tensor._make
+    flat = layout.flat
+    empty = np.empty
+
+    def plan(args):
+        out = empty(shape, out_np)
+        if n == 0:
+            return make(out, device, odt)
+        bufs = [out.reshape(-1)]
+        for a, (k, sdt) in zip(args, kinds):
+            if k == 0:
+                bufs.append(a._data.reshape(-1))
+            elif k == 1:
+                bufs.append(flat(a._data)[0])
+            else:
+                bufs.append(_scalar_buf(a, sdt))
+        if single is not None:
+            kern(*bufs, single)
+        else:
+            threads.run_parallel(lambda m: kern(*bufs, m), chunks)
+        return make(out, device, odt)
+    return plan
