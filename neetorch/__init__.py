@@ -22,6 +22,8 @@ from .devices import (  # noqa: F401
 )
 from . import ops as _ops
 from .tensor import methods as _methods
+from . import trace  # noqa: F401
+from .trace import trace as trace_graph  # noqa: F401
 
 half = float16
 float = float32  # noqa: A001
@@ -32,6 +34,9 @@ short = int16
 uint8 = uint8
 
 _methods.install()
+for _name in _methods._VIEW_METHODS:  # nee.reshape(x, ...) is Tensor.reshape (so traces see views)
+    if _name in globals():
+        globals()[_name] = getattr(Tensor, _name)
 for _name, (_fn, _method, _function, _inplace) in _ops.EXPORTS.items():
     if _function and _name not in globals():
         globals()[_name] = _fn

@@ -76,9 +76,11 @@ def get(name: str) -> OpDef:
         raise KeyError(f"no op named {name!r}") from None
 
 
-# The tracer installs a hook here: called with (op, inputs, attrs, metas) and returns
-# output tensors when any input is being traced, or None to run eagerly.
+# The tracer installs a hook here: called as hook(op, inputs, attrs, metas, outputs, out)
+# after each top-level op has run (ops that run inside another op's frontend,
+# decomposition or fallback are part of that op and are not reported).
 _trace_hook: list = [None]
+_depth = [0]
 
 
 def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, out: list | None = None) -> list:
@@ -87,16 +89,25 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
     ``metas`` may be passed when the caller already computed the output shapes and
     dtypes; ``out`` may hold preallocated output tensors (in-place ops).
     """
-    from ..tensor.tensor import Tensor
-    from ..devices import get_backend, record_fallback
-
     if metas is None:
         metas = op.infer([Meta(t._data.shape, t._dtype) for t in inputs], attrs)
     hook = _trace_hook[0]
-    if hook is not None:
-        r = hook(op, inputs, attrs, metas)
-        if r is not None:
-            return r
+    if hook is None:
+        return _run(op, inputs, attrs, metas, out)
+    _depth[0] += 1
+    try:
+        res = _run(op, inputs, attrs, metas, out)
+    finally:
+        _depth[0] -= 1
+    if _depth[0] == 0:
+        hook(op, inputs, attrs, metas, res, out)
+    return res
+
+
+def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) -> list:
+    from ..tensor.tensor import Tensor
+    from ..devices import get_backend, record_fallback
+
     dev = inputs[0]._device if inputs else (out[0]._device if out else _default_device())
     for t in inputs:
         if t._device is not dev and t._device != dev:
@@ -123,7 +134,7 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
     nbytes = sum(t.nbytes for t in inputs) + sum(_nbytes(m) for m in metas)
     record_fallback(op.name, dev, dtypes, reason, nbytes)
     cpu_in = [t.to(cpu) for t in inputs]
-    cpu_out = run(op, cpu_in, attrs, metas)
+    cpu_out = _run(op, cpu_in, attrs, metas, None)
     if out is not None:
         for o, r in zip(out, cpu_out):
             o.copy_(r.to(dev))

@@ -62,9 +62,10 @@ def install() -> None:
         if extra in EXPORTS and not hasattr(Tensor, extra + "_"):
             fn = EXPORTS[extra][0]
             setattr(Tensor, extra + "_", _inplace(fn, extra))
+    from ..trace.tracer import _traced_view
     for name in _VIEW_METHODS:
         if not hasattr(Tensor, name):
-            setattr(Tensor, name, getattr(views, name))
+            setattr(Tensor, name, _traced_view(name, getattr(views, name)))
     _operators()
 
 

@@ -29,6 +29,10 @@ class Size(tuple):
         return n
 
 
+# set by the tracer while a trace is running (see neetorch.trace.tracer)
+_READ_HOOK: list = [None]
+
+
 def _F():
     from .. import _functional_namespace
     return _functional_namespace()
@@ -162,6 +166,8 @@ class Tensor:
     # ------------------------------------------------------------ conversion
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """Zero-copy on the CPU (the array shares memory with the tensor)."""
+        if _READ_HOOK[0] is not None:  # inside a trace: reading values would freeze data into the graph
+            _READ_HOOK[0](self, "numpy()/item()/tolist()/bool()")
         if self._device.type == "cpu":
             return self._data
         if not force:

@@ -1,0 +1,102 @@
+"""Tracer and graph IR: recording, printing, validation, replay, untraceable code."""
+import numpy as np
+import pytest
+
+import neetorch as nee
+from neetorch.trace import Graph, GraphError, TraceError, run_graph, trace
+
+
+def _mlp(x, w, b):
+    h = (x @ w + b).relu() if hasattr(nee, "matmul") else (x * w + b).relu()
+    return h.reshape(-1).sigmoid()
+
+
+def test_records_one_node_per_op_and_replays_on_new_inputs():
+    x, y = nee.randn(4, 4), nee.randn(4)
+
+    def f(x, y):
+        h = (x * 2 + y).exp()
+        return h.reshape(2, 8).t().sigmoid() - 1, h.abs()
+
+    g = trace(f, x, y)
+    names = [n.name for n in g.nodes]
+    assert names == ["mul", "add", "exp", "reshape", "t", "sigmoid", "sub", "abs"]
+    assert [v.shape for v in g.inputs] == [(4, 4), (4,)]
+    assert [o.shape for o in g.outputs] == [(8, 2), (4, 4)]
+    # replay on different values must follow the new data (nothing frozen at trace time)
+    x2, y2 = nee.randn(4, 4), nee.randn(4)
+    for got, want in zip(run_graph(g, x2, y2), f(x2, y2)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_printing_is_an_ssa_listing_with_types():
+    g = trace(lambda x: (x + 1).tanh(), nee.ones(2, 3))
+    text = str(g)
+    assert text.splitlines()[0] == "graph <lambda>(%0: float32[2, 3]):"
+    assert "= add(%0, %1)" in text and "tanh(" in text and text.rstrip().endswith("return %3")
+    assert "const 1.0" in text
+    dot = g.to_dot()
+    assert dot.startswith('digraph "<lambda>"') and "tanh" in dot and dot.rstrip().endswith("}")
+
+
+def test_constants_captured_from_closure():
+    w = nee.randn(3)
+    g = trace(lambda x: x * w, nee.randn(3))
+    assert len(g.inputs) == 1 and len(g.consts) == 1
+    x = nee.randn(3)
+    np.testing.assert_array_equal(run_graph(g, x).numpy(), (x * w).numpy())
+
+
+def test_python_control_flow_is_unrolled():
+    def f(x):
+        for _ in range(3):
+            x = x * 2
+        return x
+    g = trace(f, nee.ones(2))
+    assert [n.name for n in g.nodes] == ["mul"] * 3
+
+
+@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: bool(t), lambda t: t.numpy(), lambda t: t.tolist(),
+                                  lambda t: float(t)])
+def test_data_dependent_reads_raise_with_location(read):
+    def f(x):
+        s = (x * 1).sum() if hasattr(x, "sum") else x * 1
+        read(s.reshape(-1)[:1].reshape(()) if s.ndim else s)
+        return x
+    with pytest.raises(TraceError, match="test_trace.py"):
+        trace(f, nee.ones(3))
+
+
+def test_validate_detects_malformed_graphs():
+    g = trace(lambda x: x.exp(), nee.ones(2))
+    bad = Graph("bad")
+    bad.inputs = []
+    bad.nodes = g.nodes
+    bad.outputs = g.outputs
+    with pytest.raises(GraphError, match="before it is defined"):
+        bad.validate()
+    g.nodes[0].outputs[0].shape = (3,)
+    with pytest.raises(GraphError, match="infers"):
+        g.validate()
+
+
+def test_run_graph_checks_input_types():
+    g = trace(lambda x: x.exp(), nee.ones(2))
+    with pytest.raises(TypeError, match="expects float32\\[2\\]"):
+        run_graph(g, nee.ones(3))
+
+
+def test_fingerprint_depends_on_structure_not_values():
+    g1 = trace(lambda x: x.exp() + 1, nee.randn(2))
+    g2 = trace(lambda x: x.exp() + 1, nee.randn(2))
+    g3 = trace(lambda x: x.exp() + 2, nee.randn(2))
+    assert g1.fingerprint() == g2.fingerprint() != g3.fingerprint()
+
+
+def test_inplace_on_input_view_is_refused():
+    def f(x):
+        v = x[0] if False else x.narrow(0, 0, 1)
+        v += 1
+        return x
+    with pytest.raises(TraceError, match="in-place"):
+        trace(f, nee.ones(3))
