@@ -97,6 +97,15 @@ class CPUBackend(Backend):
         h._keep = a
         return np.asarray(h)
 
+    # fused groups from the JIT (jit/fusion.py decides, this backend renders)
+    def compile_group(self, group):
+        from .elementwise import compile_group
+        return compile_group(group)
+
+    def launch_group(self, kernel, outs, ins):
+        from .elementwise import launch_group
+        launch_group(kernel, outs, ins)
+
     def prepare_elementwise(self, op, args, ins, meta):
         from .elementwise import prepare
         return prepare(op, args, ins, meta, self.device)

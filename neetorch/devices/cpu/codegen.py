@@ -42,9 +42,11 @@ def load_kernel(name: str, source: str, attr: str = "kernel"):
         with _lock:
             mod = _modules.get(key)
             if mod is None:
+                t0 = time.perf_counter()
                 mod = _import_source(key, source)
                 _modules[key] = mod
                 stats["kernels_loaded"] += 1
+                note_compile(getattr(mod, attr), key, t0)
                 if _env.DEBUG >= 4:
                     print(f"[neetorch] generated kernel {key}:\n{source}", file=sys.stderr)
     return getattr(mod, attr)
@@ -79,7 +81,9 @@ def _import_source(key: str, source: str):
 def note_compile(dispatcher, name: str, t0: float) -> None:
     """Record whether the first call of ``dispatcher`` compiled or hit the disk cache."""
     dt = time.perf_counter() - t0
-    st = dispatcher.stats
+    st = getattr(dispatcher, "stats", None)
+    if st is None:
+        return
     hits = sum(st.cache_hits.values())
     if hits:
         stats["disk_hits"] += 1

@@ -54,57 +54,68 @@ def _variants(nin: int):
 
 
 def render(name: str, template: str, in_dt: list, comp_dt: list, out_dt) -> str:
-    nin = len(in_dt)
-    args = ", ".join(["o"] + [f"x{i}" for i in range(nin)] + ["m"])
-    sig = "void(" + ", ".join([f"{_NB_TYPE[out_dt]}[::1]"] + [f"{_NB_TYPE[d]}[::1]" for d in in_dt] + ["int64[::1]"]) + ")"
-    L = [f"# neetorch elementwise kernel: {name}({', '.join(in_dt)}) -> {out_dt}; helpers {_HELPERS}",
+    """Source of the kernel for one elementwise op (a fused group of one node)."""
+    args = []
+    for i, (d, c) in enumerate(zip(in_dt, comp_dt)):
+        args.append(f"v{i}" if d == c else f"{_NP_CTOR[c]}(v{i})")
+    return render_group(name, in_dt, [out_dt], [], [template.format(*args)])
+
+
+def render_group(name: str, in_dt: list, out_dt: list, body: list, results: list) -> str:
+    """Source of a kernel computing ``results`` (one expression per output) elementwise.
+
+    Inputs ``x0..`` are loaded into ``v0..`` (in their own dtype); ``body`` holds
+    statements that may define temporaries used by ``results``; output ``j`` stores
+    ``results[j]`` cast to ``out_dt[j]``.  All outputs share one shape; inputs are
+    broadcast to it through their strides.
+    """
+    nin, nout = len(in_dt), len(out_dt)
+    outs = [f"o{j}" for j in range(nout)]
+    ins = [f"x{i}" for i in range(nin)]
+    sig = "void(" + ", ".join([f"{_NB_TYPE[d]}[::1]" for d in out_dt] + [f"{_NB_TYPE[d]}[::1]" for d in in_dt]
+                              + ["int64[::1]"]) + ")"
+    L = [f"# neetorch elementwise kernel: {name}({', '.join(in_dt)}) -> ({', '.join(out_dt)}); helpers {_HELPERS}",
          "import math", "import numpy as np", "from numba import njit",
          "from neetorch.devices.cpu.scalar import *", "",
          f'@njit("{sig}", cache=True, nogil=True, error_model="numpy", fastmath={{"contract"}})',
-         f"def kernel({args}):",
+         f"def kernel({', '.join(outs + ins + ['m'])}):",
          "    n0 = m[0]; n1 = m[1]; n2 = m[2]; n3 = m[3]"]
-    ops = ["o"] + [f"x{i}" for i in range(nin)]
-    for k, v in enumerate(ops):
+    for k, v in enumerate(outs + ins):
         b = 4 + 5 * k
         L.append(f"    s{v}0 = m[{b}]; s{v}1 = m[{b+1}]; s{v}2 = m[{b+2}]; s{v}3 = m[{b+3}]; p{v}b = m[{b+4}]")
-
-    def load(i, idx):
-        e = f"x{i}[{idx}]"
-        if comp_dt[i] != in_dt[i]:
-            e = f"{_NP_CTOR[comp_dt[i]]}({e})"
-        return e
-
-    expr = template.format(*[f"v{i}" for i in range(nin)])
-    store = f"{_NP_CTOR[out_dt]}({expr})"
+    stores = [f"{_NP_CTOR[d]}({r})" for d, r in zip(out_dt, results)]
+    ind = " " * 24
     L += ["    for i0 in range(n0):", "        for i1 in range(n1):", "            for i2 in range(n2):"]
-    for v in ops:
+    for v in outs + ins:
         L.append(f"                p{v} = p{v}b + i0 * s{v}0 + i1 * s{v}1 + i2 * s{v}2")
     first = True
     for var in _variants(nin):
-        conds = ["so3 == 1"] + [f"sx{i}3 == {0 if i in var else 1}" for i in range(nin)]
+        conds = [f"s{o}3 == 1" for o in outs] + [f"sx{i}3 == {0 if i in var else 1}" for i in range(nin)]
         L.append(f"                {'if' if first else 'elif'} {' and '.join(conds)}:")
         first = False
         for i in var:
-            L.append(f"                    v{i} = {load(i, f'px{i}')}")
+            L.append(f"                    v{i} = x{i}[px{i}]")
         # slices make the loop index provably non-negative, so no wrap-around
         # check is emitted and LLVM vectorizes the loop
-        L.append("                    ov = o[po:po + n3]")
+        for o in outs:
+            L.append(f"                    {o}v = {o}[p{o}:p{o} + n3]")
         for i in range(nin):
             if i not in var:
                 L.append(f"                    xv{i} = x{i}[px{i}:px{i} + n3]")
         L.append("                    for i3 in range(n3):")
         for i in range(nin):
             if i not in var:
-                e = f"xv{i}[i3]"
-                if comp_dt[i] != in_dt[i]:
-                    e = f"{_NP_CTOR[comp_dt[i]]}({e})"
-                L.append(f"                        v{i} = {e}")
-        L.append(f"                        ov[i3] = {store}")
+                L.append(f"{ind}v{i} = xv{i}[i3]")
+        L += [ind + b for b in body]
+        for o, st in zip(outs, stores):
+            L.append(f"{ind}{o}v[i3] = {st}")
     L.append("                else:")
     L.append("                    for i3 in range(n3):")
     for i in range(nin):
-        L.append(f"                        v{i} = {load(i, f'px{i} + i3 * sx{i}3')}")
-    L.append(f"                        o[po + i3 * so3] = {store}")
+        L.append(f"{ind}v{i} = x{i}[px{i} + i3 * sx{i}3]")
+    L += [ind + b for b in body]
+    for o, st in zip(outs, stores):
+        L.append(f"{ind}{o}[p{o} + i3 * s{o}3] = {st}")
     return "\n".join(L) + "\n"
 
 
@@ -153,10 +164,16 @@ def _unalias(out: np.ndarray, a: np.ndarray) -> np.ndarray:
     return a.copy()
 
 
-def run_strided(kern, out: np.ndarray, ins: list) -> None:
-    shape = out.shape
-    fo, oo, so = layout.flat(out)
-    bufs, offs, strides = [fo], [oo], [so]
+def run_strided(kern, out, ins: list) -> None:
+    """Launch ``kern`` with output(s) ``out`` (an array or a list of same-shape arrays)."""
+    outs = out if isinstance(out, list) else [out]
+    shape = outs[0].shape
+    bufs, offs, strides = [], [], []
+    for o in outs:
+        fo, oo, so = layout.flat(o)
+        bufs.append(fo)
+        offs.append(oo)
+        strides.append(so)
     for a in ins:
         fa, oa, sa = layout.flat(a)
         bufs.append(fa)
@@ -274,3 +291,48 @@ def prepare(op, args, ins, meta, device):
             threads.run_parallel(lambda m: kern(*bufs, m), chunks)
         return make(out, device, odt)
     return plan
+
+
+def _kdt(dtype) -> str:
+    """The dtype a value has inside CPU kernels (Numba has no float16: computed in float32)."""
+    return "float32" if dtype is _dt.float16 else dtype.name
+
+
+def compile_group(group):
+    """Render and load the kernel of a fused elementwise group (see jit/fusion.py)."""
+    from ...ops.elementwise import ew_dtypes
+    names = {}
+    kdt = {}
+    for i, v in enumerate(group.inputs):
+        names[v] = f"v{i}"
+        kdt[v] = _kdt(v.dtype)
+    body = []
+    for k, n in enumerate(group.nodes):
+        comp, _ = ew_dtypes(n.op.ew, [v.dtype for v in n.inputs])
+        comp = [_kdt(c) for c in comp]
+        args = [names[v] if kdt[v] == c else f"{_NP_CTOR[c]}({names[v]})" for v, c in zip(n.inputs, comp)]
+        first = n.op.ew.promote[0] if n.op.ew.promote else 0
+        cdt = _dt.to_dtype(comp[first])
+        od = _kdt(n.outputs[0].dtype)
+        body.append(f"t{k} = {_NP_CTOR[od]}({n.op.expr['py'](cdt).format(*args)})")
+        names[n.outputs[0]] = f"t{k}"
+        kdt[n.outputs[0]] = od
+    src = render_group(group.name, [kdt[v] for v in group.inputs], [kdt[o] for o in group.outputs], body,
+                       [names[o] for o in group.outputs])
+    return codegen.load_kernel("fused", src), src
+
+
+def launch_group(kern, outs: list, ins: list) -> None:
+    """Run a fused group's kernel: ``outs`` (same shape, any layout) from broadcast ``ins``."""
+    if outs[0].size == 0:
+        return
+    tmp = [np.empty(o.shape, np.float32) if o.dtype == np.float16 else o for o in outs]
+    ins = [a.astype(np.float32) if a.dtype == np.float16 else a for a in ins]
+    if len(outs) == 1:
+        ins = [_unalias(outs[0], a) for a in ins]
+    else:
+        ins = [a.copy() if any(np.may_share_memory(o, a) for o in outs) else a for a in ins]
+    run_strided(kern, tmp, ins)
+    for o, t in zip(outs, tmp):
+        if t is not o:
+            np.copyto(o, t, casting="unsafe")

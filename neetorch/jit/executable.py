@@ -1,0 +1,167 @@
+"""An optimized graph turned into steps, with a static memory plan.
+
+Intermediate buffers are placed in one arena by liveness (a buffer's bytes are reused
+once its last reader has run); the arena is allocated once per thread and reused
+across calls.  Graph outputs (and anything a returned view aliases) are never placed
+in the arena.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..devices import get_backend
+from ..ops import registry
+from ..ops.registry import Meta
+from ..tensor.tensor import Tensor
+from ..trace.ir import Graph, Value
+from ..trace.tracer import ViewOp
+from .fusion import FusedElementwise
+
+__all__ = ["Executable", "MemoryPlan", "plan_memory"]
+
+_ALIGN = 64
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict            # Value -> byte offset in the arena
+    arena_bytes: int         # planned peak of intermediates
+    total_bytes: int         # sum of all intermediates (what eager would allocate)
+
+    def __str__(self):
+        saved = 1 - self.arena_bytes / self.total_bytes if self.total_bytes else 0.0
+        return (f"memory plan: {len(self.offsets)} intermediate buffers, arena {self.arena_bytes} B vs "
+                f"{self.total_bytes} B allocated separately ({saved:.0%} saved)")
+
+
+def _nbytes(v: Value) -> int:
+    n = v.dtype.itemsize
+    for s in v.shape:
+        n *= s
+    return n
+
+
+def plan_memory(g: Graph) -> MemoryPlan:
+    root: dict = {}
+    for n in g.nodes:
+        for o in n.outputs:
+            root[o] = root.get(n.inputs[0], n.inputs[0]) if isinstance(n.op, ViewOp) else o
+    out_roots = {root.get(o, o) for o in g.outputs}
+    last: dict = {}
+    for i, n in enumerate(g.nodes):
+        for a in n.inputs:
+            r = root.get(a, a)
+            last[r] = i
+    offsets: dict = {}
+    free: list = []          # (offset, size) holes
+    live: list = []          # (last_use, offset, size)
+    top = 0
+    total = 0
+    for i, n in enumerate(g.nodes):
+        if not isinstance(n.op, ViewOp):
+            for o in n.outputs:
+                if o in out_roots or o not in last:
+                    continue
+                size = (_nbytes(o) + _ALIGN - 1) // _ALIGN * _ALIGN
+                total += size
+                best = None
+                for k, (off, sz) in enumerate(free):
+                    if sz >= size and (best is None or sz < free[best][1]):
+                        best = k
+                if best is not None:
+                    off, sz = free.pop(best)
+                    if sz > size:
+                        free.append((off + size, sz - size))
+                else:
+                    off = top
+                    top += size
+                offsets[o] = off
+                live.append((last[o], off, size))
+        still = []
+        for lu, off, size in live:
+            if lu <= i:
+                free.append((off, size))
+            else:
+                still.append((lu, off, size))
+        live = still
+        free.sort()
+        merged = []
+        for off, size in free:  # coalesce neighbouring holes
+            if merged and merged[-1][0] + merged[-1][1] == off:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((off, size))
+        free = merged
+    return MemoryPlan(offsets, top, total)
+
+
+class Executable:
+    def __init__(self, graph: Graph, device):
+        self.graph = graph
+        self.device = device
+        self.backend = get_backend(device)
+        self.plan = plan_memory(graph)
+        self.kernels = []      # (group name, source) for explain()
+        self.steps = []
+        for n in graph.nodes:
+            if isinstance(n.op, FusedElementwise):
+                compile_group = getattr(self.backend, "compile_group", None)
+                if compile_group is None:   # a device without a fused renderer runs the members one by one
+                    self.steps.extend(("op", m) for m in n.op.nodes)
+                    continue
+                kern, src = compile_group(n.op)
+                self.kernels.append((n.op.name, src))
+                self.steps.append(("fused", n, kern))
+            elif isinstance(n.op, ViewOp):
+                self.steps.append(("view", n))
+            else:
+                self.steps.append(("op", n))
+        self._local = threading.local()
+
+    def _arena(self):
+        a = getattr(self._local, "arena", None)
+        if a is None:
+            a = self._local.arena = np.empty(max(self.plan.arena_bytes, 1), np.uint8)
+        return a
+
+    def _buffer(self, v: Value, arena):
+        off = self.plan.offsets.get(v)
+        if off is None or self.device.type != "cpu":
+            return Tensor._make(self.backend.empty(v.shape, v.dtype), self.device, v.dtype)
+        arr = arena[off:off + _nbytes(v)].view(v.dtype.np).reshape(v.shape)
+        return Tensor._make(arr, self.device, v.dtype)
+
+    def __call__(self, *inputs):
+        g = self.graph
+        env: dict = dict(g.consts)
+        for v, t in zip(g.inputs, inputs):
+            env[v] = t
+        arena = self._arena()
+        for step in self.steps:
+            kind, n = step[0], step[1]
+            if kind == "fused":
+                outs = [self._buffer(o, arena) for o in n.outputs]
+                self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                for o, t in zip(n.outputs, outs):
+                    env[o] = t
+            elif kind == "view":
+                r = n.op.fn(env[n.inputs[0]], *n.attrs["args"], **dict(n.attrs["kwargs"]))
+                rs = r if isinstance(r, (tuple, list)) else (r,)
+                for o, t in zip(n.outputs, rs):
+                    env[o] = t
+            else:
+                outs = [self._buffer(o, arena) for o in n.outputs]
+                res = registry.run(n.op, [env[a] for a in n.inputs], n.attrs,
+                                   [Meta(o.shape, o.dtype) for o in n.outputs], out=outs)
+                for o, t in zip(n.outputs, res):
+                    env[o] = t
+        outs = [env[o] for o in g.outputs]
+        # an output that is a graph input or constant is returned as a new tensor, like eager ops would
+        return outs
+
+    @property
+    def num_kernels(self) -> int:
+        return sum(1 for s in self.steps if s[0] != "view")

@@ -1,0 +1,127 @@
+"""Graph passes: each is a small function ``Graph -> Graph`` (rewriting in place).
+
+The pipeline is the list :data:`PIPELINE`; ``jit(fn).explain(...)`` prints the graph
+after each stage.
+"""
+from __future__ import annotations
+
+from ..ops import registry
+from ..trace.ir import Graph, Value
+from ..trace.tracer import ViewOp
+
+__all__ = ["fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
+           "replace_uses"]
+
+
+def replace_uses(g: Graph, old: Value, new: Value) -> None:
+    for n in g.nodes:
+        n.inputs = [new if a is old else a for a in n.inputs]
+    g.outputs = [new if o is old else o for o in g.outputs]
+
+
+def fold_constants(g: Graph) -> Graph:
+    """Evaluate nodes whose inputs are all constants; their outputs become constants."""
+    keep = []
+    for n in g.nodes:
+        if n.inputs and all(a in g.consts for a in n.inputs) and not isinstance(n.op, ViewOp) \
+                and getattr(n.op, "kind", "") != "random":
+            res = registry.run(n.op, [g.consts[a] for a in n.inputs], n.attrs)
+            for o, t in zip(n.outputs, res):
+                o.producer = None
+                o.kind = "const"
+                g.consts[o] = t
+            continue
+        keep.append(n)
+    g.nodes = keep
+    return g
+
+
+def _attr_key(attrs: dict):
+    try:
+        return repr(sorted(attrs.items()))
+    except TypeError:
+        return None
+
+
+def eliminate_common_subexpressions(g: Graph) -> Graph:
+    """Two nodes applying the same op with the same attributes to the same values are one."""
+    seen: dict = {}
+    keep = []
+    for n in g.nodes:
+        ak = _attr_key(n.attrs)
+        key = None if ak is None else (n.op.name, id(n.op), tuple(a.id for a in n.inputs), ak)
+        prev = seen.get(key) if key is not None else None
+        if prev is not None and len(prev.outputs) == len(n.outputs):
+            for o, p in zip(n.outputs, prev.outputs):
+                replace_uses(g, o, p)
+            continue
+        if key is not None:
+            seen[key] = n
+        keep.append(n)
+    g.nodes = keep
+    return g
+
+
+def eliminate_dead_code(g: Graph) -> Graph:
+    """Drop nodes none of whose outputs reach a graph output, and unused constants."""
+    live = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outputs):
+            keep.append(n)
+            live.update(n.inputs)
+    g.nodes = keep[::-1]
+    g.consts = {v: t for v, t in g.consts.items() if v in live}
+    return g
+
+
+def _const_value(g: Graph, v: Value):
+    t = g.consts.get(v)
+    if t is None or t.numel() != 1:
+        return None
+    return t.numpy(force=True).reshape(()).item()
+
+
+# op -> (input position of the identity element, value): x*1, 1*x, x/1, x-0, x+0 (ints only:
+# -0.0 + 0.0 is +0.0), x**1
+_IDENTITIES = {"mul": [(1, 1), (0, 1)], "true_divide": [(1, 1)], "sub": [(1, 0)], "pow": [(1, 1)]}
+
+
+def simplify(g: Graph) -> Graph:
+    """Exact algebraic identities only (no change in any result bit, dtype or shape)."""
+    keep = []
+    for n in g.nodes:
+        rules = list(_IDENTITIES.get(n.name, ()))
+        if n.name == "add" and n.outputs[0].dtype.category != 2:
+            rules += [(1, 0), (0, 0)]
+        done = False
+        for pos, ident in rules:
+            if len(n.inputs) != 2:
+                break
+            c = _const_value(g, n.inputs[pos])
+            other = n.inputs[1 - pos]
+            o = n.outputs[0]
+            if c is not None and c == ident and other.shape == o.shape and other.dtype is o.dtype:
+                replace_uses(g, o, other)
+                done = True
+                break
+        if not done:
+            keep.append(n)
+    g.nodes = keep
+    return g
+
+
+PIPELINE = [
+    ("fold_constants", fold_constants),
+    ("simplify", simplify),
+    ("cse", eliminate_common_subexpressions),
+    ("dce", eliminate_dead_code),
+]
+
+
+def run_pipeline(g: Graph, on_stage=None) -> Graph:
+    for name, p in PIPELINE:
+        g = p(g)
+        if on_stage is not None:
+            on_stage(name, g)
+    return g.validate()
