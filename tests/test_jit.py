@@ -1,0 +1,199 @@
+"""@nee.jit: equality with eager, passes, fusion counts, memory plan, caches."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import neetorch as nee
+from neetorch.jit import FusedElementwise, fuse_elementwise, plan_memory
+from neetorch.jit import passes
+from neetorch.ops.elementwise import gelu
+from neetorch.trace import trace
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6):
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=rtol, atol=atol)
+
+
+def test_gelu_affine_is_one_fused_kernel_and_matches_eager():
+    f = nee.jit(lambda x, w, b: gelu(x * w + b))
+    x, w, b = nee.randn(257, 33), nee.randn(33), nee.randn(257, 1)
+    _close(f(x, w, b), f.eager(x, w, b))
+    g = f.graph(x, w, b)
+    assert len(g.nodes) == 1 and isinstance(g.nodes[0].op, FusedElementwise)
+    assert g.nodes[0].op.name == "fused[mul+add+gelu]"
+
+
+def test_noncontiguous_and_broadcast_inputs():
+    f = nee.jit(lambda x, y: (x - y).abs().sqrt() * 0.5 + x.sigmoid())
+    x = nee.randn(30, 40).t()            # transposed
+    y = nee.randn(60, 40)[::2].t()       # strided slice, transposed
+    _close(f(x, y), f.eager(x, y))
+    z = nee.randn(40, 1).expand(40, 30)  # stride-0 broadcast
+    _close(f(z, y), f.eager(z, y))
+
+
+def test_multiple_outputs_and_intermediates_used_twice():
+    def fn(x):
+        h = (x * 3).tanh()
+        return h + 1, h * h, (h - 2).exp()
+    f = nee.jit(fn)
+    x = nee.randn(1000)
+    _close(f(x), f.eager(x))
+    assert sum(isinstance(n.op, FusedElementwise) for n in f.graph(x).nodes) == 1
+
+
+def test_fusion_stops_at_views_and_shape_changes():
+    def fn(x):
+        y = (x + 1).exp()
+        z = y.reshape(4, 6).t()     # a view between elementwise ops
+        return (z * 2).relu()
+    f = nee.jit(fn)
+    x = nee.randn(24)
+    _close(f(x), f.eager(x))
+    ops = [n.name for n in f.graph(x).nodes]
+    assert ops == ["fused[add+exp]", "reshape", "t", "fused[mul+relu]"]
+
+
+def test_no_fusion_across_a_consumer_that_runs_in_between():
+    # y feeds a view whose result feeds the chain again: the group must not be delayed past it
+    def fn(x):
+        y = x * 2
+        v = y.flip(0) if hasattr(y, "flip") else y.reshape(-1)
+        return y + v
+    f = nee.jit(fn)
+    x = nee.randn(7)
+    _close(f(x), f.eager(x))
+
+
+def test_dtype_promotion_inside_fused_groups():
+    def fn(i, x):
+        return (i * 3 + x).floor() + (i > 2)
+    f = nee.jit(fn)
+    i, x = nee.randint(0, 5, (50,)), nee.randn(50, dtype=nee.float64)
+    _close(f(i, x), f.eager(i, x), rtol=1e-12, atol=0)
+    h = nee.randn(50).half()
+    f2 = nee.jit(lambda a, b: (a * b + 1).relu())
+    _close(f2(h, h), f2.eager(h, h), rtol=1e-3, atol=1e-3)
+
+
+def test_passes_cse_fold_simplify_dce():
+    c = nee.tensor(2.0)
+
+    def fn(x):
+        a = x.exp()
+        b = x.exp()            # CSE
+        k = c * 3              # const-only: folded at trace time
+        unused = x.sin()       # DCE
+        return (a + b) * 1 * k  # x * 1 simplified
+    g = trace(fn, nee.randn(5))
+    n0 = len(g.nodes)
+    g = passes.run_pipeline(g)
+    names = [n.name for n in g.nodes]
+    assert names.count("exp") == 1 and "sin" not in names and len(g.nodes) < n0
+    assert names == ["exp", "add", "mul"]
+
+
+def test_memory_plan_reuses_buffers():
+    def fn(x):
+        for _ in range(6):
+            x = x.reshape(-1).reshape(64, 64).t()  # views keep fusion apart -> many intermediates
+            x = (x + 1).exp() * 0.5
+        return x
+    g = fuse_elementwise(passes.run_pipeline(trace(fn, nee.randn(64, 64))))
+    plan = plan_memory(g)
+    assert plan.total_bytes > 0 and plan.arena_bytes < plan.total_bytes
+    f = nee.jit(fn)
+    x = nee.randn(64, 64)
+    _close(f(x), f.eager(x), rtol=1e-4)
+    _close(f(x), f.eager(x), rtol=1e-4)   # arena reused across calls
+
+
+def test_guards_respecialize_and_count():
+    f = nee.jit(lambda x: (x * 2).exp())
+    f(nee.randn(8))
+    f(nee.randn(8))
+    assert f.stats["traces"] == 1 and f.stats["cache_hits"] == 1
+    f(nee.randn(9))
+    f(nee.randn(8, dtype=nee.float64))
+    assert f.stats["traces"] == 3
+
+
+def test_dynamic_size_sweep_compiles_kernels_once():
+    f = nee.jit(lambda x, b: gelu(x * 2 + b))
+    b = nee.randn(16)
+    f(nee.randn(1, 16), b)
+    before = f.stats["kernels_compiled"]
+    for n in range(1, 513, 7):
+        x = nee.randn(n, 16)
+        _close(f(x, b), f.eager(x, b))
+    # kernels take sizes at run time: new sizes re-trace but compile nothing new
+    assert f.stats["kernels_compiled"] - before == 0
+
+
+def test_methods_and_modules_and_eager_switch():
+    class M:
+        def __init__(self):
+            self.w = nee.randn(10)
+
+        @nee.jit
+        def forward(self, x):
+            return (x * self.w).relu()
+    m = M()
+    x = nee.randn(10)
+    _close(m.forward(x), (x * m.w).relu())
+    from neetorch.jit.api import set_enabled
+    set_enabled(False)
+    try:
+        _close(m.forward(x), (x * m.w).relu())
+    finally:
+        set_enabled(True)
+
+
+def test_explain_shows_stages_kernels_and_plan():
+    f = nee.jit(lambda x: (x + 1).exp())
+    text = f.explain(nee.randn(3))
+    for part in ("after traced", "after cse", "after fused", "fused[add+exp]", "def kernel", "memory plan"):
+        assert part in text
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    script = textwrap.dedent("""
+        import neetorch as nee
+        from neetorch.ops.elementwise import gelu
+        from neetorch.devices.cpu import codegen
+        f = nee.jit(lambda x, w: gelu(x * w + 1.5).tanh())
+        f(nee.randn(100), nee.randn(100))
+        print(codegen.stats["compiled"], codegen.stats["disk_hits"])
+    """)
+    env = dict(os.environ, NEE_CACHE_DIR=str(tmp_path / "cache"))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    c1, _ = map(int, first.stdout.split())
+    c2, hits2 = map(int, second.stdout.split())
+    assert c1 > 0 and c2 == 0 and hits2 == c1
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    script = textwrap.dedent("""
+        import neetorch as nee, numpy as np
+        x = nee.arange(5.)
+        print(float((x * 3 + 1).sum()))
+    """)
+    env = dict(os.environ, NEE_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
+    for root, _, files in os.walk(tmp_path / "cache"):
+        for fn in files:
+            if fn.endswith(".py") and not root.endswith("__pycache__"):
+                with open(os.path.join(root, fn), "a") as fh:
+                    fh.write("\nthis is not python\n")
+    out = subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True)
+    assert float(out.stdout) == 35.0
