@@ -25,6 +25,7 @@ from .tensor import methods as _methods
 from . import trace  # noqa: F401
 from .trace import trace as trace_graph  # noqa: F401
 from .jit import jit  # noqa: F401
+from .profiler import profile  # noqa: F401
 
 half = float16
 float = float32  # noqa: A001

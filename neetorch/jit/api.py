@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from .. import _env
+from .. import _env, profiler
 from ..devices.cpu import codegen
 from ..tensor.tensor import Tensor
 from ..trace import tracer
@@ -96,6 +96,8 @@ class JitFunction:
         entry = self._cache.get(key)
         if entry is not None:
             self.stats["cache_hits"] += 1
+            if profiler._active[0] is not None:
+                profiler.record(self.name, "cache_hit", str(entry[0].device), time.perf_counter(), 0.0, detail="jit")
             return entry
         with self._lock:
             entry = self._cache.get(key)

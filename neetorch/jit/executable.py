@@ -8,10 +8,12 @@ in the arena.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import profiler
 from ..devices import get_backend
 from ..ops import registry
 from ..ops.registry import Meta
@@ -144,7 +146,15 @@ class Executable:
             kind, n = step[0], step[1]
             if kind == "fused":
                 outs = [self._buffer(o, arena) for o in n.outputs]
-                self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                if profiler.timing_enabled():
+                    t0 = time.perf_counter()
+                    self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                    self.backend.synchronize()
+                    nbytes = sum(t.nbytes for t in outs) + sum(env[a].nbytes for a in n.inputs)
+                    profiler.record(n.op.name, "kernel", self.device, t0, time.perf_counter() - t0, nbytes,
+                                    detail=str(n.outputs[0].shape))
+                else:
+                    self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif kind == "view":

@@ -16,10 +16,15 @@ and calls the device's kernel.  The tracer (``trace/``) hooks in here too.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
+from .. import _env
+from .. import profiler as _profiler
 from ..tensor.dtypes import DType
+
+_TIMED = _env.DEBUG >= 2
 
 __all__ = ["Meta", "OpDef", "OPS", "register", "run", "get", "export", "EXPORTS"]
 
@@ -118,7 +123,16 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
     if reason is None:
         if out is None:
             out = [Tensor._make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
-        backend.kernels[op.name](backend, [o._data for o in out], [t._data for t in inputs], attrs)
+        kern = backend.kernels[op.name]
+        if _profiler._active[0] is None and not _TIMED:
+            kern(backend, [o._data for o in out], [t._data for t in inputs], attrs)
+        else:
+            t0 = time.perf_counter()
+            kern(backend, [o._data for o in out], [t._data for t in inputs], attrs)
+            backend.synchronize()
+            nbytes = sum(t.nbytes for t in inputs) + sum(o.nbytes for o in out)
+            _profiler.record(op.name, "kernel", dev, t0, time.perf_counter() - t0, nbytes,
+                             detail=str(tuple(out[0].shape)) if out else "")
         return out
     if op.decompose is not None:
         res = op.decompose(*inputs, **attrs)

@@ -85,12 +85,15 @@ def note_compile(dispatcher, name: str, t0: float) -> None:
     if st is None:
         return
     hits = sum(st.cache_hits.values())
+    from ... import profiler
     if hits:
         stats["disk_hits"] += 1
         what = "loaded from disk cache"
+        profiler.record(name, "cache_hit", "cpu", t0, dt, detail="disk")
     else:
         stats["compiled"] += 1
         stats["compile_seconds"] += dt
         what = "compiled"
+        profiler.record(name, "compile", "cpu", t0, dt)
     if _env.DEBUG >= 1:
         print(f"[neetorch] kernel {name} {what} in {dt * 1e3:.1f} ms", file=sys.stderr)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import time
 
 import numpy as np
 
+from ... import profiler
 from ...tensor import dtypes as _dt
 from . import codegen, layout, threads
 
@@ -269,6 +271,8 @@ def prepare(op, args, ins, meta, device):
             sh[d] = e - s
             chunks.append(layout.meta(sh, strides4, [o + s * st_[d] for o, st_ in zip(offs, strides4)]))
     single = chunks[0] if len(chunks) == 1 else None
+    prof_active, timed = profiler._active, profiler.timing_enabled() and profiler._active[0] is None
+    nbytes = n * odt.itemsize + sum(t._data.nbytes for t in ins)
     make = Tensor._make
     flat = layout.flat
     empty = np.empty
@@ -285,11 +289,19 @@ def prepare(op, args, ins, meta, device):
                 bufs.append(flat(a._data)[0])
             else:
                 bufs.append(_scalar_buf(a, sdt))
+        if prof_active[0] is not None or timed:
+            t0 = time.perf_counter()
+            _go(bufs)
+            profiler.record(op.name, "kernel", device, t0, time.perf_counter() - t0, nbytes, detail=str(shape))
+        else:
+            _go(bufs)
+        return make(out, device, odt)
+
+    def _go(bufs):
         if single is not None:
             kern(*bufs, single)
         else:
             threads.run_parallel(lambda m: kern(*bufs, m), chunks)
-        return make(out, device, odt)
     return plan
 
 
