@@ -197,3 +197,34 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
                     fh.write("\nthis is not python\n")
     out = subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True)
     assert float(out.stdout) == 35.0
+
+
+def test_shape_buckets_sweep_1_to_512():
+    f = nee.jit(lambda x, b: gelu(x * 2 + b).reshape(-1, 4).softmax(-1) if hasattr(nee.Tensor, "softmax")
+                else gelu(x * 2 + b).reshape(-1, 4), dynamic={0: 0})
+    b = nee.randn(16)
+    for n in range(1, 513):
+        x = nee.randn(n, 16)
+        if n % 37 == 1 or n in (2, 3, 4, 5, 255, 256, 257, 511, 512):
+            _close(f(x, b), f.eager(x, b))
+        else:
+            f(x, b)
+    # powers of two: 1, 2, (2,4], ..., (256,512] -> 10 buckets, one specialization each
+    assert f.stats["specializations"] <= 10 and f.stats["bucket_specializations"] >= 8
+
+
+def test_explicit_bucket_list_and_sizes_past_it():
+    f = nee.jit(lambda x: (x * 3).tanh(), dynamic={0: 0}, buckets=[8, 64])
+    for n in (1, 5, 8, 9, 64, 100):
+        x = nee.randn(n)
+        _close(f(x), f.eager(x))
+    # buckets (1,1), (2..8], (9..64], then 100 alone
+    assert f.stats["specializations"] == 4
+
+
+def test_shape_dependent_graph_falls_back_to_exact_shapes():
+    f = nee.jit(lambda x: x.reshape(x.shape[0] * 2, -1).exp(), dynamic={0: 0})
+    for n in (3, 4, 5, 4):
+        x = nee.randn(n, 8)
+        _close(f(x), f.eager(x))
+    assert f.stats["bucket_specializations"] == 0 and f.stats["specializations"] == 3

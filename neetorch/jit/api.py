@@ -34,6 +34,8 @@ def set_enabled(flag: bool) -> None:
 
 
 def _key_of(x):
+    if isinstance(x, _Key):
+        return x.marker
     if isinstance(x, Tensor):
         return ("T", tuple(x.shape), x.dtype, x.device)
     if isinstance(x, (list, tuple)):
@@ -47,14 +49,58 @@ def _key_of(x):
         return ("id", id(x))
 
 
+class ShapeBuckets:
+    """Maps a dynamic dimension's size to a bucket ``(lo, hi)``.
+
+    ``"pow2"`` (default): ``(2^(k-1), 2^k]``; a sorted list of upper bounds:
+    ``(previous bound, bound]``; sizes past the last bound get a bucket of their own.
+    """
+
+    def __init__(self, policy="pow2"):
+        self.policy = policy if policy == "pow2" else sorted(int(b) for b in policy)
+
+    def __call__(self, n: int) -> tuple:
+        if n <= 1:
+            return (n, n)
+        if self.policy == "pow2":
+            hi = 1 << (n - 1).bit_length()
+            return (hi // 2 + 1, hi)
+        prev = 0
+        for b in self.policy:
+            if n <= b:
+                return (prev + 1, b)
+            prev = b
+        return (n, n)
+
+
+def _structure(g) -> tuple:
+    """Everything about a graph except the sizes of its values (for polymorphism checks)."""
+    num = {}
+    for v in g.inputs:
+        num[v] = len(num)
+    consts = []
+    for v, t in g.consts.items():
+        num[v] = len(num)
+        consts.append((v.dtype, len(v.shape), t.numpy(force=True).tolist() if t.numel() <= 4 else v.shape))
+    nodes = []
+    for n in g.nodes:
+        for o in n.outputs:
+            num[o] = len(num)
+        nodes.append((n.name, tuple(num[a] for a in n.inputs), repr(sorted(n.attrs.items()))))
+    return (len(g.inputs), tuple(consts), tuple(nodes), tuple(num[o] for o in g.outputs))
+
+
 class JitFunction:
-    def __init__(self, fn, dynamic=None, name=None):
+    def __init__(self, fn, dynamic=None, name=None, buckets="pow2"):
         self.fn = fn
-        self.dynamic = dynamic
+        # {argument position or keyword: dim or tuple of dims} declared dynamic
+        self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d)) for k, d in (dynamic or {}).items()}
+        self.buckets = ShapeBuckets(buckets)
         self.name = name or getattr(fn, "__name__", "fn")
         self._cache: dict = {}
         self._lock = threading.Lock()
-        self.stats = {"calls": 0, "traces": 0, "cache_hits": 0, "kernels_compiled": 0, "trace_seconds": 0.0}
+        self.stats = {"calls": 0, "traces": 0, "cache_hits": 0, "kernels_compiled": 0, "trace_seconds": 0.0,
+                      "specializations": 0, "bucket_specializations": 0}
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, obj, objtype=None):
@@ -66,21 +112,69 @@ class JitFunction:
         """Run the original function, uncompiled."""
         return self.fn(*args, **kwargs)
 
-    def _specialize(self, args, kwargs, on_stage=None):
-        c0 = codegen.stats["compiled"]
-        t0 = time.perf_counter()
+    def _optimize(self, args, kwargs, on_stage=None):
         g = tracer.trace(self.fn, *args, name=self.name, **kwargs)
+        self.stats["traces"] += 1
         if on_stage:
             on_stage("traced", g)
         g = passes.run_pipeline(g, on_stage)
         g = fuse_elementwise(g)
         if on_stage:
             on_stage("fused", g)
+        return g
+
+    def _dyn_dims(self, args, kwargs):
+        """[(arg key, dim, size)] for every declared dynamic dim of a tensor argument."""
+        out = []
+        for k, dims in self.dynamic.items():
+            t = args[k] if isinstance(k, int) and k < len(args) else kwargs.get(k)
+            if isinstance(t, Tensor):
+                for d in dims:
+                    out.append((k, d % max(t.ndim, 1), t.shape[d]))
+        return out
+
+    def _with_sizes(self, args, kwargs, sizes: dict):
+        """Stand-in arguments with dynamic dims resized (ones: valid indices, no zero divisors)."""
+        from ..tensor.creation import ones
+        args, kwargs = list(args), dict(kwargs)
+        for k in {k for k, _ in sizes}:
+            t = args[k] if isinstance(k, int) else kwargs[k]
+            shape = list(t.shape)
+            for (kk, d), n in sizes.items():
+                if kk == k:
+                    shape[d] = n
+            new = ones(*shape, dtype=t.dtype, device=t.device)
+            if isinstance(k, int):
+                args[k] = new
+            else:
+                kwargs[k] = new
+        return tuple(args), kwargs
+
+    def _specialize(self, args, kwargs, on_stage=None, try_bucket=True):
+        c0 = codegen.stats["compiled"]
+        t0 = time.perf_counter()
+        dyn = self._dyn_dims(args, kwargs)
+        polymorphic = False
+        g = self._optimize(args, kwargs, on_stage)
+        wide = {(k, d): self.buckets(n) for k, d, n in dyn}
+        if try_bucket and any(lo < hi for lo, hi in wide.values()):
+            # trace again at other sizes of the bucket: if nothing but sizes changed, one
+            # executable, planned at the bucket's largest sizes, serves the whole bucket
+            at_top = all(n == wide[(k, d)][1] for k, d, n in dyn)
+            other = {kd: (lo if at_top else hi) for kd, (lo, hi) in wide.items()}
+            a2, k2 = self._with_sizes(args, kwargs, other)
+            g2 = self._optimize(a2, k2)
+            if _structure(g2) == _structure(g):
+                polymorphic = True
+                if not at_top:
+                    g = g2
         devs = {t.device for t in tracer._tensors((args, kwargs))} or {None}
         from ..devices import device
         dev = next(iter(devs)) or device(_env.DEFAULT_DEVICE)
-        exe = Executable(g, dev)
-        self.stats["traces"] += 1
+        exe = Executable(g, dev, dynamic=polymorphic)
+        exe.polymorphic = polymorphic
+        self.stats["specializations"] += 1
+        self.stats["bucket_specializations"] += polymorphic
         self.stats["trace_seconds"] += time.perf_counter() - t0
         self.stats["kernels_compiled"] += codegen.stats["compiled"] - c0
         if _env.DEBUG >= 1:
@@ -91,9 +185,28 @@ class JitFunction:
                 print(f"[neetorch]   fused group {name}", file=sys.stderr)
         return exe, g
 
+    def _key(self, args, kwargs, bucketed: bool):
+        if not bucketed or not self.dynamic:
+            return (_key_of(args), _key_of(kwargs))
+        a, kw = list(args), dict(kwargs)
+        for k, d, n in self._dyn_dims(args, kwargs):
+            t = a[k] if isinstance(k, int) else kw[k]
+            shape = list(t.shape) if isinstance(t, Tensor) else t
+            shape[d] = ("bucket",) + self.buckets(n)
+            marker = ("T", tuple(shape), t.dtype, t.device)
+            if isinstance(k, int):
+                a[k] = _Key(marker)
+            else:
+                kw[k] = _Key(marker)
+        return (_key_of(tuple(a)), _key_of(kw), "bucketed")
+
     def _executable(self, args, kwargs):
-        key = (_key_of(args), _key_of(kwargs))
+        key = self._key(args, kwargs, True)
         entry = self._cache.get(key)
+        exact = entry is _NOT_POLYMORPHIC
+        if exact:
+            key = self._key(args, kwargs, False)
+            entry = self._cache.get(key)
         if entry is not None:
             self.stats["cache_hits"] += 1
             if profiler._active[0] is not None:
@@ -102,7 +215,12 @@ class JitFunction:
         with self._lock:
             entry = self._cache.get(key)
             if entry is None:
-                entry = self._specialize(args, kwargs)
+                entry = self._specialize(args, kwargs, try_bucket=not exact)
+                if key[-1] == "bucketed" and not entry[0].polymorphic:
+                    # sizes are baked into the graph (e.g. a reshape to a computed size):
+                    # this function specializes per exact shape instead
+                    self._cache[key] = _NOT_POLYMORPHIC
+                    key = self._key(args, kwargs, False)
                 self._cache[key] = entry
         return entry
 
@@ -132,8 +250,21 @@ class JitFunction:
         return f"<neetorch.jit {self.name}: {len(self._cache)} specialization(s)>"
 
 
-def jit(fn=None, *, dynamic=None, name=None):
-    """Compile a tensor function (``@nee.jit`` or ``@nee.jit(dynamic=...)``); see module docs."""
+class _Key:
+    """Stands for a tensor argument in a bucketed guard key."""
+    __slots__ = ("marker",)
+
+    def __init__(self, marker):
+        self.marker = marker
+
+
+_NOT_POLYMORPHIC = object()
+
+
+def jit(fn=None, *, dynamic=None, buckets="pow2", name=None):
+    """Compile a tensor function: ``@nee.jit``, or ``@nee.jit(dynamic={0: 0})`` to declare
+    dim 0 of argument 0 dynamic (shape buckets by ``buckets``: ``"pow2"`` or a list of
+    upper bounds); see the module docs."""
     if fn is None:
-        return lambda f: JitFunction(f, dynamic=dynamic, name=name)
-    return JitFunction(fn, dynamic=dynamic, name=name)
+        return lambda f: JitFunction(f, dynamic=dynamic, name=name, buckets=buckets)
+    return JitFunction(fn, dynamic=dynamic, name=name, buckets=buckets)

@@ -17,6 +17,7 @@ from .. import profiler
 from ..devices import get_backend
 from ..ops import registry
 from ..ops.registry import Meta
+from ..ops.shape_rules import broadcast_shapes
 from ..tensor.tensor import Tensor
 from ..trace.ir import Graph, Value
 from ..trace.tracer import ViewOp
@@ -101,8 +102,13 @@ def plan_memory(g: Graph) -> MemoryPlan:
 
 
 class Executable:
-    def __init__(self, graph: Graph, device):
+    """Runs an optimized graph.  With ``dynamic=True`` the graph is shape-polymorphic
+    (verified by the caller): shapes are recomputed from the actual inputs at each
+    call, and the memory plan, made at the bucket's largest shapes, bounds them all."""
+
+    def __init__(self, graph: Graph, device, dynamic: bool = False):
         self.graph = graph
+        self.dynamic = dynamic
         self.device = device
         self.backend = get_backend(device)
         self.plan = plan_memory(graph)
@@ -129,11 +135,15 @@ class Executable:
             a = self._local.arena = np.empty(max(self.plan.arena_bytes, 1), np.uint8)
         return a
 
-    def _buffer(self, v: Value, arena):
+    def _buffer(self, v: Value, arena, shape=None):
+        shape = v.shape if shape is None else tuple(shape)
         off = self.plan.offsets.get(v)
         if off is None or self.device.type != "cpu":
-            return Tensor._make(self.backend.empty(v.shape, v.dtype), self.device, v.dtype)
-        arr = arena[off:off + _nbytes(v)].view(v.dtype.np).reshape(v.shape)
+            return Tensor._make(self.backend.empty(shape, v.dtype), self.device, v.dtype)
+        n = v.dtype.itemsize
+        for d in shape:
+            n *= d
+        arr = arena[off:off + n].view(v.dtype.np).reshape(shape)
         return Tensor._make(arr, self.device, v.dtype)
 
     def __call__(self, *inputs):
@@ -145,7 +155,8 @@ class Executable:
         for step in self.steps:
             kind, n = step[0], step[1]
             if kind == "fused":
-                outs = [self._buffer(o, arena) for o in n.outputs]
+                shape = broadcast_shapes(*[env[a]._data.shape for a in n.inputs]) if self.dynamic else None
+                outs = [self._buffer(o, arena, shape) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
                     self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
@@ -163,9 +174,13 @@ class Executable:
                 for o, t in zip(n.outputs, rs):
                     env[o] = t
             else:
-                outs = [self._buffer(o, arena) for o in n.outputs]
-                res = registry.run(n.op, [env[a] for a in n.inputs], n.attrs,
-                                   [Meta(o.shape, o.dtype) for o in n.outputs], out=outs)
+                args = [env[a] for a in n.inputs]
+                if self.dynamic:
+                    metas = n.op.infer([Meta(t._data.shape, t._dtype) for t in args], n.attrs)
+                else:
+                    metas = [Meta(o.shape, o.dtype) for o in n.outputs]
+                outs = [self._buffer(o, arena, m.shape) for o, m in zip(n.outputs, metas)]
+                res = registry.run(n.op, args, n.attrs, metas, out=outs)
                 for o, t in zip(n.outputs, res):
                     env[o] = t
         outs = [env[o] for o in g.outputs]
