@@ -96,3 +96,6 @@ def get_num_threads() -> int:
 def set_num_threads(n: int) -> None:
     from .devices.cpu import threads
     threads.set_num_threads(n)
+
+
+from . import nn  # noqa: E402,F401  (after the op table is bound: nn uses it)
