@@ -100,3 +100,27 @@ def test_inplace_on_input_view_is_refused():
         return x
     with pytest.raises(TraceError, match="in-place"):
         trace(f, nee.ones(3))
+
+
+def test_getitem_basic_and_advanced_are_recorded_with_index_inputs():
+    def f(x, i):
+        return x[1:, ::2] * 2 + x[i].sum()
+    x, i = nee.randn(5, 6), nee.tensor([0, 2])
+    g = trace(f, x, i)
+    assert [n.name for n in g.nodes].count("getitem") == 2
+    x2, i2 = nee.randn(5, 6), nee.tensor([4, 1])
+    np.testing.assert_allclose(run_graph(g, x2, i2).numpy(), f(x2, i2).numpy())
+    # the replayed index is validated like an eager one: never read out of bounds
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 5"):
+        run_graph(g, x2, nee.tensor([7, 1]))
+
+
+@pytest.mark.parametrize("mutate", [lambda y: y.__setitem__(0, 5), lambda y: y.fill_(1), lambda y: y.zero_(),
+                                    lambda y: y.copy_(nee.ones(3))])
+def test_untraceable_mutation_is_refused(mutate):
+    def f(x):
+        y = x * 1
+        mutate(y)
+        return y
+    with pytest.raises(TraceError, match="in-place assignment is not traced"):
+        trace(f, nee.ones(3))

@@ -169,7 +169,8 @@ class Executable:
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif kind == "view":
-                r = n.op.fn(env[n.inputs[0]], *n.attrs["args"], **dict(n.attrs["kwargs"]))
+                r = n.op.fn(env[n.inputs[0]], *n.attrs["args"], *[env[a] for a in n.inputs[1:]],
+                            **dict(n.attrs["kwargs"]))
                 rs = r if isinstance(r, (tuple, list)) else (r,)
                 for o, t in zip(n.outputs, rs):
                     env[o] = t

@@ -57,6 +57,10 @@ class OpDef:
     reference: Callable | None = None
     expr: dict = field(default_factory=dict)
     decompose: Callable | None = None
+    # value checks (index ranges, zero divisors...): ``check(inputs, attrs)`` raises a
+    # clear error; run() calls it before any kernel, so eager calls and compiled graphs
+    # are checked alike and no kernel ever sees an invalid index
+    check: Callable | None = None
     nout: int = 1
     doc: str = ""
 
@@ -112,6 +116,13 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
 def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) -> list:
     from ..tensor.tensor import Tensor
     from ..devices import get_backend, record_fallback
+
+    if op.check is not None:
+        _depth[0] += 1  # the check reads values: that is part of the op, not of a traced program
+        try:
+            op.check(inputs, attrs)
+        finally:
+            _depth[0] -= 1
 
     dev = inputs[0]._device if inputs else (out[0]._device if out else _default_device())
     for t in inputs:

@@ -122,9 +122,12 @@ def _operators() -> None:
     if "matmul" in E:
         T.__matmul__ = lambda s, o: E["matmul"](s, o)
         T.__rmatmul__ = lambda s, o: E["matmul"](o, s)
+    from ..trace.tracer import _guard_mutation, _traced_getitem
     if "getitem" in E:
-        T.__getitem__ = E["getitem"]
-        T.__setitem__ = E["setitem"]
+        T.__getitem__ = _traced_getitem(E["getitem"])
+        T.__setitem__ = _guard_mutation(E["setitem"], "tensor[...] = value")
+    for name in ("copy_", "fill_", "zero_"):
+        setattr(T, name, _guard_mutation(getattr(T, name), name))
 
 
 def _cmp_ok(o) -> bool:

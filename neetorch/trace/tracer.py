@@ -47,6 +47,8 @@ class ViewOp:
             st.append(c * m.dtype.itemsize)
             c *= max(s, 1)
         dummy = np.lib.stride_tricks.as_strided(np.zeros(1, m.dtype.np), m.shape, st[::-1])
+        if len(metas) > 1:  # index tensors: shapes need their values, take the recorded ones
+            raise NotImplementedError
         r = self.fn(Tensor._make(dummy, device("cpu"), m.dtype), *attrs.get("args", ()), **dict(attrs.get("kwargs", ())))
         rs = r if isinstance(r, (tuple, list)) else (r,)
         return [Meta(tuple(x.shape), x.dtype) for x in rs]
@@ -118,10 +120,90 @@ class Tracer:
             self.view_values.add(id(t))
 
     def on_read(self, t, what: str):
-        if self.is_traced(t):
+        if registry._depth[0] == 0 and self.is_traced(t):
             raise TraceError(f"{what} reads a traced tensor's value into Python at {_user_frame()}: a graph cannot "
                              f"depend on data. Move this out of the traced function, or make the value a static "
                              f"input (an argument that is not a tensor).")
+
+
+class _Slot:
+    """Stands for the ``i``-th tensor input of a recorded Python-level call."""
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+    def __repr__(self):
+        return f"<input {self.i}>"
+
+    def __eq__(self, other):
+        return isinstance(other, _Slot) and other.i == self.i
+
+    def __hash__(self):
+        return hash(("slot", self.i))
+
+
+def _template(obj, tensors: list):
+    """``obj`` (an index expression) with every tensor replaced by a :class:`_Slot`."""
+    from ..tensor.tensor import Tensor
+    if isinstance(obj, Tensor):
+        tensors.append(obj)
+        return _Slot(len(tensors) - 1)
+    if isinstance(obj, tuple):
+        return tuple(_template(x, tensors) for x in obj)
+    if isinstance(obj, list):
+        return [_template(x, tensors) for x in obj]
+    return obj
+
+
+def _fill(obj, tensors: list):
+    if isinstance(obj, _Slot):
+        return tensors[obj.i]
+    if isinstance(obj, tuple):
+        return tuple(_fill(x, tensors) for x in obj)
+    if isinstance(obj, list):
+        return [_fill(x, tensors) for x in obj]
+    return obj
+
+
+def _traced_getitem(fn):
+    """``Tensor.__getitem__`` recorded as one node (index tensors become node inputs)."""
+    def getitem(self, index):
+        tr = getattr(_active, "tracer", None)
+        if tr is None or registry._depth[0] != 0:
+            return fn(self, index)
+        tensors: list = [self]
+        tmpl = _template(index, tensors)
+        registry._depth[0] += 1   # the ops getitem runs inside are part of this node
+        try:
+            r = fn(self, index)
+        finally:
+            registry._depth[0] -= 1
+        if any(tr.is_traced(t) for t in tensors):
+            op = ViewOp("getitem", _replay_getitem)
+            node = tr.graph.add_node(op, [tr.value_of(t) for t in tensors], {"args": (tmpl,), "kwargs": ()},
+                                     [Meta(tuple(r.shape), r.dtype)])
+            tr.bind(r, node.outputs[0])
+            tr.view_values.add(id(r))
+        return r
+    getitem.__wrapped__ = fn
+    return getitem
+
+
+def _replay_getitem(base, tmpl, *index_tensors):
+    return base[_fill(tmpl, [base] + list(index_tensors))]
+
+
+def _guard_mutation(fn, what):
+    def mutate(self, *args, **kwargs):
+        tr = getattr(_active, "tracer", None)
+        if tr is not None and registry._depth[0] == 0 and tr.is_traced(self):
+            raise TraceError(f"{what} writes into a traced tensor at {_user_frame()}: in-place assignment is not "
+                             f"traced; use an out-of-place op (nee.where, masked_fill, index_put, scatter) instead")
+        return fn(self, *args, **kwargs)
+    mutate.__wrapped__ = fn
+    mutate.__name__ = getattr(fn, "__name__", what)
+    return mutate
 
 
 def _traced_view(name, fn):
@@ -204,7 +286,7 @@ def run_graph(graph: Graph, *inputs):
     for n in graph.nodes:
         args = [env[a] for a in n.inputs]
         if isinstance(n.op, ViewOp):
-            r = n.op.fn(args[0], *n.attrs["args"], **dict(n.attrs["kwargs"]))
+            r = n.op.fn(args[0], *n.attrs["args"], *args[1:], **dict(n.attrs["kwargs"]))
             rs = r if isinstance(r, (tuple, list)) else (r,)
         else:
             rs = registry.run(n.op, args, n.attrs)
