@@ -228,3 +228,15 @@ def test_shape_dependent_graph_falls_back_to_exact_shapes():
         x = nee.randn(n, 8)
         _close(f(x), f.eager(x))
     assert f.stats["bucket_specializations"] == 0 and f.stats["specializations"] == 3
+
+
+def test_concurrent_calls_from_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    f = nee.jit(lambda x: ((x * 2).tanh() + 1).reshape(-1).exp(), dynamic={0: 0})
+    xs = [nee.randn(n, 8) for n in (3, 4, 5, 17, 30, 64, 3, 4)] * 4
+
+    def call(x):
+        return np.abs(f(x).numpy() - f.eager(x).numpy()).max()
+    with ThreadPoolExecutor(4) as pool:
+        errs = list(pool.map(call, xs))
+    assert max(errs) < 1e-5
