@@ -240,3 +240,35 @@ def test_concurrent_calls_from_threads():
     with ThreadPoolExecutor(4) as pool:
         errs = list(pool.map(call, xs))
     assert max(errs) < 1e-5
+
+
+def _unary_ops():
+    from neetorch.ops.elementwise import UNARY_FLOAT
+    return sorted(UNARY_FLOAT) + ["abs", "neg", "floor", "ceil", "trunc", "sign", "relu", "square"]
+
+
+def test_every_unary_elementwise_op_fuses_and_matches_eager():
+    from neetorch.ops.registry import OPS
+    from neetorch.ops.elementwise import apply
+    x = nee.rand(3, 50) * 1.6 + 0.2          # in every op's domain (acosh gets its own below)
+    for name in _unary_ops():
+        op = OPS[name]
+        src = x + 1.0 if name == "acosh" else x
+        f = nee.jit(lambda t, op=op: apply(op, t * 0.5 + 0.25) - 0.125)
+        got, want = f(src), f.eager(src)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-6, atol=2e-6, err_msg=name)
+        assert len(f.graph(src).nodes) == 1, name
+
+
+def test_matmul_epilogue_and_norm_kernel_counts():
+    if not hasattr(nee, "matmul"):
+        pytest.skip("matmul not available")
+    F = nee.nn.functional
+    x, w, b = nee.randn(64, 32), nee.randn(32, 48), nee.randn(48)
+    f = nee.jit(lambda x, w, b: F.gelu(x @ w + b))
+    _close(f(x, w, b), f.eager(x, w, b), rtol=1e-4, atol=1e-5)
+    assert [n.name for n in f.graph(x, w, b).nodes] == ["matmul", "fused[add+gelu]"]
+    g, bb = nee.randn(32), nee.randn(32)
+    ln = nee.jit(lambda x: F.layer_norm(x, (32,), g, bb))
+    _close(ln(x), ln.eager(x), rtol=1e-5, atol=1e-5)
+    assert len(ln.graph(x).nodes) <= 2

@@ -269,7 +269,7 @@ class Tensor:
 
     def type(self, dtype=None):
         if dtype is None:
-            return f"neetorch.{self._dtype.name.capitalize()}Tensor"
+            return f"neetorch.{_LEGACY_TYPE[self._dtype.name]}Tensor"
         return self.to(dtype)
 
     def float(self):
@@ -307,6 +307,15 @@ class Tensor:
         out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
         b.copy_(out._data, self._data)
         return out
+
+    @property
+    def data(self) -> "Tensor":
+        """The same storage as a plain tensor (``torch.Tensor.data``)."""
+        return Tensor._make(self._data, self._device, self._dtype)
+
+    @data.setter
+    def data(self, other: "Tensor") -> None:
+        self._data, self._device, self._dtype, self._sig = other._data, other._device, other._dtype, None
 
     def detach(self) -> "Tensor":
         return Tensor._make(self._data, self._device, self._dtype)
@@ -377,6 +386,10 @@ class Tensor:
         t.requires_grad = self.requires_grad
         memo[id(self)] = t
         return t
+
+
+_LEGACY_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
+                "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 
 
 def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
