@@ -126,8 +126,19 @@ class Executable:
             elif isinstance(n.op, ViewOp):
                 self.steps.append(("view", n))
             else:
-                self.steps.append(("op", n))
+                self.steps.append(self._op_step(n))
         self._local = threading.local()
+
+    def _op_step(self, n):
+        """A direct kernel call when the device runs the op itself (dispatch resolved once);
+        otherwise a replay of ``ops.registry.run`` (decomposition or visible fallback)."""
+        if self.dynamic:
+            return ("op", n)
+        dtypes = [a.dtype for a in n.inputs] + [o.dtype for o in n.outputs]
+        same_dev = all(a.device == self.device for a in n.inputs)
+        if not same_dev or self.backend.supports(n.op.name, dtypes) is not None:
+            return ("op", n)
+        return ("kernel", n, self.backend.kernels[n.op.name])
 
     def _arena(self):
         a = getattr(self._local, "arena", None)
@@ -166,6 +177,22 @@ class Executable:
                                     detail=str(n.outputs[0].shape))
                 else:
                     self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                for o, t in zip(n.outputs, outs):
+                    env[o] = t
+            elif kind == "kernel":
+                args = [env[a] for a in n.inputs]
+                if n.op.check is not None:
+                    n.op.check(args, n.attrs)
+                outs = [self._buffer(o, arena) for o in n.outputs]
+                if profiler.timing_enabled():
+                    t0 = time.perf_counter()
+                    step[2](self.backend, [o._data for o in outs], [a._data for a in args], n.attrs)
+                    self.backend.synchronize()
+                    nbytes = sum(t.nbytes for t in outs) + sum(a.nbytes for a in args)
+                    profiler.record(n.op.name, "kernel", self.device, t0, time.perf_counter() - t0, nbytes,
+                                    detail=str(n.outputs[0].shape))
+                else:
+                    step[2](self.backend, [o._data for o in outs], [a._data for a in args], n.attrs)
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif kind == "view":

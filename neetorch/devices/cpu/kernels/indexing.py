@@ -1,0 +1,393 @@
+"""CPU kernels for the indexing ops (``neetorch/ops/indexing.py``).
+
+Indices arrive validated (the frontends check every range), so kernels may use
+numpy's non-checking modes.  numpy's fancy indexing, ``np.take`` (with ``out=``) and
+``ufunc.at`` (fast since numpy 1.25) are the fast paths here; gather and the
+scatter family use one small Numba loop over a flattened (outer, dim, inner) view
+for the common case of a contiguous index.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import kernel, threads
+
+# ---------------------------------------------------------------- helpers
+
+
+def _key(ndim, dims, ncons, idx):
+    """numpy index tuple: ``idx[k]`` at dim ``dims[k]`` (consuming ``ncons[k]`` dims), ``:`` elsewhere."""
+    starts = {d: k for k, d in enumerate(dims)}
+    key, d = [], 0
+    while d < ndim:
+        k = starts.get(d)
+        if k is None:
+            key.append(slice(None))
+            d += 1
+        else:
+            key.append(idx[k])
+            d += ncons[k]
+    return tuple(key)
+
+
+def _along_key(index: np.ndarray, d: int):
+    """Fancy-index tuple addressing ``a[..., index[i,j,k], ...]`` positions for gather/scatter along ``d``."""
+    nd = index.ndim
+    key = []
+    for k in range(nd):
+        if k == d:
+            key.append(index)
+        else:
+            sh = [1] * nd
+            sh[k] = index.shape[k]
+            key.append(np.arange(index.shape[k]).reshape(sh))
+    return tuple(key)
+
+
+# ---------------------------------------------------------------- index / index_put
+@kernel("index")
+def index_kernel(backend, outs, ins, attrs):
+    x, idx = ins[0], ins[1:]
+    out = outs[0]
+    dims, ncons = attrs["dims"], attrs["ncons"]
+    if out.size == 0:
+        return
+    if len(idx) == 1 and out.flags.c_contiguous:
+        d, m = dims[0], idx[0]
+        if m.dtype == np.bool_:
+            # one mask over dims d..d+k: np.compress on the merged dims (much faster than a[mask])
+            x2 = x.reshape(x.shape[:d] + (-1,) + x.shape[d + m.ndim:])
+            np.compress(m.reshape(-1), x2, axis=d, out=out)
+        elif m.ndim >= 1:
+            np.take(x, m, axis=d, out=out, mode="wrap")  # validated: wrap == negative indexing
+        else:
+            out[...] = x[_key(x.ndim, dims, ncons, idx)]
+        return
+    out[...] = x[_key(x.ndim, dims, ncons, idx)]
+
+
+@kernel("index_put")
+def index_put_kernel(backend, outs, ins, attrs):
+    o = outs[0]
+    val, idx = ins[1], ins[2:]
+    key = _key(o.ndim, attrs["dims"], attrs["ncons"], idx)
+    if attrs["accumulate"]:
+        np.add.at(o, key, val)
+    else:
+        o[key] = val
+
+
+# ---------------------------------------------------------------- gather / scatter
+@njit(cache=True, nogil=True)
+def _gather3(x, xs0, xs1, idx, out, a0, a1):
+    # x: flat C-contiguous buffer (outer stride xs0, dim stride xs1, inner stride 1);
+    # idx/out: C-contiguous (outer, k, inner); rows a0..a1 of the outer dim
+    no, nk, ni = idx.shape
+    if ni == 1:
+        for a in range(a0, a1):
+            base = a * xs0
+            for b in range(nk):
+                out[a, b, 0] = x[base + idx[a, b, 0] * xs1]
+    else:
+        for a in range(a0, a1):
+            base = a * xs0
+            for b in range(nk):
+                for c in range(ni):
+                    out[a, b, c] = x[base + idx[a, b, c] * xs1 + c]
+
+
+@njit(cache=True, nogil=True)
+def _scatter3(out, os0, os1, idx, src, add):
+    # out[a, idx[a, b, c], c] = / += src[a, b, c] on a flat C-contiguous out; serial (duplicates accumulate)
+    no, nk, ni = idx.shape
+    for a in range(no):
+        base = a * os0
+        for b in range(nk):
+            for c in range(ni):
+                p = base + idx[a, b, c] * os1 + c
+                if add:
+                    out[p] += src[a, b, c]
+                else:
+                    out[p] = src[a, b, c]
+
+
+@njit(cache=True, nogil=True)
+def _index_add3(out, idx, src, alpha):
+    # out[a, idx[b], c] += alpha * src[a, b, c]; out/src C-contiguous (outer, n|k, inner); serial
+    no, nk, ni = src.shape
+    for a in range(no):
+        for b in range(nk):
+            j = idx[b]
+            for c in range(ni):
+                out[a, j, c] += alpha * src[a, b, c]
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_ADD_OK = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.int32))
+
+
+def _as3(shape, d):
+    o = 1
+    for s in shape[:d]:
+        o *= s
+    i = 1
+    for s in shape[d + 1:]:
+        i *= s
+    return o, shape[d], i
+
+
+def _covers(idx, x, d):
+    return all(idx.shape[k] == x.shape[k] for k in range(x.ndim) if k != d)
+
+
+@kernel("gather")
+def gather_kernel(backend, outs, ins, attrs):
+    x, idx = ins
+    out = outs[0]
+    d = attrs["dim"]
+    if out.size == 0:
+        return
+    if idx.dtype == np.int64 and _covers(idx, x, d):
+        # pure data movement: move the bits as unsigned ints (4 specializations serve every dtype)
+        x = np.ascontiguousarray(x)
+        idx = np.ascontiguousarray(idx)
+        bits = _BITS[x.dtype.itemsize]
+        o, n, i = _as3(x.shape, d)
+        _, k, _ = _as3(idx.shape, d)
+        xf, i3, o3 = x.reshape(-1).view(bits), idx.reshape(o, k, i), out.reshape(o, k, i).view(bits)
+        nt = threads.NUM_THREADS
+        if out.size >= threads.PARALLEL_THRESHOLD and nt > 1 and o >= 2 * nt:
+            threads.run_parallel(lambda r: _gather3(xf, n * i, i, i3, o3, r[0], r[1]), threads.split(o, nt))
+        else:
+            _gather3(xf, n * i, i, i3, o3, 0, o)
+        return
+    xs = x[tuple(slice(0, n) if k != d else slice(None) for k, n in enumerate(idx.shape))]
+    out[...] = np.take_along_axis(xs, idx.astype(np.intp, copy=False), axis=d)
+
+
+@kernel("scatter")
+def scatter_kernel(backend, outs, ins, attrs):
+    x, idx, src = ins
+    out = outs[0]
+    np.copyto(out, x)
+    d, red, inc = attrs["dim"], attrs["reduce"], attrs["include_self"]
+    if (red is None or (red == "sum" and inc and out.dtype in _ADD_OK)) and idx.dtype == np.int64 \
+            and _covers(idx, out, d):
+        o, n, i = _as3(out.shape, d)
+        _, k, _ = _as3(idx.shape, d)
+        i3 = np.ascontiguousarray(idx).reshape(o, k, i)
+        s3 = np.ascontiguousarray(src, dtype=out.dtype).reshape(o, k, i) if src.strides.count(0) != src.ndim \
+            else np.broadcast_to(src.reshape(-1)[:1].astype(out.dtype), src.shape).copy().reshape(o, k, i)
+        of = out.reshape(-1)
+        if red is None:  # assignment moves bits: 4 specializations serve every dtype
+            bits = _BITS[out.dtype.itemsize]
+            _scatter3(of.view(bits), n * i, i, i3, s3.view(bits), False)
+        else:
+            _scatter3(of, n * i, i, i3, s3, True)
+        return
+    key = _along_key(idx, d)
+    if red is None:
+        out[key] = src
+        return
+    if red == "sum":
+        if not inc:
+            out[key] = 0
+        np.add.at(out, key, src)
+    elif red == "prod":
+        if not inc:
+            out[key] = 1
+        np.multiply.at(out, key, src)
+    elif red in ("amax", "amin"):
+        if not inc:
+            out[key] = src  # some element of the group; the reduction below fixes the rest
+        (np.maximum if red == "amax" else np.minimum).at(out, key, src)
+    elif red == "mean":
+        acc_dt = np.float64 if out.dtype.kind == "f" else np.int64
+        acc = out.astype(acc_dt)
+        cnt = np.ones(out.shape, np.int64) if inc else np.zeros(out.shape, np.int64)
+        if not inc:
+            acc[key] = 0
+        np.add.at(acc, key, src.astype(acc_dt))
+        np.add.at(cnt, key, 1)
+        touched = np.zeros(out.shape, bool)
+        touched[key] = True
+        cnt = np.maximum(cnt, 1)
+        if out.dtype.kind == "f":
+            res = acc / cnt
+        elif out.dtype.kind == "b":
+            res = acc // cnt
+        else:
+            res = np.floor_divide(acc, cnt)
+        np.copyto(out, res, where=touched, casting="unsafe")
+    else:
+        raise RuntimeError(f"scatter: unknown reduce {red!r}")
+
+
+# ---------------------------------------------------------------- index_select / index_add / copy / fill
+@kernel("index_select")
+def index_select_kernel(backend, outs, ins, attrs):
+    x, idx = ins
+    out = outs[0]
+    if out.size == 0:
+        return
+    if out.flags.c_contiguous:
+        np.take(x, idx, axis=attrs["dim"], out=out, mode="wrap")
+    else:
+        out[...] = np.take(x, idx, axis=attrs["dim"])
+
+
+@kernel("index_reduce_dim")
+def index_reduce_dim_kernel(backend, outs, ins, attrs):
+    x, idx, src = ins
+    out = outs[0]
+    np.copyto(out, x)
+    key = (slice(None),) * attrs["dim"] + (idx,)
+    mode = attrs["mode"]
+    if mode == "add":
+        alpha = attrs["alpha"]
+        if out.dtype in _ADD_OK and idx.dtype == np.int64:
+            d = attrs["dim"]
+            o, n, i = _as3(out.shape, d)
+            k = idx.shape[0]
+            a = out.dtype.type(alpha)
+            _index_add3(out.reshape(o, n, i), np.ascontiguousarray(idx),
+                        np.ascontiguousarray(src, dtype=out.dtype).reshape(o, k, i), a)
+            return
+        if alpha != 1:
+            src = (src * alpha).astype(out.dtype)
+        np.add.at(out, key, src)
+    else:  # copy / fill
+        out[key] = src
+
+
+# ---------------------------------------------------------------- take / masked / nonzero
+@kernel("take")
+def take_kernel(backend, outs, ins, attrs):
+    x, idx = ins
+    out = outs[0]
+    if out.size == 0:
+        return
+    flat = x.reshape(-1)
+    if out.flags.c_contiguous:
+        np.take(flat, idx, out=out, mode="wrap")
+    else:
+        out[...] = np.take(flat, idx, mode="wrap")
+
+
+@kernel("masked_select")
+def masked_select_kernel(backend, outs, ins, attrs):
+    x, m = ins
+    if outs[0].size:
+        np.compress(m.reshape(-1), x.reshape(-1), out=outs[0])
+
+
+@kernel("masked_scatter")
+def masked_scatter_kernel(backend, outs, ins, attrs):
+    x, m, src = ins
+    out = outs[0]
+    np.copyto(out, x)
+    n = attrs["count"]
+    if n:
+        out[m] = src.reshape(-1)[:n]
+
+
+@kernel("nonzero")
+def nonzero_kernel(backend, outs, ins, attrs):
+    out = outs[0]
+    if out.size == 0:
+        return
+    out[...] = np.argwhere(ins[0])
+
+
+# ---------------------------------------------------------------- sort / topk
+def _argsort(x, d, descending):
+    if not descending:
+        return np.argsort(x, axis=d, kind="stable")
+    # stable descending: sort the reversed array ascending, reverse the order back (NaN first, ties in order)
+    idx = np.argsort(np.flip(x, d), axis=d, kind="stable")
+    idx = np.flip(idx, d)
+    return (x.shape[d] - 1) - idx
+
+
+@kernel("sort")
+def sort_kernel(backend, outs, ins, attrs):
+    x = ins[0]
+    if x.size == 0:
+        return
+    d = attrs["dim"]
+    idx = _argsort(x, d, attrs["descending"])
+    outs[1][...] = idx
+    outs[0][...] = np.take_along_axis(x, idx, d)
+
+
+@kernel("topk")
+def topk_kernel(backend, outs, ins, attrs):
+    x = ins[0]
+    k, d, largest = attrs["k"], attrs["dim"], attrs["largest"]
+    if outs[0].size == 0:
+        return
+    n = x.shape[d]
+    if 4 * k < n and x.dtype != np.bool_:
+        # partial selection first, then a stable sort of the k survivors
+        part = np.argpartition(x, n - k if largest else k - 1, axis=d)
+        sel = part.take(np.arange(n - k, n) if largest else np.arange(k), axis=d)
+        sel = np.sort(sel, axis=d)  # keep original order among ties
+        vals = np.take_along_axis(x, sel, d)
+        o = _argsort(vals, d, largest)
+        idx = np.take_along_axis(sel, o, d)
+    else:
+        idx = _argsort(x, d, largest).take(np.arange(k), axis=d)
+    outs[1][...] = idx
+    outs[0][...] = np.take_along_axis(x, idx, d)
+
+
+# ---------------------------------------------------------------- unique
+@kernel("unique_sorted")
+def unique_sorted_kernel(backend, outs, ins, attrs):
+    s, perm = ins
+    vals, inv, cnt = outs
+    n = s.shape[0]
+    if n == 0:
+        return
+    flags = np.empty(n, bool)
+    flags[0] = True
+    np.not_equal(s[1:], s[:-1], out=flags[1:])
+    vals[...] = s[flags]
+    grp = np.cumsum(flags) - 1
+    inv[perm] = grp
+    starts = np.flatnonzero(flags)
+    cnt[...] = np.diff(np.append(starts, n))
+
+
+@kernel("unique_dim")
+def unique_dim_kernel(backend, outs, ins, attrs):
+    x = ins[0]
+    d = attrs["dim"]
+    vals, inv, cnt = outs
+    if x.shape[d] == 0:
+        return
+    m = np.moveaxis(x, d, 0)
+    flat = m.reshape(m.shape[0], -1)
+    u, first, i, c = np.unique(flat, axis=0, return_index=True, return_inverse=True, return_counts=True)
+    vals[...] = np.moveaxis(np.take(m, first, axis=0), 0, d)
+    inv[...] = i.reshape(-1)
+    cnt[...] = c
+
+
+# ---------------------------------------------------------------- searchsorted
+@kernel("searchsorted")
+def searchsorted_kernel(backend, outs, ins, attrs):
+    seq, vals = ins
+    out = outs[0]
+    side = "right" if attrs["right"] else "left"
+    if out.size == 0:
+        return
+    if seq.ndim == 1:
+        out[...] = np.searchsorted(seq, vals, side=side)
+        return
+    s2 = seq.reshape(-1, seq.shape[-1])
+    v2 = vals.reshape(-1, vals.shape[-1])
+    o2 = out.reshape(-1, out.shape[-1])
+    for r in range(s2.shape[0]):
+        o2[r] = np.searchsorted(s2[r], v2[r], side=side)
