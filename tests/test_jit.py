@@ -272,3 +272,11 @@ def test_matmul_epilogue_and_norm_kernel_counts():
     ln = nee.jit(lambda x: F.layer_norm(x, (32,), g, bb))
     _close(ln(x), ln.eager(x), rtol=1e-5, atol=1e-5)
     assert len(ln.graph(x).nodes) <= 2
+
+
+def test_compiled_graphs_validate_indices_like_eager():
+    f = nee.jit(lambda x, i: nee.gather(x, 1, i) * 2 + nee.index_select(x, 0, i[0]).sum())
+    x, i = nee.randn(4, 5), nee.tensor([[0, 4], [1, 2], [3, 3], [2, 0]])
+    _close(f(x, i), f.eager(x, i))
+    with pytest.raises(RuntimeError, match="gather\\(\\): index 5 is out of bounds for dimension 1 with size 5"):
+        f(x, nee.tensor([[0, 5], [1, 2], [3, 3], [2, 0]]))

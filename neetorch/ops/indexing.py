@@ -516,9 +516,7 @@ def _check_gather_like(op: str, input: Tensor, dim: int, index: Tensor, src: Ten
                                              else 0):
                 raise RuntimeError(f"{op}(): Expected index {_shape_list(ish)} to be no larger than src "
                                    f"{_shape_list(src.shape)} at dimension {k}")
-        _check_range(op, _host(index), xsh[d], d, False, exc=RuntimeError,
-                     fmt=op + "(): index {v} is out of bounds for dimension {d} with size {n}")
-    return d
+    return d  # index values are range-checked by the op's check() inside run()
 
 
 def _nd1(t: Tensor) -> Tensor:
@@ -626,11 +624,7 @@ def _check_index_vector(op: str, input: Tensor, dim: int, index: Tensor, allowed
             f"{op}(): Expected dtype {' or '.join(allowed)} for index, got {index._dtype.name}")
     if index.ndim > 1:
         raise IndexError(f"{op}(): Index is supposed to be a vector, got index of shape {_shape_list(index.shape)}")
-    d = wrap_dim(dim, input.ndim, op)
-    n = (tuple(input.shape) or (1,))[d]
-    _check_range(op, _host(index), n, d, False,
-                 fmt=op + "(): index {v} is out of bounds for dimension {d} with size {n}")
-    return d
+    return wrap_dim(dim, input.ndim, op)  # index values are range-checked by the op's check() inside run()
 
 
 @export
@@ -714,12 +708,6 @@ def take(input: Tensor, index: Tensor) -> Tensor:
     if not isinstance(index, Tensor) or index._dtype is not _dt.int64:
         raise RuntimeError(f"take(): Expected a long tensor for index, but got "
                            f"{getattr(getattr(index, '_dtype', None), 'name', type(index).__name__)}")
-    n = input.numel()
-    a = _host(index)
-    lo, hi = _minmax(a)
-    if lo is not None and (lo < -n or hi >= n):
-        bad = int(a[(a < -n) | (a >= n)].reshape(-1)[0])
-        raise IndexError(f"take(): out of range: tried to access index {bad} on a tensor of {n} elements.")
     return run(TAKE, [input, index], {})[0]
 
 
@@ -997,3 +985,31 @@ def bucketize(input, boundaries: Tensor, *, out_int32: bool = False, right: bool
     if boundaries.ndim != 1:
         raise RuntimeError(f"bucketize(): boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
     return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+# ================================================================ value checks
+# Index ranges are checked in each op's check(), which ops.registry.run calls before any
+# kernel: eager calls and replays of compiled graphs are validated alike.
+def _dim_range_check(opname, exc):
+    def check(ins, attrs):
+        d = attrs["dim"]
+        name = opname(attrs) if callable(opname) else opname
+        _check_range(name, _host(ins[1]), ins[0].shape[d], d, False, exc=exc,
+                     fmt=name + "(): index {v} is out of bounds for dimension {d} with size {n}")
+    return check
+
+
+def _take_check(ins, attrs):
+    n = ins[0].numel()
+    a = _host(ins[1])
+    lo, hi = _minmax(a)
+    if lo is not None and (lo < -n or hi >= n):
+        bad = int(a[(a < -n) | (a >= n)].reshape(-1)[0])
+        raise IndexError(f"take(): out of range: tried to access index {bad} on a tensor of {n} elements.")
+
+
+GATHER.check = _dim_range_check("gather", RuntimeError)
+SCATTER.check = _dim_range_check(lambda a: "scatter" if a.get("reduce") is None else "scatter_reduce", RuntimeError)
+INDEX_SELECT.check = _dim_range_check("index_select", IndexError)
+INDEX_REDUCE.check = _dim_range_check(lambda a: f"index_{a['mode']}", IndexError)
+TAKE.check = _take_check
