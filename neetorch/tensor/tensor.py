@@ -240,7 +240,8 @@ class Tensor:
         for a in args:
             if isinstance(a, Tensor):
                 dev, dt = a._device, a._dtype
-            elif isinstance(a, DType) or a in (float, int, bool) or isinstance(a, np.dtype):
+            elif isinstance(a, DType) or a in (float, int, bool) or isinstance(a, np.dtype) or \
+                    (isinstance(a, str) and a in _dt._BY_NAME):
                 dt = a
             elif a is None:
                 continue
