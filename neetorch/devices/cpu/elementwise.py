@@ -192,21 +192,29 @@ def run_strided(kern, out, ins: list) -> None:
     _launch4(kern, bufs, cshape, cstrides, offs)
 
 
-def _launch4(kern, bufs, cshape, cstrides, offs):
+def chunk_metas(cshape, cstrides, offs) -> list:
+    """Kernel meta arrays for a collapsed layout: one, or one per thread for large launches
+    (split along the outermost dim that has enough work, else the innermost)."""
     shape4, strides4 = layout.pad4(cshape, cstrides)
     total = shape4[0] * shape4[1] * shape4[2] * shape4[3]
     nt = threads.NUM_THREADS
     if total < threads.PARALLEL_THRESHOLD or nt == 1:
-        kern(*bufs, layout.meta(shape4, strides4, offs))
-        return
-    # split the outermost dim that has enough work; else the innermost
+        return [layout.meta(shape4, strides4, offs)]
     d = next((i for i in range(4) if shape4[i] >= 2 * nt), 3)
     metas = []
     for s, e in threads.split(shape4[d], nt):
         sh = list(shape4)
         sh[d] = e - s
         metas.append(layout.meta(sh, strides4, [o + s * st[d] for o, st in zip(offs, strides4)]))
-    threads.run_parallel(lambda m: kern(*bufs, m), metas)
+    return metas
+
+
+def _launch4(kern, bufs, cshape, cstrides, offs):
+    metas = chunk_metas(cshape, cstrides, offs)
+    if len(metas) == 1:
+        kern(*bufs, metas[0])
+    else:
+        threads.run_parallel(lambda m: kern(*bufs, m), metas)
 
 
 _scalar_bufs: dict = {}
@@ -216,7 +224,10 @@ def _scalar_buf(v, npdt):
     key = (type(v), v, npdt)
     b = _scalar_bufs.get(key)
     if b is None:
-        b = np.array([v], dtype=npdt)
+        try:
+            b = np.array([v], dtype=npdt)
+        except OverflowError:  # int scalar outside an integer compute dtype: wraps like torch
+            b = np.array([v]).astype(npdt)
         if len(_scalar_bufs) < 4096 and v == v:
             _scalar_bufs[key] = b
     return b
@@ -259,17 +270,7 @@ def prepare(op, args, ins, meta, device):
     cshape, cstrides = layout.collapse(shape, strides)
     if len(cshape) > layout.MAX_RANK:
         return None
-    shape4, strides4 = layout.pad4(cshape, cstrides)
-    nt = threads.NUM_THREADS
-    if n < threads.PARALLEL_THRESHOLD or nt == 1:
-        chunks = [layout.meta(shape4, strides4, offs)]
-    else:
-        d = next((i for i in range(4) if shape4[i] >= 2 * nt), 3)
-        chunks = []
-        for s, e in threads.split(shape4[d], nt):
-            sh = list(shape4)
-            sh[d] = e - s
-            chunks.append(layout.meta(sh, strides4, [o + s * st_[d] for o, st_ in zip(offs, strides4)]))
+    chunks = chunk_metas(cshape, cstrides, offs)
     single = chunks[0] if len(chunks) == 1 else None
     prof_active, timed = profiler._active, profiler.timing_enabled() and profiler._active[0] is None
     nbytes = n * odt.itemsize + sum(t._data.nbytes for t in ins)
