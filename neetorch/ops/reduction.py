@@ -1,0 +1,535 @@
+"""Reductions and scans: sum, mean, prod, amax/amin, max/min, argmax/argmin, var/std, any/all,
+logsumexp, norms, median, cumsum/cumprod/cummax/cummin, with PyTorch's signatures and dtype rules.
+
+Kernel-backed ops take ``attrs = {"dims": tuple of wrapped dims, "keepdim": bool, "odt": output dtype
+name or None}``; the CPU kernels live in ``neetorch/devices/cpu/kernels/reduction.py``.  Composite ops
+(var/std, logsumexp, norms, nanmean) are written in the frontend from those and elementwise ops.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from ..tensor import dtypes as _dt
+from ..tensor.tensor import Tensor
+from .registry import EXPORTS, Meta, OpDef, export, register, run
+from .shape_rules import numel, wrap_dim, wrap_dims
+
+_bsum, _bmax, _babs = builtins.sum, builtins.max, builtins.abs
+
+# ------------------------------------------------------------------ result types (torch.return_types.*)
+_RT = {}
+
+
+def _rt(name, fields=("values", "indices")):
+    if name not in _RT:
+        _RT[name] = namedtuple(name, fields)
+    return _RT[name]
+
+
+# ------------------------------------------------------------------ shape / dtype rules
+def _red_shape(shape, dims, keepdim):
+    if keepdim:
+        return tuple(1 if d in dims else n for d, n in enumerate(shape))
+    return tuple(n for d, n in enumerate(shape) if d not in dims)
+
+
+def _sum_dtype(dt):
+    return _dt.int64 if dt.category < 2 else dt
+
+
+def _infer(rule):
+    def infer(metas, attrs):
+        (x,) = metas
+        odt = _dt.to_dtype(attrs["odt"]) if attrs.get("odt") else rule(x.dtype)
+        return [Meta(_red_shape(x.shape, attrs["dims"], attrs["keepdim"]), odt)]
+    return infer
+
+
+def _np_ref(fn, cast=None):
+    def ref(xs, attrs):
+        r = fn(xs[0], axis=attrs["dims"], keepdims=attrs["keepdim"])
+        return [np.asarray(r if cast is None else np.asarray(r).astype(cast(xs[0])))]
+    return ref
+
+
+def _same(dt):
+    return dt
+
+
+def _anyall_dt(dt):
+    return _dt.uint8 if dt is _dt.uint8 else _dt.bool_
+
+
+SUM = register(OpDef("sum", _infer(_sum_dtype), kind="reduce", reference=_np_ref(np.sum)))
+MEAN = register(OpDef("mean", _infer(_same), kind="reduce", reference=_np_ref(np.mean)))
+NANSUM = register(OpDef("nansum", _infer(_sum_dtype), kind="reduce", reference=_np_ref(np.nansum)))
+PROD = register(OpDef("prod", _infer(_sum_dtype), kind="reduce", reference=_np_ref(np.prod)))
+AMAX = register(OpDef("amax", _infer(_same), kind="reduce", reference=_np_ref(np.max)))
+AMIN = register(OpDef("amin", _infer(_same), kind="reduce", reference=_np_ref(np.min)))
+ANY = register(OpDef("any", _infer(_anyall_dt), kind="reduce", reference=_np_ref(np.any)))
+ALL = register(OpDef("all", _infer(_anyall_dt), kind="reduce", reference=_np_ref(np.all)))
+COUNT_NONZERO = register(OpDef("count_nonzero", _infer(lambda d: _dt.int64), kind="reduce",
+                               reference=_np_ref(lambda x, axis, keepdims: np.count_nonzero(x, axis=axis,
+                                                                                             keepdims=keepdims))))
+
+
+def _infer_maxdim(metas, attrs):
+    (x,) = metas
+    d = attrs["dim"]
+    shape = _red_shape(x.shape, (d,) if x.shape else (), attrs["keepdim"])
+    return [Meta(shape, x.dtype), Meta(shape, _dt.int64)]
+
+
+MAX_DIM = register(OpDef("max_dim", _infer_maxdim, kind="reduce", nout=2))
+MIN_DIM = register(OpDef("min_dim", _infer_maxdim, kind="reduce", nout=2))
+
+
+def _infer_arg(metas, attrs):
+    (x,) = metas
+    d = attrs["dim"]
+    if d is None:
+        shape = (1,) * len(x.shape) if attrs["keepdim"] else ()
+    else:
+        shape = _red_shape(x.shape, (d,) if x.shape else (), attrs["keepdim"])
+    return [Meta(shape, _dt.int64)]
+
+
+ARGMAX = register(OpDef("argmax", _infer_arg, kind="reduce"))
+ARGMIN = register(OpDef("argmin", _infer_arg, kind="reduce"))
+
+
+def _infer_scan(metas, attrs):
+    (x,) = metas
+    odt = _dt.to_dtype(attrs["odt"]) if attrs.get("odt") else x.dtype
+    if attrs["op"] in ("cummax", "cummin"):
+        return [Meta(x.shape, odt), Meta(x.shape, _dt.int64)]
+    return [Meta(x.shape, odt)]
+
+
+CUMSUM = register(OpDef("cumsum", _infer_scan, kind="other"))
+CUMPROD = register(OpDef("cumprod", _infer_scan, kind="other"))
+CUMMAX = register(OpDef("cummax", _infer_scan, kind="other", nout=2))
+CUMMIN = register(OpDef("cummin", _infer_scan, kind="other", nout=2))
+
+
+def _infer_median(metas, attrs):
+    (x,) = metas
+    d = attrs["dim"]
+    if d is None:
+        return [Meta((), x.dtype), Meta((), _dt.int64)]
+    shape = _red_shape(x.shape, (d,) if x.shape else (), attrs["keepdim"])
+    return [Meta(shape, x.dtype), Meta(shape, _dt.int64)]
+
+
+MEDIAN = register(OpDef("median", _infer_median, kind="reduce", nout=2))
+
+
+# ------------------------------------------------------------------ helpers
+def _check(x, op):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}(): argument 'input' must be Tensor, not {type(x).__name__}")
+
+
+def _dims(dim, ndim, op):
+    """Wrapped dims; None and () mean every dim (torch's convention for sum/mean/amax...)."""
+    if dim is None:
+        return tuple(range(ndim))
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return tuple(range(ndim))
+    if isinstance(dim, bool):
+        raise TypeError(f"{op}(): dim must be an int or a tuple of ints, got bool")
+    d = wrap_dims(dim, ndim, op)
+    return tuple(x for x in d if x < ndim) if ndim == 0 else d
+
+
+def _cast(x, dtype):
+    if dtype is None:
+        return x
+    dt = _dt.to_dtype(dtype)
+    return x if x._dtype is dt else x.to(dt)
+
+
+def _nonempty(x, dims, op):
+    for d in dims:
+        if x.shape[d] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+
+
+def _reduce(op, x, dim, keepdim, odt=None, name=None):
+    dims = _dims(dim, x.ndim, name or op.name)
+    return run(op, [x], {"dims": dims, "keepdim": bool(keepdim), "odt": odt})[0]
+
+
+def _E(name):
+    return EXPORTS[name][0]
+
+
+# ------------------------------------------------------------------ sum / mean / prod
+@export
+def sum(input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.sum``: sum over ``dim`` (int, tuple or None = all); bool/int inputs sum to int64."""
+    _check(input, "sum")
+    x = _cast(input, dtype)
+    return _reduce(SUM, x, dim, keepdim, x._dtype.name if dtype is not None else None)
+
+
+@export
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.nansum``: sum treating NaN as zero."""
+    _check(input, "nansum")
+    x = _cast(input, dtype)
+    return _reduce(NANSUM, x, dim, keepdim, x._dtype.name if dtype is not None else None)
+
+
+@export
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.mean``: floating-point inputs only (or ``dtype=`` a floating dtype)."""
+    _check(input, "mean")
+    x = _cast(input, dtype)
+    if x._dtype.category != 2:
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {_tname(x._dtype)}")
+    return _reduce(MEAN, x, dim, keepdim)
+
+
+@export
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.nanmean``: mean over the non-NaN elements."""
+    _check(input, "nanmean")
+    x = _cast(input, dtype)
+    if x._dtype.category != 2:
+        raise RuntimeError(f"nanmean(): expected input to have floating point or complex dtype but got "
+                           f"{_tname(x._dtype)}")
+    s = nansum(x, dim, keepdim)
+    cnt = sum(_E("isnan")(x).logical_not(), dim, keepdim)
+    return (s / cnt).to(x._dtype)
+
+
+@export
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64."""
+    _check(input, "prod")
+    x = _cast(input, dtype)
+    return _reduce(PROD, x, dim, keepdim, x._dtype.name if dtype is not None else None, "prod")
+
+
+def _tname(dt):
+    return {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+            "float16": "Half", "float32": "Float", "float64": "Double"}.get(dt.name, dt.name)
+
+
+# ------------------------------------------------------------------ amax / amin / max / min
+def _minmax_all(op, x, dim, keepdim, name):
+    dims = _dims(dim, x.ndim, name)
+    if x.numel() == 0:
+        if dim is None or (isinstance(dim, (tuple, list)) and len(dim) == 0):
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        _nonempty(x, dims, name)
+    return run(op, [x], {"dims": dims, "keepdim": bool(keepdim), "odt": None})[0]
+
+
+@export
+def amax(input, dim=(), keepdim=False):
+    """``torch.amax``: maximum over ``dim`` (all dims when empty); NaN propagates."""
+    _check(input, "amax")
+    return _minmax_all(AMAX, input, dim, keepdim, "amax")
+
+
+@export
+def amin(input, dim=(), keepdim=False):
+    """``torch.amin``: minimum over ``dim`` (all dims when empty); NaN propagates."""
+    _check(input, "amin")
+    return _minmax_all(AMIN, input, dim, keepdim, "amin")
+
+
+def _max_like(name, full_op, dim_op, input, dim, keepdim, other):
+    _check(input, name)
+    if isinstance(dim, Tensor):
+        other, dim = dim, None
+    if other is not None:
+        return _E("maximum" if name == "max" else "minimum")(input, other)
+    if dim is None:
+        if keepdim:
+            raise TypeError(f"{name}(): keepdim requires dim")
+        return _minmax_all(full_op, input, None, False, name)
+    d = wrap_dim(dim, input.ndim, name)
+    if input.ndim:
+        _nonempty(input, (d,), name)
+    v, i = run(dim_op, [input], {"dim": d, "keepdim": bool(keepdim), "op": name})
+    return _rt(name)(v, i)
+
+
+@export
+def max(input, dim=None, keepdim=False, *, other=None):
+    """``torch.max``: full maximum; with ``dim`` a ``(values, indices)`` namedtuple (first occurrence,
+    NaN wins); with a tensor second argument the elementwise ``maximum``."""
+    return _max_like("max", AMAX, MAX_DIM, input, dim, keepdim, other)
+
+
+@export
+def min(input, dim=None, keepdim=False, *, other=None):
+    """``torch.min``: full minimum; with ``dim`` a ``(values, indices)`` namedtuple."""
+    return _max_like("min", AMIN, MIN_DIM, input, dim, keepdim, other)
+
+
+def _arg(name, op, input, dim, keepdim):
+    _check(input, name)
+    if input._dtype is _dt.bool_:
+        raise RuntimeError(f"{name}(): does not support bool input")
+    if dim is None:
+        if input.numel() == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        d = None
+    else:
+        d = wrap_dim(dim, input.ndim, name)
+        if input.ndim:
+            _nonempty(input, (d,), name)
+    return run(op, [input], {"dim": d, "keepdim": bool(keepdim), "op": name})[0]
+
+
+@export
+def argmax(input, dim=None, keepdim=False):
+    """``torch.argmax``: index of the first maximum (``dim=None``: of the flattened tensor)."""
+    return _arg("argmax", ARGMAX, input, dim, keepdim)
+
+
+@export
+def argmin(input, dim=None, keepdim=False):
+    """``torch.argmin``: index of the first minimum (``dim=None``: of the flattened tensor)."""
+    return _arg("argmin", ARGMIN, input, dim, keepdim)
+
+
+@export
+def aminmax(input, *, dim=None, keepdim=False):
+    """``torch.aminmax``: ``(min, max)`` namedtuple."""
+    _check(input, "aminmax")
+    if dim is None:
+        if input.numel() == 0:
+            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+                               "identity.")
+        dims = tuple(range(input.ndim))
+    else:
+        dims = (wrap_dim(dim, input.ndim, "aminmax"),) if input.ndim else ()
+        for d in dims:
+            if input.shape[d] == 0:
+                raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has "
+                                   "no identity.")
+    a = {"dims": dims, "keepdim": bool(keepdim), "odt": None}
+    lo = run(AMIN, [input], a)[0]
+    hi = run(AMAX, [input], a)[0]
+    return _rt("aminmax", ("min", "max"))(lo, hi)
+
+
+# ------------------------------------------------------------------ any / all / count_nonzero
+@export
+def any(input, dim=None, keepdim=False):
+    """``torch.any``: bool result (uint8 for uint8 input, like torch)."""
+    _check(input, "any")
+    return _reduce(ANY, input, dim, keepdim)
+
+
+@export
+def all(input, dim=None, keepdim=False):
+    """``torch.all``: bool result (uint8 for uint8 input, like torch)."""
+    _check(input, "all")
+    return _reduce(ALL, input, dim, keepdim)
+
+
+@export
+def count_nonzero(input, dim=None):
+    """``torch.count_nonzero``: int64 count of non-zero elements over ``dim``."""
+    _check(input, "count_nonzero")
+    return _reduce(COUNT_NONZERO, input, dim, False)
+
+
+# ------------------------------------------------------------------ var / std
+def _var_args(input, dim, unbiased, keepdim, correction, name):
+    _check(input, name)
+    if isinstance(dim, bool):           # legacy var(input, unbiased)
+        unbiased, dim = dim, None
+    if correction is not None and unbiased is not None:
+        raise RuntimeError(f"{name}(): can't specify both correction and unbiased arguments")
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    if input._dtype.category != 2:
+        raise RuntimeError("std and var only support floating point and complex dtypes")
+    dims = _dims(dim, input.ndim, name)
+    return dims, correction, bool(keepdim)
+
+
+def _var_mean(x, dims, correction, keepdim):
+    odt = x._dtype
+    if odt is _dt.float16:
+        x = x.to(_dt.float32)
+    n = numel([x.shape[d] for d in dims]) if x.ndim else 1
+    mu = run(MEAN, [x], {"dims": dims, "keepdim": True, "odt": None})[0]
+    dev = x - mu
+    ss = run(SUM, [dev * dev], {"dims": dims, "keepdim": keepdim, "odt": None})[0]
+    denom = _bmax(0, n - correction)
+    var = ss / float(denom)      # denom 0: inf where sum_sq > 0, nan where 0 (like torch)
+    if not keepdim:
+        mu = run(MEAN, [x], {"dims": dims, "keepdim": False, "odt": None})[0] if n == 0 else _squeeze(mu, dims)
+    return var.to(odt), mu.to(odt)
+
+
+def _squeeze(t, dims):
+    if not dims or t.ndim == 0:
+        return t
+    shape = tuple(n for d, n in enumerate(t.shape) if d not in dims)
+    return t.reshape(shape)
+
+
+@export
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``torch.var`` (``correction=1`` by default; legacy ``unbiased=`` accepted)."""
+    dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "var")
+    return _var_mean(input, dims, c, kd)[0]
+
+
+@export
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``torch.std``: square root of :func:`var`."""
+    dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "std")
+    return _var_mean(input, dims, c, kd)[0].sqrt()
+
+
+@export(method=False)
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``torch.var_mean``: ``(var, mean)``."""
+    dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "var_mean")
+    return _var_mean(input, dims, c, kd)
+
+
+@export(method=False)
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """``torch.std_mean``: ``(std, mean)``."""
+    dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "std_mean")
+    v, m = _var_mean(input, dims, c, kd)
+    return v.sqrt(), m
+
+
+# ------------------------------------------------------------------ logsumexp / norms
+@export
+def logsumexp(input, dim, keepdim=False):
+    """``torch.logsumexp``: ``log(sum(exp(x)))`` computed stably; all ``-inf`` rows give ``-inf``."""
+    _check(input, "logsumexp")
+    x = input if input._dtype.category == 2 else input.to(_dt.get_default_dtype())
+    dims = _dims(dim, x.ndim, "logsumexp")
+    odt = x._dtype
+    if odt is _dt.float16:
+        x = x.to(_dt.float32)
+    if x.numel() == 0:
+        from ..tensor.creation import full
+        return full(_red_shape(x.shape, dims, keepdim), float("-inf"), dtype=odt, device=x.device)
+    m = run(AMAX, [x], {"dims": dims, "keepdim": True, "odt": None})[0]
+    m = _E("where")(_E("isinf")(m), 0.0, m)
+    s = run(SUM, [(x - m).exp()], {"dims": dims, "keepdim": keepdim, "odt": None})[0]
+    r = s.log() + (m if keepdim else _squeeze(m, dims))
+    return r.to(odt)
+
+
+def _vector_norm(x, ord, dims, keepdim, name):
+    if x._dtype.category != 2:
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+                           f"{_tname(x._dtype)}")
+    odt = x._dtype
+    if odt is _dt.float16:
+        x = x.to(_dt.float32)
+    a = {"dims": dims, "keepdim": keepdim, "odt": None}
+    if ord == 2:
+        r = run(SUM, [x * x], a)[0].sqrt()
+    elif ord == 1:
+        r = run(SUM, [x.abs()], a)[0]
+    elif ord == math.inf or ord == -math.inf:
+        if x.numel() == 0:
+            raise RuntimeError(f"{name}: Expected a non-empty tensor for ord={ord}")
+        r = run(AMAX if ord > 0 else AMIN, [x.abs()], a)[0]
+    elif ord == 0:
+        r = run(COUNT_NONZERO, [x], a)[0].to(x._dtype)
+    else:
+        p = float(ord)
+        r = run(SUM, [x.abs() ** p], a)[0] ** (1.0 / p)
+    return r.to(odt)
+
+
+@export(method=False)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """``torch.linalg.vector_norm``."""
+    _check(x, "linalg.vector_norm")
+    x = _cast(x, dtype)
+    dims = _dims(dim, x.ndim, "linalg.vector_norm")
+    return _vector_norm(x, ord, dims, bool(keepdim), "linalg.vector_norm")
+
+
+@export
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """``torch.norm`` for vector norms: ``p`` in ``'fro'``, numbers, ``inf``/``-inf``."""
+    _check(input, "norm")
+    if p is None or p == "fro":
+        p = 2
+    elif isinstance(p, str):
+        raise NotImplementedError(f"norm: p={p!r} is not supported (only vector norms and 'fro')")
+    x = _cast(input, dtype)
+    dims = _dims(dim, x.ndim, "norm")
+    return _vector_norm(x, p, dims, bool(keepdim), "norm")
+
+
+# ------------------------------------------------------------------ median
+@export
+def median(input, dim=None, keepdim=False):
+    """``torch.median``: the lower median; with ``dim`` a ``(values, indices)`` namedtuple.
+    NaN propagates (the index is the first NaN's)."""
+    _check(input, "median")
+    if input._dtype is _dt.bool_:
+        raise NotImplementedError("median: not implemented for bool tensors")
+    if dim is None:
+        if input.numel() == 0:
+            from ..tensor.creation import full
+            return full((), float("nan"), dtype=input._dtype, device=input.device)
+        return run(MEDIAN, [input], {"dim": None, "keepdim": False})[0]
+    d = wrap_dim(dim, input.ndim, "median")
+    if input.ndim:
+        _nonempty(input, (d,), "median")
+    v, i = run(MEDIAN, [input], {"dim": d, "keepdim": bool(keepdim)})
+    return _rt("median")(v, i)
+
+
+# ------------------------------------------------------------------ scans
+def _scan(op, name, input, dim, dtype):
+    _check(input, name)
+    d = wrap_dim(dim, input.ndim, name)
+    x = _cast(input, dtype)
+    odt = x._dtype.name if dtype is not None else (
+        "int64" if x._dtype.category < 2 and name in ("cumsum", "cumprod") else None)
+    return run(op, [x], {"dim": d, "op": name, "odt": odt})
+
+
+@export
+def cumsum(input, dim, *, dtype=None):
+    """``torch.cumsum``: running sum along ``dim`` (bool/int give int64)."""
+    return _scan(CUMSUM, "cumsum", input, dim, dtype)[0]
+
+
+@export
+def cumprod(input, dim, *, dtype=None):
+    """``torch.cumprod``: running product along ``dim`` (bool/int give int64)."""
+    return _scan(CUMPROD, "cumprod", input, dim, dtype)[0]
+
+
+@export
+def cummax(input, dim):
+    """``torch.cummax``: running maximum and the index where it was reached (last of ties)."""
+    v, i = _scan(CUMMAX, "cummax", input, dim, None)
+    return _rt("cummax")(v, i)
+
+
+@export
+def cummin(input, dim):
+    """``torch.cummin``: running minimum and its index."""
+    v, i = _scan(CUMMIN, "cummin", input, dim, None)
+    return _rt("cummin")(v, i)
