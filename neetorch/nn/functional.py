@@ -1,0 +1,343 @@
+"""``neetorch.nn.functional``: the ``torch.nn.functional`` namespace (PyTorch names and signatures).
+
+Activations forward to the elementwise ops; softmax/normalization/attention/embedding/
+dropout/distances/losses come from ``neetorch.ops.nn``; convolution, pooling, linear,
+interpolation, padding and pixel shuffle are looked up lazily (``__getattr__``) in the op
+modules that define them.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+from ..ops import elementwise as _ew
+from ..ops import nn as _nn
+from ..ops.registry import EXPORTS as _EXPORTS
+from ..tensor.tensor import Tensor
+
+from ..ops.nn import (  # noqa: F401
+    layer_norm, rms_norm, group_norm, batch_norm, instance_norm, embedding, scaled_dot_product_attention,
+    normalize, cosine_similarity, pairwise_distance, one_hot, cross_entropy, nll_loss, mse_loss, l1_loss,
+    binary_cross_entropy, binary_cross_entropy_with_logits, kl_div, smooth_l1_loss, huber_loss, alpha_dropout,
+)
+
+
+def _E(name):
+    return _EXPORTS[name][0]
+
+
+def _inplace(input, r, inplace):
+    return input.copy_(r) if inplace else r
+
+
+# ---------------------------------------------------------------- activations
+def relu(input, inplace=False):
+    return _inplace(input, _E("relu")(input), inplace)
+
+
+def relu_(input):
+    return relu(input, inplace=True)
+
+
+def relu6(input, inplace=False):
+    return _inplace(input, _E("relu6")(input), inplace)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _ew.leaky_relu(input, negative_slope, inplace)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, True)
+
+
+def gelu(input, approximate="none"):
+    return _ew.gelu(input, approximate)
+
+
+def silu(input, inplace=False):
+    return _inplace(input, _E("silu")(input), inplace)
+
+
+def mish(input, inplace=False):
+    return _inplace(input, _E("mish")(input), inplace)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _ew.elu(input, alpha, inplace)
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    return _ew.celu(input, alpha, inplace)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, True)
+
+
+def selu(input, inplace=False):
+    return _inplace(input, _E("selu")(input), inplace)
+
+
+def selu_(input):
+    return selu(input, True)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _ew.softplus(input, beta, threshold)
+
+
+def softsign(input):
+    return _E("softsign")(input)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _ew.hardtanh(input, min_val, max_val, inplace)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, True)
+
+
+def hardsigmoid(input, inplace=False):
+    return _inplace(input, _E("hardsigmoid")(input), inplace)
+
+
+def hardswish(input, inplace=False):
+    return _inplace(input, _E("hardswish")(input), inplace)
+
+
+def sigmoid(input):
+    return _E("sigmoid")(input)
+
+
+def tanh(input):
+    return _E("tanh")(input)
+
+
+def logsigmoid(input):
+    return _E("logsigmoid")(input)
+
+
+def tanhshrink(input):
+    return _E("tanhshrink")(input)
+
+
+def hardshrink(input, lambd=0.5):
+    return _ew.where(input.abs() > lambd, input, 0.0 * input)
+
+
+def softshrink(input, lambd=0.5):
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return _ew.where(input > lambd, input - lambd, _ew.where(input < -lambd, input + lambd, 0.0 * input))
+
+
+def threshold(input, threshold, value, inplace=False):
+    return _inplace(input, _ew.where(input > threshold, input, _ew._scalar_tensor(value, input._dtype,
+                                                                                  input._device)), inplace)
+
+
+def threshold_(input, threshold, value):
+    return globals()["threshold"](input, threshold, value, True)
+
+
+def glu(input, dim=-1):
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = dim + input.ndim if dim < 0 else dim
+    n = input.shape[d]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {n}")
+    a = input.narrow(d, 0, n // 2)
+    b = input.narrow(d, n // 2, n // 2)
+    return a * _E("sigmoid")(b)
+
+
+def prelu(input, weight):
+    if weight.numel() != 1:
+        C = input.shape[1] if input.ndim >= 2 else input.shape[0]
+        if weight.numel() != C:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{weight.numel()} and channel size = {C}.")
+        cdim = 1 if input.ndim >= 2 else 0
+        weight = weight.reshape((C,) + (1,) * (input.ndim - cdim - 1))
+    elif input.ndim == 0:
+        weight = weight.reshape(())
+    return _ew.where(input > 0, input, input * weight)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2, inplace)
+    from ..tensor.creation import rand
+    a = rand(*input.shape, dtype=input._dtype, device=input._device) * (upper - lower) + lower
+    return _inplace(input, _ew.where(input >= 0, input, input * a), inplace)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return rrelu(input, lower, upper, training, True)
+
+
+# ---------------------------------------------------------------- softmax family
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return _nn.softmax(input, _nn._implicit_dim(input, dim, "softmax"))
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return _nn.log_softmax(input, _nn._implicit_dim(input, dim, "log_softmax"))
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return _nn.softmin(input, dim, _stacklevel, dtype)
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    from ..tensor.creation import rand
+    u = rand(*logits.shape, dtype=logits._dtype, device=logits._device)
+    g = -(-(u.clamp(min=1e-20)).log()).log()
+    y = _nn.softmax((logits + g) / tau, dim)
+    if not hard:
+        return y
+    am = _E("argmax")(y, dim, True)
+    n = logits.shape[dim]
+    d = dim + logits.ndim if dim < 0 else dim
+    from ..tensor.creation import arange
+    idx = arange(n, device=logits._device).reshape(*([n if i == d else 1 for i in range(logits.ndim)]))
+    return (idx == am).to(logits._dtype)
+
+
+# ---------------------------------------------------------------- dropout
+def dropout(input, p=0.5, training=True, inplace=False):
+    return _nn._dropout_impl(input, float(p), bool(training), inplace)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    return _nn._feature_dropout("dropout1d", input, float(p), training, inplace, 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    return _nn._feature_dropout("dropout2d", input, float(p), training, inplace, 4)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    return _nn._feature_dropout("dropout3d", input, float(p), training, inplace, 5)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    if not training or p == 0.0:
+        return input
+    return alpha_dropout(input, p, training, inplace)
+
+
+# ---------------------------------------------------------------- more losses (composed)
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    return _nn._reduce(_ew.softplus(-target * input), reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    return _nn._reduce(_ew.clamp_min(-target * (input1 - input2) + margin, 0.0), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    pos = _ew.where(target == 1, input, 0.0 * input)
+    neg = _ew.where(target == -1, _ew.clamp_min(margin - input, 0.0), 0.0 * input)
+    return _nn._reduce(pos + neg, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        st = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+        loss = loss + _ew.where(target > 1, st, 0.0 * st)
+    return _nn._reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    v = _ew.clamp_min(var, eps)
+    loss = 0.5 * (v.log() + (input - target) * (input - target) / v)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _nn._reduce(loss, reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    cos = cosine_similarity(input1, input2, dim=-1, eps=1e-12) if input1.ndim > 1 else \
+        cosine_similarity(input1, input2, dim=0, eps=1e-12)
+    loss = _ew.where(target == 1, 1.0 - cos, _ew.clamp_min(cos - margin, 0.0))
+    return _nn._reduce(loss, reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    dp = pairwise_distance(anchor, positive, p, eps)
+    dn = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        ds = pairwise_distance(positive, negative, p, eps)
+        dn = _E("minimum")(dn, ds)
+    return _nn._reduce(_ew.clamp_min(dp - dn + margin, 0.0), reduction)
+
+
+# ---------------------------------------------------------------- lazy re-exports from other op modules
+_LAZY = {
+    "linear": ("linalg",), "bilinear": ("linalg",),
+    "conv1d": ("conv",), "conv2d": ("conv",), "conv3d": ("conv",),
+    "conv_transpose1d": ("conv",), "conv_transpose2d": ("conv",), "conv_transpose3d": ("conv",),
+    "max_pool1d": ("conv", "pool", "pooling"), "max_pool2d": ("conv", "pool", "pooling"),
+    "max_pool1d_with_indices": ("conv", "pool", "pooling"), "max_pool2d_with_indices": ("conv", "pool", "pooling"),
+    "avg_pool1d": ("conv", "pool", "pooling"), "avg_pool2d": ("conv", "pool", "pooling"),
+    "adaptive_avg_pool1d": ("conv", "pool", "pooling"), "adaptive_avg_pool2d": ("conv", "pool", "pooling"),
+    "adaptive_max_pool1d": ("conv", "pool", "pooling"), "adaptive_max_pool2d": ("conv", "pool", "pooling"),
+    "lp_pool1d": ("conv", "pool", "pooling"), "lp_pool2d": ("conv", "pool", "pooling"),
+    "interpolate": ("conv", "interpolate", "shape"), "upsample": ("conv", "interpolate", "shape"),
+    "upsample_nearest": ("conv", "interpolate", "shape"), "upsample_bilinear": ("conv", "interpolate", "shape"),
+    "grid_sample": ("conv", "interpolate", "shape"), "affine_grid": ("conv", "interpolate", "shape"),
+    "unfold": ("conv",), "fold": ("conv",),
+    "pad": ("shape",),
+    "pixel_shuffle": ("conv", "shape"), "pixel_unshuffle": ("conv", "shape"),
+    "channel_shuffle": ("conv", "shape"),
+}
+
+
+def __getattr__(name):
+    mods = _LAZY.get(name)
+    if mods is None:
+        raise AttributeError(f"module 'neetorch.nn.functional' has no attribute {name!r}")
+    for m in mods:
+        try:
+            mod = importlib.import_module(f"neetorch.ops.{m}")
+        except ImportError:
+            continue
+        fn = getattr(mod, name, None)
+        if callable(fn):
+            globals()[name] = fn
+            return fn
+    raise AttributeError(f"neetorch.nn.functional.{name} is not available: no op module defines it yet")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [n for n in list(globals()) if not n.startswith("_") and callable(globals()[n])
+           and n not in ("annotations", "importlib", "math", "Tensor")]

@@ -1,0 +1,518 @@
+"""Matrix products: matmul and its family (mm, bmm, mv, dot, addmm, linear, einsum, ...).
+
+One op, ``matmul``, does the work on every device: inputs ``a[..., n, k]`` and
+``b[..., k, m]`` (both at least 2-D, batch dims broadcast) give ``out[..., n, m]``.
+The frontends below implement PyTorch's argument rules (1-D promotion and removal,
+strict shapes of mm/bmm, dtype checks with PyTorch's messages) with views only, and
+compose the scaled forms (addmm, baddbmm, linear's bias) from elementwise ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..tensor.tensor import Tensor
+from .registry import Meta, OpDef, export, register, run
+from . import elementwise as _ew
+
+__all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm",
+           "baddbmm", "addr", "linear", "bilinear", "einsum", "tensordot", "chain_matmul", "kron"]
+
+# c10's type names (used in PyTorch's messages)
+_LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "int32": "int", "int64": "long",
+          "int16": "short", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
+_CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "int32": "Int", "int64": "Long",
+        "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _mul(a, b, out=None):
+    return _ew.apply(_ew._BIN["mul"], a, b, out=out)
+
+
+def _add(a, b, out=None):
+    return _ew.apply(_ew._BIN["add"], a, b, out=out)
+
+
+def _shape_str(shape) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+# ---------------------------------------------------------------- the op
+def _infer_matmul(metas, attrs):
+    a, b = metas
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise RuntimeError(f"matmul op: operands must be at least 2-D, got {a.shape} and {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(a.shape[-2:])} and "
+                           f"{_shape_str(b.shape[-2:])})")
+    batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+    return [Meta(batch + (a.shape[-2], b.shape[-1]), a.dtype)]
+
+
+def _broadcast_batch(sa, sb) -> tuple:
+    nd = max(len(sa), len(sb))
+    sa = (1,) * (nd - len(sa)) + tuple(sa)
+    sb = (1,) * (nd - len(sb)) + tuple(sb)
+    out = []
+    for i, (x, y) in enumerate(zip(sa, sb)):
+        if x != y and x != 1 and y != 1:
+            raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at non-singleton "
+                               f"dimension {i}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+MATMUL = register(OpDef("matmul", infer=_infer_matmul, kind="other",
+                        reference=lambda xs, attrs: [np.matmul(xs[0], xs[1])],
+                        doc="out[..., n, m] = a[..., n, k] @ b[..., k, m] with broadcast batch dims"))
+
+
+def _einsum_infer(metas, attrs):
+    ins, out_sub = _parse_einsum(attrs["equation"], [m.shape for m in metas])
+    sizes = {}
+    for sub, m in zip(ins, metas):
+        for c, n in zip(sub, m.shape):
+            if c in sizes and sizes[c] != n:
+                if sizes[c] == 1:
+                    sizes[c] = n
+                elif n != 1:
+                    raise RuntimeError(f"einsum(): subscript {c} has size {n} which does not broadcast with "
+                                       f"previously seen size {sizes[c]}")
+            elif c not in sizes:
+                sizes[c] = n
+    return [Meta(tuple(sizes[c] for c in out_sub), metas[0].dtype)]
+
+
+EINSUM = register(OpDef("einsum", infer=_einsum_infer, kind="other",
+                        reference=lambda xs, attrs: [np.einsum(attrs["equation"], *xs)]))
+
+
+def _mm(a: Tensor, b: Tensor) -> Tensor:
+    return run(MATMUL, [a, b], {})[0]
+
+
+# ---------------------------------------------------------------- checks
+def _check_tensor(x, name, op):
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
+
+
+def _check_mm_dtypes(a: Tensor, b: Tensor):
+    if a._dtype is not b._dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_LOWER[a._dtype.name]} != "
+                           f"{_LOWER[b._dtype.name]}")
+    if a._dtype.category == 0:
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
+
+
+def _out(r: Tensor, out):
+    if out is None:
+        return r
+    if tuple(out.shape) != tuple(r.shape):
+        out_shape = tuple(r.shape)
+        # torch resizes out; we only allow matching shapes
+        raise RuntimeError(f"out tensor has shape {tuple(out.shape)}, expected {out_shape}")
+    out.copy_(r)
+    return out
+
+
+# ---------------------------------------------------------------- frontends
+@export
+def matmul(input, other, *, out=None):
+    """Matrix product of two tensors (``torch.matmul``): dot, mv, mm, and batched mm with broadcasting."""
+    if isinstance(input, Tensor) and isinstance(other, Tensor) and out is None:
+        # fast path: plain 2-D x 2-D of one dtype (no views, no re-inference)
+        sa, sb = input._data.shape, other._data.shape
+        dt = input._dtype
+        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and other._dtype is dt and dt.category:
+            return run(MATMUL, [input, other], {}, [Meta((sa[0], sb[1]), dt)])[0]
+    _check_tensor(input, "input", "matmul")
+    _check_tensor(other, "other", "matmul")
+    a, b = input, other
+    da, db = a.ndim, b.ndim
+    if da == 0 or db == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    if da == 1 and db == 1:
+        return _out(dot(a, b), out)
+    if da == 2 and db == 1:
+        return _out(mv(a, b), out)
+    if a._dtype is not b._dtype and not (db == 2 or (da <= 2 and db <= 2)):
+        raise RuntimeError(f"expected scalar type {_CAP[a._dtype.name]} but found {_CAP[b._dtype.name]}")
+    _check_mm_dtypes(a, b)
+    if da == 1 and db == 2:
+        if a.shape[0] != b.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied (1x{a.shape[0]} and "
+                               f"{_shape_str(b.shape)})")
+        return _out(_mm(a.unsqueeze(0), b).squeeze(0), out)
+    if da == 2 and db == 2:
+        return _out(mm(a, b), out)
+    if da >= 3 and db <= 2:
+        # torch folds the batch into the rows: one GEMM
+        rows = 1
+        for s in a.shape[:-1]:
+            rows *= s
+        k = a.shape[-1]
+        if db == 1:
+            if k != b.shape[0]:
+                raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({b.shape[0]})")
+            return _out(_mm(a, b.unsqueeze(1)).squeeze(-1), out)
+        if k != b.shape[0]:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and {_shape_str(b.shape)})")
+        return _out(_mm(a, b), out)
+    # batched: promote 1-D operands, broadcast the batch dims
+    a2 = a.unsqueeze(0) if da == 1 else a
+    b2 = b.unsqueeze(-1) if db == 1 else b
+    batch = _broadcast_batch(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]))
+    if a2.shape[-1] != b2.shape[-2]:
+        nb = 1
+        for s in batch:
+            nb *= s
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{nb}, {a2.shape[-1]}] "
+                           f"but got: [{nb}, {b2.shape[-2]}].")
+    r = _mm(a2, b2)
+    if da == 1:
+        r = r.squeeze(-2)
+    if db == 1:
+        r = r.squeeze(-1)
+    return _out(r, out)
+
+
+@export
+def mm(input, mat2, *, out=None):
+    """Matrix product of two 2-D tensors (``torch.mm``)."""
+    _check_tensor(input, "input", "mm")
+    _check_tensor(mat2, "mat2", "mm")
+    if input.ndim != 2:
+        raise RuntimeError("self must be a matrix")
+    if mat2.ndim != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    _check_mm_dtypes(input, mat2)
+    if input.shape[1] != mat2.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(input.shape)} and "
+                           f"{_shape_str(mat2.shape)})")
+    return _out(_mm(input, mat2), out)
+
+
+@export
+def bmm(input, mat2, *, out=None):
+    """Batched matrix product of two 3-D tensors with equal batch size (``torch.bmm``)."""
+    _check_tensor(input, "input", "bmm")
+    _check_tensor(mat2, "mat2", "bmm")
+    if input.ndim != 3:
+        raise RuntimeError("batch1 must be a 3D tensor")
+    if mat2.ndim != 3:
+        raise RuntimeError("batch2 must be a 3D tensor")
+    if input._dtype is not mat2._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[input._dtype.name]} but found {_CAP[mat2._dtype.name]}")
+    _check_mm_dtypes(input, mat2)
+    b, n, k = input.shape
+    if mat2.shape[0] != b or mat2.shape[1] != k:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "
+                           f"[{mat2.shape[0]}, {mat2.shape[1]}].")
+    return _out(_mm(input, mat2), out)
+
+
+@export
+def mv(input, vec, *, out=None):
+    """Matrix-vector product (``torch.mv``)."""
+    _check_tensor(input, "input", "mv")
+    _check_tensor(vec, "vec", "mv")
+    if input.ndim != 2 or vec.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.ndim}, {vec.ndim}")
+    if input._dtype is not vec._dtype:
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_CAP[vec._dtype.name]}, "
+                           f"{_CAP[input._dtype.name]}, and {_CAP[vec._dtype.name]}")
+    if input._dtype.category == 0:
+        raise RuntimeError("\"addmv_impl_cpu\" not implemented for 'Bool'")
+    if input.shape[1] != vec.shape[0]:
+        raise RuntimeError(f"size mismatch, got input ({input.shape[0]}), mat ({_shape_str(input.shape)}), "
+                           f"vec ({vec.shape[0]})")
+    return _out(_mm(input, vec.unsqueeze(1)).squeeze(1), out)
+
+
+@export
+def dot(input, tensor, *, out=None):
+    """Dot product of two 1-D tensors (``torch.dot``)."""
+    _check_tensor(input, "input", "dot")
+    _check_tensor(tensor, "tensor", "dot")
+    if input.ndim != 1 or tensor.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {input.ndim}D and {tensor.ndim}D tensors")
+    if input._dtype is not tensor._dtype:
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_CAP[input._dtype.name]} "
+                           f"and {_CAP[tensor._dtype.name]}")
+    if input._dtype.category == 0:
+        raise RuntimeError("\"dot\" not implemented for 'Bool'")
+    n1, n2 = input.shape[0], tensor.shape[0]
+    if n1 != n2:
+        raise RuntimeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same number "
+                           f"of elements, but got {n1} and {n2} elements respectively")
+    return _out(_mm(input.unsqueeze(0), tensor.unsqueeze(1)).reshape(()), out)
+
+
+@export
+def vdot(input, other, *, out=None):
+    """Dot product (``torch.vdot``; real dtypes only, so no conjugation)."""
+    return dot(input, other, out=out)
+
+
+@export
+def inner(input, other, *, out=None):
+    """Inner product over the last dims (``torch.inner``)."""
+    if input.ndim == 0 or other.ndim == 0:
+        return _out(_mul(input, other), out)
+    if input.shape[-1] != other.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
+                           f"{list(input.shape)} and {list(other.shape)}")
+    return _out(tensordot(input, other, dims=([input.ndim - 1], [other.ndim - 1])), out)
+
+
+@export
+def outer(input, vec2, *, out=None):
+    """Outer product of two 1-D tensors (``torch.outer``)."""
+    if input.ndim != 1 or vec2.ndim != 1:
+        raise RuntimeError(f"outer: expected 1-D tensors, but got {input.ndim}D and {vec2.ndim}D tensors")
+    return _out(_mul(input.unsqueeze(1), vec2.unsqueeze(0)), out)
+
+
+export(outer, name="ger")
+ger = outer
+
+
+def _scaled_add(prod: Tensor, input: Tensor, beta, alpha, op: str) -> Tensor:
+    """beta * input + alpha * prod, written into ``prod`` (a fresh tensor) where possible."""
+    from .shape_rules import broadcast_shapes
+    shape = tuple(prod.shape)
+    if tuple(broadcast_shapes(tuple(input.shape), shape, op=op)) != shape:
+        raise RuntimeError(f"The expanded size of the tensor ({shape[-1] if shape else 1}) must match the existing "
+                           f"size ({input.shape[-1] if input.ndim else 1}). Target sizes: {list(shape)}. "
+                           f"Tensor sizes: {list(input.shape)}")
+    if alpha != 1:
+        _mul(prod, alpha, out=prod)
+    if beta == 0:
+        return prod
+    if beta == 1:
+        return _add(prod, input, out=prod)
+    return _add(prod, _mul(input, beta), out=prod)
+
+
+@export
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat1 @ mat2) (``torch.addmm``)."""
+    return _out(_scaled_add(mm(mat1, mat2), input, beta, alpha, "addmm"), out)
+
+
+@export
+def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat @ vec) (``torch.addmv``)."""
+    return _out(_scaled_add(mv(mat, vec), input, beta, alpha, "addmv"), out)
+
+
+@export
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * bmm(batch1, batch2) (``torch.baddbmm``)."""
+    return _out(_scaled_add(bmm(batch1, batch2), input, beta, alpha, "baddbmm"), out)
+
+
+@export
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * sum_b(batch1[b] @ batch2[b]) (``torch.addbmm``)."""
+    bmm(batch1, batch2)  # argument checks
+    b, n, k = batch1.shape
+    m = batch2.shape[2]
+    # sum over the batch = one GEMM over the concatenated inner dim
+    a2 = batch1.permute(1, 0, 2).reshape(n, b * k)
+    b2 = batch2.reshape(b * k, m)
+    return _out(_scaled_add(_mm(a2, b2), input, beta, alpha, "addbmm"), out)
+
+
+@export
+def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * outer(vec1, vec2) (``torch.addr``)."""
+    return _out(_scaled_add(outer(vec1, vec2), input, beta, alpha, "addr"), out)
+
+
+@export(method=False)
+def linear(input, weight, bias=None):
+    """y = input @ weight.T + bias over any leading dims (``torch.nn.functional.linear``)."""
+    _check_tensor(input, "input", "linear")
+    _check_tensor(weight, "weight", "linear")
+    if weight.ndim == 1:
+        r = matmul(input, weight)
+    elif weight.ndim == 2:
+        if input.ndim == 0:
+            raise RuntimeError("both arguments to linear need to be at least 1D, but they are 0D and 2D")
+        _check_mm_dtypes(input, weight)
+        k = input.shape[-1]
+        if k != weight.shape[1]:
+            rows = 1
+            for s in input.shape[:-1]:
+                rows *= s
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and "
+                               f"{weight.shape[1]}x{weight.shape[0]})")
+        if input.ndim == 1:
+            r = _mm(input.unsqueeze(0), weight.t()).squeeze(0)
+        else:
+            r = _mm(input, weight.t())
+    else:
+        raise RuntimeError(f"linear: weight must be 1-D or 2-D, got {weight.ndim}-D")
+    if bias is not None:
+        if bias._dtype is not r._dtype:
+            raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_LOWER[bias._dtype.name]} != "
+                               f"{_LOWER[r._dtype.name]}")
+        r = _scaled_add(r, bias, 1, 1, "linear")
+    return r
+
+
+@export(method=False)
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = sum_ij x1[..., i] W[o, i, j] x2[..., j] + b[o] (``torch.nn.functional.bilinear``)."""
+    r = einsum("...i,oij,...j->...o", input1, weight, input2)
+    if bias is not None:
+        r = _add(r, bias, out=r)
+    return r
+
+
+# ---------------------------------------------------------------- einsum / tensordot
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _parse_einsum(eq: str, shapes):
+    """Explicit subscripts per operand and output, ellipses expanded to fresh letters."""
+    eq = eq.replace(" ", "")
+    if "->" in eq:
+        lhs, rhs = eq.split("->")
+    else:
+        lhs, rhs = eq, None
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ValueError(f"einsum(): more operands were provided than specified in the equation"
+                         if len(shapes) > len(terms) else
+                         "einsum(): fewer operands were provided than specified in the equation")
+    used = set(c for c in eq if c.isalpha())
+    free = [c for c in _LETTERS if c not in used]
+    ell_n = 0
+    for t, s in zip(terms, shapes):
+        nlab = len(t.replace("...", ""))
+        if "..." in t:
+            ell_n = max(ell_n, len(s) - nlab)
+        elif nlab != len(s):
+            raise RuntimeError(f"einsum(): the number of subscripts in the equation ({nlab}) does not match the "
+                               f"number of dimensions ({len(s)}) for operand {terms.index(t)} and no ellipsis was "
+                               f"given")
+    ell = "".join(free[:ell_n])
+    ins = []
+    for t, s in zip(terms, shapes):
+        if "..." in t:
+            k = len(s) - len(t.replace("...", ""))
+            t = t.replace("...", ell[ell_n - k:] if k else "")
+        for c in t:
+            if not c.isalpha():
+                raise RuntimeError(f"einsum(): invalid subscript given at index {eq.index(c)} in the equation "
+                                   f"string, subscripts must be in [a-zA-Z]")
+        ins.append(t)
+    if rhs is None:
+        counts = {}
+        for t in ins:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    else:
+        rhs = rhs.replace("...", ell)
+    return ins, rhs
+
+
+@export(method=False)
+def einsum(equation, *operands):
+    """Einstein summation (``torch.einsum``); the CPU kernel is ``np.einsum`` (BLAS-backed contractions)."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not isinstance(equation, str):
+        raise TypeError("einsum(): the equation must be a string (sublist format is not supported)")
+    if not operands:
+        raise RuntimeError("einsum(): must provide at least one operand")
+    dt = operands[0]._dtype
+    for o in operands[1:]:
+        if o._dtype is not dt:
+            raise RuntimeError(f"expected scalar type {_CAP[dt.name]} but found {_CAP[o._dtype.name]}")
+    ins, rhs = _parse_einsum(equation, [tuple(o.shape) for o in operands])
+    # torch broadcasts size-1 dims of labelled subscripts; numpy only broadcasts ellipses
+    sizes = {}
+    for i, (sub, o) in enumerate(zip(ins, operands)):
+        for c, n in zip(sub, o.shape):
+            if c in sizes and sizes[c] != n and n != 1 and sizes[c] != 1:
+                raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {i} which does not broadcast "
+                                   f"with previously seen size {sizes[c]}")
+            if c not in sizes or sizes[c] == 1:
+                sizes[c] = n
+    ops = []
+    for sub, o in zip(ins, operands):
+        shp = tuple(sizes[c] for c in sub)
+        ops.append(o.expand(shp) if tuple(o.shape) != shp else o)
+    eq = ",".join(ins) + "->" + rhs
+    return run(EINSUM, ops, {"equation": eq})[0]
+
+
+@export(method=False)
+def tensordot(a, b, dims=2, out=None):
+    """Contract ``dims`` dims of ``a`` with those of ``b`` (``torch.tensordot``) as one matmul."""
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        da = list(range(a.ndim - dims, a.ndim))
+        db = list(range(dims))
+    elif isinstance(dims, Tensor):
+        return tensordot(a, b, dims.tolist(), out=out)
+    else:
+        da, db = dims
+        da = [da] if isinstance(da, int) else list(da)
+        db = [db] if isinstance(db, int) else list(db)
+    if len(da) != len(db):
+        raise RuntimeError("both dimension lists should have same length")
+    da = [d % a.ndim for d in da] if a.ndim else da
+    db = [d % b.ndim for d in db] if b.ndim else db
+    for x, y in zip(da, db):
+        if a.shape[x] != b.shape[y]:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} "
+                               f"and second has size {b.shape[y]} in dim {y}")
+    if a._dtype is not b._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[a._dtype.name]} but found {_CAP[b._dtype.name]}")
+    fa = [d for d in range(a.ndim) if d not in da]
+    fb = [d for d in range(b.ndim) if d not in db]
+    k = 1
+    for d in da:
+        k *= a.shape[d]
+    ra = 1
+    for d in fa:
+        ra *= a.shape[d]
+    rb = 1
+    for d in fb:
+        rb *= b.shape[d]
+    am = a.permute(*(fa + da)).reshape(ra, k)
+    bm = b.permute(*(db + fb)).reshape(k, rb)
+    r = _mm(am, bm).reshape(tuple(a.shape[d] for d in fa) + tuple(b.shape[d] for d in fb))
+    return _out(r, out)
+
+
+@export(method=False)
+def chain_matmul(*matrices, out=None):
+    """Product of a chain of 2-D matrices (``torch.chain_matmul``)."""
+    if len(matrices) == 1 and isinstance(matrices[0], (list, tuple)):
+        matrices = matrices[0]
+    r = matrices[0]
+    for m in matrices[1:]:
+        r = mm(r, m)
+    return _out(r, out)
+
+
+@export
+def kron(input, other, *, out=None):
+    """Kronecker product (``torch.kron``)."""
+    nd = max(input.ndim, other.ndim)
+    a = input.reshape((1,) * (nd - input.ndim) + tuple(input.shape))
+    b = other.reshape((1,) * (nd - other.ndim) + tuple(other.shape))
+    sa = []
+    sb = []
+    for i in range(nd):
+        sa += [a.shape[i], 1]
+        sb += [1, b.shape[i]]
+    r = _mul(a.reshape(sa), b.reshape(sb))
+    return _out(r.reshape(tuple(a.shape[i] * b.shape[i] for i in range(nd))), out)

@@ -1,0 +1,838 @@
+"""Neural-network ops: softmax, normalization, embedding, attention, dropout, distances, losses.
+
+Fused kernels (``devices/cpu/kernels/nn.py``) back softmax/log_softmax, the row
+normalizations (layer/rms/group/instance), batch-norm statistics, the embedding gather
+and the nll/label-smoothing loss terms; everything else is composed from existing ops.
+PyTorch semantics and signatures throughout (``torch.nn.functional`` re-exports these
+from ``neetorch.nn.functional``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from ..tensor import dtypes as _dt
+from ..tensor.tensor import Tensor
+from .registry import EXPORTS, Meta, OpDef, export, register, run
+from .shape_rules import broadcast_shapes, wrap_dim, numel
+from . import elementwise as _ew
+
+__all__ = ["softmax", "log_softmax", "softmin", "layer_norm", "rms_norm", "group_norm", "batch_norm",
+           "instance_norm", "embedding", "scaled_dot_product_attention", "dropout", "normalize",
+           "cosine_similarity", "pairwise_distance", "one_hot", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "smooth_l1_loss", "huber_loss"]
+
+
+# ---------------------------------------------------------------- helpers
+def _same_meta(metas, attrs):
+    return [Meta(tuple(metas[0].shape), metas[0].dtype)]
+
+
+def _check_float(op, t):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
+    if t._dtype.category != 2:
+        raise RuntimeError(f"{op}: expected a floating-point input, but got a tensor of dtype {t._dtype.name}")
+
+
+def _as_param(op, name, t, like: Tensor, shape=None):
+    """Optional weight/bias: None, or a tensor cast to ``like``'s dtype with a checked shape."""
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        from ..tensor.creation import tensor
+        t = tensor(t, dtype=like._dtype, device=like._device)
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise RuntimeError(f"{op}: expected {name} of shape {list(shape)}, but got {name} of shape {list(t.shape)}")
+    if t._dtype is not like._dtype:
+        t = t.to(like._dtype)
+    return t
+
+
+def _scalar(v, like: Tensor):
+    return _ew._scalar_tensor(v, like._dtype, like._device)
+
+
+def _full_like_shape(shape, v, like: Tensor, dtype=None):
+    from ..tensor.creation import full
+    return full(tuple(shape), v, dtype=dtype or like._dtype, device=like._device)
+
+
+# ---------------------------------------------------------------- softmax
+def _ref_softmax(xs, attrs):
+    x = xs[0].astype(np.float64)
+    d = attrs["dim"] if xs[0].ndim else None
+    m = np.max(x, axis=d, keepdims=True)
+    e = np.exp(x - m)
+    s = e.sum(axis=d, keepdims=True)
+    return [(e / s).astype(xs[0].dtype)]
+
+
+def _ref_log_softmax(xs, attrs):
+    x = xs[0].astype(np.float64)
+    d = attrs["dim"] if xs[0].ndim else None
+    m = np.max(x, axis=d, keepdims=True)
+    return [(x - m - np.log(np.exp(x - m).sum(axis=d, keepdims=True))).astype(xs[0].dtype)]
+
+
+SOFTMAX = register(OpDef("softmax", infer=_same_meta, reference=_ref_softmax,
+                         doc="softmax along attrs['dim']; attrs['safe']: rows of all -inf give 0 (attention)"))
+LOG_SOFTMAX = register(OpDef("log_softmax", infer=_same_meta, reference=_ref_log_softmax))
+
+
+def _softmax_common(op, name, input, dim, dtype, safe=False):
+    if dtype is not None:
+        input = input.to(dtype)
+    _check_float(name, input)
+    if dim is None:
+        raise TypeError(f"{name}() missing required argument 'dim'")
+    d = wrap_dim(dim, input.ndim, name)
+    return run(op, [input], {"dim": d, "safe": bool(safe)})[0]
+
+
+@export
+def softmax(input, dim, dtype=None):
+    """``exp(x) / sum(exp(x))`` along ``dim`` (``torch.softmax``); ``dtype`` casts the input first."""
+    return _softmax_common(SOFTMAX, "softmax", input, dim, dtype)
+
+
+@export
+def log_softmax(input, dim, dtype=None):
+    """``x - log(sum(exp(x)))`` along ``dim`` (``torch.log_softmax``)."""
+    return _softmax_common(LOG_SOFTMAX, "log_softmax", input, dim, dtype)
+
+
+def _safe_softmax(input, dim):
+    """softmax whose rows of only ``-inf`` give zeros (what torch's attention uses)."""
+    return _softmax_common(SOFTMAX, "softmax", input, dim, None, safe=True)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    if dtype is not None:
+        input = input.to(dtype)
+    return softmax(-input, _implicit_dim(input, dim, "softmin"))
+
+
+def _implicit_dim(input, dim, name):
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  f"as an argument.", UserWarning, stacklevel=3)
+    return 0 if input.ndim in (0, 1, 3) else 1
+
+
+# ---------------------------------------------------------------- row normalizations
+LAYER_NORM = register(OpDef("layer_norm", infer=_same_meta))
+RMS_NORM = register(OpDef("rms_norm", infer=_same_meta))
+GROUP_NORM = register(OpDef("group_norm", infer=_same_meta))
+
+
+def _norm_shape(op, input, normalized_shape):
+    if isinstance(normalized_shape, numbers.Integral):
+        normalized_shape = (int(normalized_shape),)
+    ns = tuple(int(s) for s in normalized_shape)
+    k = len(ns)
+    if k == 0:
+        raise RuntimeError(f"{op}: Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+                           f"least one element, but got normalized_shape = []")
+    if input.ndim < k or tuple(input.shape[input.ndim - k:]) != ns:
+        raise RuntimeError(f"{op}: Given normalized_shape={list(ns)}, expected input with shape "
+                           f"[*, {', '.join(map(str, ns))}], but got input of size{list(input.shape)}")
+    return ns
+
+
+@export(method=False)
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalization over the trailing ``normalized_shape`` dims (``torch.nn.functional.layer_norm``)."""
+    _check_float("layer_norm", input)
+    ns = _norm_shape("layer_norm", input, normalized_shape)
+    w = _as_param("layer_norm", "weight", weight, input, ns)
+    b = _as_param("layer_norm", "bias", bias, input, ns)
+    ins = [input] + [t for t in (w, b) if t is not None]
+    return run(LAYER_NORM, ins, {"n": numel(ns), "eps": float(eps), "has_weight": w is not None,
+                                 "has_bias": b is not None})[0]
+
+
+@export(method=False)
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """RMS normalization (``torch.nn.functional.rms_norm``); ``eps=None``: the float32/float64 machine epsilon."""
+    _check_float("rms_norm", input)
+    ns = _norm_shape("rms_norm", input, normalized_shape)
+    w = _as_param("rms_norm", "weight", weight, input, ns)
+    if eps is None:
+        eps = float(np.finfo(np.float64 if input._dtype is _dt.float64 else np.float32).eps)
+    ins = [input] + ([w] if w is not None else [])
+    return run(RMS_NORM, ins, {"n": numel(ns), "eps": float(eps), "has_weight": w is not None})[0]
+
+
+@export(method=False)
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Group normalization of ``(N, C, *)`` (``torch.nn.functional.group_norm``)."""
+    _check_float("group_norm", input)
+    if input.ndim < 2:
+        raise RuntimeError(f"group_norm: Expected at least 2 dimensions for input tensor but received {input.ndim}")
+    C = input.shape[1]
+    G = int(num_groups)
+    if G <= 0 or C % G:
+        raise RuntimeError(f"group_norm: Expected number of channels in input to be divisible by num_groups, but got "
+                           f"input of shape {list(input.shape)} and num_groups={num_groups}")
+    w = _as_param("group_norm", "weight", weight, input, (C,))
+    b = _as_param("group_norm", "bias", bias, input, (C,))
+    return _group_norm_run(input, G, w, b, eps)
+
+
+def _group_norm_run(input, G, w, b, eps):
+    ins = [input] + [t for t in (w, b) if t is not None]
+    return run(GROUP_NORM, ins, {"groups": G, "eps": float(eps), "has_weight": w is not None,
+                                 "has_bias": b is not None})[0]
+
+
+def _bn_stats_infer(metas, attrs):
+    x = metas[0]
+    return [Meta((x.shape[1],), x.dtype), Meta((x.shape[1],), x.dtype)]
+
+
+BATCH_NORM_STATS = register(OpDef("batch_norm_stats", infer=_bn_stats_infer, nout=2,
+                                  doc="per-channel (dim 1) mean and biased variance"))
+
+
+def _chan_shape(input):
+    return (input.shape[1],) + (1,) * (input.ndim - 2)
+
+
+def _affine_apply(input, mean, var, weight, bias, eps):
+    """(x - mean) / sqrt(var + eps) * w + b per channel, as one fused multiply-add pass."""
+    scale = (var + float(eps)).rsqrt()
+    if weight is not None:
+        scale = scale * weight
+    shift = -mean * scale
+    if bias is not None:
+        shift = shift + bias
+    cs = _chan_shape(input)
+    return _ew.apply(_ew._addcmul, shift.reshape(cs), input, scale.reshape(cs), 1)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Batch normalization (``torch.nn.functional.batch_norm``): running statistics when not training; batch
+    statistics (and an in-place running-stat update) when training."""
+    _check_float("batch_norm", input)
+    if input.ndim < 2:
+        raise ValueError(f"batch_norm: expected 2D or more input (got {input.ndim}D input)")
+    C = input.shape[1]
+    w = _as_param("batch_norm", "weight", weight, input, (C,))
+    b = _as_param("batch_norm", "bias", bias, input, (C,))
+    if not training:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("batch_norm: running_mean and running_var must be defined in evaluation mode")
+        rm = _as_param("batch_norm", "running_mean", running_mean, input, (C,))
+        rv = _as_param("batch_norm", "running_var", running_var, input, (C,))
+        return _affine_apply(input, rm, rv, w, b, eps)
+    cnt = input.numel() // C if C else 0
+    if cnt <= 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{list(input.shape)}")
+    mean, var = run(BATCH_NORM_STATS, [input], {})
+    _update_running(running_mean, running_var, mean, var, cnt, momentum)
+    return _affine_apply(input, mean, var, w, b, eps)
+
+
+def _update_running(running_mean, running_var, mean, var, cnt, momentum):
+    m = 0.0 if momentum is None else float(momentum)
+    if running_mean is not None:
+        running_mean.copy_(running_mean * (1.0 - m) + mean.to(running_mean._dtype) * m)
+    if running_var is not None:
+        unbiased = var * (cnt / (cnt - 1)) if cnt > 1 else var
+        running_var.copy_(running_var * (1.0 - m) + unbiased.to(running_var._dtype) * m)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Instance normalization of ``(N, C, *)`` (``torch.nn.functional.instance_norm``)."""
+    _check_float("instance_norm", input)
+    if input.ndim < 2:
+        raise ValueError(f"instance_norm: expected 2D or more input (got {input.ndim}D input)")
+    N, C = input.shape[0], input.shape[1]
+    w = _as_param("instance_norm", "weight", weight, input, (C,))
+    b = _as_param("instance_norm", "bias", bias, input, (C,))
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise RuntimeError("instance_norm: Expected running_mean and running_var to be defined when "
+                               "use_input_stats is false")
+        rm = _as_param("instance_norm", "running_mean", running_mean, input, (C,))
+        rv = _as_param("instance_norm", "running_var", running_var, input, (C,))
+        return _affine_apply(input, rm, rv, w, b, eps)
+    HW = input.numel() // (N * C) if N * C else 0
+    if HW <= 1 and input.numel():
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")
+    if running_mean is not None or running_var is not None:
+        x3 = input.reshape(1, N * C, HW)
+        mean, var = run(BATCH_NORM_STATS, [x3], {})
+        mean_c = _mean0(mean.reshape(N, C))
+        var_c = _mean0(var.reshape(N, C))
+        _update_running(running_mean, running_var, mean_c, var_c, HW, momentum)
+    return _group_norm_run(input, C, w, b, eps)
+
+
+def _mean0(t):
+    acc = t.select(0, 0)
+    for i in range(1, t.shape[0]):
+        acc = acc + t.select(0, i)
+    return acc / t.shape[0]
+
+
+# ---------------------------------------------------------------- embedding
+def _embedding_infer(metas, attrs):
+    w, idx = metas
+    return [Meta(tuple(idx.shape) + (w.shape[1],), w.dtype)]
+
+
+EMBEDDING = register(OpDef("embedding", infer=_embedding_infer,
+                           reference=lambda xs, attrs: [xs[0][xs[1]]]))
+EMBEDDING_RENORM = register(OpDef("embedding_renorm_", infer=lambda metas, attrs: [metas[0]]))
+
+
+def _embedding_impl(input, weight, padding_idx=None, max_norm=None, norm_type=2.0):
+    if not isinstance(input, Tensor):
+        from ..tensor.creation import tensor
+        input = tensor(input, device=weight._device)
+    if input._dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError(f"embedding: Expected tensor for argument #1 'indices' to have one of the following scalar "
+                           f"types: Long, Int; but got {input._dtype.name} instead")
+    if weight.ndim != 2:
+        raise RuntimeError(f"embedding: 'weight' must be 2-D, got shape {list(weight.shape)}")
+    V = weight.shape[0]
+    if padding_idx is not None:
+        if padding_idx > 0 and padding_idx >= V:
+            raise AssertionError(f"Padding_idx must be within num_embeddings (padding_idx={padding_idx}, "
+                                 f"num_embeddings={V})")
+        if padding_idx < 0 and padding_idx < -V:
+            raise AssertionError(f"Padding_idx must be within num_embeddings (padding_idx={padding_idx}, "
+                                 f"num_embeddings={V})")
+    if max_norm is not None:
+        run(EMBEDDING_RENORM, [weight, input], {"max_norm": float(max_norm), "norm_type": float(norm_type)},
+            out=[weight])
+    return run(EMBEDDING, [weight, input], {})[0]
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """Rows of ``weight`` picked by integer ``input`` (``torch.nn.functional.embedding``); indices outside
+    ``[0, num_embeddings)`` raise ``IndexError``. ``padding_idx`` only matters for gradients."""
+    return _embedding_impl(input, weight, padding_idx, max_norm, norm_type)
+
+
+@export(name="embedding", method=False)
+def _torch_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """``torch.embedding(weight, indices, ...)`` (note torch's argument order)."""
+    return _embedding_impl(indices, weight)
+
+
+# ---------------------------------------------------------------- dropout
+def _check_p(p):
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
+def _keep_mask(input, p, shape):
+    """Float mask of ``shape``: 1/(1-p) with probability 1-p, else 0 (the default generator)."""
+    from ..tensor.creation import rand
+    dt = input._dtype if input._dtype is _dt.float64 else _dt.float32
+    u = rand(*shape, dtype=dt, device=input._device)
+    return _ew.apply(_ew._where, u < (1.0 - p), 1.0 / (1.0 - p), 0.0)
+
+
+def _dropout_impl(input, p, training, inplace, mask_shape=None):
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        r = input * 0
+    else:
+        mask = _keep_mask(input, p, tuple(input.shape) if mask_shape is None else mask_shape)
+        r = input * mask.to(input._dtype)
+    if inplace:
+        return input.copy_(r)
+    return r
+
+
+@export(method=False)
+def dropout(input, p, train):
+    """``torch.dropout(input, p, train)``."""
+    return _dropout_impl(input, float(p), bool(train), False)
+
+
+def _feature_dropout(name, input, p, training, inplace, batched_ndim):
+    _check_p(p)
+    nd = input.ndim
+    if nd not in (batched_ndim - 1, batched_ndim):
+        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, but received a "
+                           f"{nd}D input")
+    if nd == batched_ndim:
+        shape = tuple(input.shape[:2]) + (1,) * (nd - 2)
+    else:
+        shape = (input.shape[0],) + (1,) * (nd - 1)
+    return _dropout_impl(input, p, training, inplace, shape)
+
+
+_ALPHA = 1.7580993408473766
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout (keeps SELU's self-normalization) (``torch.nn.functional.alpha_dropout``)."""
+    _check_p(p)
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        r = input * 0
+    else:
+        from ..tensor.creation import rand
+        u = rand(*input.shape, dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32,
+                 device=input._device)
+        keep = (u < (1.0 - p)).to(input._dtype)
+        a = 1.0 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))
+        r = input * keep * a + (keep - 1.0) * (_ALPHA * a) + _ALPHA * a * p
+    return input.copy_(r) if inplace else r
+
+
+# ---------------------------------------------------------------- attention
+def _matmul(a, b):
+    mm = EXPORTS.get("matmul")
+    if mm is None:
+        raise RuntimeError("scaled_dot_product_attention needs nee.matmul (neetorch.ops.linalg)")
+    return mm[0](a, b)
+
+
+def _causal_mask(L, S, dev):
+    from ..tensor.creation import arange
+    i = arange(L, device=dev).reshape(L, 1)
+    j = arange(S, device=dev).reshape(1, S)
+    return j <= i
+
+
+def _repeat_heads(t, rep):
+    # (..., H, S, E) -> (..., H*rep, S, E) with each head repeated ``rep`` times (repeat_interleave on dim -3)
+    sh = tuple(t.shape)
+    e = t.unsqueeze(-3).expand(*sh[:-2], rep, *sh[-2:])
+    return e.reshape(*sh[:-3], sh[-3] * rep, *sh[-2:])
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """``softmax(q @ k^T * scale + mask) @ v`` (``torch.nn.functional.scaled_dot_product_attention``).
+
+    Boolean masks: True means attend; float masks are added.  ``is_causal`` uses the top-left aligned
+    lower-triangular mask.  Rows with every position masked give zeros (like torch).
+    """
+    for n, t in (("query", query), ("key", key), ("value", value)):
+        _check_float("scaled_dot_product_attention", t)
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RuntimeError("scaled_dot_product_attention: expected query, key and value of at least 2 dims")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    E = query.shape[-1]
+    if key.shape[-1] != E:
+        raise RuntimeError(f"scaled_dot_product_attention: query and key must have the same embedding size, got "
+                           f"{E} and {key.shape[-1]}")
+    if key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: key and value must have the same sequence length, got "
+                           f"{key.shape[-2]} and {value.shape[-2]}")
+    L, S = query.shape[-2], key.shape[-2]
+    sc = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    if enable_gqa and query.ndim >= 3 and key.ndim >= 3:
+        Hq, Hk, Hv = query.shape[-3], key.shape[-3], value.shape[-3]
+        if Hq % Hk or Hq % Hv:
+            raise RuntimeError(f"scaled_dot_product_attention: number of heads in key/value ({Hk}/{Hv}) must "
+                               f"divide the number of heads in query ({Hq})")
+        if Hk != Hq:
+            key = _repeat_heads(key, Hq // Hk)
+        if Hv != Hq:
+            value = _repeat_heads(value, Hq // Hv)
+    q = query * sc if sc != 1.0 else query
+    attn = _matmul(q, key.transpose(-2, -1))
+    if is_causal:
+        attn = _ew.masked_fill(attn, _causal_mask(L, S, query._device).logical_not(), -math.inf)
+    if attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            from ..tensor.creation import tensor
+            attn_mask = tensor(attn_mask, device=query._device)
+        if attn_mask._dtype is _dt.bool_:
+            keep = attn_mask
+            if tuple(broadcast_shapes(tuple(attn.shape), tuple(keep.shape), op="scaled_dot_product_attention")) \
+                    != tuple(attn.shape):
+                attn = attn.expand(*broadcast_shapes(tuple(attn.shape), tuple(keep.shape)))
+            attn = _ew.apply(_ew._where, keep, attn, -math.inf)
+        else:
+            attn = attn + attn_mask.to(attn._dtype)
+    w = _safe_softmax(attn, -1)
+    if dropout_p > 0.0:
+        w = _dropout_impl(w, float(dropout_p), True, False)
+    return _matmul(w, value)
+
+
+# ---------------------------------------------------------------- private reductions
+# (a weighted class-sum kernel; independent of the general reduction ops)
+def _nll_terms_infer(metas, attrs):
+    lp, tgt = metas[0], metas[1]
+    return [Meta(tuple(tgt.shape), lp.dtype), Meta(tuple(tgt.shape), lp.dtype), Meta((3,), _dt.float64)]
+
+
+NLL_TERMS = register(OpDef("nll_loss_terms", infer=_nll_terms_infer, nout=3,
+                           doc="per-element -w[t]*lp[t], -sum_c w[c]*lp[c] and their totals"))
+
+
+def _nll_terms(lp3, tgt2, weight, ignore_index, smooth):
+    """lp3 (N, C, K), tgt2 (N, K) int64 -> (nll (N, K), smooth (N, K), totals (3,) float64)."""
+    ins = [lp3, tgt2] + ([weight] if weight is not None else [])
+    return run(NLL_TERMS, ins, {"ignore_index": int(ignore_index), "smooth": bool(smooth),
+                                "has_weight": weight is not None})
+
+
+def _zeros_idx(shape, dev):
+    from ..tensor.creation import zeros
+    return zeros(tuple(shape), dtype=_dt.int64, device=dev)
+
+
+def _sum_dim(x, dim, keepdim=False, weight=None):
+    """sum over ``dim`` (optionally weighted along it), accumulated in float64."""
+    x = x if x._dtype.category == 2 else x.to(_dt.get_default_dtype())
+    if x.ndim == 0:
+        return x.clone()
+    d = wrap_dim(dim, x.ndim, "sum")
+    sh = tuple(x.shape)
+    N, C, K = numel(sh[:d]), sh[d], numel(sh[d + 1:])
+    x3 = x.reshape(N, C, K)
+    _, s, _ = _nll_terms(-x3, _zeros_idx((N, K), x._device), weight, -1, True)
+    out = s.reshape(*sh[:d], *sh[d + 1:])
+    return out.unsqueeze(d) if keepdim else out
+
+
+def _sum_all(x):
+    x = x if x._dtype.category == 2 else x.to(_dt.get_default_dtype())
+    n = x.numel()
+    _, _, tot = _nll_terms(-x.reshape(1, n, 1), _zeros_idx((1, 1), x._device), None, -1, True)
+    return tot.select(0, 1).to(x._dtype)
+
+
+def _mean_all(x):
+    x = x if x._dtype.category == 2 else x.to(_dt.get_default_dtype())
+    n = x.numel()
+    _, _, tot = _nll_terms(-x.reshape(1, n, 1), _zeros_idx((1, 1), x._device), None, -1, True)
+    return (tot.select(0, 1) / n if n else tot.select(0, 1) * math.nan).to(x._dtype)
+
+
+def _max_dim_abs(x, dim, keepdim):
+    amax = EXPORTS.get("amax")
+    if amax is not None:
+        return amax[0](x.abs(), dim, keepdim)
+    from ..tensor.creation import from_numpy
+    a = np.abs(x.numpy(force=True)).max(axis=dim, keepdims=keepdim)
+    return from_numpy(np.ascontiguousarray(a)).to(x._device)
+
+
+def _vector_norm(x, p, dim, keepdim):
+    if p == 2:
+        return _sum_dim(x * x, dim, keepdim).sqrt()
+    if p == 1:
+        return _sum_dim(x.abs(), dim, keepdim)
+    if p == math.inf:
+        return _max_dim_abs(x, dim, keepdim)
+    if p == 0:
+        return _sum_dim((x != 0).to(x._dtype), dim, keepdim)
+    return _sum_dim(x.abs() ** p, dim, keepdim) ** (1.0 / p)
+
+
+# ---------------------------------------------------------------- distances
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``input / max(||input||_p, eps)`` along ``dim`` (``torch.nn.functional.normalize``)."""
+    _check_float("normalize", input)
+    d = wrap_dim(dim, input.ndim, "normalize")
+    denom = _ew.clamp_min(_vector_norm(input, float(p), d, True), eps)
+    r = input / denom
+    return out.copy_(r) if out is not None else r
+
+
+@export(method=False)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine similarity along ``dim`` after broadcasting (``torch.nn.functional.cosine_similarity``)."""
+    shape = broadcast_shapes(tuple(x1.shape), tuple(x2.shape), op="cosine_similarity")
+    if x1._dtype.category != 2:
+        x1 = x1.to(_dt.get_default_dtype())
+    if x2._dtype.category != 2:
+        x2 = x2.to(_dt.get_default_dtype())
+    x1 = x1.expand(*shape) if tuple(x1.shape) != shape else x1
+    x2 = x2.expand(*shape) if tuple(x2.shape) != shape else x2
+    d = wrap_dim(dim, len(shape), "cosine_similarity")
+    n1 = _ew.clamp_min(_vector_norm(x1, 2, d, True), eps)
+    n2 = _ew.clamp_min(_vector_norm(x2, 2, d, True), eps)
+    return _sum_dim((x1 / n1) * (x2 / n2), d)
+
+
+@export(method=False)
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``||x1 - x2 + eps||_p`` over the last dim (``torch.nn.functional.pairwise_distance``)."""
+    nd = max(x1.ndim, x2.ndim)
+    diff = x1 - x2 + eps
+    if nd == 0:
+        return diff.abs()
+    return _vector_norm(diff, float(p), nd - 1, keepdim)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 one-hot encoding with a new last dim (``torch.nn.functional.one_hot``)."""
+    if tensor._dtype is not _dt.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    a = tensor.numpy(force=True)
+    if num_classes == -1:
+        if a.size == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(a.max()) + 1
+    if a.size:
+        if int(a.min()) < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if int(a.max()) >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    from ..tensor.creation import arange
+    cls = arange(int(num_classes), device=tensor._device)
+    return (tensor.unsqueeze(-1) == cls).to(_dt.int64)
+
+
+# ---------------------------------------------------------------- losses
+def _legacy_reduction(size_average, reduce, reduction):
+    if size_average is None and reduce is None:
+        return reduction
+    warnings.warn("size_average and reduce args will be deprecated, please use reduction='none' instead.",
+                  UserWarning, stacklevel=3)
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+def _reduce(loss, reduction):
+    if reduction == "none":
+        return loss
+    if reduction == "mean":
+        return _mean_all(loss)
+    if reduction == "sum":
+        return _sum_all(loss)
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _check_reduction(reduction, extra=()):
+    if reduction not in ("none", "mean", "sum") + tuple(extra):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def _nd_view(input, target, op):
+    """input (N, C, *) / (C,) and target (N, *) / () -> (lp3 (N, C, K), tgt2 (N, K), out shape)."""
+    if input.ndim == 0:
+        raise ValueError(f"{op}: input tensor should be 1D or more, got 0-d")
+    if input.ndim == 1:
+        if target.ndim != 0:
+            raise RuntimeError(f"{op}: expected a 0-d target for a 1-D input, got target of shape "
+                               f"{list(target.shape)}")
+        return input.reshape(1, input.shape[0], 1), target.reshape(1, 1), ()
+    N, C = input.shape[0], input.shape[1]
+    if target.ndim == 0 or target.shape[0] != N:
+        raise ValueError(f"Expected input batch_size ({N}) to match target batch_size "
+                         f"({target.shape[0] if target.ndim else 0}).")
+    if tuple(target.shape[1:]) != tuple(input.shape[2:]):
+        raise RuntimeError(f"{op}: expected target of shape {[N] + list(input.shape[2:])}, got "
+                           f"{list(target.shape)}")
+    K = numel(input.shape[2:])
+    return input.reshape(N, C, K), target.reshape(N, K), tuple(target.shape)
+
+
+def _class_weight(weight, input, C, op):
+    if weight is None:
+        return None
+    w = _as_param(op, "weight", weight, input)
+    if w.numel() != C:
+        raise RuntimeError(f"{op}: weight tensor should be defined either for all {C} classes or no classes but "
+                           f"got weight tensor of shape: {list(w.shape)}")
+    return w.reshape(C)
+
+
+def _index_target(target, op):
+    if target._dtype.category != 1:
+        raise RuntimeError(f"{op}: expected target of an integer dtype (class indices), got {target._dtype.name}")
+    return target if target._dtype is _dt.int64 else target.to(_dt.int64)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """Negative log likelihood over class dim 1 (``torch.nn.functional.nll_loss``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction)
+    _check_float("nll_loss", input)
+    target = _index_target(target, "nll_loss")
+    lp3, t2, oshape = _nd_view(input, target, "nll_loss")
+    w = _class_weight(weight, input, lp3.shape[1], "nll_loss")
+    nll, _, tot = _nll_terms(lp3, t2, w, ignore_index, False)
+    return _finish_nll(nll, tot, oshape, reduction, input._dtype)
+
+
+def _finish_nll(nll, tot, oshape, reduction, dt, col=0):
+    if reduction == "none":
+        return nll.reshape(*oshape) if oshape else nll.reshape(())
+    s = tot.select(0, col)
+    if reduction == "sum":
+        return s.to(dt)
+    return (s / tot.select(0, 2)).to(dt)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """Cross entropy over class dim 1 with class indices or class probabilities
+    (``torch.nn.functional.cross_entropy``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction)
+    _check_float("cross_entropy", input)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"cross_entropy: label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    cdim = 0 if input.ndim == 1 else 1
+    C = input.shape[cdim]
+    lp = log_softmax(input, cdim)
+    if target._dtype.category == 2:
+        # class probabilities
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"cross_entropy: expected target of shape {list(input.shape)} (class probabilities), "
+                               f"got {list(target.shape)}")
+        t = target.to(input._dtype)
+        if label_smoothing > 0:
+            t = t * (1.0 - label_smoothing) + label_smoothing / C
+        w = _class_weight(weight, input, C, "cross_entropy")
+        loss = _sum_dim(-(lp * t), cdim, weight=w)
+        if reduction == "none":
+            return loss
+        if reduction == "sum":
+            return _sum_all(loss)
+        return _sum_all(loss) / (input.numel() // C if C else 0)
+    target = _index_target(target, "cross_entropy")
+    lp3, t2, oshape = _nd_view(lp, target, "cross_entropy")
+    w = _class_weight(weight, input, C, "cross_entropy")
+    smooth = label_smoothing > 0
+    nll, sm, tot = _nll_terms(lp3, t2, w, ignore_index, smooth)
+    r = _finish_nll(nll, tot, oshape, reduction, input._dtype)
+    if not smooth:
+        return r
+    s = _finish_nll(sm, tot, oshape, reduction, input._dtype, col=1)
+    return r * (1.0 - label_smoothing) + s * (label_smoothing / C)
+
+
+def _pointwise_loss(name, input, target, fn, reduction, weight=None, mean_by_weight=False):
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                      f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+                      f"Please ensure they have the same size.", UserWarning, stacklevel=3)
+    _check_reduction(reduction)
+    if weight is not None and tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = fn(input, target)
+    if weight is not None:
+        loss = loss * weight
+        if mean_by_weight and reduction == "mean":
+            return _sum_all(loss) / _sum_all(weight)
+    return _reduce(loss, reduction)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Mean squared error (``torch.nn.functional.mse_loss``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    return _pointwise_loss("mse_loss", input, target, lambda a, b: (a - b) * (a - b), reduction, weight, True)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Mean absolute error (``torch.nn.functional.l1_loss``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    return _pointwise_loss("l1_loss", input, target, lambda a, b: (a - b).abs(), reduction, weight, True)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """Smooth L1 (``torch.nn.functional.smooth_l1_loss``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+
+    def f(a, b):
+        d = (a - b).abs()
+        if beta == 0.0:
+            return d
+        return _ew.where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta)
+    return _pointwise_loss("smooth_l1_loss", input, target, f, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """Huber loss (``torch.nn.functional.huber_loss``)."""
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+
+    def f(a, b):
+        d = (a - b).abs()
+        return _ew.where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
+    return _pointwise_loss("huber_loss", input, target, f, reduction, weight)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """Binary cross entropy on probabilities (``torch.nn.functional.binary_cross_entropy``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
+                         f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
+    _check_float("binary_cross_entropy", input)
+    a = input.numpy(force=True)
+    if a.size and not bool(((a >= 0) & (a <= 1)).all()):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    t = target.to(input._dtype)
+    lx = _ew.clamp_min(input.log(), -100.0)
+    l1x = _ew.clamp_min((1.0 - input).log(), -100.0)
+    loss = -(t * lx + (1.0 - t) * l1x)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """Sigmoid + binary cross entropy, numerically stable
+    (``torch.nn.functional.binary_cross_entropy_with_logits``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({tuple(target.shape)}) must be the same as input size "
+                         f"({tuple(input.shape)})")
+    _check_float("binary_cross_entropy_with_logits", input)
+    t = target.to(input._dtype)
+    sp = -EXPORTS["logsigmoid"][0](input)  # softplus(-x)
+    if pos_weight is not None:
+        lw = (pos_weight - 1.0) * t + 1.0
+        loss = (1.0 - t) * input + lw * sp
+    else:
+        loss = (1.0 - t) * input + sp
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """Kullback-Leibler divergence, ``input`` in log space (``torch.nn.functional.kl_div``)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_reduction(reduction, ("batchmean",))
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      UserWarning, stacklevel=2)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        loss = EXPORTS["xlogy"][0](target, target) - target * input
+    if reduction == "batchmean":
+        if input.ndim == 0:
+            return _sum_all(loss)
+        return _sum_all(loss) / input.shape[0]
+    return _reduce(loss, reduction)
