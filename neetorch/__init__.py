@@ -36,6 +36,7 @@ short = int16
 uint8 = uint8
 
 _methods.install()
+_ops.registry._bind_late()
 for _name in _methods._VIEW_METHODS:  # nee.reshape(x, ...) is Tensor.reshape (so traces see views)
     if _name in globals():
         globals()[_name] = getattr(Tensor, _name)

@@ -57,6 +57,9 @@ class device:
     def __hash__(self):
         return self._hash
 
+    def __reduce__(self):
+        return (device, (self.type, self.index))
+
     def __str__(self):
         return self.type if (self.index == 0 and self.type == "cpu") else f"{self.type}:{self.index}"
 
@@ -113,6 +116,9 @@ def register_backend(cls: type[Backend], name: str | None = None) -> None:
         _backend_classes[name or cls.type] = (cls, f"{cls.__module__}:{cls.__qualname__}", None)
         for k in [k for k in _instances if k[0] == (name or cls.type)]:
             del _instances[k]
+    from ..ops import registry  # the dispatcher caches backends and their claims
+    registry._backends.clear()
+    registry._claims.clear()
 
 
 def devices() -> list[DeviceInfo]:

@@ -113,10 +113,10 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
     return res
 
 
-def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) -> list:
-    from ..tensor.tensor import Tensor
-    from ..devices import get_backend, record_fallback
+_claims: dict = {}   # (backend, op name, dtypes) -> None or the reason the backend gives
 
+
+def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) -> list:
     if op.check is not None:
         _depth[0] += 1  # the check reads values: that is part of the op, not of a traced program
         try:
@@ -128,12 +128,18 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
     for t in inputs:
         if t._device is not dev and t._device != dev:
             raise RuntimeError(f"{op.name}: expected all tensors on the same device, got {dev} and {t._device}")
-    backend = get_backend(dev)
-    dtypes = [t._dtype for t in inputs] + [m.dtype for m in metas]
-    reason = backend.supports(op.name, dtypes)
+    backend = _backends.get(dev)
+    if backend is None:
+        backend = _backends[dev] = _get_backend(dev)
+    dtypes = tuple([t._dtype for t in inputs] + [m.dtype for m in metas])
+    key = (backend, op.name, dtypes)
+    reason = _claims.get(key, _claims)
+    if reason is _claims:
+        reason = _claims[key] = backend.supports(op.name, dtypes)
     if reason is None:
         if out is None:
-            out = [Tensor._make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
+            make = _Tensor._make
+            out = [make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
         kern = backend.kernels[op.name]
         if _profiler._active[0] is None and not _TIMED:
             kern(backend, [o._data for o in out], [t._data for t in inputs], attrs)
@@ -154,7 +160,7 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
             return out
         return res
     # visible fallback to the CPU
-    from ..devices import device
+    from ..devices import device, record_fallback
     cpu = device("cpu")
     nbytes = sum(t.nbytes for t in inputs) + sum(_nbytes(m) for m in metas)
     record_fallback(op.name, dev, dtypes, reason, nbytes)
@@ -165,6 +171,24 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
             o.copy_(r.to(dev))
         return out
     return [r.to(dev) for r in cpu_out]
+
+
+_backends: dict = {}   # device -> backend instance (devices are interned)
+
+
+def _get_backend(dev):
+    from ..devices import get_backend
+    return get_backend(dev)
+
+
+def _bind_late() -> None:
+    """Names from modules that import this one (bound once the package is loaded)."""
+    global _Tensor
+    from ..tensor.tensor import Tensor as _T
+    _Tensor = _T
+
+
+_Tensor = None
 
 
 def _nbytes(m: Meta) -> int:
