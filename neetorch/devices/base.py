@@ -9,12 +9,18 @@ in neetorch's own ``pyproject.toml``).  It owns:
   ``memory_stats``;
 * layout: ``as_strided`` to build views over its storage;
 * what it claims: ``supports(op, dtypes)`` returns ``None`` when it can run the op,
-  or a short reason string when it cannot (the dispatcher then falls back, visibly);
+  or a short reason string when it cannot (the dispatcher then falls back, visibly).
+  The answer must depend only on its arguments: the dispatcher caches it per
+  (backend, op, dtypes);
+* fused kernels (optional): ``compile_group(group) -> (kernel, source)`` renders a
+  ``jit.fusion.FusedElementwise`` group (or raises ``NotImplementedError``: the
+  members then run one by one) and ``launch_group(kernel, outs, ins)`` runs it;
 * dispatch: ``kernels`` maps op names to ``fn(backend, outs, ins, attrs)``;
 * ``synchronize``.
 
 Device arrays are whatever the backend likes as long as they expose ``shape``,
-``strides`` (bytes), ``dtype`` (numpy dtype) and ``ndim``; the CPU backend uses
+``strides`` (bytes), ``dtype`` (numpy dtype), ``ndim``, ``size``, ``nbytes``,
+``itemsize`` and ``flags.c_contiguous`` / ``flags.writeable``; the CPU backend uses
 numpy arrays, a CUDA backend CuPy arrays.
 """
 from __future__ import annotations

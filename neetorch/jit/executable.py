@@ -117,10 +117,13 @@ class Executable:
         for n in graph.nodes:
             if isinstance(n.op, FusedElementwise):
                 compile_group = getattr(self.backend, "compile_group", None)
-                if compile_group is None:   # a device without a fused renderer runs the members one by one
-                    self.steps.extend(("op", m) for m in n.op.nodes)
+                try:
+                    kern, src = compile_group(n.op) if compile_group is not None else (None, None)
+                except NotImplementedError:
+                    kern = None
+                if kern is None:   # a device that cannot render this group runs the members one by one
+                    self.steps.extend(self._op_step(m) for m in n.op.nodes)
                     continue
-                kern, src = compile_group(n.op)
                 self.kernels.append((n.op.name, src))
                 self.steps.append(("fused", n, kern))
             elif isinstance(n.op, ViewOp):

@@ -1,0 +1,328 @@
+"""Non-elementwise OpenCL kernels: reductions, softmax, matmul.
+
+* reductions (sum, mean, prod, amax, amin, any, all) over ANY set of dims: the kept
+  and the reduced dims are each collapsed to at most 4 (strides as in the
+  elementwise kernels); one work-item per output element walks its reduced
+  elements.  When there are few outputs and many reduced elements (``x.sum()``),
+  a first pass writes per-chunk partials and a second pass combines them.
+* softmax / log_softmax over any dim (one work-item per row; ``safe`` rows of only
+  -inf give zeros).
+* matmul with broadcast batch dims and any strides (one work-item per output
+  element, ``j`` fastest so neighbouring work-items read neighbouring ``b``).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ...tensor import dtypes as _dt
+from ..cpu import layout
+from .exprs import CTYPE
+
+_NP = {"uchar": np.uint8, "char": np.int8, "short": np.int16, "int": np.int32, "long": np.int64,
+       "float": np.float32, "double": np.float64}
+_MIN = {"uchar": "0", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN", "long": "LONG_MIN"}
+_MAX = {"uchar": "UCHAR_MAX", "char": "CHAR_MAX", "short": "SHRT_MAX", "int": "INT_MAX", "long": "LONG_MAX"}
+_FLOATS = ("float", "double")
+
+
+def _name(prefix, sig):
+    return f"{prefix}_{hashlib.sha1(sig.encode()).hexdigest()[:16]}"
+
+
+def _store(expr, frm, to, to_bool):
+    from .render import _cast
+    return _cast(expr, frm, to, to_bool)
+
+
+# ---------------------------------------------------------------- reductions
+_RED_OPS = ("sum", "mean", "prod", "amax", "amin", "any", "all")
+
+
+def _acc_type(backend, kind, in_ct):
+    if kind in ("any", "all"):
+        return "uchar"
+    if kind in ("amax", "amin"):
+        return in_ct
+    if in_ct == "float":
+        return "double" if backend.fp64 else "float"
+    if in_ct == "double":
+        return "double"
+    return "long"
+
+
+def _init_combine(kind, in_ct, acc):
+    fl = in_ct in _FLOATS
+    if kind in ("sum", "mean"):
+        return "0", f"acc += ({acc})v;"
+    if kind == "prod":
+        return "1", f"acc *= ({acc})v;"
+    if kind == "any":
+        return "0", "acc = acc | (v != 0);"
+    if kind == "all":
+        return "1", "acc = acc & (v != 0);"
+    if kind == "amax":
+        if fl:
+            return f"-({in_ct})INFINITY", "acc = (v > acc || isnan(v)) ? v : acc;"
+        return _MIN[in_ct], "acc = v > acc ? v : acc;"
+    if fl:
+        return f"({in_ct})INFINITY", "acc = (v < acc || isnan(v)) ? v : acc;"
+    return _MAX[in_ct], "acc = v < acc ? v : acc;"
+
+
+_RMETA = "#ifndef NEE_RMETA\n#define NEE_RMETA\ntypedef struct { long v[26]; } nee_rmeta;\n#endif\n"
+
+
+def _reduce_source(backend, kind, in_ct, out_ct, out_bool, final):
+    """Kernel: ``final`` writes ``out[po]`` (mean divided by m.v[25]); else partials at ``out[g]``."""
+    acc = _acc_type(backend, kind, in_ct)
+    init, comb = _init_combine(kind, in_ct, acc)
+    name = _name("red_" + kind, f"{in_ct}|{out_ct}|{out_bool}|{final}|{acc}")
+    res = "acc" if kind != "mean" or not final else f"(acc / ({acc})m.v[25])"
+    store = _store(res, acc, out_ct, out_bool) if final else res
+    dst = "o[po]" if final else "o[g]"
+    src = _RMETA + f"""
+__kernel void {name}(__global {out_ct}* o, __global const {in_ct}* x, const nee_rmeta m) {{
+  const long g = get_global_id(0);
+  const long no0 = m.v[0], no1 = m.v[1], no2 = m.v[2], no3 = m.v[3];
+  const long nch = m.v[24];
+  if (g >= no0 * no1 * no2 * no3 * nch) return;
+  const long oi = g / nch, c = g % nch;
+  const long i3 = oi % no3; long t = oi / no3; const long i2 = t % no2; t /= no2;
+  const long i1 = t % no1; const long i0 = t / no1;
+  const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7];
+  const long px = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12];
+  const long nr0 = m.v[14], nr1 = m.v[15], nr2 = m.v[16], nr3 = m.v[17];
+  const long sr0 = m.v[18], sr1 = m.v[19], sr2 = m.v[20], sr3 = m.v[21];
+  const long R = m.v[22], chunk = m.v[23];
+  const long j0 = c * chunk; const long j1 = min(R, j0 + chunk);
+  {acc} acc = {init};
+  if (j0 < j1) {{
+    long r3 = j0 % nr3; long u = j0 / nr3; long r2 = u % nr2; u /= nr2; long r1 = u % nr1; long r0 = u / nr1;
+    for (long j = j0; j < j1; j++) {{
+      const {in_ct} v = x[px + r0 * sr0 + r1 * sr1 + r2 * sr2 + r3 * sr3];
+      {comb}
+      if (++r3 == nr3) {{ r3 = 0; if (++r2 == nr2) {{ r2 = 0; if (++r1 == nr1) {{ r1 = 0; ++r0; }} }} }}
+    }}
+  }}
+  {dst} = {store};
+}}
+"""
+    return name, src, acc
+
+
+def _reduce(kind):
+    def run(backend, outs, ins, attrs):
+        x, out = ins[0], outs[0]
+        if out.size == 0:
+            return
+        dims = tuple(sorted(attrs["dims"]))
+        nd = x.ndim
+        kept = [d for d in range(nd) if d not in dims]
+        ost = [out.estrides[d] for d in kept] if (attrs.get("keepdim") and out.ndim == nd) else list(out.estrides)
+        kshape = [x.shape[d] for d in kept]
+        rshape = [x.shape[d] for d in dims]
+        xs_k = [x.estrides[d] for d in kept]
+        xs_r = [x.estrides[d] for d in dims]
+        cks, (cso, csx) = layout.collapse(kshape, [ost, xs_k])
+        crs, (csr,) = layout.collapse(rshape, [xs_r])
+        xoff = x.offset
+        if len(cks) > 4 or len(crs) > 4:
+            # rare: more than 4 non-mergeable dims; read from a copy with kept dims first, reduced last
+            perm = kept + list(dims)
+            xv = backend.as_strided(x, [x.shape[d] for d in perm], [x.estrides[d] for d in perm], 0)
+            xc = backend.empty(xv.shape, _dt.from_numpy_dtype(x.dtype))
+            backend.copy_(xc, xv)
+            x, xoff = xc, 0
+            nk = len(kept)
+            cks, (cso, csx) = layout.collapse(kshape, [ost, list(xc.estrides[:nk])])
+            crs, (csr,) = layout.collapse(rshape, [list(xc.estrides[nk:])])
+            if len(cks) > 4:
+                raise NotImplementedError("opencl reduction: output layout with more than 4 non-mergeable dims")
+        no, (so, sx) = layout.pad4(cks, [cso, csx])
+        nr, (sr,) = layout.pad4(crs, [csr])
+        nout = no[0] * no[1] * no[2] * no[3]
+        R = nr[0] * nr[1] * nr[2] * nr[3]
+        in_ct, out_ct = CTYPE[_dt.from_numpy_dtype(x.dtype).name], CTYPE[_dt.from_numpy_dtype(out.dtype).name]
+        out_bool = out.dtype == np.bool_
+        nch = 1
+        if nout < 256 and R > 4096:
+            nch = min(-(-R // 2048), max(1, 16384 // nout))
+        chunk = -(-R // nch) if R else 1
+        if R:
+            nch = -(-R // chunk)
+        if nch == 1:
+            name, src, _ = _reduce_source(backend, kind, in_ct, out_ct, out_bool, True)
+            k = backend.programs.kernel(name, src)
+            meta = no + so + [out.offset] + sx + [xoff] + nr + sr + [R, chunk, 1, R]
+            backend.enqueue(k, nout, [out.storage.buffer, x.storage.buffer], np.array(meta, np.int64))
+            return
+        # two passes: partials [nout, nch] in the accumulator type, then combine
+        acc_ct = _acc_type(backend, kind, in_ct)
+        name, src, _ = _reduce_source(backend, kind, in_ct, acc_ct, False, False)
+        k1 = backend.programs.kernel(name, src)
+        part = backend.empty((nout * nch,), _dt.from_numpy_dtype(np.dtype(_NP[acc_ct])))
+        meta = no + so + [out.offset] + sx + [xoff] + nr + sr + [R, chunk, nch, R]
+        backend.enqueue(k1, nout * nch, [part.storage.buffer, x.storage.buffer], np.array(meta, np.int64))
+        k2kind = {"mean": "mean", "sum": "sum", "prod": "prod"}.get(kind, kind)
+        name2, src2, _ = _reduce_source(backend, k2kind, acc_ct, out_ct, out_bool, True)
+        k2 = backend.programs.kernel(name2, src2)
+        # partial of output (i0..i3) sits at ((i0*no1 + i1)*no2 + i2)*no3 + i3) * nch
+        cs = [no[1] * no[2] * no[3] * nch, no[2] * no[3] * nch, no[3] * nch, nch]
+        meta2 = no + so + [out.offset] + cs + [0] + [1, 1, 1, nch] + [0, 0, 0, 1] + [nch, nch, 1, R]
+        backend.enqueue(k2, nout, [out.storage.buffer, part.storage.buffer], np.array(meta2, np.int64))
+
+    def claims(backend, dtypes):
+        if kind == "mean" and dtypes[0].category != 2:
+            return "mean needs a floating input"
+        return None
+    run.__name__ = f"cl_{kind}"
+    run.claims = claims
+    return run
+
+
+# ---------------------------------------------------------------- softmax
+_SMETA = "#ifndef NEE_SMETA\n#define NEE_SMETA\ntypedef struct { long v[17]; } nee_smeta;\n#endif\n"
+
+
+def _softmax_source(ct, log, safe):
+    name = _name("softmax", f"{ct}|{log}|{safe}")
+    write = "x[px + k * xsn] - mx - log(s)" if log else "exp(x[px + k * xsn] - mx) / s"
+    safe_c = f"if (mx == -({ct})INFINITY) {{ for (long k = 0; k < n; k++) o[po + k * osn] = 0; return; }}" \
+        if safe else ""
+    src = _SMETA + f"""
+__kernel void {name}(__global {ct}* o, __global const {ct}* x, const nee_smeta m) {{
+  const long g = get_global_id(0);
+  const long no0 = m.v[0], no1 = m.v[1], no2 = m.v[2], no3 = m.v[3];
+  if (g >= no0 * no1 * no2 * no3) return;
+  const long i3 = g % no3; long t = g / no3; const long i2 = t % no2; t /= no2;
+  const long i1 = t % no1; const long i0 = t / no1;
+  const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7];
+  const long px = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12];
+  const long n = m.v[14], osn = m.v[15], xsn = m.v[16];
+  {ct} mx = -({ct})INFINITY;
+  for (long k = 0; k < n; k++) {{ const {ct} v = x[px + k * xsn]; mx = (v > mx || isnan(v)) ? v : mx; }}
+  {safe_c}
+  {ct} s = 0;
+  for (long k = 0; k < n; k++) s += exp(x[px + k * xsn] - mx);
+  for (long k = 0; k < n; k++) o[po + k * osn] = {write};
+}}
+"""
+    return name, src
+
+
+def _softmax(log):
+    def run(backend, outs, ins, attrs):
+        x, out = ins[0], outs[0]
+        if out.size == 0:
+            return
+        if x.ndim == 0:
+            x = backend.as_strided(x, (1,), (0,), 0)
+            out = backend.as_strided(out, (1,), (0,), 0)
+            d = 0
+        else:
+            d = attrs["dim"]
+        if x.storage is out.storage:
+            c = backend.empty(x.shape, _dt.from_numpy_dtype(x.dtype))
+            backend.copy_(c, x)
+            x = c
+        other = [i for i in range(x.ndim) if i != d]
+        cks, (cso, csx) = layout.collapse([x.shape[i] for i in other],
+                                          [[out.estrides[i] for i in other], [x.estrides[i] for i in other]])
+        if len(cks) > 4:
+            raise NotImplementedError("opencl softmax: more than 4 non-mergeable dims")
+        no, (so, sx) = layout.pad4(cks, [cso, csx])
+        ct = CTYPE[_dt.from_numpy_dtype(x.dtype).name]
+        name, src = _softmax_source(ct, log, bool(attrs.get("safe", False)))
+        k = backend.programs.kernel(name, src)
+        meta = no + so + [out.offset] + sx + [x.offset] + [x.shape[d], out.estrides[d], x.estrides[d]]
+        backend.enqueue(k, no[0] * no[1] * no[2] * no[3], [out.storage.buffer, x.storage.buffer],
+                        np.array(meta, np.int64))
+
+    def claims(backend, dtypes):
+        return None if dtypes[0].category == 2 else "softmax needs a floating input"
+    run.claims = claims
+    run.__name__ = "cl_log_softmax" if log else "cl_softmax"
+    return run
+
+
+# ---------------------------------------------------------------- matmul
+_MMETA = "#ifndef NEE_MMETA\n#define NEE_MMETA\ntypedef struct { long v[28]; } nee_mmeta;\n#endif\n"
+
+
+def _matmul_source(ct):
+    name = _name("matmul", ct)
+    src = _MMETA + f"""
+__kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {ct}* b, const nee_mmeta m) {{
+  const long g = get_global_id(0);
+  const long nb0 = m.v[0], nb1 = m.v[1], nb2 = m.v[2], nb3 = m.v[3];
+  const long M = m.v[19], N = m.v[20], K = m.v[21];
+  if (g >= nb0 * nb1 * nb2 * nb3 * M * N) return;
+  const long j = g % N; long t = g / N; const long i = t % M; t /= M;
+  const long i3 = t % nb3; t /= nb3; const long i2 = t % nb2; t /= nb2; const long i1 = t % nb1; const long i0 = t / nb1;
+  const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7] + i * m.v[22] + j * m.v[23];
+  const long pa = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12] + i * m.v[24];
+  const long pb = m.v[18] + i0 * m.v[14] + i1 * m.v[15] + i2 * m.v[16] + i3 * m.v[17] + j * m.v[27];
+  const long sak = m.v[25], sbk = m.v[26];
+  {ct} acc = 0;
+  for (long k = 0; k < K; k++) acc += a[pa + k * sak] * b[pb + k * sbk];
+  o[po] = acc;
+}}
+"""
+    return name, src
+
+
+def _matmul(backend, outs, ins, attrs):
+    a, b = ins
+    out = outs[0]
+    if out.size == 0:
+        return
+    if a.storage is out.storage or b.storage is out.storage:
+        raise NotImplementedError("opencl matmul: output aliases an input")
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    bshape = out.shape[:-2]
+    nb = len(bshape)
+
+    def bst(t):
+        off = nb - (t.ndim - 2)
+        st = [0] * nb
+        for i in range(t.ndim - 2):
+            if t.shape[i] != 1:
+                st[off + i] = t.estrides[i]
+        return st
+    so, sa, sb = list(out.estrides[:-2]), bst(a), bst(b)
+    cbs, (cso, csa, csb) = layout.collapse(list(bshape), [so, sa, sb])
+    if len(cbs) > 4:
+        raise NotImplementedError("opencl matmul: more than 4 non-mergeable batch dims")
+    nbs, (so4, sa4, sb4) = layout.pad4(cbs, [cso, csa, csb])
+    ct = CTYPE[_dt.from_numpy_dtype(out.dtype).name]
+    name, src = _matmul_source(ct)
+    k = backend.programs.kernel(name, src)
+    sak = a.estrides[-1] if K > 1 else 0
+    sbk = b.estrides[-2] if K > 1 else 0
+    meta = (nbs + so4 + [out.offset] + sa4 + [a.offset] + sb4 + [b.offset] + [M, N, K]
+            + [out.estrides[-2], out.estrides[-1], a.estrides[-2], sak, sbk, b.estrides[-1]])
+    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * M * N
+    backend.enqueue(k, total, [out.storage.buffer, a.storage.buffer, b.storage.buffer], np.array(meta, np.int64))
+
+
+def _matmul_claims(backend, dtypes):
+    a, b = dtypes[0], dtypes[1]
+    if a is not b:
+        return f"matmul on {a.name} x {b.name}"
+    if a.name not in ("float32", "float64", "int32", "int64"):
+        return f"no opencl matmul for {a.name}"
+    return None
+
+
+_matmul.claims = _matmul_claims
+
+
+def table() -> dict:
+    t = {k: _reduce(k) for k in _RED_OPS}
+    t["softmax"] = _softmax(False)
+    t["log_softmax"] = _softmax(True)
+    t["matmul"] = _matmul
+    return t
