@@ -38,7 +38,7 @@ class Parameter(Tensor):
     @data.setter
     def data(self, value) -> None:
         value = _as_tensor(value)
-        self._data, self._device, self._dtype, self._sig = value._data, value._device, value._dtype, None
+        self._set_storage(value._data, value._device, value._dtype)
 
     def __repr__(self):
         from ..tensor._repr import tensor_repr

@@ -41,6 +41,8 @@ def _logical(dts):
 class EW:
     """Spec of an elementwise op: ``rule`` maps the promoted dtype to compute/out dtypes."""
 
+    check = None  # optional ``check(args)``: raises for argument combinations torch refuses
+
     def __init__(self, name, nin, py, rule=_same, ref=None, allow=None, promote=None, doc=""):
         self.name, self.nin, self.py, self.rule, self.ref = name, nin, py, rule, ref
         self.allow = allow          # None = all dtypes, else a predicate on the promoted dtype
@@ -88,7 +90,12 @@ def _scalar_tensor(v, dt: DType, dev) -> Tensor:
     t = _scalar_cache.get(key) if dev.type == "cpu" else None
     if t is None:
         from ..tensor.creation import full
-        t = full((), v, dtype=dt, device=dev)
+        try:
+            t = full((), v, dtype=dt, device=dev)
+        except OverflowError:
+            # an int scalar outside an integer compute dtype wraps like torch (int8 tensor + 1000)
+            with np.errstate(over="ignore"):
+                t = full((), np.array(v).astype(dt.np).item(), dtype=dt, device=dev)
         if dev.type == "cpu" and len(_scalar_cache) < 4096 and not (isinstance(v, float) and v != v):
             t._data.flags.writeable = False
             _scalar_cache[key] = t
@@ -96,6 +103,24 @@ def _scalar_tensor(v, dt: DType, dev) -> Tensor:
 
 
 _plans: dict = {}
+_layout_ids: dict = {}
+
+
+def layout_id(t: Tensor) -> int:
+    """A small int naming (dtype, device, shape, strides, writeable): cheap to hash in plan keys."""
+    d = t._data
+    key = (t._dtype, t._device, d.shape, d.strides, d.flags.writeable)
+    i = _layout_ids.get(key)
+    if i is None:
+        i = _layout_ids[key] = len(_layout_ids)
+    return i
+
+
+def _cast_0d(t: Tensor, dt: DType) -> Tensor:
+    if t._device.type == "cpu":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return Tensor._make(np.asarray(t._data.astype(dt.np, casting="unsafe")), t._device, dt)
+    return cast(t, dt)
 
 
 def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
@@ -109,8 +134,7 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             if isinstance(a, Tensor):
                 s = a._sig
                 if s is None:
-                    d = a._data
-                    s = a._sig = (a._dtype, a._device, d.shape, d.strides, d.flags.writeable)
+                    s = a._sig = layout_id(a)
                 sig.append(s)
             else:
                 sig.append(type(a))
@@ -119,11 +143,19 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
         if plan is not None:
             return plan(args)
     spec = op.ew
+    if spec.check is not None:
+        spec.check(args)  # raising here also keeps a plan from ever being cached for these argument types
     dev = None
     for a in args:
         if isinstance(a, Tensor):
             dev = a._device
             break
+    if any(not isinstance(a, Tensor) and a is not None and not _is_scalar(a) for a in args):
+        # lists / numpy arrays become tensors first (they take part in promotion as tensors)
+        from ..tensor.creation import tensor
+        args = tuple(a if isinstance(a, Tensor) or a is None or _is_scalar(a) else tensor(a, device=dev)
+                     for a in args)
+        key = None
     if dev is None:
         from ..tensor.creation import _default_device
         dev = _default_device()
@@ -133,12 +165,19 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
         msg = spec.allow(promoted)
         if msg:
             raise TypeError(f"{op.name}: {msg} (got {promoted.name})")
+    # torch casts every promoted operand to the op's compute dtype: this matters for 0-d tensors and
+    # scalars, which do not take part in promotion within their category (int8 tensor // tensor(1000):
+    # 1000 wraps to int8; int8 tensor / tensor(1000): 1000 becomes 1000.0)
+    cdt = spec.rule([promoted] * len(idx))[0][0] if len(idx) else promoted
     ins = []
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
+            if a._dtype is not cdt and a._data.ndim == 0 and i in idx:
+                a = _cast_0d(a, cdt)
+                key = None  # the prepared plan would feed the uncast argument
             ins.append(a)
         elif _is_scalar(a):
-            dt = promoted if i in idx else _dt.scalar_dtype(a)
+            dt = cdt if i in idx else _dt.scalar_dtype(a)
             ins.append(_scalar_tensor(a, dt, dev))
         elif a is None:
             raise TypeError(f"{op.name}: argument {i} is None")
@@ -159,7 +198,10 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     res = run(op, ins, {}, metas)[0]
     if key is not None and len(_plans) < 65536:
         from ..devices import get_backend
-        prep = getattr(get_backend(dev), "prepare_elementwise", None)
+        backend = get_backend(dev)
+        prep = getattr(backend, "prepare_elementwise", None)
+        if prep is not None and backend.supports(op.name, [t._dtype for t in ins] + [metas[0].dtype]) is not None:
+            prep = None  # the op falls back on this device: a plan would skip the fallback (and strict mode)
         plan = prep(op, args, ins, metas[0]) if prep is not None else None
         if plan is not None:
             _plans[key] = plan
@@ -237,7 +279,7 @@ UNARY_FLOAT = {
     "gelu": ("f_gelu{s}({0})", None),
     "gelu_tanh": ("f_gelu_tanh{s}({0})", None),
     "mish": ("{0} * f_tanh{s}(f_softplus{s}({0}))", None),
-    "logsigmoid": ("-f_softplus{s}(-{0})", None),
+    "logsigmoid": ("min({0}, f_zero{s}) - f_log1p{s}(f_exp{s}(-abs({0})))", None),
     "softsign": ("{0} / (f_one{s} + abs({0}))", lambda x: x / (1 + np.abs(x))),
     "tanhshrink": ("{0} - f_tanh{s}({0})", lambda x: x - np.tanh(x)),
     "selu": ("f_selu{s}({0})", None),
@@ -252,20 +294,21 @@ for _n, (_e, _r) in UNARY_FLOAT.items():
     export(_unary(_op), name=_n, method=_n not in ("gelu", "gelu_tanh", "mish", "logsigmoid", "softsign",
                                                     "tanhshrink", "selu", "hardsigmoid", "hardswish", "relu6", "silu"))
 
-_abs = define("abs", 1, lambda dt: "abs({0})" if dt.category != 0 else "{0}", ref=np.abs)
+_abs = define("abs", 1, lambda dt: "abs({0})" if dt.category != 0 else "{0}", ref=np.abs, allow=_no_bool)
 _neg = define("neg", 1, lambda dt: "-{0}", ref=np.negative, allow=lambda d: (
     "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
     "use the `~` or `logical_not()` operator instead" if d.category == 0 else None))
-_floor = define("floor", 1, lambda dt: "np.floor({0})" if dt.category == 2 else "{0}", ref=np.floor)
-_ceil = define("ceil", 1, lambda dt: "np.ceil({0})" if dt.category == 2 else "{0}", ref=np.ceil)
-_trunc = define("trunc", 1, lambda dt: "np.trunc({0})" if dt.category == 2 else "{0}", ref=np.trunc)
-_round = define("round", 1, lambda dt: "np.rint({0})" if dt.category == 2 else "{0}", ref=np.round)
+_floor = define("floor", 1, lambda dt: "np.floor({0})" if dt.category == 2 else "{0}", ref=np.floor, allow=_no_bool)
+_ceil = define("ceil", 1, lambda dt: "np.ceil({0})" if dt.category == 2 else "{0}", ref=np.ceil, allow=_no_bool)
+_trunc = define("trunc", 1, lambda dt: "np.trunc({0})" if dt.category == 2 else "{0}", ref=np.trunc, allow=_no_bool)
+_round = define("round", 1, lambda dt: "np.rint({0})" if dt.category == 2 else "{0}", ref=np.round, allow=_no_bool)
 _frac = define("frac", 1, lambda dt: "{0} - np.trunc({0})", ref=lambda x: x - np.trunc(x),
                allow=lambda d: "only floating-point tensors" if d.category != 2 else None)
 _sign = define("sign", 1, lambda dt: "{0}" if dt.category == 0 else
                ("f_sign{s}({0})".replace("{s}", "32" if dt is not _dt.float64 else "64") if dt.category == 2
                 else "(({0} > 0) - ({0} < 0))"), ref=np.sign)
-_relu = define("relu", 1, lambda dt: "max({0}, 0)" if dt.category != 2 else "f_relu({0})",
+_relu = define("relu", 1, lambda dt: "max({0}, 0)" if dt.category != 2 else
+               ("f_relu64({0})" if dt is _dt.float64 else "f_relu32({0})"),
                ref=lambda x: np.maximum(x, 0), allow=_no_bool)
 _bitwise_not = define("bitwise_not", 1, lambda dt: "~{0}" if dt.category == 1 else "not {0}",
                       ref=np.invert, allow=_int_or_bool)
@@ -279,7 +322,12 @@ _isposinf = define("isposinf", 1, lambda dt: "{0} == np.inf" if dt.category == 2
 _isneginf = define("isneginf", 1, lambda dt: "{0} == -np.inf" if dt.category == 2 else "False", rule=_to_bool)
 _signbit = define("signbit", 1, lambda dt: "np.signbit({0})" if dt.category == 2 else
                   ("{0} < 0" if dt.category == 1 else "False"), rule=_to_bool, ref=np.signbit)
-_square = define("square", 1, lambda dt: "{0} * {0}" if dt.category != 0 else "{0}", ref=np.square)
+def _square_rule(dts):  # torch.square(bool) is int64 (bool ** 2)
+    d = _dt.int64 if dts[0].category == 0 else dts[0]
+    return [d], d
+
+
+_square = define("square", 1, lambda dt: "{0} * {0}", rule=_square_rule, ref=np.square)
 # identity with a dtype change: the cast op (also used by .to(dtype))
 _cast = define("cast", 1, lambda dt: "{0}", ref=None)
 
@@ -362,6 +410,15 @@ for _n, (_e, _rule, _r, _allow) in BINARY.items():
     if _n not in ("leaky_relu", "trunc_divide"):
         export(_binary(_BIN[_n]), name=_n)
 
+def _sub_check(args):
+    for x in args:
+        if (isinstance(x, Tensor) and x._dtype is _dt.bool_) or isinstance(x, (bool, np.bool_)):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+                               "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+_BIN["sub"].ew.check = _sub_check
+
 for _alias, _n in [("multiply", "mul"), ("subtract", "sub"), ("greater", "gt"), ("greater_equal", "ge"),
                    ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne"), ("max_elementwise", "maximum"),
                    ("arctan2", "atan2")]:
@@ -369,33 +426,68 @@ for _alias, _n in [("multiply", "mul"), ("subtract", "sub"), ("greater", "gt"), 
         export(_binary(_BIN[_n]), name=_alias)
 
 
+class IntegerDivisionByZero(ZeroDivisionError, RuntimeError):
+    """Integer division by zero: torch raises ``RuntimeError('ZeroDivisionError')``; this is both."""
+
+
+def _any_zero(t: Tensor) -> bool:
+    if t._device.type == "cpu":
+        return bool(np.any(t._data == 0))
+    z = apply(_BIN["eq"], t, 0)
+    return bool(z.any()) if hasattr(z, "any") else bool(np.any(z.numpy(force=True)))
+
+
 def _check_int_div(op, a, b):
-    # integer division by zero raises in torch (ZeroDivisionError), it is never garbage
-    bt = b if isinstance(b, Tensor) else None
-    pa = result_type(a, b)
+    # integer division by zero raises in torch (RuntimeError: ZeroDivisionError), it is never garbage
+    if not isinstance(b, Tensor) and not _is_scalar(b):
+        return  # lists/arrays: converted by apply(); checked by the caller through _as_operand
+    pa = result_type(a, b) if _is_scalar(a) or isinstance(a, Tensor) else result_type(b)
     if pa.category == 2:
         return
-    if bt is None:
+    if not isinstance(b, Tensor):
         if b == 0:
-            raise ZeroDivisionError(f"{op}: integer division by zero")
-    elif bool((bt == 0).any()):
-        raise ZeroDivisionError(f"{op}: integer division by zero (divisor tensor of shape {tuple(bt.shape)} "
-                                f"contains zeros)")
+            raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero")
+    elif _any_zero(b):
+        raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero (divisor tensor of "
+                                    f"shape {tuple(b.shape)} contains zeros)")
+
+
+def _as_operand(x, like):
+    """Lists/arrays -> tensors (on ``like``'s device) so that checks see them; tensors and scalars as they are."""
+    if isinstance(x, Tensor) or _is_scalar(x):
+        return x
+    from ..tensor.creation import tensor
+    dev = like._device if isinstance(like, Tensor) else None
+    return tensor(x, device=dev)
+
+
+def _scale_alpha(op, input, other, alpha):
+    """``alpha * other`` for add/sub, with torch's checks on alpha's type."""
+    if alpha is None or (alpha == 1 and not isinstance(alpha, (bool, np.bool_))):
+        return other
+    other = _as_operand(other, input)
+    rt = result_type(_as_operand(input, other), other)
+    if isinstance(alpha, (bool, np.bool_)):
+        if rt.category != 0:
+            raise RuntimeError(f"{op}: Boolean alpha only supported for Boolean results.")
+    elif isinstance(alpha, (float, np.floating)) and rt.category != 2:
+        raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point number.")
+    if rt.category == 0:
+        return apply(_BIN["mul"], other, bool(alpha))
+    return apply(_BIN["mul"], other, alpha)
 
 
 @export
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other`` (``torch.add``)."""
-    if alpha != 1:
-        other = apply(_BIN["mul"], other, alpha)
+    other = _scale_alpha("add", input, other, alpha)
     return apply(_BIN["add"], input, other, out=out)
 
 
 @export
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other`` (``torch.sub``)."""
-    if alpha != 1:
-        other = apply(_BIN["mul"], other, alpha)
+    other = _scale_alpha("sub", input, other, alpha)
     return apply(_BIN["sub"], input, other, out=out)
 
 
@@ -412,6 +504,9 @@ def div(input, other, *, rounding_mode=None, out=None):
     """True division, or ``rounding_mode='trunc'|'floor'`` (``torch.div``)."""
     if rounding_mode is None:
         return apply(_BIN["true_divide"], input, other, out=out)
+    if rounding_mode in ("floor", "trunc"):
+        other = _as_operand(other, input)
+        input = _as_operand(input, other)
     if rounding_mode == "floor":
         _check_int_div("div", input, other)
         return apply(_BIN["floor_divide"], input, other, out=out)
@@ -427,18 +522,24 @@ export(div, name="true_divide")
 
 @export
 def floor_divide(input, other, *, out=None):
+    other = _as_operand(other, input)
+    input = _as_operand(input, other)
     _check_int_div("floor_divide", input, other)
     return apply(_BIN["floor_divide"], input, other, out=out)
 
 
 @export
 def remainder(input, other, *, out=None):
+    other = _as_operand(other, input)
+    input = _as_operand(input, other)
     _check_int_div("remainder", input, other)
     return apply(_BIN["remainder"], input, other, out=out)
 
 
 @export
 def fmod(input, other, *, out=None):
+    other = _as_operand(other, input)
+    input = _as_operand(input, other)
     _check_int_div("fmod", input, other)
     return apply(_BIN["fmod"], input, other, out=out)
 
@@ -446,11 +547,9 @@ def fmod(input, other, *, out=None):
 @export
 def pow(input, exponent, *, out=None):
     """``input ** exponent`` with PyTorch's promotion (``torch.pow``)."""
-    rt = result_type(input, exponent)
-    if rt.category == 1:
-        e = exponent
-        neg = (e < 0) if _is_scalar(e) else bool((e < 0).any()) if isinstance(e, Tensor) and e._dtype.category == 1 else False
-        if neg:
+    if _is_scalar(exponent) and not isinstance(exponent, (bool, np.bool_)) and exponent < 0:
+        # torch refuses only a *scalar* negative exponent for integer bases (tensors: 0 / 1 / -1 results)
+        if result_type(input, exponent).category == 1:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
     return apply(_BIN["pow"], input, exponent, out=out)
 
@@ -555,7 +654,8 @@ def masked_fill(input, mask, value):
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = input, other
     diff = abs(a - b)
-    r = logical_or(diff <= atol + rtol * abs(b), a == b)  # a == b: equal infinities
+    # torch: equal (infinities included), or a finite error within tolerance (-inf vs inf is not close)
+    r = logical_or(logical_and(diff <= atol + rtol * abs(b), apply(_isfinite, diff)), a == b)
     if equal_nan:
         r = logical_or(r, logical_and(a != a, b != b))
     return r

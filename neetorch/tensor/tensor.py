@@ -40,8 +40,9 @@ def _F():
 
 class Tensor:
     # _sig caches (dtype, device, shape, strides, writeable) for dispatch-plan lookups;
-    # whoever replaces _data must reset it to None
-    __slots__ = ("_data", "_device", "_dtype", "_sig", "requires_grad", "grad", "__weakref__", "__dict__")
+    # replace storage only through _set_storage, which resets the caches
+    # _flat caches a 1-D view of a C-contiguous _data for kernel launches
+    __slots__ = ("_data", "_device", "_dtype", "_sig", "_flat", "requires_grad", "grad", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     @classmethod
@@ -51,6 +52,7 @@ class Tensor:
         t._device = device
         t._dtype = dtype
         t._sig = None
+        t._flat = None
         t.requires_grad = False
         t.grad = None
         return t
@@ -316,7 +318,12 @@ class Tensor:
 
     @data.setter
     def data(self, other: "Tensor") -> None:
-        self._data, self._device, self._dtype, self._sig = other._data, other._device, other._dtype, None
+        self._set_storage(other._data, other._device, other._dtype)
+
+    def _set_storage(self, data, device, dtype) -> None:
+        """Point this tensor at other storage (Parameter.data=, Module.to); drops cached layouts."""
+        self._data, self._device, self._dtype = data, device, dtype
+        self._sig = self._flat = None
 
     def detach(self) -> "Tensor":
         return Tensor._make(self._data, self._device, self._dtype)

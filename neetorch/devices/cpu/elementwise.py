@@ -147,7 +147,8 @@ def launch(op, out: np.ndarray, ins: list) -> None:
     if out.dtype == np.float16:
         tmp = np.empty(out.shape, np.float32)
         launch(op, tmp, ins)
-        np.copyto(out, tmp, casting="unsafe")
+        with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (like torch)
+            np.copyto(out, tmp, casting="unsafe")
         return
     ins = [a.astype(np.float32) if a.dtype == np.float16 else a for a in ins]
     ins = [_unalias(out, a) for a in ins]
@@ -278,14 +279,22 @@ def prepare(op, args, ins, meta, device):
     flat = layout.flat
     empty = np.empty
 
+    from ...ops.elementwise import _layout_ids
+    out_key = (odt, device, shape, tuple(s * odt.itemsize for s in st[::-1]), True)
+    out_sig = _layout_ids.setdefault(out_key, len(_layout_ids)) if n else None
+
     def plan(args):
-        out = empty(shape, out_np)
+        out1 = empty(n, out_np)
+        out = out1.reshape(shape)
         if n == 0:
             return make(out, device, odt)
-        bufs = [out.reshape(-1)]
+        bufs = [out1]
         for a, (k, sdt) in zip(args, kinds):
             if k == 0:
-                bufs.append(a._data.reshape(-1))
+                f = a._flat
+                if f is None:
+                    f = a._flat = a._data.reshape(-1)
+                bufs.append(f)
             elif k == 1:
                 bufs.append(flat(a._data)[0])
             else:
@@ -296,7 +305,10 @@ def prepare(op, args, ins, meta, device):
             profiler.record(op.name, "kernel", device, t0, time.perf_counter() - t0, nbytes, detail=str(shape))
         else:
             _go(bufs)
-        return make(out, device, odt)
+        t = make(out, device, odt)
+        t._sig = out_sig
+        t._flat = out1
+        return t
 
     def _go(bufs):
         if single is not None:

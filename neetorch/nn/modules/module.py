@@ -474,7 +474,7 @@ class Module:
             new = fn(p)
             if new is not p:
                 # keep the Parameter object (optimizers, tied weights) and swap its storage, like param.data = ...
-                p._data, p._device, p._dtype, p._sig = new._data, new._device, new._dtype, None
+                p._set_storage(new._data, new._device, new._dtype)
         for key, b in self._buffers.items():
             if b is not None:
                 self._buffers[key] = fn(b)
