@@ -17,6 +17,7 @@ from .tensor.tensor import Size, Tensor  # noqa: F401
 from .tensor.creation import *  # noqa: F401,F403
 from .tensor.creation import set_default_device, get_default_device, default_generator  # noqa: F401
 from .tensor.views import *  # noqa: F401,F403
+from .tensor._repr import set_printoptions  # noqa: F401
 from .devices import (  # noqa: F401
     device, devices, fallback_report, reset_fallbacks, set_strict, is_strict, FallbackError,
 )

@@ -1,4 +1,10 @@
-"""``repr(tensor)`` formatted the way PyTorch prints (a port of torch/_tensor_str.py's rules)."""
+"""``repr(tensor)`` formatted the way PyTorch prints (a port of torch/_tensor_str.py's rules).
+
+The formatter looks only at the nonzero finite values (like torch): they decide
+integer mode, scientific mode and the column width; ``nan``/``inf``/zeros are then
+padded to that width.  Suffixes (``dtype=``, ``size=``, ``device=``) wrap onto a new
+line when they would overflow the line width, as in torch.
+"""
 from __future__ import annotations
 
 import math
@@ -9,9 +15,11 @@ PRECISION = 4
 THRESHOLD = 1000
 EDGEITEMS = 3
 LINEWIDTH = 80
+SCI_MODE = None
 
 
 def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """``torch.set_printoptions``: ``sci_mode`` is always set (None = automatic)."""
     global PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH, SCI_MODE
     if profile == "default":
         PRECISION, THRESHOLD, EDGEITEMS, LINEWIDTH = 4, 1000, 3, 80
@@ -30,9 +38,6 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
     SCI_MODE = sci_mode
 
 
-SCI_MODE = None
-
-
 class _Formatter:
     def __init__(self, a: np.ndarray):
         self.floating = a.dtype.kind == "f"
@@ -41,73 +46,70 @@ class _Formatter:
         self.max_width = 1
         vals = a.reshape(-1)
         if not self.floating:
-            for v in vals:
-                self.max_width = max(self.max_width, len(str(v.item() if a.dtype.kind != "b" else bool(v))))
+            for v in vals.tolist():
+                self.max_width = max(self.max_width, len(f"{v}"))
             return
-        finite = vals[np.isfinite(vals)].astype(np.float64)
-        if finite.size == 0:
-            for v in vals:
-                self.max_width = max(self.max_width, len(_special(v)))
+        nz = vals[np.isfinite(vals) & (vals != 0)]
+        if nz.size == 0:
             return
-        abs_ = np.abs(finite)
-        nonzero = abs_[abs_ != 0]
-        self.int_mode = bool(np.all(finite == np.ceil(finite)))
-        if self.int_mode:
-            if nonzero.size and (nonzero.max() / nonzero.min() > 1000.0 or nonzero.max() > 1e8):
-                self.sci_mode = True
-                for v in finite:
-                    self.max_width = max(self.max_width, len(f"{v:.{PRECISION}e}"))
-            else:
-                for v in finite:
-                    self.max_width = max(self.max_width, len(f"{v:.0f}."))
+        nz64 = nz.astype(np.float64)
+        abs_ = np.abs(nz64)
+        mn, mx = abs_.min(), abs_.max()
+        self.int_mode = bool(np.all(nz == np.ceil(nz)))
+        self.sci_mode = (mx / mn > 1000.0 or mx > 1.0e8 or mn < 1.0e-4) if SCI_MODE is None else SCI_MODE
+        values = nz64.tolist()
+        if self.sci_mode:
+            w = max(len(f"{v:.{PRECISION}e}") for v in values)
+        elif self.int_mode:
+            w = max(len(f"{v:.0f}") + 1 for v in values)
         else:
-            if nonzero.size and (nonzero.max() / nonzero.min() > 1000.0 or nonzero.max() > 1e8
-                                 or nonzero.min() < 1e-4):
-                self.sci_mode = True
-                for v in finite:
-                    self.max_width = max(self.max_width, len(f"{v:.{PRECISION}e}"))
-            else:
-                for v in finite:
-                    self.max_width = max(self.max_width, len(f"{v:.{PRECISION}f}"))
-        if SCI_MODE is not None:
-            self.sci_mode = SCI_MODE
-        for v in vals[~np.isfinite(vals)]:
-            self.max_width = max(self.max_width, len(_special(v)))
+            w = max(len(f"{v:.{PRECISION}f}") for v in values)
+        self.max_width = max(self.max_width, w)
 
     def width(self):
         return self.max_width
 
     def format(self, v) -> str:
         if self.floating:
-            fv = float(v)
-            if not math.isfinite(fv):
-                ret = _special(fv)
-            elif self.sci_mode:
-                ret = f"{fv:{self.max_width}.{PRECISION}e}"
+            v = float(v)
+            if self.sci_mode:
+                ret = f"{v:{self.max_width}.{PRECISION}e}"
             elif self.int_mode:
-                ret = f"{fv:.0f}"
-                if not (math.isinf(fv) or math.isnan(fv)):
+                ret = f"{v:.0f}"
+                if not (math.isinf(v) or math.isnan(v)):
                     ret += "."
             else:
-                ret = f"{fv:.{PRECISION}f}"
+                ret = f"{v:.{PRECISION}f}"
         else:
-            ret = str(bool(v)) if isinstance(v, (bool, np.bool_)) else str(int(v))
+            ret = f"{v}"
         return (self.max_width - len(ret)) * " " + ret
 
 
-def _special(v) -> str:
-    v = float(v)
-    return "nan" if v != v else ("inf" if v > 0 else "-inf")
-
-
 def _summarize(a: np.ndarray) -> np.ndarray:
+    """torch's get_summarized_data: the edge items of every dim."""
     if a.ndim == 0:
         return a
     if a.shape[0] > 2 * EDGEITEMS:
-        a = np.concatenate([a[:EDGEITEMS], a[-EDGEITEMS:]])
+        a = np.concatenate([a[:EDGEITEMS], a[a.shape[0] - EDGEITEMS:]]) if EDGEITEMS else a[:0]
     if a.ndim == 1:
         return a
+    if a.shape[0] == 0:
+        return a
     return np.stack([_summarize(x) for x in a])
+
+
+def _vector_str(a: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
+    element_length = fmt.width() + 2
+    per_line = max(1, math.floor((LINEWIDTH - indent) / element_length))
+    if summarize and not EDGEITEMS:
+        data = ["..."]
+    elif summarize and a.shape[0] > 2 * EDGEITEMS:
+        data = ([fmt.format(v) for v in a[:EDGEITEMS].tolist()] + [" ..."] +
+                [fmt.format(v) for v in a[a.shape[0] - EDGEITEMS:].tolist()])
+    else:
+        data = [fmt.format(v) for v in a.tolist()]
+    lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
+    return "[" + ("," + "\n" + " " * (indent + 1)).join(lines) + "]"
 
 
 def _tensor_str(a: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) -> str:
@@ -115,45 +117,61 @@ def _tensor_str(a: np.ndarray, indent: int, summarize: bool, fmt: _Formatter) ->
     if dim == 0:
         return fmt.format(a.item())
     if dim == 1:
-        elems = [fmt.format(x) for x in a]
-        if summarize and a.shape[0] > 2 * EDGEITEMS:
-            elems = elems[:EDGEITEMS] + [" ..."] + elems[-EDGEITEMS:]
-        per_line = max(math.floor((LINEWIDTH - indent) / (fmt.width() + 2)), 1)
-        lines = [", ".join(elems[i:i + per_line]) for i in range(0, len(elems), per_line)]
-        return "[" + ("," + "\n" + " " * (indent + 1)).join(lines) + "]"
-    if summarize and a.shape[0] > 2 * EDGEITEMS:
+        return _vector_str(a, indent, summarize, fmt)
+    n = a.shape[0]
+    if summarize and n > 2 * EDGEITEMS:
         slices = ([_tensor_str(a[i], indent + 1, summarize, fmt) for i in range(EDGEITEMS)] + ["..."] +
-                  [_tensor_str(a[i], indent + 1, summarize, fmt) for i in range(a.shape[0] - EDGEITEMS, a.shape[0])])
+                  [_tensor_str(a[i], indent + 1, summarize, fmt) for i in range(n - EDGEITEMS, n)])
     else:
-        slices = [_tensor_str(a[i], indent + 1, summarize, fmt) for i in range(a.shape[0])]
+        slices = [_tensor_str(a[i], indent + 1, summarize, fmt) for i in range(n)]
     return "[" + ("," + "\n" * (dim - 1) + " " * (indent + 1)).join(slices) + "]"
+
+
+def _add_suffixes(tensor_str: str, suffixes, indent: int) -> str:
+    out = [tensor_str]
+    last_line_len = len(tensor_str) - tensor_str.rfind("\n") + 1
+    for suffix in suffixes:
+        if last_line_len + len(suffix) + 2 > LINEWIDTH:
+            out.append(",\n" + " " * indent + suffix)
+            last_line_len = indent + len(suffix)
+        else:
+            out.append(", " + suffix)
+            last_line_len += len(suffix) + 2
+    out.append(")")
+    return "".join(out)
+
+
+def tensor_str(t) -> str:
+    """The bracketed body only (no ``tensor(`` prefix or suffixes)."""
+    a = t.numpy(force=True)
+    if a.size == 0:
+        return "[]"
+    summarize = a.size > THRESHOLD
+    fmt = _Formatter(_summarize(a) if summarize else a)
+    return _tensor_str(a, 7, summarize, fmt)
 
 
 def tensor_repr(t) -> str:
     from .dtypes import get_default_dtype, int64, bool_
+    from .creation import get_default_device
     a = t.numpy(force=True)
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
-    if t.device.type != "cpu":
+    if t.device.type != get_default_device().type:
         suffixes.append(f"device='{t.device}'")
-    summarize = a.size > THRESHOLD
-    if a.size == 0 and a.ndim != 1:
-        body = "[]"
-        suffixes.append(f"size={tuple(a.shape)}")
-    elif a.size == 0:
+    if a.size == 0:
+        if a.ndim != 1:
+            suffixes.append(f"size={tuple(a.shape)}")
+        if t.dtype is not get_default_dtype():
+            suffixes.append(f"dtype=neetorch.{t.dtype.name}")
         body = "[]"
     else:
-        shown = _summarize(a) if summarize else a
-        fmt = _Formatter(shown.astype(np.float64) if a.dtype == np.float16 else shown)
-        body = _tensor_str(a, indent, summarize, fmt)
-    default = t.dtype in (get_default_dtype(), int64, bool_)
-    if not default or (a.size == 0 and t.dtype is not get_default_dtype() and t.dtype is not int64):
-        if not (a.size == 0 and t.dtype in (get_default_dtype(), int64)):
+        if t.dtype not in (get_default_dtype(), int64, bool_):
             suffixes.append(f"dtype=neetorch.{t.dtype.name}")
-    if getattr(t, "requires_grad", False) and type(t).__name__ != "Parameter":
+        summarize = a.size > THRESHOLD
+        fmt = _Formatter(_summarize(a) if summarize else a)
+        body = _tensor_str(a, indent, summarize, fmt)
+    if getattr(t, "requires_grad", False):
         suffixes.append("requires_grad=True")
-    s = prefix + body
-    for suf in suffixes:
-        s += ", " + suf
-    return s + ")"
+    return _add_suffixes(prefix + body, suffixes, indent)

@@ -63,7 +63,7 @@ def _wrap_host(a: np.ndarray, dt: DType, dev) -> Tensor:
     if dev.type == "cpu":
         return Tensor._make(a, dev, dt)
     from ..devices import get_backend
-    return Tensor._make(get_backend(dev).from_host(np.ascontiguousarray(a)), dev, dt)
+    return Tensor._make(get_backend(dev).from_host(np.asarray(a, order="C")), dev, dt)
 
 
 def _infer_np(data, dtype) -> np.ndarray:
@@ -72,6 +72,8 @@ def _infer_np(data, dtype) -> np.ndarray:
         a = data.numpy(force=True)
         return a if dtype is None else a.astype(dtype.np)
     if isinstance(data, np.ndarray):
+        if not data.dtype.isnative:
+            data = data.astype(data.dtype.newbyteorder("="))
         if dtype is None:
             _dt.from_numpy_dtype(data.dtype)  # refuse unsupported dtypes clearly
             return data
@@ -96,7 +98,8 @@ def _infer_np(data, dtype) -> np.ndarray:
             raise TypeError("tensor(): complex dtypes are not supported by neetorch")
         else:
             raise TypeError(f"tensor(): unsupported element type {a.dtype}")
-    return a.astype(dtype.np, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # 1e100 -> float32 inf, like torch
+        return a.astype(dtype.np, copy=False)
 
 
 def _contains_np_float(data) -> bool:
@@ -138,7 +141,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
         t = from_numpy(data)
         return t if device is None else t.to(device)
     a = _infer_np(data, dt)
-    return _wrap_host(np.ascontiguousarray(a), _dt.from_numpy_dtype(a.dtype), _resolve_device(device))
+    return _wrap_host(np.asarray(a, order="C"), _dt.from_numpy_dtype(a.dtype), _resolve_device(device))
 
 
 def asarray(obj, dtype=None, device=None, copy=None) -> Tensor:
@@ -255,7 +258,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         # computed in float64 like torch's CPU kernel, then rounded to dt
         a = (start + np.arange(n, dtype=np.float64) * step).astype(dt.np)
     else:
-        a = (start + np.arange(n, dtype=np.int64) * step).astype(dt.np)
+        # torch casts start and step to the integer type first (arange(0, 1, 0.25, dtype=int) is all zeros)
+        a = (int(start) + np.arange(n, dtype=np.int64) * int(step)).astype(dt.np)
     return _wrap_host(a, dt, _resolve_device(device))
 
 
@@ -264,6 +268,8 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     start, end = (float(v) if isinstance(v, Tensor) else v for v in (start, end))
+    if dt.category != 2:  # torch converts the bounds to the integer type first
+        start, end = int(start), int(end)
     a = np.linspace(start, end, steps, dtype=np.float64)
     if steps > 1:
         # torch's symmetric formulation: second half computed from the end
@@ -402,7 +408,7 @@ def _transfer(t: Tensor, dev) -> Tensor:
     host = t.numpy(force=True)
     if dev.type == "cpu":
         return Tensor._make(np.array(host, copy=True, order="C") if t._device.type == "cpu" else host, dev, t._dtype)
-    return Tensor._make(get_backend(dev).from_host(np.ascontiguousarray(host)), dev, t._dtype)
+    return Tensor._make(get_backend(dev).from_host(np.asarray(host, order="C")), dev, t._dtype)
 
 
 def as_tensor_like(v, like: Tensor) -> Tensor:

@@ -345,8 +345,12 @@ def diagonal(t: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor
 def unfold(t: Tensor, dimension: int, size: int, step: int) -> Tensor:
     d = wrap_dim(dimension, t.ndim, "unfold")
     sh, st = list(t.shape), _strides(t)
-    if t.ndim == 0:
-        sh, st, d = [1], [1], 0
+    if t.ndim == 0:  # torch: a 0-d tensor unfolds to shape (size,) (size must be 1)
+        if size > 1:
+            raise RuntimeError(f"unfold: maximum size for tensor at dimension 0 is 1 but size is {size}")
+        if step <= 0:
+            raise RuntimeError(f"unfold: step is {step} but must be > 0")
+        return make_view(t, [size], [1])
     if size > sh[d]:
         raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {sh[d]} but size is {size}")
     if step <= 0:
@@ -365,7 +369,9 @@ def split(t: Tensor, split_size_or_sections, dim: int = 0):
         s = split_size_or_sections
         if s <= 0 and not (s == 0 and n == 0):
             raise RuntimeError(f"split: split_size can only be 0 if dimension size is 0, but got {s}")
-        sizes = [s] * (n // s) + ([n % s] if n % s else []) if s else [0]
+        sizes = ([s] * (n // s) + ([n % s] if n % s else [])) if s else [0]
+        if not sizes:  # an empty dim splits into one empty chunk, like torch
+            sizes = [0]
     else:
         sizes = [int(x) for x in split_size_or_sections]
         if sum(sizes) != n:
@@ -398,7 +404,7 @@ def tensor_split(t: Tensor, indices_or_sections, dim: int = 0):
         sizes = [q + 1] * r + [q] * (k - r)
         return split(t, sizes, d)
     idx = [int(i) for i in indices_or_sections]
-    bounds = [0] + [min(max(i, 0), n) for i in idx] + [n]
+    bounds = [0] + [min(max(i + n if i < 0 else i, 0), n) for i in idx] + [n]  # negative indices wrap
     return tuple(narrow(t, d, bounds[i], max(bounds[i + 1] - bounds[i], 0)) for i in range(len(bounds) - 1))
 
 

@@ -83,8 +83,14 @@ class CPUBackend(Backend):
 
     def storage_offset(self, a):
         base = a
-        while isinstance(base.base, np.ndarray):
-            base = base.base
+        while True:  # follow numpy views and the _Span holders that as_strided views keep
+            b = base.base
+            if isinstance(b, np.ndarray):
+                base = b
+            elif isinstance(getattr(b, "_keep", None), np.ndarray):
+                base = b._keep
+            else:
+                break
         return (self.data_ptr(a) - self.data_ptr(base)) // a.itemsize
 
     # ---------------------------------------------------------------- layout

@@ -76,15 +76,32 @@ f_log1p32, f_log1p64 = _fm.log1p_f32, _fm.log1p_f64
 f_tanh32, f_tanh64 = _fm.tanh_f32, _fm.tanh_f64
 f_erf32, f_erf64 = _fm.erf_f32, _fm.erf_f64
 f_sigmoid32, f_sigmoid64 = _fm.sigmoid_f32, _fm.sigmoid_f64
-f_sin32, f_sin64 = _fm.sin_f32, _fm.sin_f64
-f_cos32, f_cos64 = _fm.cos_f32, _fm.cos_f64
+_sin32_fast, f_sin64 = _fm.sin_f32, _fm.sin_f64
+_cos32_fast, f_cos64 = _fm.cos_f32, _fm.cos_f64
+_TRIG_FAST_MAX = np.float32(1e5)  # fastmath's range reduction is exact well below this
+
+
+@njit(**_inl)
+def f_sin32(x):
+    # huge arguments need a full-precision reduction: libm in float64 is correctly reduced
+    if abs(x) < _TRIG_FAST_MAX:
+        return _sin32_fast(x)
+    return np.float32(math.sin(np.float64(x)))
+
+
+@njit(**_inl)
+def f_cos32(x):
+    if abs(x) < _TRIG_FAST_MAX:
+        return _cos32_fast(x)
+    return np.float32(math.cos(np.float64(x)))
 # the expression table uses f_expm1{s} -> f_expm132; keep both spellings
 f_expm132, f_expm164 = f_expm1_32, f_expm1_64
 
 
 @njit(**_inl)
 def f_exp232(x):
-    return f_exp32(x * _ln2_32)
+    # x * ln2 in float32 would cost ~|x| ulps of relative error; the float64 product is exact enough
+    return np.float32(f_exp64(np.float64(x) * _ln2_64))
 
 
 @njit(**_inl)
@@ -232,6 +249,17 @@ def f_relu(x):
 
 
 @njit(**_inl)
+def f_relu32(x):
+    # typed zero: x * 0 would turn -inf into nan (torch.relu(-inf) = 0); NaN propagates
+    return x if not x < f_zero32 else f_zero32
+
+
+@njit(**_inl)
+def f_relu64(x):
+    return x if not x < f_zero64 else f_zero64
+
+
+@njit(**_inl)
 def f_maximum(a, b):
     return a if (a > b or a != a) else (b if b != b or b > a else a)
 
@@ -279,6 +307,8 @@ def f_floordiv(a, b):
 @njit(**_inl)
 def f_ifloordiv(a, b):
     # divisor zero is refused by the frontend before any kernel runs
+    if b == -1:  # INT_MIN // -1 wraps to INT_MIN like torch (Numba's // would give 0)
+        return -a
     q = a // b if b != 0 else a * 0
     return q
 
@@ -287,6 +317,8 @@ def f_ifloordiv(a, b):
 def f_itruncdiv(a, b):
     if b == 0:
         return a * 0
+    if b == -1:
+        return -a
     q = a // b
     if (a % b != 0) and ((a < 0) != (b < 0)):
         q += 1
@@ -356,4 +388,4 @@ def f_shr(a, b):
 def f_xlogy(x, y):
     if y != y:
         return y
-    return x * 0 if x == 0 else x * np.log(y)
+    return x - x if x == 0 else x * np.log(y)  # +0.0 for x = -0.0, like torch
