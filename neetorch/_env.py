@@ -2,7 +2,8 @@
 
 NEE_DEBUG        0..4: 1 compile events and fallbacks, 2 per-kernel timing,
                  3 fusion decisions, 4 generated source.
-NEE_CACHE_DIR    where compiled kernels are cached (default ~/.cache/neetorch).
+NEE_CACHE_DIR    where compiled kernels are cached (default ~/.cache/neetorch); also
+                 Numba's cache dir for neetorch's static kernels unless NUMBA_CACHE_DIR is set.
 NEE_STRICT       1: any fallback to another device raises instead of running.
 NEE_NUM_THREADS  threads for CPU kernels (default: number of cores).
 NEE_DEVICE       default device for new tensors (default cpu).
@@ -15,3 +16,8 @@ CACHE_DIR = os.environ.get("NEE_CACHE_DIR") or os.path.join(
 STRICT = os.environ.get("NEE_STRICT", "0") not in ("", "0", "false", "False")
 NUM_THREADS = int(os.environ.get("NEE_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
 DEFAULT_DEVICE = os.environ.get("NEE_DEVICE", "cpu")
+
+# Numba's own cache for neetorch's static kernels (njit(cache=True) in devices/cpu/kernels)
+# lives in the same neetorch cache dir, not beside the installed sources; an explicit
+# NUMBA_CACHE_DIR wins.  Set before numba is imported (neetorch imports it lazily).
+os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(CACHE_DIR, "numba-static"))
