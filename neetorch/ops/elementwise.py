@@ -129,16 +129,32 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     if out is None and _trace_hook[0] is None:
         # prepared launches: the dtype/shape rules and the kernel's layout depend only on
         # (op, dtypes, devices, shapes, strides, scalar types), so they are computed once
-        sig = [op]
-        for a in args:
+        if len(args) == 2:
+            a, b = args
             if isinstance(a, Tensor):
-                s = a._sig
-                if s is None:
-                    s = a._sig = layout_id(a)
-                sig.append(s)
+                ka = a._sig
+                if ka is None:
+                    ka = a._sig = layout_id(a)
             else:
-                sig.append(type(a))
-        key = tuple(sig)
+                ka = type(a)
+            if isinstance(b, Tensor):
+                kb = b._sig
+                if kb is None:
+                    kb = b._sig = layout_id(b)
+            else:
+                kb = type(b)
+            key = (op, ka, kb)
+        else:
+            sig = [op]
+            for a in args:
+                if isinstance(a, Tensor):
+                    s = a._sig
+                    if s is None:
+                        s = a._sig = layout_id(a)
+                    sig.append(s)
+                else:
+                    sig.append(type(a))
+            key = tuple(sig)
         plan = _plans.get(key)
         if plan is not None:
             return plan(args)
