@@ -8,7 +8,10 @@ generated elementwise kernel.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import sys
+import threading
 
 import numpy as np
 
@@ -55,7 +58,12 @@ class CPUBackend(Backend):
 
     # ---------------------------------------------------------------- allocator
     def empty(self, shape, dtype):
-        return np.empty(shape, dtype.np)
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        if n < _POOL_MIN:
+            return np.empty(shape, dtype.np)
+        return _pool_take(n).view(dtype.np).reshape(shape)
 
     def from_host(self, array):
         return np.array(array, copy=True)
@@ -76,7 +84,10 @@ class CPUBackend(Backend):
         dst.fill(value)
 
     def memory_stats(self):
-        return {"note": "CPU tensors are numpy arrays; memory is managed by numpy's allocator"}
+        with _pool_lock:
+            free = sum(b.nbytes for bs in _pool.values() for b in bs if sys.getrefcount(b) == 3)
+        return {"pool_bytes": _pool_bytes[0], "pool_free_bytes": free, "pool_hits": _pool_stats["hits"],
+                "pool_misses": _pool_stats["misses"], "pool_limit_bytes": _POOL_LIMIT}
 
     def data_ptr(self, a):
         return a.__array_interface__["data"][0]
@@ -118,6 +129,42 @@ class CPUBackend(Backend):
 
     def supports(self, op, dtypes):
         return None if op in self.kernels else f"no cpu kernel for {op}"
+
+
+# ------------------------------------------------------------------ large-buffer pool
+# A fresh large numpy array costs a page fault per 4 KiB on first touch (a 64 MiB output:
+# ~16k faults, about as long as the op itself).  Large outputs are carved from pooled
+# buffers instead; a buffer is free again when nothing refers to it any more (every
+# tensor and numpy view over it holds a reference), which its reference count tells.
+_POOL_MIN = 1 << 20
+_POOL_LIMIT = int(os.environ.get("NEE_CPU_POOL_BYTES", str(1 << 30)))
+_pool: dict = {}
+_pool_bytes = [0]
+_pool_stats = {"hits": 0, "misses": 0}
+_pool_lock = threading.Lock()
+
+
+def _size_class(n: int) -> int:
+    # 8 classes per power of two: at most 12.5% slack
+    step = 1 << max(n.bit_length() - 4, 12)
+    return (n + step - 1) // step * step
+
+
+def _pool_take(n: int) -> np.ndarray:
+    cap = _size_class(n)
+    with _pool_lock:
+        bufs = _pool.setdefault(cap, [])
+        for b in bufs:
+            # references: the list, this loop variable, getrefcount's argument
+            if sys.getrefcount(b) == 3:
+                _pool_stats["hits"] += 1
+                return b[:n]
+        _pool_stats["misses"] += 1
+        b = np.empty(cap, np.uint8)
+        if _pool_bytes[0] + cap <= _POOL_LIMIT:
+            bufs.append(b)
+            _pool_bytes[0] += cap
+        return b[:n]
 
 
 def _ew_kernel(op, launch):

@@ -282,9 +282,12 @@ def prepare(op, args, ins, meta, device):
     from ...ops.elementwise import _layout_ids
     out_key = (odt, device, shape, tuple(s * odt.itemsize for s in st[::-1]), True)
     out_sig = _layout_ids.setdefault(out_key, len(_layout_ids)) if n else None
+    from . import _POOL_MIN, _pool_take as take
+    nb = n * odt.itemsize
+    big = nb >= _POOL_MIN
 
     def plan(args):
-        out1 = empty(n, out_np)
+        out1 = take(nb).view(out_np) if big else empty(n, out_np)
         out = out1.reshape(shape)
         if n == 0:
             return make(out, device, odt)
@@ -322,7 +325,7 @@ def prepare(op, args, ins, meta, device):
         def plan_fast(args):
             if prof_active[0] is not None or timed:
                 return plan(args)
-            out1 = empty(n, out_np)
+            out1 = take(nb).view(out_np) if big else empty(n, out_np)
             a = args[0]
             fa = a._flat
             if fa is None:
