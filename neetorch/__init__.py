@@ -103,3 +103,11 @@ def set_num_threads(n: int) -> None:
 from . import nn  # noqa: E402,F401  (after the op table is bound: nn uses it)
 from .serialization import load_safetensors, save_safetensors, save, load  # noqa: E402,F401
 from . import linalg  # noqa: E402,F401
+
+
+def __getattr__(name):
+    # optional subsystems load on first use: nee.onnx needs the onnx package
+    if name == "onnx":
+        import importlib
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'neetorch' has no attribute {name!r}")

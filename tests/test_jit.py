@@ -280,3 +280,11 @@ def test_compiled_graphs_validate_indices_like_eager():
     _close(f(x, i), f.eager(x, i))
     with pytest.raises(RuntimeError, match="gather\\(\\): index 5 is out of bounds for dimension 1 with size 5"):
         f(x, nee.tensor([[0, 5], [1, 2], [3, 3], [2, 0]]))
+
+
+def test_two_dynamic_dims_on_one_argument():
+    f = nee.jit(lambda x: (x * 2).tanh().sum(-1) if hasattr(nee, "sum") else (x * 2).tanh(), dynamic={0: (0, 1)})
+    for shape in [(3, 5), (4, 7), (4, 8), (9, 3)]:
+        x = nee.randn(*shape)
+        _close(f(x), f.eager(x))
+    assert f.stats["specializations"] == 2   # buckets (3..4, 5..8) for the first three, (9..16, 3..4)

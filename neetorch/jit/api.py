@@ -189,15 +189,18 @@ class JitFunction:
         if not bucketed or not self.dynamic:
             return (_key_of(args), _key_of(kwargs))
         a, kw = list(args), dict(kwargs)
+        shapes: dict = {}
         for k, d, n in self._dyn_dims(args, kwargs):
-            t = a[k] if isinstance(k, int) else kw[k]
-            shape = list(t.shape) if isinstance(t, Tensor) else t
+            t = args[k] if isinstance(k, int) else kwargs[k]
+            shape = shapes.setdefault(k, list(t.shape))
             shape[d] = ("bucket",) + self.buckets(n)
-            marker = ("T", tuple(shape), t.dtype, t.device)
+        for k, shape in shapes.items():
+            t = args[k] if isinstance(k, int) else kwargs[k]
+            marker = _Key(("T", tuple(shape), t.dtype, t.device))
             if isinstance(k, int):
-                a[k] = _Key(marker)
+                a[k] = marker
             else:
-                kw[k] = _Key(marker)
+                kw[k] = marker
         return (_key_of(tuple(a)), _key_of(kw), "bucketed")
 
     def _executable(self, args, kwargs):

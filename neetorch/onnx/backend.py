@@ -1,0 +1,96 @@
+"""The standard ``onnx.backend`` API over :class:`~neetorch.onnx.InferenceSession`.
+
+``prepare(model, device="CPU", jit=True)`` returns a :class:`NeeBackendRep` whose
+``run(inputs)`` takes a list (positional, in model input order) or a dict of arrays;
+``run_node`` builds a one-node model from the inputs' types and runs it eagerly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend, BackendRep, namedtupledict
+
+from .session import InferenceSession
+
+__all__ = ["NeeBackend", "NeeBackendRep", "prepare", "run_model", "run_node", "supports_device"]
+
+
+def _nee_device(device: str):
+    d = str(device or "CPU").upper()
+    return "cuda" if d.startswith("CUDA") else "cpu"
+
+
+class NeeBackendRep(BackendRep):
+    def __init__(self, session: InferenceSession):
+        self.session = session
+
+    def run(self, inputs, **kwargs):
+        ins = self.session.get_inputs()
+        if isinstance(inputs, dict):
+            feed = dict(inputs)
+        else:
+            if isinstance(inputs, np.ndarray):
+                inputs = [inputs]
+            feed = {a.name: v for a, v in zip(ins, inputs)}
+        outs = self.session.run(None, feed)
+        names = [o.name for o in self.session.get_outputs()]
+        return namedtupledict("Outputs", names)(*outs)
+
+
+class NeeBackend(Backend):
+    @classmethod
+    def is_compatible(cls, model, device="CPU", **kwargs):
+        from .lowering import unsupported_nodes
+        return cls.supports_device(device) and not unsupported_nodes(model.graph)
+
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        jit = kwargs.pop("jit", True)
+        sess = InferenceSession(model, device=_nee_device(device), jit=jit, check=kwargs.pop("check", True))
+        return NeeBackendRep(sess)
+
+    @classmethod
+    def run_model(cls, model, inputs, device="CPU", **kwargs):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node, inputs, device="CPU", outputs_info=None, **kwargs):
+        from .loader import ONNX_TO_NP
+        np_to_onnx = {v: k for k, v in ONNX_TO_NP.items()}
+        vis = []
+        for name, x in zip([i for i in node.input if i], inputs):
+            x = np.asarray(x)
+            vis.append(helper.make_tensor_value_info(name, np_to_onnx[x.dtype], x.shape))
+        outs = []
+        for k, name in enumerate(node.output):
+            if outputs_info and k < len(outputs_info):
+                dt, shp = outputs_info[k]
+                outs.append(helper.make_tensor_value_info(name, np_to_onnx[np.dtype(dt)], shp))
+            else:
+                outs.append(helper.make_empty_tensor_value_info(name))
+        g = helper.make_graph([node], "run_node", vis, outs)
+        opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        rep = cls.prepare(m, device, jit=kwargs.pop("jit", False), check=False)
+        return rep.run(list(inputs))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        d = str(device).upper()
+        if d.startswith("CPU"):
+            return True
+        if d.startswith("CUDA"):
+            try:
+                import neetorch as nee
+                return any(getattr(x, "name", str(x)) == "cuda" and getattr(x, "available", False)
+                           for x in nee.devices())
+            except Exception:  # noqa: BLE001
+                return False
+        return False
+
+
+prepare = NeeBackend.prepare
+run_model = NeeBackend.run_model
+run_node = NeeBackend.run_node
+supports_device = NeeBackend.supports_device

@@ -1,0 +1,201 @@
+"""Load and validate an ONNX model: path, bytes or ModelProto in, a checked ModelProto out.
+
+* the ONNX checker and shape inference run first (a model that fails them is refused
+  with the checker's message);
+* the default-domain opset must be in ``MIN_OPSET .. onnx.defs.onnx_opset_version()``;
+  older models are converted up to ``MIN_OPSET`` with ONNX's version converter (and
+  refused, naming the supported range, when that fails);
+* external data is read only from files inside the model's folder, and each
+  ``offset``/``length`` is checked against the file's size before anything is
+  allocated;
+* malformed or truncated files raise :class:`ModelLoadError`, never a crash.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+__all__ = ["OnnxError", "ModelLoadError", "UnsupportedModelError", "InvalidInputError", "load_model",
+           "MIN_OPSET", "max_opset", "tensor_to_numpy", "ONNX_TO_NP"]
+
+MIN_OPSET = 13
+
+
+class OnnxError(RuntimeError):
+    """Base class of every neetorch.onnx error."""
+
+
+class ModelLoadError(OnnxError):
+    """The file or bytes are not a loadable, valid ONNX model."""
+
+
+class UnsupportedModelError(OnnxError):
+    """The model is valid ONNX but uses ops, opsets or types neetorch does not run."""
+
+
+class InvalidInputError(OnnxError, ValueError):
+    """``run()`` was given inputs that do not match the model (names, dtypes, ranks, shapes)."""
+
+
+def max_opset() -> int:
+    import onnx
+    return onnx.defs.onnx_opset_version()
+
+
+def _np_dtypes():
+    from onnx import TensorProto as T
+    m = {T.FLOAT: np.float32, T.DOUBLE: np.float64, T.FLOAT16: np.float16, T.INT8: np.int8, T.INT16: np.int16,
+         T.INT32: np.int32, T.INT64: np.int64, T.UINT8: np.uint8, T.UINT16: np.uint16, T.UINT32: np.uint32,
+         T.UINT64: np.uint64, T.BOOL: np.bool_, T.STRING: np.object_, T.COMPLEX64: np.complex64,
+         T.COMPLEX128: np.complex128}
+    try:
+        import ml_dtypes
+        m[T.BFLOAT16] = ml_dtypes.bfloat16
+        m[T.FLOAT8E4M3FN] = ml_dtypes.float8_e4m3fn
+        m[T.FLOAT8E4M3FNUZ] = ml_dtypes.float8_e4m3fnuz
+        m[T.FLOAT8E5M2] = ml_dtypes.float8_e5m2
+        m[T.FLOAT8E5M2FNUZ] = ml_dtypes.float8_e5m2fnuz
+        m[T.INT4] = ml_dtypes.int4
+        m[T.UINT4] = ml_dtypes.uint4
+    except (ImportError, AttributeError):
+        pass
+    for code, name in (("INT2", "int2"), ("UINT2", "uint2"), ("FLOAT4E2M1", "float4_e2m1fn"),
+                       ("FLOAT8E8M0", "float8_e8m0fnu")):
+        try:
+            import ml_dtypes
+            m[getattr(T, code)] = getattr(ml_dtypes, name)
+        except (ImportError, AttributeError):
+            pass
+    return {k: np.dtype(v) for k, v in m.items()}
+
+
+ONNX_TO_NP = _np_dtypes()
+
+
+def tensor_to_numpy(t, base_dir: str | None = None) -> np.ndarray:
+    """A TensorProto as a numpy array; external data is read safely from ``base_dir``."""
+    from onnx import numpy_helper
+    from onnx.external_data_helper import uses_external_data
+    if uses_external_data(t):
+        return _read_external(t, base_dir)
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"initializer {t.name!r}: cannot decode tensor data ({e})") from e
+
+
+def _read_external(t, base_dir):
+    from onnx import TensorProto
+    info = {e.key: e.value for e in t.external_data}
+    loc = info.get("location", "")
+    if base_dir is None:
+        raise ModelLoadError(f"tensor {t.name!r} uses external data ({loc!r}) but the model was not loaded from a "
+                             f"path: load it from its file so its folder is known")
+    if not loc or os.path.isabs(loc) or ".." in loc.replace("\\", "/").split("/"):
+        raise ModelLoadError(f"tensor {t.name!r}: external data location {loc!r} is not a relative path inside the "
+                             f"model's folder")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, loc))
+    if os.path.commonpath([root, path]) != root:
+        raise ModelLoadError(f"tensor {t.name!r}: external data location {loc!r} resolves outside the model's folder")
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"tensor {t.name!r}: external data file {loc!r} not found in {root}")
+    size = os.path.getsize(path)
+    try:
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else size - offset
+    except ValueError as e:
+        raise ModelLoadError(f"tensor {t.name!r}: bad external data offset/length ({e})") from None
+    dt = ONNX_TO_NP.get(t.data_type)
+    if dt is None or dt == np.object_ or t.data_type == TensorProto.STRING:
+        raise UnsupportedModelError(f"tensor {t.name!r}: external data of type {t.data_type} is not supported")
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    need = n * dt.itemsize
+    if offset < 0 or length < 0 or offset + length > size:
+        raise ModelLoadError(f"tensor {t.name!r}: external data range [{offset}, {offset + length}) is past the end "
+                             f"of {loc!r} ({size} bytes)")
+    if length != need:
+        raise ModelLoadError(f"tensor {t.name!r}: external data holds {length} bytes, shape {list(t.dims)} of "
+                             f"{dt.name} needs {need}")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        buf = f.read(length)
+    return np.frombuffer(buf, dtype=dt).reshape(tuple(int(d) for d in t.dims)).copy()
+
+
+def _parse(model):
+    import onnx
+    base_dir = None
+    if isinstance(model, onnx.ModelProto):
+        return model, None, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        where = "<bytes>"
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise ModelLoadError(f"ONNX model file not found: {path}")
+        base_dir = os.path.dirname(os.path.abspath(path))
+        with open(path, "rb") as f:
+            data = f.read()
+        where = path
+    else:
+        raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if not data:
+        raise ModelLoadError(f"{where}: empty file, not an ONNX model")
+    m = onnx.ModelProto()
+    try:
+        m.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001  (protobuf DecodeError and friends)
+        raise ModelLoadError(f"{where}: not a valid ONNX model (malformed or truncated protobuf: {e})") from None
+    if not m.HasField("graph") or (len(m.graph.node) == 0 and len(m.graph.output) == 0):
+        raise ModelLoadError(f"{where}: not a valid ONNX model (no graph; the file may be truncated)")
+    return m, base_dir, (path if base_dir else None)
+
+
+def default_opset(model) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 1
+
+
+def load_model(model, *, check: bool = True):
+    """(ModelProto with shapes inferred, base folder or None, {initializer name: ndarray}, notes)."""
+    import onnx
+    m, base_dir, path = _parse(model)
+    notes = []
+    op = default_opset(m)
+    hi = max_opset()
+    if op > hi:
+        raise UnsupportedModelError(f"model uses default-domain opset {op}; supported: {MIN_OPSET}..{hi} (the "
+                                    f"installed onnx {onnx.__version__} knows up to {hi})")
+    used = {n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.preview")}
+    if used:
+        raise UnsupportedModelError(f"model uses operator domains {sorted(used)}; supported: the default ONNX "
+                                    f"domain at opsets {MIN_OPSET}..{hi}")
+    if check:
+        try:
+            from onnx.external_data_helper import uses_external_data
+            if path and any(uses_external_data(t) for t in m.graph.initializer):
+                onnx.checker.check_model(path)  # resolves external data against the model's folder
+            else:
+                onnx.checker.check_model(m)
+        except Exception as e:  # noqa: BLE001
+            raise ModelLoadError(f"ONNX checker rejected the model: {e}") from None
+    if op < MIN_OPSET:
+        try:
+            from onnx import version_converter
+            m = version_converter.convert_version(m, MIN_OPSET)
+            notes.append(f"converted from opset {op} to {MIN_OPSET} with onnx.version_converter")
+        except Exception as e:  # noqa: BLE001
+            raise UnsupportedModelError(f"model uses default-domain opset {op}; supported: {MIN_OPSET}..{hi}, and "
+                                        f"converting it up failed: {e}") from None
+    try:
+        m = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"ONNX shape inference failed: {e}") from None
+    return m, base_dir, notes

@@ -1,0 +1,216 @@
+"""``InferenceSession``: onnxruntime's API over a lowered, jitted ONNX graph."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .loader import (InvalidInputError, UnsupportedModelError, load_model, tensor_to_numpy, default_opset,
+                     ONNX_TO_NP)
+from .lowering import Program, unsupported_nodes, carry_np
+
+__all__ = ["InferenceSession", "NodeArg"]
+
+
+def _type_string(tp) -> str:
+    from onnx import TensorProto
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        return f"tensor({TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()})"
+    if which == "sequence_type":
+        return f"seq({_type_string(tp.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({_type_string(tp.optional_type.elem_type)})"
+    return str(which)
+
+
+def _dims(tp):
+    """ints, dim_param strings (or None for unknown dims); None if the rank is unknown."""
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    out = []
+    for d in tp.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+class NodeArg:
+    """An input or output description (``name``, ``shape``, ``type``), as onnxruntime's."""
+
+    def __init__(self, name, shape, type_, elem_type=None):
+        self.name, self.shape, self.type = name, shape, type_
+        self.elem_type = elem_type
+
+    def __repr__(self):
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+class InferenceSession:
+    """Run an ONNX model with neetorch.
+
+    ``InferenceSession(model, providers=None, device=None)``: ``model`` is a path, bytes
+    or ``onnx.ModelProto``.  The model is validated, checked for unsupported ops (one
+    error listing all of them), lowered onto nee ops and compiled with ``nee.jit``
+    (symbolic input dims become dynamic dims with shape buckets).  ``jit=False`` runs
+    the lowered graph eagerly.  ``info`` says how the model runs.
+    """
+
+    def __init__(self, model, sess_options=None, providers=None, device=None, *, jit=True, buckets="pow2",
+                 check=True):
+        import neetorch as nee
+        del sess_options
+        m, base_dir, notes = load_model(model, check=check)
+        g = m.graph
+        if len(g.sparse_initializer):
+            raise UnsupportedModelError("sparse initializers are not supported")
+        self._model = m
+        self.opset = default_opset(m)
+        bad = unsupported_nodes(g)
+        if bad:
+            by = {}
+            for t, n in bad:
+                by.setdefault(t, []).append(n)
+            parts = [f"{t} (nodes: {', '.join(ns[:5])}{', ...' if len(ns) > 5 else ''})" for t, ns in sorted(by.items())]
+            raise UnsupportedModelError(f"model uses {len(by)} op type(s) neetorch.onnx does not support: "
+                                        + "; ".join(parts))
+        if device is None and providers:
+            p = providers[0] if isinstance(providers[0], str) else providers[0][0]
+            device = "cuda" if "CUDA" in p else "cpu"
+        self.device = nee.device(device or "cpu")
+        inits = {t.name: tensor_to_numpy(t, base_dir) for t in g.initializer}
+        self._inputs = []
+        for vi in g.input:
+            if vi.name in inits:
+                continue
+            et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
+            if et is not None and carry_np(ONNX_TO_NP.get(et, np.dtype(object))) is None:
+                raise UnsupportedModelError(f"input {vi.name!r} has type {_type_string(vi.type)}, which neetorch "
+                                            f"cannot hold")
+            self._inputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
+        self._outputs = []
+        for vi in g.output:
+            et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
+            self._outputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
+        self._program = Program(g, inits, self.device, self.opset)
+        dynamic = {}
+        for i, a in enumerate(self._inputs):
+            if a.shape:
+                dims = tuple(k for k, d in enumerate(a.shape) if not isinstance(d, int))
+                if dims:
+                    dynamic[i] = dims
+        self.info = {"mode": "jit" if jit else "eager", "fallback_reason": None, "notes": notes,
+                     "dynamic": {self._inputs[i].name: d for i, d in dynamic.items()}, "opset": self.opset}
+        self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__) \
+            if jit else None
+
+    # ------------------------------------------------------------ onnxruntime API
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def get_modelmeta(self):
+        return self._model
+
+    def get_providers(self):
+        return ["NeetorchExecutionProvider"]
+
+    def _convert_inputs(self, input_feed):
+        if not isinstance(input_feed, dict):
+            raise InvalidInputError(f"input_feed must be a dict {{name: array}}, got {type(input_feed).__name__}")
+        names = [a.name for a in self._inputs]
+        unknown = [k for k in input_feed if k not in names]
+        if unknown:
+            raise InvalidInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+        missing = [k for k in names if k not in input_feed]
+        if missing:
+            raise InvalidInputError(f"missing input(s) {missing}; the model's inputs are {names}")
+        out = []
+        for a in self._inputs:
+            v = input_feed[a.name]
+            if v is None and a.type.startswith("optional("):
+                from .lowering import EMPTY
+                out.append(EMPTY)
+                continue
+            if isinstance(v, list) and (a.type.startswith("seq(") or a.type.startswith("optional(seq(")):
+                out.append([self._to_tensor(a, np.asarray(x)) for x in v])
+                continue
+            arr = v if isinstance(v, np.ndarray) else np.asarray(v)
+            if a.elem_type is not None:
+                want = ONNX_TO_NP.get(a.elem_type)
+                if arr.dtype != want:
+                    raise InvalidInputError(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
+                                            f"{arr.dtype.name}")
+            if a.shape is not None:
+                if arr.ndim != len(a.shape):
+                    raise InvalidInputError(f"input {a.name!r}: expected rank {len(a.shape)} (shape {a.shape}), "
+                                            f"got rank {arr.ndim} (shape {list(arr.shape)})")
+                for k, (d, n) in enumerate(zip(a.shape, arr.shape)):
+                    if isinstance(d, int) and d != n:
+                        raise InvalidInputError(f"input {a.name!r}: dim {k} must be {d}, got shape "
+                                                f"{list(arr.shape)} (expected {a.shape})")
+            out.append(self._to_tensor(a, arr))
+        return out
+
+    def _to_tensor(self, a, arr):
+        import neetorch as nee
+        c = carry_np(arr.dtype)
+        if c is None:
+            raise InvalidInputError(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
+        if arr.dtype != c or not arr.flags.c_contiguous or not arr.flags.writeable:
+            arr = np.array(arr, dtype=c, order="C", copy=True)
+        t = nee.from_numpy(arr)
+        return t if str(self.device) == "cpu" else t.to(self.device)
+
+    def _call(self, tensors):
+        from ..trace.tracer import TraceError
+        from ..tensor.tensor import Tensor
+        if self._jit is not None and all(isinstance(t, Tensor) for t in tensors):
+            try:
+                return self._jit(*tensors)
+            except TraceError as e:
+                self.info["mode"] = "eager"
+                self.info["fallback_reason"] = f"jit trace failed, running eagerly: {e}"
+                self._jit = None
+        return self._program(*tensors)
+
+    def run_tensors(self, tensors):
+        """Run on nee tensors (positional, in get_inputs() order); returns nee tensors."""
+        return self._call(list(tensors))
+
+    def run(self, output_names, input_feed, run_options=None):
+        del run_options
+        tensors = self._convert_inputs(input_feed)
+        t0 = time.perf_counter()
+        outs = self._call(tensors)
+        self.info["last_run_seconds"] = time.perf_counter() - t0
+        all_names = [o.name for o in self._outputs]
+        if output_names:
+            bad = [n for n in output_names if n not in all_names]
+            if bad:
+                raise InvalidInputError(f"unknown output name(s) {bad}; the model's outputs are {all_names}")
+        sel = output_names or all_names
+        res = []
+        for name in sel:
+            i = all_names.index(name)
+            res.append(self._to_numpy(outs[i], self._outputs[i]))
+        return res
+
+    def _to_numpy(self, t, arg):
+        from .lowering import EMPTY
+        if t is EMPTY:
+            return None
+        if isinstance(t, (list, tuple)):  # a sequence
+            return [self._to_numpy(x, NodeArg(arg.name, None, "", None)) for x in t]
+        a = np.array(t.numpy(force=True), copy=True)
+        if arg.elem_type:
+            want = ONNX_TO_NP.get(arg.elem_type)
+            if want is not None and a.dtype != want:
+                a = a.astype(want)
+        return a
