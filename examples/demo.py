@@ -4,7 +4,9 @@
    checked against a numpy reference of the same arithmetic;
 2. jit: the MLP head compiled with ``@nee.jit`` (fused elementwise kernels), checked
    against eager, with its graph and kernel counts;
-3. devices: what ran where (``nee.devices()``, the fallback report).
+3. ONNX: the same head exported as an ONNX model (built with ``onnx.helper``), run through
+   ``nee.onnx.InferenceSession`` with onnxruntime's API, checked against eager;
+4. devices: what ran where (``nee.devices()``, the fallback report).
 
 Run: ``python3 examples/demo.py`` (a second run starts warm from the kernel cache).
 """
@@ -68,6 +70,43 @@ def numpy_reference(net, x):
     return e / e.sum(-1, keepdims=True)
 
 
+def onnx_head(net, h, expected):
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        print("\nonnx: skipped (pip install -e '.[onnx]' to run this part)")
+        return
+    p = {k: v.numpy() for k, v in net.state_dict().items()}
+    inits = [numpy_helper.from_array(p[k], k) for k in ("norm.weight", "norm.bias", "fc1.weight", "fc1.bias",
+                                                         "fc2.weight", "fc2.bias")]
+    nodes = [
+        helper.make_node("LayerNormalization", ["h", "norm.weight", "norm.bias"], ["n"], axis=-1, epsilon=1e-5),
+        helper.make_node("Gemm", ["n", "fc1.weight", "fc1.bias"], ["a"], transB=1),
+        helper.make_node("Sigmoid", ["a"], ["s"]),
+        helper.make_node("Mul", ["a", "s"], ["m"]),
+        helper.make_node("Gemm", ["m", "fc2.weight", "fc2.bias"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = nee.onnx.InferenceSession(model.SerializeToString())
+    print("\nonnx: inputs", [(i.name, i.shape, i.type) for i in sess.get_inputs()],
+          "outputs", [(o.name, o.shape, o.type) for o in sess.get_outputs()])
+    (probs,) = sess.run(None, {"h": h.numpy()})
+    err = float(np.abs(probs - expected.numpy()).max())
+    print(f"onnx: InferenceSession output {probs.shape}, max |onnx - eager| = {err:.2e}")
+    assert err < 1e-5
+    try:
+        import onnxruntime as ort
+        ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"h": h.numpy()})[0]
+        print(f"onnx: max |neetorch - onnxruntime| = {float(np.abs(probs - ref).max()):.2e}")
+    except ImportError:
+        pass
+
+
 def main():
     nee.manual_seed(0)
     print("devices:")
@@ -101,7 +140,10 @@ def main():
     assert jerr < 1e-5
     print(g)
 
-    # 3. what ran where
+    # 3. ONNX: the head as an ONNX graph, run through neetorch's InferenceSession
+    onnx_head(net, h, out)
+
+    # 4. what ran where
     print("\nfallbacks:", nee.fallback_report())
     print(f"\ndemo finished in {time.perf_counter() - T0:.2f} s")
 
