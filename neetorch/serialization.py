@@ -43,6 +43,9 @@ def _host_array(v, name: str) -> np.ndarray:
 
 def _wrap(a: np.ndarray, device) -> Tensor:
     from .tensor import creation
+    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
+        # with ml_dtypes imported, numpy knows these types; neetorch stores them as float32
+        a = a.astype(np.float32)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     if not a.flags.writeable or not a.flags.c_contiguous:
