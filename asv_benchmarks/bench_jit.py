@@ -22,25 +22,25 @@ def _shapes():
                 mlp=W.tiny((256, 1024, 4096), (8, 32, 64)), tf=W.tiny((128, 256, 4), (16, 32, 4)))
 
 
-def _nee_workload(name):
-    nee = W.nee()
-    F = nee.nn.functional
+def _workload(lib, name):
+    """(fn, args) for ``name`` written once against the torch-like API of ``lib`` (neetorch or torch)."""
+    F = lib.nn.functional
     S = _shapes()
-    nee.manual_seed(0)
+    lib.manual_seed(0)
     if name == "gelu_affine":
-        x, w, b = nee.randn(*S["ew"]), nee.randn(S["ew"][1]), nee.randn(S["ew"][1])
+        x, w, b = lib.randn(*S["ew"]), lib.randn(S["ew"][1]), lib.randn(S["ew"][1])
         return (lambda x, w, b: F.gelu(x * w + b)), (x, w, b)
     if name == "layer_norm":
-        x, g, b = nee.randn(*S["nn"]), nee.randn(S["nn"][1]), nee.randn(S["nn"][1])
+        x, g, b = lib.randn(*S["nn"]), lib.randn(S["nn"][1]), lib.randn(S["nn"][1])
         return (lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b)), (x, g, b)
     if name == "softmax":
-        return (lambda x: F.softmax(x, dim=-1)), (nee.randn(*S["nn"]),)
+        return (lambda x: F.softmax(x, dim=-1)), (lib.randn(*S["nn"]),)
     if name == "mlp":
         n, d, h = S["mlp"]
-        w1, b1, w2, b2 = nee.randn(h, d) * 0.02, nee.randn(h) * 0.02, nee.randn(d, h) * 0.02, nee.randn(d) * 0.02
-        return (lambda x: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)), (nee.randn(n, d),)
+        w1, b1, w2, b2 = lib.randn(h, d) * 0.02, lib.randn(h) * 0.02, lib.randn(d, h) * 0.02, lib.randn(d) * 0.02
+        return (lambda x: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)), (lib.randn(n, d),)
     if name == "transformer":
-        return transformer_block(nee, *S["tf"])
+        return transformer_block(lib, *S["tf"])
     raise KeyError(name)
 
 
@@ -66,40 +66,18 @@ def transformer_block(lib, s, d, h):
     return block, (lib.randn(1, s, d),)
 
 
-def _torch_workload(name):
-    torch = W.torch()
-    F = torch.nn.functional
-    S = _shapes()
-    torch.manual_seed(0)
-    if name == "gelu_affine":
-        x, w, b = torch.randn(*S["ew"]), torch.randn(S["ew"][1]), torch.randn(S["ew"][1])
-        return (lambda x, w, b: F.gelu(x * w + b)), (x, w, b)
-    if name == "layer_norm":
-        x, g, b = torch.randn(*S["nn"]), torch.randn(S["nn"][1]), torch.randn(S["nn"][1])
-        return (lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b)), (x, g, b)
-    if name == "softmax":
-        return (lambda x: F.softmax(x, dim=-1)), (torch.randn(*S["nn"]),)
-    if name == "mlp":
-        n, d, h = S["mlp"]
-        w1, b1, w2, b2 = torch.randn(h, d) * 0.02, torch.randn(h) * 0.02, torch.randn(d, h) * 0.02, torch.randn(d) * 0.02
-        return (lambda x: F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)), (torch.randn(n, d),)
-    if name == "transformer":
-        return transformer_block(torch, *S["tf"])
-    raise KeyError(name)
-
-
 WORKLOADS = ("gelu_affine", "layer_norm", "softmax", "mlp", "transformer")
 
 
 def build(name, mode):
     """A zero-argument callable running ``name`` in ``mode`` (compiled and warmed up)."""
     if mode.startswith("nee"):
-        fn, args = _nee_workload(name)
+        fn, args = _workload(W.nee(), name)
         if mode == "nee-jit":
             fn = W.nee().jit(fn)
     else:
         torch = W.torch()
-        fn, args = _torch_workload(name)
+        fn, args = _workload(torch, name)
         if mode == "torch.compile":
             try:
                 fn = torch.compile(fn)
