@@ -203,20 +203,26 @@ class JitFunction:
                 kw[k] = marker
         return (_key_of(tuple(a)), _key_of(kw), "bucketed")
 
-    def _executable(self, args, kwargs):
+    def _lookup(self, args, kwargs):
+        """(key, entry or None, exact): a bucket known not to be shape-polymorphic sends the
+        lookup to the exact-shape key."""
         key = self._key(args, kwargs, True)
         entry = self._cache.get(key)
         exact = entry is _NOT_POLYMORPHIC
         if exact:
             key = self._key(args, kwargs, False)
             entry = self._cache.get(key)
+        return key, entry, exact
+
+    def _executable(self, args, kwargs):
+        key, entry, exact = self._lookup(args, kwargs)
         if entry is not None:
             self.stats["cache_hits"] += 1
             if profiler._active[0] is not None:
                 profiler.record(self.name, "cache_hit", str(entry[0].device), time.perf_counter(), 0.0, detail="jit")
             return entry
         with self._lock:
-            entry = self._cache.get(key)
+            key, entry, exact = self._lookup(args, kwargs)  # another thread may have specialized meanwhile
             if entry is None:
                 entry = self._specialize(args, kwargs, try_bucket=not exact)
                 if key[-1] == "bucketed" and not entry[0].polymorphic:

@@ -13,7 +13,6 @@ import math
 from ..ops import elementwise as _ew
 from ..ops import nn as _nn
 from ..ops.registry import EXPORTS as _EXPORTS
-from ..tensor.tensor import Tensor
 
 from ..ops.nn import (  # noqa: F401
     layer_norm, rms_norm, group_norm, batch_norm, instance_norm, embedding, scaled_dot_product_attention,

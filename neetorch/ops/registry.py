@@ -16,6 +16,7 @@ and calls the device's kernel.  The tracer (``trace/``) hooks in here too.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
@@ -89,7 +90,23 @@ def get(name: str) -> OpDef:
 # after each top-level op has run (ops that run inside another op's frontend,
 # decomposition or fallback are part of that op and are not reported).
 _trace_hook: list = [None]
-_depth = [0]
+
+
+class _ThreadDepth(threading.local):
+    """``_depth[0]``: how deep in op frontends this thread is (per thread, so one thread's
+    ops never hide another thread's top-level ops from a trace)."""
+
+    def __init__(self):
+        self.value = 0
+
+    def __getitem__(self, i):
+        return self.value
+
+    def __setitem__(self, i, v):
+        self.value = v
+
+
+_depth = _ThreadDepth()
 
 
 def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, out: list | None = None) -> list:

@@ -98,10 +98,7 @@ class ReLU6(Hardtanh):
         super().__init__(0.0, 6.0, inplace)
 
     def forward(self, input):
-        fn = getattr(F, "relu6", None)
-        if fn is not None:
-            return fn(input, inplace=self.inplace)
-        return F.hardtanh(input, 0.0, 6.0, self.inplace)
+        return F.relu6(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return _inplace_str(self.inplace, lead=False)
@@ -241,8 +238,7 @@ class Softmin(Softmax):
 
     def forward(self, input):
         dim = self.dim if self.dim is not None else _get_softmax_dim(self._fn, input.ndim)
-        fn = getattr(F, "softmin", None)
-        return fn(input, dim) if fn is not None else F.softmax(-input, dim)
+        return F.softmin(input, dim)
 
 
 class Softmax2d(Module):

@@ -131,15 +131,7 @@ class Conv1d(_ConvNd):
 
 
 def _conv1d(input, weight, bias, stride, padding, dilation, groups):
-    fn = getattr(F, "conv1d", None)
-    if fn is not None:
-        return fn(input, weight, bias, stride, padding, dilation, groups)
-    # via conv2d on a (N, C, 1, L) view
-    unbatched = input.ndim == 2
-    x = input.unsqueeze(0) if unbatched else input
-    pad = padding if isinstance(padding, str) else (0, padding[0])
-    y = F.conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride[0]), pad, (1, dilation[0]), groups).squeeze(2)
-    return y.squeeze(0) if unbatched else y
+    return F.conv1d(input, weight, bias, stride, padding, dilation, groups)
 
 
 class Conv2d(_ConvNd):
@@ -197,14 +189,7 @@ class _ConvTransposeNd(_ConvNd):
 
 
 def _conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups, dilation):
-    fn = getattr(F, "conv_transpose1d", None)
-    if fn is not None:
-        return fn(input, weight, bias, stride, padding, output_padding, groups, dilation)
-    unbatched = input.ndim == 2
-    x = input.unsqueeze(0) if unbatched else input
-    y = F.conv_transpose2d(x.unsqueeze(2), weight.unsqueeze(2), bias, (1, stride[0]), (0, padding[0]),
-                           (0, output_padding[0]), groups, (1, dilation[0])).squeeze(2)
-    return y.squeeze(0) if unbatched else y
+    return F.conv_transpose1d(input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 class ConvTranspose1d(_ConvTransposeNd):

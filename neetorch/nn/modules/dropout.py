@@ -20,10 +20,7 @@ class _DropoutNd(Module):
     def forward(self, input):
         if not self.training or self.p == 0.0:
             return input
-        fn = getattr(F, self._fn, None)
-        if fn is None:
-            raise NotImplementedError(f"F.{self._fn} is not available")
-        return fn(input, self.p, self.training, self.inplace)
+        return getattr(F, self._fn)(input, self.p, self.training, self.inplace)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"

@@ -83,17 +83,7 @@ class Bilinear(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input1, input2):
-        fn = getattr(F, "bilinear", None)
-        if fn is not None:
-            return fn(input1, input2, self.weight, self.bias)
-        # (…, I1) @ (I1, O*I2) -> (…, O, I2) * (…, 1, I2) -> sum over I2
-        o, i1, i2 = tuple(self.weight.shape)
-        w = self.weight.permute(1, 0, 2).reshape(i1, o * i2)
-        t = F.linear(input1, w.t()).unflatten(-1, (o, i2))
-        y = (t * input2.unsqueeze(-2)).sum(-1)
-        if self.bias is not None:
-            y = y + self.bias
-        return y
+        return F.bilinear(input1, input2, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "

@@ -233,13 +233,9 @@ class _InstanceNorm(_NormBase):
             raise ValueError(f"expected {nd - 1}D or {nd}D input (got {input.ndim}D input)")
         unbatched = input.ndim == nd - 1
         x = input.unsqueeze(0) if unbatched else input
-        fn = getattr(F, "instance_norm", None)
-        if fn is not None:
-            y = fn(x, self.running_mean, self.running_var, self.weight, self.bias,
-                   self.training or not self.track_running_stats, 0.0 if self.momentum is None else self.momentum,
-                   self.eps)
-        else:  # group norm with one channel per group, then the per-channel affine
-            y = F.group_norm(x, x.shape[1], self.weight, self.bias, self.eps)
+        y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            self.training or not self.track_running_stats,
+                            0.0 if self.momentum is None else self.momentum, self.eps)
         return y.squeeze(0) if unbatched else y
 
 

@@ -173,16 +173,7 @@ class PixelShuffle(Module):
         self.upscale_factor = upscale_factor
 
     def forward(self, input):
-        fn = getattr(F, "pixel_shuffle", None)
-        if fn is not None:
-            return fn(input, self.upscale_factor)
-        r = self.upscale_factor
-        *b, c, h, w = tuple(input.shape)
-        oc = c // (r * r)
-        x = input.reshape(*b, oc, r, r, h, w)
-        nb = len(b)
-        perm = list(range(nb)) + [nb, nb + 3, nb + 1, nb + 4, nb + 2]
-        return x.permute(*perm).reshape(*b, oc, h * r, w * r)
+        return F.pixel_shuffle(input, self.upscale_factor)
 
     def extra_repr(self) -> str:
         return f"upscale_factor={self.upscale_factor}"
@@ -194,15 +185,7 @@ class PixelUnshuffle(Module):
         self.downscale_factor = downscale_factor
 
     def forward(self, input):
-        fn = getattr(F, "pixel_unshuffle", None)
-        if fn is not None:
-            return fn(input, self.downscale_factor)
-        r = self.downscale_factor
-        *b, c, h, w = tuple(input.shape)
-        x = input.reshape(*b, c, h // r, r, w // r, r)
-        nb = len(b)
-        perm = list(range(nb)) + [nb, nb + 2, nb + 4, nb + 1, nb + 3]
-        return x.permute(*perm).reshape(*b, c * r * r, h // r, w // r)
+        return F.pixel_unshuffle(input, self.downscale_factor)
 
     def extra_repr(self) -> str:
         return f"downscale_factor={self.downscale_factor}"
