@@ -72,6 +72,15 @@ class Backend:
         raise NotImplementedError(f"{type(self).__name__}.as_strided")
 
     # -- capability ------------------------------------------------------
+    @classmethod
+    def static_claims(cls) -> dict[str, frozenset[str]] | None:
+        """What the backend claims without a device being present: ``{op name: dtype
+        names}`` (an op is claimed for a call when every input/output dtype is in its
+        set).  Used for coverage tables and for planning on hardware that is absent
+        (a CUDA backend on a machine without a GPU).  ``None`` (the default) means
+        the claims are only known from an instance (``supports``)."""
+        return None
+
     def supports(self, op: str, dtypes) -> str | None:
         """None when ``op`` runs here for these input/output dtypes, else a reason."""
         if op not in self.kernels:
