@@ -285,3 +285,14 @@ def test_two_dynamic_dims_on_one_argument():
         x = nee.randn(*shape)
         _close(f(x), f.eager(x))
     assert f.stats["specializations"] == 2   # buckets (3..4, 5..8) for the first three, (9..16, 3..4)
+
+
+@pytest.mark.parametrize("dst", ["int64", "int32", "float64", "uint8"])
+def test_jit_cast_node_types_itself(dst):
+    # a traced cast carries its target dtype (regression: the graph failed validation)
+    x = nee.tensor(np.array([[0.0, 1.7, -3.4], [5.1, 254.9, 0.2]], np.float32))
+    f = nee.jit(lambda c: c.to(getattr(nee, dst)) * 2)
+    out = f(x)
+    ref = x.numpy().astype(dst) * np.array(2, dst)
+    assert out.dtype.name == dst and f.stats["traces"] == 1
+    np.testing.assert_array_equal(out.numpy(), ref)

@@ -346,6 +346,10 @@ def _square_rule(dts):  # torch.square(bool) is int64 (bool ** 2)
 _square = define("square", 1, lambda dt: "{0} * {0}", rule=_square_rule, ref=np.square)
 # identity with a dtype change: the cast op (also used by .to(dtype))
 _cast = define("cast", 1, lambda dt: "{0}", ref=None)
+_cast_same = _cast.infer
+# the target dtype travels in attrs["dtype"] so a traced cast node infers its own type
+_cast.infer = lambda metas, attrs: ([Meta(metas[0].shape, attrs["dtype"])] if "dtype" in attrs
+                                    else _cast_same(metas, attrs))
 
 for _op in (_abs, _neg, _floor, _ceil, _trunc, _frac, _sign, _relu, _bitwise_not, _logical_not, _isnan,
             _isinf, _isfinite, _isposinf, _isneginf, _signbit, _square):
@@ -369,7 +373,7 @@ def cast(t: Tensor, dtype) -> Tensor:
     dt = _dt.to_dtype(dtype)
     if t._dtype is dt:
         return t
-    return run(_cast, [t], {}, [Meta(t._data.shape, dt)])[0]
+    return run(_cast, [t], {"dtype": dt}, [Meta(t._data.shape, dt)])[0]
 
 
 # ------------------------------------------------------------------ binary
