@@ -164,7 +164,7 @@ def op_key(n) -> str:
 
 def unsupported_nodes(graph, opset: int | None = None) -> list:
     """[(op_type, node name)] of every node (subgraphs included) with no lowering."""
-    from . import ops_math, ops_tensor, ops_nn, ops_control  # noqa: F401  (fill the table)
+    from . import ops_math, ops_tensor, ops_nn, ops_control, ops_vision, ops_signal  # noqa: F401  (fill the table)
     bad = []
 
     def walk(g):
@@ -185,7 +185,7 @@ class Program:
     """A lowered ONNX graph: ``program(*input_tensors) -> tuple of output tensors``."""
 
     def __init__(self, graph, initializers: dict, device, opset: int, output_types=None):
-        from . import ops_math, ops_tensor, ops_nn, ops_control  # noqa: F401
+        from . import ops_math, ops_tensor, ops_nn, ops_control, ops_vision, ops_signal  # noqa: F401
         self.graph = graph
         self.ctx = Ctx(device, opset, self)
         self.input_names = [i.name for i in graph.input if i.name not in initializers]

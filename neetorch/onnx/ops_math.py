@@ -250,18 +250,65 @@ def _where(ctx, node, c, a, b):
 @op("Cast")
 def _cast(ctx, node, x):
     to = onnx_np(node.get("to"))
+    if to.name == "float8_e8m0fnu":
+        return _to_e8m0(x, node.get("saturate", 1), node.get("round_mode", "up"))
     return _cast_to(x, to, node.get("saturate", 1))
+
+
+def _to_e8m0(x, saturate, round_mode):
+    """Cast to float8_e8m0fnu (a power of two 2**(e - 127), or NaN), held in float32: the float32
+    exponent, rounded by the mantissa as ``onnx.numpy_helper.to_float8e8m0`` does; the sign is dropped."""
+    i32 = lambda v: nee.full((), v, dtype=nee.int32)  # noqa: E731
+    bits = (x if x.dtype is nee.float32 else x.to(nee.float32)).contiguous().view(nee.int32)
+    e = nee.bitwise_and(nee.bitwise_right_shift(bits, i32(23)), i32(0xFF))
+    special = e == 0xFF
+    if round_mode == "nearest":
+        g = nee.bitwise_and(bits, i32(0x400000)) != 0
+        r = nee.bitwise_and(bits, i32(0x200000)) != 0
+        s = nee.bitwise_and(bits, i32(0x1FFFFF)) != 0
+        up = g & (r | s | (e > 0))
+    elif round_mode == "up":
+        up = nee.bitwise_and(bits, i32(0x7FFFFF)) != 0
+    elif round_mode == "down":
+        up = None
+    else:
+        raise LoweringError(f"Cast round_mode {round_mode!r} is not supported (up, down, nearest)")
+    if up is not None:
+        up = up & ~special
+        if saturate:
+            up = up & (e != 0xFE)
+        e = e + up.to(nee.int32)
+    # e in 0..255: 255 is NaN, 0 is 2**-127 (a float32 subnormal), else the float32 with that exponent
+    val = nee.bitwise_left_shift(e, i32(23)).view(nee.float32)
+    val = nee.where(e == 0, nee.full((), 2.0 ** -127, dtype=nee.float32), val)
+    return nee.where(special | (e == 0xFF), nee.full((), float("nan"), dtype=nee.float32), val)
 
 
 @op("BitCast")
 def _bitcast(ctx, node, x):
     to = onnx_np(node.get("to"))
     d = nee_dtype(to)
-    if carry_np(to) != to or d.itemsize != x.dtype.itemsize:
-        raise LoweringError(f"BitCast {x.dtype.name} -> {to.name} is not supported (sizes differ in neetorch)")
+    src = (ctx.program.declared_np(node.inputs[0]) if ctx.program is not None else None) or x.dtype.np
     if x.ndim == 0:
-        return x.reshape(1).contiguous().view(d).reshape(())
-    return x.contiguous().view(d)
+        return _bitcast(ctx, node, x.reshape(1)).reshape(())
+    if carry_np(to) == to and carry_np(src) == src:
+        if d.itemsize != x.dtype.itemsize:
+            raise LoweringError(f"BitCast {src.name} -> {to.name}: the types' sizes differ")
+        return x.contiguous().view(d)
+    # a type carried in a wider one (uint16/uint32 in int32/int64): through the signed int of its size
+    n = np.dtype(src).itemsize
+    if n != np.dtype(to).itemsize or n not in (2, 4, 8) or src.kind not in "iuf" or to.kind not in "iuf":
+        raise LoweringError(f"BitCast {src.name} -> {to.name} is not supported")
+    sint = {2: nee.int16, 4: nee.int32, 8: nee.int64}[n]
+    if x.dtype.itemsize == n:
+        bits = x.contiguous().view(sint)
+    else:  # unsigned values held wider: wrap the top half to negative
+        top = float(1 << (8 * n))
+        bits = nee.where(x >= (1 << (8 * n - 1)), x - int(top), x).to(sint)
+    if d.itemsize == n:
+        return bits.view(d)
+    y = bits.to(d)
+    return nee.where(y < 0, y + (1 << (8 * n)), y)
 
 
 @op("CastLike")

@@ -121,7 +121,7 @@ def _pool3d(ctx, node, x, fn):
 @op("ConvTranspose")
 def _convt(ctx, node, x, w, b=None):
     nsp = x.ndim - 2
-    if nsp not in (1, 2):
+    if nsp not in (1, 2, 3):
         raise LoweringError(f"ConvTranspose with {nsp} spatial dims is not supported")
     k = node.get("kernel_shape") or list(w.shape[2:])
     s = node.get("strides") or [1] * nsp
@@ -153,9 +153,12 @@ def _convt(ctx, node, x, w, b=None):
     else:
         pads = list(node.get("pads") or [0] * (2 * nsp))
     # compute with no padding, then crop begin/end (handles asymmetric pads and output_padding)
-    conv = F.conv_transpose1d if nsp == 1 else F.conv_transpose2d
-    y = conv(x, w, None, stride=tuple(s) if nsp == 2 else s[0], padding=0,
-             output_padding=0, groups=g, dilation=tuple(d) if nsp == 2 else d[0])
+    if nsp == 3:
+        y = _convt3d_full(ctx, x, w, s, d, g)
+    else:
+        conv = F.conv_transpose1d if nsp == 1 else F.conv_transpose2d
+        y = conv(x, w, None, stride=tuple(s) if nsp == 2 else s[0], padding=0,
+                 output_padding=0, groups=g, dilation=tuple(d) if nsp == 2 else d[0])
     for i in range(nsp):
         ax = 2 + i
         n = y.shape[ax]
@@ -172,6 +175,23 @@ def _convt(ctx, node, x, w, b=None):
     if b is not None:
         y = y + b.reshape(-1, *([1] * nsp))
     return y
+
+
+def _convt3d_full(ctx, x, w, s, d, g):
+    """Unpadded 3-D transposed conv: per depth tap, a 2-D one (depth folded into the batch) added at its depths."""
+    N, C, D, H, W = x.shape
+    kd = w.shape[2]
+    xs = x.permute(0, 2, 1, 3, 4).reshape(N * D, C, H, W)
+    acc = None
+    for j in range(kd):
+        y = F.conv_transpose2d(xs, w.select(2, j), None, stride=tuple(s[1:]), padding=0, output_padding=0,
+                               groups=g, dilation=tuple(d[1:]))
+        y = y.reshape(N, D, y.shape[1], y.shape[2], y.shape[3])
+        if acc is None:
+            acc = nee.zeros(N, (D - 1) * s[0] + (kd - 1) * d[0] + 1, y.shape[2], y.shape[3], y.shape[4],
+                            dtype=y.dtype, device=y.device)
+        acc = nee.index_add(acc, 1, ctx.const(np.arange(D, dtype=np.int64) * s[0] + j * d[0]), y)
+    return acc.permute(0, 2, 1, 3, 4)
 
 
 # ---------------------------------------------------------------- pooling
@@ -193,8 +213,6 @@ def _maxpool(ctx, node, x):
     d = node.get("dilations") or [1] * nsp
     ceil = bool(node.get("ceil_mode", 0))
     pads = _auto_pads(node, list(x.shape[2:]), k, s, d)
-    if node.get("storage_order", 0) and node.nout > 1:
-        raise LoweringError("MaxPool storage_order=1 indices are not supported")
     x2 = _to2d(x) if nsp == 1 else x
     k2, s2, d2 = ([1] + k, [1] + s, [1] + d) if nsp == 1 else (k, s, d)
     p2 = ([0] + pads[:1] + [0] + pads[1:]) if nsp == 1 else pads
@@ -227,6 +245,8 @@ def _maxpool(ctx, node, x):
         hh = idx // Wp - off[0]
         ww = idx % Wp - off[1]
         idx = hh * H[1] + ww
+    if node.get("storage_order", 0):  # column-major offsets within the (H, W) plane: w * H + h
+        idx = (idx % H[1]) * H[0] + idx // H[1]
     N, C = x.shape[0], x.shape[1]
     base = (nee.arange(N * C, dtype=nee.int64) * (H[0] * H[1])).reshape(N, C, 1, 1)
     idx = idx.to(nee.int64) + base
@@ -349,9 +369,16 @@ def _chan(t, nd):
 
 @op("BatchNormalization")
 def _bn(ctx, node, x, scale, bias, mean, var):
-    if node.get("training_mode", 0) or node.nout > 1:
-        raise LoweringError("BatchNormalization in training mode is not supported (inference only)")
     eps = node.get("epsilon", 1e-5)
+    if node.get("training_mode", 0) or node.nout > 1:
+        # normalize with the batch statistics; also return the running statistics updated by momentum
+        mom = node.get("momentum", 0.9)
+        dims = tuple(i for i in range(x.ndim) if i != 1)
+        m = nee.mean(x, dims)
+        v = nee.var(x, dims, correction=0)
+        a = scale / nee.sqrt(v + eps)
+        y = x * _chan(a, x.ndim) + _chan(bias - m * a, x.ndim)
+        return y, mean * mom + m * (1 - mom), var * mom + v * (1 - mom)
     a = scale / nee.sqrt(var + eps)
     b = bias - mean * a
     if x.ndim == 1:
@@ -374,6 +401,11 @@ def _ln(ctx, node, x, scale, bias=None):
     axis = node.get("axis", -1) % x.ndim
     eps = node.get("epsilon", 1e-5)
     dims = tuple(range(axis, x.ndim))
+    ns = tuple(x.shape[axis:])
+    if (node.nout == 1 and x.dtype in (nee.float32, nee.float64) and scale.dtype is x.dtype
+            and tuple(scale.shape) == ns and (bias is None or (bias.dtype is x.dtype and tuple(bias.shape) == ns))):
+        # the common case: one row-normalization kernel instead of mean/sub/mean/sqrt/div/mul/add
+        return F.layer_norm(x, ns, scale, bias, float(eps))
     xf = x if x.dtype is not nee.float16 else x.to(nee.float32)
     if node.get("stash_type", 1) == 1 and xf.dtype is not nee.float32 and xf.dtype is not nee.float64:
         xf = xf.to(nee.float32)
@@ -454,13 +486,17 @@ def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0):
         return offset + (o + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
         return (o + 0.5) / scale - 0.5 if out_n > 1 else np.zeros(out_n)
+    # the spec's length_resized is scale * length_original: fractional when it comes from scales
+    w = scale * in_n
+    if abs(w - out_n) <= 1e-9 * max(w, 1.0):
+        w = float(out_n)
     if mode == "align_corners":
-        return o * (in_n - 1) / (out_n - 1) if out_n > 1 else np.zeros(out_n)
+        return o * (in_n - 1) / (w - 1) if w != 1 else np.zeros(out_n)
     if mode == "asymmetric":
         return o / scale
     if mode == "tf_crop_and_resize":
-        if out_n > 1:
-            return roi_lo * (in_n - 1) + o * (roi_hi - roi_lo) * (in_n - 1) / (out_n - 1)
+        if w != 1:
+            return roi_lo * (in_n - 1) + o * (roi_hi - roi_lo) * (in_n - 1) / (w - 1)
         return np.full(out_n, 0.5 * (roi_lo + roi_hi) * (in_n - 1))
     raise LoweringError(f"Resize coordinate_transformation_mode {mode!r} is not supported")
 
@@ -485,10 +521,42 @@ def _cubic_w(t, A):
                     np.where(t < 2, ((A * t - 5 * A) * t + 8 * A) * t - 4 * A, 0.0))
 
 
+def _antialias_taps(c, n_in, scale, mode, A, excl):
+    """Antialiased linear/cubic taps along one axis, as ONNX's reference computes them: the filter
+    is stretched by 1/scale when downscaling.  Returns ([n_out] index arrays, [n_out] weights) per tap."""
+    s = min(scale, 1.0)
+    f = np.floor(c)
+    ratio = np.where(c == f, 1.0, c - f)[:, None]
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1)
+        k = np.arange(start, start + 2 - 2 * start)
+        w = np.clip(1 - np.abs((k[None, :] - ratio) * s), 0, 1)
+    else:
+        start = int(np.floor(-2 / s) + 1)
+        w = _cubic_w(s * (np.arange(start, 2 - start)[None, :] - ratio), A)
+    w = w / w.sum(axis=1, keepdims=True)
+    n = w.shape[1]
+    # the n inputs nearest to c (ties to the smaller index), as the reference's neighbour search
+    pad = -(-n // 2)
+    xp = c + pad
+    p = np.floor(xp)
+    fr = xp - p
+    if n % 2 == 0:
+        off = np.where(fr == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(fr <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p.astype(np.int64) + off)[:, None] + np.arange(n)[None, :] - pad
+    if excl:
+        w = np.where((idx < 0) | (idx >= n_in), 0.0, w)
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    idx = np.clip(idx, 0, n_in - 1)
+    return [idx[:, j] for j in range(n)], [w[:, j] for j in range(n)]
+
+
 @op("Resize", "Upsample")
 def _resize(ctx, node, x, roi=None, scales=None, sizes=None):
-    if node.get("antialias", 0):
-        raise LoweringError("Resize antialias=1 is not supported")
+    aa = node.get("antialias", 0)
     if node.op_type == "Upsample":
         mode = node.get("mode", "nearest")
         scales = roi
@@ -547,7 +615,14 @@ def _resize(ctx, node, x, roi=None, scales=None, sizes=None):
         outside = (c < 0) | (c > n_in - 1) if ctm == "tf_crop_and_resize" else None
         shape_w = [1] * nd
         shape_w[a] = n_out
-        if mode == "nearest":
+        if aa and mode in ("linear", "cubic"):
+            yf = y if y.dtype.is_floating_point else y.to(dt)
+            acc = None
+            for ij, wj in zip(*_antialias_taps(c, n_in, scale_full[a], mode, A, excl)):
+                term = nee.index_select(yf, a, ctx.const(ij)) * ctx.const(wj.reshape(shape_w).astype(yf.dtype.np))
+                acc = term if acc is None else acc + term
+            y = acc
+        elif mode == "nearest":
             idx = _nearest(c, nm, n_in)
             y = nee.index_select(y, a, ctx.const(idx))
         elif mode == "linear":
