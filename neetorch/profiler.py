@@ -53,7 +53,7 @@ def record(name, kind, device, start, dur, nbytes=0, flops=0, detail="") -> None
             p.events.append(ev)
     if _env.DEBUG >= 2 and kind == "kernel":
         rate = f"{ev.gbps:6.2f} GB/s" if nbytes else ""
-        print(f"[neetorch] {name:<40} {device:<6} {dur * 1e6:10.1f} us {rate} {detail}", file=sys.stderr)
+        print(f"[neetorch] {name:<40} {ev.device:<6} {dur * 1e6:10.1f} us {rate} {detail}", file=sys.stderr)
 
 
 class profile:

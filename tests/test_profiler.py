@@ -33,3 +33,16 @@ def test_nothing_recorded_outside_profile():
         pass
     (x * 2).exp()
     assert prof.events == []
+
+
+
+def test_debug_level_2_prints_each_kernel():
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NEE_DEBUG="2")
+    code = "import neetorch as nee; x = nee.ones(5); print((x + x).tolist())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[2.0, 2.0, 2.0, 2.0, 2.0]"
+    assert any(line.startswith("[neetorch] add") and " cpu " in line for line in r.stderr.splitlines()), r.stderr
