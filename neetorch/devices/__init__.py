@@ -10,7 +10,7 @@ from .. import _env
 from .base import Backend
 
 __all__ = ["Backend", "device", "devices", "get_backend", "fallback_report", "reset_fallbacks",
-           "set_strict", "is_strict", "FallbackError", "DeviceInfo"]
+           "set_strict", "is_strict", "FallbackError", "DeviceInfo", "claim"]
 
 
 class FallbackError(RuntimeError):
@@ -162,6 +162,22 @@ def get_backend(dev: device) -> Backend:
         return inst
 
 
+def claim(backend: Backend, op: str, ins: list, outs: list, attrs: dict) -> str | None:
+    """The whole claim for one call of ``op``: ``None`` when ``backend`` runs it, else the reason.
+
+    ``ins`` / ``outs`` are ``Meta(shape, dtype)`` lists (graph values work too: anything with
+    ``shape`` and ``dtype``).  Asks ``supports`` (dtypes), then ``supports_call`` (shapes and
+    attributes) when the backend overrides it: the same two questions the eager dispatcher
+    asks, so placement and eager dispatch agree."""
+    dtypes = tuple([m.dtype for m in ins] + [m.dtype for m in outs])
+    reason = backend.supports(op, dtypes)
+    if reason is None and getattr(backend, "has_call_claims", None) is not None and backend.has_call_claims():
+        from ..ops.registry import Meta
+        reason = backend.supports_call(op, [Meta(tuple(m.shape), m.dtype) for m in ins],
+                                       [Meta(tuple(m.shape), m.dtype) for m in outs], attrs)
+    return reason
+
+
 # ---------------------------------------------------------------- fallbacks
 @dataclass
 class FallbackRecord:
@@ -212,11 +228,20 @@ def reset_fallbacks() -> None:
     _fallbacks.records.clear()
 
 
-def record_fallback(op: str, dev: device, dtypes, reason: str, nbytes: int) -> None:
+def record_fallback(op: str, dev: device, dtypes, reason: str, nbytes: int, where: str = "") -> None:
+    """Count one fallback of ``op`` from ``dev`` to the CPU (or raise in strict mode).
+
+    Eager ops that fall back while ``nee.jit`` traces a function are not counted: the graph
+    is placed after tracing, and its placement reports (and, in strict mode, refuses) the
+    fallback with the node it concerns, once per run of the compiled graph."""
     names = tuple(d.name for d in dtypes)
+    from ..trace.tracer import is_tracing
+    if is_tracing():
+        return
     if _strict[0]:
-        raise FallbackError(f"{op} on {dev} with dtypes ({', '.join(names)}) would fall back to cpu: {reason} "
-                            f"(strict mode; unset NEE_STRICT or call nee.set_strict(False) to allow fallbacks)")
+        raise FallbackError(f"{op}{where} on {dev} with dtypes ({', '.join(names)}) would fall back to cpu: "
+                            f"{reason} (strict mode; unset NEE_STRICT or call nee.set_strict(False) to allow "
+                            f"fallbacks)")
     key = (op, str(dev), names, reason)
     with _lock:
         r = _fallbacks.records.get(key)

@@ -5,13 +5,19 @@ A backend is a class that subclasses :class:`Backend` and is registered under th
 in neetorch's own ``pyproject.toml``).  It owns:
 
 * identity: ``type`` (``"cpu"``, ``"opencl"``, ...) and the device indices it exposes;
-* an allocator: ``empty`` / ``from_host`` / ``to_host`` / ``copy_`` / ``free`` and
-  ``memory_stats``;
+* an allocator: ``empty`` / ``from_host`` / ``to_host`` / ``copy_`` / ``fill_`` /
+  ``free`` and ``memory_stats``;
 * layout: ``as_strided`` to build views over its storage;
 * what it claims: ``supports(op, dtypes)`` returns ``None`` when it can run the op,
   or a short reason string when it cannot (the dispatcher then falls back, visibly).
   The answer must depend only on its arguments: the dispatcher caches it per
   (backend, op, dtypes);
+* claims that depend on shapes or attributes (optional): ``supports_call(op, ins,
+  outs, attrs)`` gets the input and output ``Meta(shape, dtype)`` lists and the op's
+  attributes, and is asked on every call (never cached) once ``supports`` said yes
+  for the dtypes; a backend that does not override it claims by dtype alone;
+* ``static_claims()`` (optional classmethod): the dtype-level claims known without a
+  device present (coverage tables, planning for absent hardware);
 * fused kernels (optional): ``compile_group(group) -> (kernel, source)`` renders a
   ``jit.fusion.FusedElementwise`` group (or raises ``NotImplementedError``: the
   members then run one by one) and ``launch_group(kernel, outs, ins)`` runs it;
@@ -59,6 +65,14 @@ class Backend:
         """Copy ``src`` into ``dst`` (same device, same shape, any layouts/dtypes)."""
         raise NotImplementedError(f"{type(self).__name__}.copy_")
 
+    def fill_(self, array, value) -> None:
+        """Fill ``array`` with the scalar ``value`` (``nee.zeros`` / ``ones`` / ``full`` on this
+        device).  The default copies a host scalar through ``from_host`` + ``copy_``."""
+        import numpy as np
+        with np.errstate(over="ignore", invalid="ignore"):
+            host = np.array(value).astype(array.dtype)
+        self.copy_(array, self.from_host(host.reshape(())))
+
     def free(self, array) -> None:  # reference counted storage: nothing to do
         pass
 
@@ -89,6 +103,20 @@ class Backend:
             if d.name not in self.dtypes:
                 return f"{self.type} has no {d.name} storage"
         return None
+
+    def supports_call(self, op: str, ins: list, outs: list, attrs: dict) -> str | None:
+        """The shape/attribute-dependent part of a claim: ``None`` when this call of ``op``
+        runs here, else a reason (``"matmul working set 6 MiB exceeds the 4 MiB on-chip
+        memory"``).  ``ins`` / ``outs`` are ``Meta(shape, dtype)`` lists, ``attrs`` the op's
+        attributes.  Asked only after :meth:`supports` accepted the dtypes, on every call
+        (eager dispatch) and once per graph node (``nee.jit`` placement); keep it cheap.
+        The default claims every call, so backends that do not override it are not asked."""
+        return None
+
+    @classmethod
+    def has_call_claims(cls) -> bool:
+        """Whether :meth:`supports_call` is overridden (the dispatcher skips it otherwise)."""
+        return getattr(cls, "supports_call", None) is not Backend.supports_call
 
     # -- execution ---------------------------------------------------------
     def synchronize(self) -> None:

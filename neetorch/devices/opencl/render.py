@@ -13,37 +13,27 @@ from __future__ import annotations
 import hashlib
 import itertools
 
-
 from ...tensor import dtypes as _dt
+from .. import cexpr
 from ..cpu import layout
-from .exprs import CTYPE, EXPR
+from .exprs import CTYPE
 
-__all__ = ["render_group", "c_expr", "get_kernel", "launch", "run_strided", "compile_group", "launch_group"]
+__all__ = ["c_expr", "compile_group", "get_kernel", "launch", "launch_group", "render_group", "run_strided"]
 
-_FLOAT_INT_VIA_LONG = ("uchar", "char", "short", "int")
+
+def c_expr(op, dt) -> str | None:
+    """The OpenCL C template of elementwise ``op`` computed in DType ``dt``, or None."""
+    return cexpr.c_expr(op.name, dt, cexpr.OPENCL)
+
+
+_kdt = cexpr.kdt
+_CT2DT = {"uchar": _dt.uint8, "char": _dt.int8, "short": _dt.int16, "int": _dt.int32, "long": _dt.int64,
+          "float": _dt.float32, "double": _dt.float64}
 
 
 def _cast(expr: str, frm: str, to: str, to_bool: bool) -> str:
     """C text converting ``expr`` (C type ``frm``) to C type ``to`` (``to_bool``: a 0/1 uchar)."""
-    if to_bool:
-        return f"(uchar)(({expr}) != 0)"
-    if frm == to:
-        return expr
-    if frm in ("float", "double") and to in _FLOAT_INT_VIA_LONG:
-        return f"({to})(long)({expr})"   # like numpy/x86: -1.0 -> uint8 255, not undefined
-    return f"({to})({expr})"
-
-
-def c_expr(op, dt) -> str | None:
-    """The C template of elementwise ``op`` computed in DType ``dt``, or None."""
-    f = EXPR.get(op.name)
-    if f is None:
-        return None
-    return f(dt, CTYPE[dt.name], "64" if dt is _dt.float64 else "32")
-
-
-def _kdt(dtype):
-    return _dt.float32 if dtype is _dt.float16 else dtype
+    return cexpr.cast(expr, _CT2DT[frm], _dt.bool_ if to_bool else _CT2DT[to], cexpr.OPENCL)
 
 
 def _meta_decl(nops: int) -> tuple[str, str]:
@@ -93,24 +83,12 @@ def render_group(kname: str, in_dt: list, out_dt: list, body: list, results: lis
     return "\n".join(L) + "\n"
 
 
-def _arg(name, frm, to):
-    """Input ``name`` (DType ``frm``) converted to compute DType ``to``."""
-    if frm is to:
-        return name
-    return _cast(name, CTYPE[frm.name], CTYPE[to.name], to is _dt.bool_)
-
-
 def render_op(kname: str, op, in_dt: list, out_dt) -> str | None:
     """Source of the kernel of one elementwise op, or None when it has no C expression."""
-    from ...ops.elementwise import ew_dtypes
-    comp, _ = ew_dtypes(op.ew, in_dt)
-    comp = [_kdt(c) for c in comp]
-    first = op.ew.promote[0] if op.ew.promote else 0
-    tmpl = c_expr(op, comp[first])
-    if tmpl is None:
+    try:
+        res = cexpr.op_result(op, [f"v{i}" for i in range(len(in_dt))], list(in_dt), out_dt, cexpr.OPENCL)
+    except NotImplementedError:
         return None
-    args = [_arg(f"v{i}", d, c) for i, (d, c) in enumerate(zip(in_dt, comp))]
-    res = _cast(tmpl.format(*args), CTYPE[comp[first].name], CTYPE[out_dt.name], out_dt is _dt.bool_)
     return render_group(kname, in_dt, [out_dt], [], [res])
 
 
@@ -215,31 +193,7 @@ def compile_group(backend, group):
 
     Returns ``(kernel, source)``; raises NotImplementedError when a member op has no
     C expression for its dtypes (the caller then runs the members one by one)."""
-    from ...ops.elementwise import ew_dtypes
-    names, kdt = {}, {}
-    for i, v in enumerate(group.inputs):
-        names[v] = f"v{i}"
-        kdt[v] = v.dtype
-    body = []
-    for k, n in enumerate(group.nodes):
-        comp, _ = ew_dtypes(n.op.ew, [v.dtype for v in n.inputs])
-        comp = [_kdt(c) for c in comp]
-        first = n.op.ew.promote[0] if n.op.ew.promote else 0
-        tmpl = c_expr(n.op, comp[first])
-        if tmpl is None:
-            raise NotImplementedError(f"opencl: no C expression for {n.op.name} on {comp[first].name}")
-        args = [_arg(names[v], kdt[v], c) for v, c in zip(n.inputs, comp)]
-        od = _kdt(n.outputs[0].dtype)
-        expr = _cast(tmpl.format(*args), CTYPE[comp[first].name], CTYPE[od.name], od is _dt.bool_)
-        body.append(f"const {CTYPE[od.name]} t{k} = {expr};")
-        names[n.outputs[0]] = f"t{k}"
-        kdt[n.outputs[0]] = od
-    in_dt = [v.dtype for v in group.inputs]
-    out_dt = [o.dtype for o in group.outputs]
-    results = [_cast(names[o], CTYPE[kdt[o].name], CTYPE[o.dtype.name], o.dtype is _dt.bool_ and kdt[o] is not _dt.bool_)
-               for o in group.outputs]
-    sig = "\n".join(body) + "|" + ",".join(d.name for d in in_dt) + "|" + ",".join(d.name for d in out_dt) \
-        + "|" + ",".join(results)
+    body, results, in_dt, out_dt, sig = cexpr.group_body(group, cexpr.OPENCL)
     kname = _kname("fused", sig)
     src = render_group(kname, in_dt, out_dt, body, results)
     return backend.programs.kernel(kname, src), src

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""CUDA backend benchmarks (needs an NVIDIA GPU and CuPy: ``pip install -e '.[cuda]'``).
+
+    python3 bench/cuda_bench.py [--quick] [--json OUT.json]
+
+* **copy bandwidth** of this GPU, measured in the same run: a device-to-device copy
+  (``cudaMemcpyAsync``) and CuPy's own elementwise copy; bytes read + written per second;
+* **fused elementwise chain** (``nee.jit``: one generated kernel) and the same chain eager
+  (one kernel per op), as a fraction of that copy bandwidth (bytes = inputs read + outputs
+  written once, what an ideal fused kernel moves); CuPy's eager chain for comparison;
+* **matmul** through the backend vs CuPy's own ``@`` on the same arrays (float32/float16/float64),
+  TFLOP/s and the ratio;
+* **launch overhead per op**: a 1-element ``x + 1`` looped, neetorch vs CuPy, microseconds per
+  op as seen from Python (dispatch + launch, queued back to back, synchronized at the end).
+
+Times: GPU work is bracketed by stream synchronization; each number is the minimum of
+repeats after a warm-up (compilation excluded).  Ratios are speeds (higher = neetorch faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def best(fn, sync, repeats=7, inner=1):
+    fn()
+    sync()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        ts.append((time.perf_counter() - t0) / inner)
+    return min(ts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument("--tiny", action="store_true", help="toy sizes: checks the script, measures nothing")
+    ap.add_argument("--json", help="also write the results as JSON here")
+    args = ap.parse_args(argv)
+
+    import cupy as cp
+
+    import neetorch as nee
+    from neetorch.devices import get_backend, register_backend
+    from neetorch.devices.cuda import CUDABackend
+    from neetorch.ops.elementwise import gelu
+
+    n, why = CUDABackend.probe()
+    if n == 0:
+        print(f"no CUDA device: {why}")
+        return 2
+    register_backend(CUDABackend, "cuda")
+    dev = nee.device("cuda")
+    bk = get_backend(dev)
+    sync = bk.synchronize
+    res = {"device": bk.memory_stats()["device"], "cupy": cp.__version__, "python": platform.python_version()}
+    print(f"device: {res['device']}  cupy {cp.__version__}")
+
+    # ---------------------------------------------------------------- copy bandwidth
+    N = (1 << 12) if args.tiny else (1 << 24) if args.quick else (1 << 27)   # float32 elements (64 / 512 MiB)
+    with bk.on():
+        a = cp.random.standard_normal(N, dtype=cp.float32)
+        b = cp.empty_like(a)
+    nbytes = a.nbytes
+
+    def memcpy():
+        with bk.on():
+            b.data.copy_from_device_async(a.data, nbytes, bk.stream)
+
+    def cp_copy():
+        with bk.on():
+            cp.copyto(b, a)
+    t_mc = best(memcpy, sync)
+    t_cc = best(cp_copy, sync)
+    copy_bw = 2 * nbytes / min(t_mc, t_cc)
+    res["copy_GBps"] = {"memcpy": 2 * nbytes / t_mc / 1e9, "cupy_copyto": 2 * nbytes / t_cc / 1e9}
+    print(f"copy bandwidth: memcpy {2 * nbytes / t_mc / 1e9:.0f} GB/s, cupy copyto {2 * nbytes / t_cc / 1e9:.0f} GB/s"
+          f"  (reference: {copy_bw / 1e9:.0f} GB/s)")
+
+    # ---------------------------------------------------------------- fused elementwise chain
+    x = nee.randn(N).to(dev)
+    w = nee.randn(N).to(dev)
+
+    def chain(x, w):
+        return gelu(x * w + 1.0).tanh() * 0.5 + x
+
+    f = nee.jit(chain)
+    f(x, w)
+    t_fused = best(lambda: f(x, w), sync)
+    t_eager = best(lambda: chain(x, w), sync)
+    xa, wa = x._data.a, w._data.a
+
+    def cp_chain():
+        with bk.on():
+            h = xa * wa + 1.0
+            g = 0.5 * h * (1.0 + cp.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))   # tanh-gelu: CuPy has no erf
+            return cp.tanh(g) * 0.5 + xa
+    t_cp = best(cp_chain, sync)
+    moved = 3 * 4 * N    # x, w read once, out written once
+    res["fused_chain"] = {
+        "elements": N, "bytes": moved,
+        "jit_fused_GBps": moved / t_fused / 1e9, "jit_fraction_of_copy": moved / t_fused / copy_bw,
+        "eager_GBps": moved / t_eager / 1e9, "eager_fraction_of_copy": moved / t_eager / copy_bw,
+        "cupy_eager_GBps": moved / t_cp / 1e9, "kernels_jit": len(f.graph(x, w).nodes),
+    }
+    print(f"fused chain gelu(x*w+1).tanh()*0.5+x, {N} float32: jit {t_fused * 1e3:.2f} ms = "
+          f"{moved / t_fused / 1e9:.0f} GB/s = {moved / t_fused / copy_bw:.0%} of copy;  eager {t_eager * 1e3:.2f} ms "
+          f"({moved / t_eager / copy_bw:.0%});  cupy eager {t_cp * 1e3:.2f} ms")
+
+    # ---------------------------------------------------------------- matmul vs cupy @
+    res["matmul"] = []
+    sizes = [32] if args.tiny else [1024, 4096] if args.quick else [1024, 4096, 8192]
+    for dt in ("float32", "float16", "float64"):
+        for s in sizes:
+            A = nee.randn(s, s).to(getattr(nee, dt)).to(dev)
+            B = nee.randn(s, s).to(getattr(nee, dt)).to(dev)
+            Aa, Ba = A._data.a, B._data.a
+            t_nee = best(lambda A=A, B=B: A @ B, sync, repeats=5)
+
+            def cpm(Aa=Aa, Ba=Ba):
+                with bk.on():
+                    return Aa @ Ba
+            t_cpm = best(cpm, sync, repeats=5)
+            fl = 2 * s ** 3
+            row = {"dtype": dt, "n": s, "nee_TFLOPs": fl / t_nee / 1e12, "cupy_TFLOPs": fl / t_cpm / 1e12,
+                   "speed_vs_cupy": t_cpm / t_nee}
+            res["matmul"].append(row)
+            print(f"matmul {dt} {s}^3: neetorch {fl / t_nee / 1e12:.1f} TFLOP/s, cupy @ {fl / t_cpm / 1e12:.1f} "
+                  f"TFLOP/s, ratio {t_cpm / t_nee:.2f}")
+
+    # ---------------------------------------------------------------- launch overhead per op
+    tiny = nee.ones(1).to(dev)
+    one = nee.ones(1).to(dev)
+    ta, oa = tiny._data.a, one._data.a
+    K = 20 if args.tiny else 2000 if args.quick else 20000
+
+    def nee_loop():
+        y = tiny
+        for _ in range(K):
+            y = y + one
+        return y
+
+    def nee_loop_scalar():          # a Python scalar operand becomes a 0-d device tensor per call
+        y = tiny
+        for _ in range(K):
+            y = y + 1.0
+        return y
+
+    def cp_loop():
+        with bk.on():
+            y = ta
+            for _ in range(K):
+                y = y + oa
+        return y
+    t_nl = best(nee_loop, sync, repeats=3) / K
+    t_ns = best(nee_loop_scalar, sync, repeats=3) / K
+    t_cl = best(cp_loop, sync, repeats=3) / K
+    res["launch_us_per_op"] = {"neetorch": t_nl * 1e6, "neetorch_scalar_operand": t_ns * 1e6, "cupy": t_cl * 1e6}
+    print(f"launch overhead (1-element x + y, queued): neetorch {t_nl * 1e6:.1f} us/op "
+          f"(x + 1.0: {t_ns * 1e6:.1f}), cupy {t_cl * 1e6:.1f} us/op")
+    res["memory_stats"] = bk.memory_stats()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
