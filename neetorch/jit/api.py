@@ -20,6 +20,7 @@ from ..devices.cpu import codegen
 from ..tensor.tensor import Tensor
 from ..trace import tracer
 from . import passes
+from . import placement as _placement
 from .executable import Executable
 from .fusion import fuse_elementwise
 
@@ -118,6 +119,9 @@ class JitFunction:
         if on_stage:
             on_stage("traced", g)
         g = passes.run_pipeline(g, on_stage)
+        g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
+        if on_stage and g.placement.transfers:
+            on_stage("placement", g)
         g = fuse_elementwise(g)
         if on_stage:
             on_stage("fused", g)
@@ -253,7 +257,13 @@ class JitFunction:
         for name, src in exe.kernels:
             parts.append(f"-- {name}\n{src}")
         parts.append(f"== {exe.plan}")
+        parts.append(f"== {g.placement}")
         return "\n".join(parts)
+
+    def placement(self, *args, **kwargs):
+        """Where each op of the compiled graph for these arguments runs: a
+        :class:`~neetorch.jit.placement.PlacementSummary` (ops per device, transfers, fallbacks)."""
+        return self._executable(args, kwargs)[1].placement
 
     def __repr__(self):
         return f"<neetorch.jit {self.name}: {len(self._cache)} specialization(s)>"

@@ -90,6 +90,9 @@ def get(name: str) -> OpDef:
 # after each top-level op has run (ops that run inside another op's frontend,
 # decomposition or fallback are part of that op and are not reported).
 _trace_hook: list = [None]
+# A metadata-only trace also installs ``meta_run(op, inputs, attrs, metas, out)``: it returns
+# placeholder outputs for an op that reads traced values (no kernel runs), or None to run it.
+_meta_run: list = [None]
 
 
 class _ThreadDepth(threading.local):
@@ -122,7 +125,10 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
         return _run(op, inputs, attrs, metas, out)
     _depth[0] += 1
     try:
-        res = _run(op, inputs, attrs, metas, out)
+        mr = _meta_run[0]
+        res = mr(op, inputs, attrs, metas, out) if mr is not None else None
+        if res is None:
+            res = _run(op, inputs, attrs, metas, out)
     finally:
         _depth[0] -= 1
     if _depth[0] == 0:
@@ -130,7 +136,15 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
     return res
 
 
-_claims: dict = {}   # (backend, op name, dtypes) -> None or the reason the backend gives
+_claims: dict = {}   # (backend, op name, dtypes) -> None, the reason the backend gives, or _PER_CALL
+_PER_CALL = object()  # claimed for these dtypes, but backend.supports_call decides per call (shapes, attrs)
+
+
+def _claim(backend, name: str, dtypes):
+    r = backend.supports(name, dtypes)
+    if r is None and getattr(backend, "has_call_claims", None) is not None and backend.has_call_claims():
+        return _PER_CALL
+    return r
 
 
 def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) -> list:
@@ -152,7 +166,9 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
     key = (backend, op.name, dtypes)
     reason = _claims.get(key, _claims)
     if reason is _claims:
-        reason = _claims[key] = backend.supports(op.name, dtypes)
+        reason = _claims[key] = _claim(backend, op.name, dtypes)
+    if reason is _PER_CALL:  # the backend's claim depends on shapes/attributes: asked every call
+        reason = backend.supports_call(op.name, [Meta(t._data.shape, t._dtype) for t in inputs], metas, attrs)
     if reason is None:
         if out is None:
             make = _Tensor._make

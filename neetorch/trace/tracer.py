@@ -1,6 +1,6 @@
 """Record a tensor program into a :class:`~neetorch.trace.ir.Graph` by running it.
 
-Tracing executes the function once on real example tensors with a hook installed in
+Tracing executes the function once on the example tensors with a hook installed in
 ``ops.registry.run`` (every op application) and around the view functions (views do
 not allocate and do not go through ``run``).  Tensors the function receives become
 graph inputs; tensors it meets that were made outside the trace (parameters, literals)
@@ -8,29 +8,61 @@ become constants.  Python control flow is unrolled.  Reading a traced value back
 Python (``.item()``, ``.numpy()``, ``bool()``, ``.tolist()``) would freeze a
 data-dependent decision into the graph, so it raises :class:`TraceError` naming the
 line, with the way out.
+
+Metadata-only tracing (the default): an op that reads a traced value is not run at all;
+its outputs get their shape and dtype from the op's ``infer`` rule and a placeholder
+buffer (filled with ones: no zero divisors, valid indices), so a trace compiles and
+runs no kernels.  Ops on constants only still run for real (their results become
+constants).  Value checks (``OpDef.check``) on placeholder data are skipped at trace
+time; compiled graphs run them on every call.  If anything reads a placeholder's values
+inside an op's frontend (e.g. a boolean-mask index), the trace is abandoned and run
+again eagerly (``stats["eager_retraces"]``), so results never depend on placeholders.
 """
 from __future__ import annotations
 
 import sys
 import threading
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..ops import registry
 from ..ops.registry import Meta
 from .ir import Graph, Value
 
-__all__ = ["trace", "TraceError", "Tracer", "ViewOp", "run_graph", "is_tracing"]
+__all__ = ["TraceError", "Tracer", "ViewOp", "is_tracing", "run_graph", "stats", "trace"]
+
+#: ``traces``: graphs recorded; ``meta_ops``: ops recorded without running them;
+#: ``eager_ops``: ops run for real while tracing (on constants only, or in an eager retrace);
+#: ``eager_retraces``: metadata-only traces abandoned for an eager one (a placeholder was read)
+stats = {"traces": 0, "meta_ops": 0, "eager_ops": 0, "eager_retraces": 0}
 
 
 class TraceError(RuntimeError):
     """The traced function did something a graph cannot represent."""
 
 
+class _NeedsData(BaseException):
+    """A metadata-only trace met code that reads a placeholder's values: trace eagerly.
+
+    A BaseException (a control-flow signal, like GeneratorExit): ``except Exception``
+    blocks in op frontends or importers that wrap errors must not swallow it."""
+
+
+def _root(a):
+    """The array that owns ``a``'s memory (numpy views and as_strided spans followed)."""
+    while True:
+        b = getattr(a, "base", None)
+        if b is None:
+            return a
+        k = getattr(b, "_keep", None)
+        a = k if k is not None else b
+
+
 class ViewOp:
     """A view function recorded as a node: replayed by calling it with the same arguments."""
     kind = "view"
-    __slots__ = ("name", "fn")
+    __slots__ = ("fn", "name")
 
     def __init__(self, name: str, fn: Callable):
         self.name = name
@@ -38,8 +70,9 @@ class ViewOp:
 
     def infer(self, metas, attrs):
         import numpy as np
-        from ..tensor.tensor import Tensor
+
         from ..devices import device
+        from ..tensor.tensor import Tensor
         m = metas[0]
         # views only compute metadata: apply the view to a storage-less stand-in
         st, c = [], 1
@@ -72,16 +105,24 @@ def _user_frame() -> str:
 
 
 class Tracer:
-    def __init__(self, name: str = "graph"):
+    def __init__(self, name: str = "graph", meta: bool = False):
         self.graph = Graph(name)
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
+        self.meta = meta
+        self.fake_roots: dict[int, Any] = {}   # id(placeholder buffer) -> buffer (kept alive)
 
     # ------------------------------------------------------------ values
+    def is_fake(self, t) -> bool:
+        """Does ``t`` view a placeholder buffer (values meaningless) of a metadata-only trace?"""
+        return bool(self.fake_roots) and id(_root(t._data)) in self.fake_roots
+
     def value_of(self, t) -> Value:
         e = self.values.get(id(t))
         if e is not None and e[1] is t:
             return e[0]
+        if self.is_fake(t):
+            raise _NeedsData(f"a placeholder tensor of shape {tuple(t.shape)} would become a constant")
         v = self.graph.add_const(t)
         self.values[id(t)] = (v, t)
         return v
@@ -94,6 +135,40 @@ class Tracer:
         self.values[id(t)] = (v, t)
 
     # ------------------------------------------------------------ hooks
+    def meta_run(self, op, inputs, attrs, metas, out):
+        """``registry.run`` asks this before running ``op``: placeholder outputs when an
+        input is traced (nothing runs), None to run the op for real."""
+        if getattr(_active, "tracer", None) is not self:
+            return None   # another thread's op
+        if not any(self.is_traced(t) or self.is_fake(t) for t in inputs) and \
+                not (out and any(self.is_traced(o) for o in out)):
+            # constants only: the result is a constant, computed for real
+            res = _exact_reference(op, inputs, attrs, metas) if out is None else None
+            stats["eager_ops"] += res is None
+            return res
+        dev = inputs[0]._device if inputs else out[0]._device
+        for t in inputs:
+            if t._device is not dev and t._device != dev:
+                raise RuntimeError(f"{op.name}: expected all tensors on the same device, got {dev} and {t._device}")
+        if op.check is not None and not any(self.is_fake(t) for t in inputs):
+            registry._depth[0] += 1   # real values (graph inputs, constants): check them now
+            try:
+                op.check(inputs, attrs)
+            finally:
+                registry._depth[0] -= 1
+        stats["meta_ops"] += 1
+        if out is not None:
+            for o in out:
+                self.fake_roots.setdefault(id(_root(o._data)), _root(o._data))
+            return out
+        from ..tensor.tensor import Tensor
+        res = []
+        for m in metas:
+            buf = _placeholder(dev, m)
+            self.fake_roots[id(buf)] = buf
+            res.append(Tensor._make(buf, dev, m.dtype))
+        return res
+
     def on_op(self, op, inputs, attrs, metas, outputs, out):
         if not any(self.is_traced(t) for t in inputs) and not (out and any(self.is_traced(o) for o in out)):
             return  # a computation on constants only: its result is a constant too
@@ -120,7 +195,9 @@ class Tracer:
             self.view_values.add(id(t))
 
     def on_read(self, t, what: str):
-        if registry._depth[0] == 0 and self.is_traced(t):
+        if registry._depth[0] != 0 and self.is_fake(t):
+            raise _NeedsData(f"{what} inside an op reads a placeholder's values")
+        if registry._depth[0] == 0 and (self.is_traced(t) or self.is_fake(t)):
             raise TraceError(f"{what} reads a traced tensor's value into Python at {_user_frame()}: a graph cannot "
                              f"depend on data. Move this out of the traced function, or make the value a static "
                              f"input (an argument that is not a tensor).")
@@ -219,6 +296,56 @@ def _traced_view(name, fn):
     return wrapper
 
 
+# elementwise ops whose numpy reference gives bit-identical results to the CPU kernels
+# (correctly rounded IEEE arithmetic, selects); any op with a bool result is exact too
+_EXACT_REFERENCE = frozenset({"add", "sub", "mul", "neg", "abs", "where", "true_divide"})
+
+
+def _exact_reference(op, inputs, attrs, metas):
+    """Outputs of a constants-only elementwise op computed by its numpy reference when that
+    is exact (e.g. the comparisons building a causal mask), so no eager kernel is compiled
+    for it; None to run the op's kernel."""
+    import numpy as np
+    if op.kind != "elementwise" or op.reference is None or not inputs or len(metas) != 1:
+        return None
+    m = metas[0]
+    if op.name not in _EXACT_REFERENCE and m.dtype.name != "bool":
+        return None
+    dev = inputs[0]._device
+    if dev.type != "cpu" or any(t._device is not dev and t._device != dev for t in inputs):
+        return None
+    spec = getattr(op, "ew", None)
+    if spec is None or attrs:
+        return None
+    from ..ops.elementwise import ew_dtypes
+    comp, _ = ew_dtypes(spec, [t._dtype for t in inputs])
+    if any(c.name == "float16" for c in comp):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            r = op.reference(*[t._data.astype(c.np, copy=False) for t, c in zip(inputs, comp)])
+    except Exception:   # noqa: BLE001 - the kernel path then runs and raises the proper error
+        return None
+    r = r[0] if isinstance(r, (list, tuple)) else r
+    r = np.asarray(r)
+    if r.shape != tuple(m.shape) or r.dtype != m.dtype.np:
+        return None
+    from ..tensor.tensor import Tensor
+    return [Tensor._make(np.array(r, order="C"), dev, m.dtype)]   # (ascontiguousarray makes 0-d 1-d)
+
+
+def _placeholder(dev, m):
+    """A buffer of ones with ``m``'s shape and dtype on ``dev`` (values never used)."""
+    import numpy as np
+    if dev.type == "cpu":
+        return np.ones(m.shape, m.dtype.np)
+    from ..devices import get_backend
+    b = get_backend(dev)
+    a = b.empty(m.shape, m.dtype)
+    b.fill_(a, 1)
+    return a
+
+
 def on_read(t, what: str) -> None:
     """Called by Tensor methods that read values into Python."""
     tr = getattr(_active, "tracer", None)
@@ -226,36 +353,55 @@ def on_read(t, what: str) -> None:
         tr.on_read(t, what)
 
 
-def trace(fn: Callable, *example_args, name: str | None = None, **example_kwargs) -> Graph:
+def trace(fn: Callable, *example_args, name: str | None = None, meta: bool = True, **example_kwargs) -> Graph:
     """Run ``fn`` once on the example arguments and return the recorded, validated graph.
 
     Tensor arguments (also inside lists/tuples/dicts) become graph inputs in order of
     appearance; outputs are the tensors ``fn`` returns (a tensor, or a tuple/list of them).
+    ``meta=True`` (default) records ops from their shape/dtype rules without running them
+    (see the module docs); ``meta=False`` runs every op eagerly while recording.
     """
+    if meta:
+        try:
+            return _trace(fn, example_args, example_kwargs, name, True)
+        except _NeedsData as e:
+            stats["eager_retraces"] += 1
+            from .. import _env
+            if _env.DEBUG >= 1:
+                print(f"[neetorch] trace {name or getattr(fn, '__name__', 'graph')}: metadata-only trace "
+                      f"abandoned ({e}); tracing eagerly", file=sys.stderr)
+    return _trace(fn, example_args, example_kwargs, name, False)
+
+
+def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
     from ..tensor.tensor import Tensor
     if getattr(_active, "tracer", None) is not None:
         raise TraceError("trace() called while another trace is running")
-    tr = Tracer(name or getattr(fn, "__name__", "graph"))
+    stats["traces"] += 1
+    tr = Tracer(name or getattr(fn, "__name__", "graph"), meta=meta)
     for t in _tensors((example_args, example_kwargs)):
         if not tr.is_traced(t):
             tr.bind(t, tr.graph.add_input(tuple(t.shape), t.dtype, t.device))
     from ..tensor import tensor as _tensor_mod
     _active.tracer = tr
     prev = registry._trace_hook[0]
+    prev_meta = registry._meta_run[0]
     registry._trace_hook[0] = tr.on_op
+    registry._meta_run[0] = tr.meta_run if meta else None
     _tensor_mod._READ_HOOK[0] = tr.on_read
     try:
         result = fn(*example_args, **example_kwargs)
+        outs = result if isinstance(result, (tuple, list)) else (result,)
+        for o in outs:
+            if not isinstance(o, Tensor):
+                raise TraceError(f"traced function returned {type(o).__name__}; only tensors (or tuples of them) "
+                                 f"can be graph outputs")
+            tr.graph.outputs.append(tr.value_of(o))
     finally:
         registry._trace_hook[0] = prev
+        registry._meta_run[0] = prev_meta
         _tensor_mod._READ_HOOK[0] = None
         _active.tracer = None
-    outs = result if isinstance(result, (tuple, list)) else (result,)
-    for o in outs:
-        if not isinstance(o, Tensor):
-            raise TraceError(f"traced function returned {type(o).__name__}; only tensors (or tuples of them) can be "
-                             f"graph outputs")
-        tr.graph.outputs.append(tr.value_of(o))
     tr.graph._single = not isinstance(result, (tuple, list))
     return tr.graph.validate()
 

@@ -5,6 +5,11 @@ operands arrive as flat buffers with up to 4 collapsed dims of strides; the
 innermost loop has specialised copies for the cases that matter for speed
 (all unit-stride, and unit-stride with broadcast scalars/rows) so LLVM vectorizes
 them, and one general strided loop for the rest.
+
+Two renderers take the same pieces (dtypes, body statements, results): ``render_group``
+writes Numba source, ``llvm_render.render_ir`` LLVM IR built with llvmlite directly (20-50x
+faster to compile); ``load_group`` uses the IR one for every kernel it covers and Numba for
+the rest (``NEE_CPU_RENDERER=numba``: Numba for all).  See docs/JIT.md.
 """
 from __future__ import annotations
 
@@ -53,14 +58,6 @@ def _variants(nin: int):
         if v not in out:
             out.append(v)
     return out
-
-
-def render(name: str, template: str, in_dt: list, comp_dt: list, out_dt) -> str:
-    """Source of the kernel for one elementwise op (a fused group of one node)."""
-    args = []
-    for i, (d, c) in enumerate(zip(in_dt, comp_dt)):
-        args.append(f"v{i}" if d == c else f"{_NP_CTOR[c]}(v{i})")
-    return render_group(name, in_dt, [out_dt], [], [template.format(*args)])
 
 
 def render_group(name: str, in_dt: list, out_dt: list, body: list, results: list) -> str:
@@ -134,8 +131,9 @@ def get_kernel(op, in_np: list, out_np):
         comp = [_dt.float32 if c is _dt.float16 else c for c in comp]
         first = op.ew.promote[0] if op.ew.promote else 0
         template = op.expr["py"](comp[first])
-        src = render(op.name, template, [d.name for d in in_dt], [c.name for c in comp], np.dtype(out_np).name)
-        k = codegen.load_kernel(f"ew_{op.name}", src)
+        args = [f"v{i}" if d is c else f"{_NP_CTOR[c.name]}(v{i})" for i, (d, c) in enumerate(zip(in_dt, comp))]
+        k, _ = load_group(f"ew_{op.name}", op.name, [d.name for d in in_dt], [np.dtype(out_np).name], [],
+                          [template.format(*args)])
         _kernels[key] = k
     return k
 
@@ -373,7 +371,19 @@ def _kdt(dtype) -> str:
 
 def compile_group(group):
     """Render and load the kernel of a fused elementwise group (see jit/fusion.py)."""
+    return load_group("fused", group.name, *_group_pieces(group))
+
+
+def group_source(group, outputs=None):
+    """Source of a fused group's kernel (``kernel``); ``outputs``: the values it stores (default:
+    the group's outputs).  Fused patterns (devices/cpu/kernels/fused.py) append a driver to it."""
+    return render_group(group.name, *_group_pieces(group, outputs))
+
+
+def _group_pieces(group, outputs=None):
+    """(input dtypes, output dtypes, body statements, result names) of a fused group's kernel."""
     from ...ops.elementwise import ew_dtypes
+    outputs = group.outputs if outputs is None else outputs
     names = {}
     kdt = {}
     for i, v in enumerate(group.inputs):
@@ -390,9 +400,25 @@ def compile_group(group):
         body.append(f"t{k} = {_NP_CTOR[od]}({n.op.expr['py'](cdt).format(*args)})")
         names[n.outputs[0]] = f"t{k}"
         kdt[n.outputs[0]] = od
-    src = render_group(group.name, [kdt[v] for v in group.inputs], [kdt[o] for o in group.outputs], body,
-                       [names[o] for o in group.outputs])
-    return codegen.load_kernel("fused", src), src
+    return [kdt[v] for v in group.inputs], [kdt[o] for o in outputs], body, [names[o] for o in outputs]
+
+
+# NEE_CPU_RENDERER=numba renders every elementwise kernel as Numba source (the reference
+# renderer); by default kernels the LLVM IR renderer covers are built with llvmlite directly
+RENDERER = os.environ.get("NEE_CPU_RENDERER", "llvm")
+
+
+def load_group(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results: list):
+    """(kernel, source) of an elementwise kernel: LLVM IR through llvmlite when the
+    renderer covers every expression (~25 ms cold), else generated Numba source (~0.5 s)."""
+    src = render_group(name, in_dt, out_dt, body, results)
+    if RENDERER == "llvm":
+        from . import llvm_render
+        try:
+            return llvm_render.load(prefix, name, in_dt, out_dt, body, results, src)
+        except NotImplementedError:
+            pass
+    return codegen.load_kernel(prefix, src), src
 
 
 def launch_group(kern, outs: list, ins: list) -> None:
