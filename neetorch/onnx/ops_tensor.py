@@ -61,6 +61,19 @@ def _reshape(ctx, node, x, shape):
             out.append(s)
     if not out:
         return x.reshape(())
+    # leading dims copied from the input (0 entries: batch, seq...) stay out of the recorded op: only the
+    # rest is flattened / split (by the model's own constants), so a traced graph does not bake in the
+    # sizes of dynamic dims and one trace serves a whole shape bucket
+    k = 0
+    while not allowzero and k < len(shp) and k < x.ndim - 1 and shp[k] == 0:
+        k += 1
+    if k and len(shp) > k:
+        rest = [s if s == -1 else o for s, o in zip(shp[k:], out[k:])]
+        y = x.flatten(k) if x.ndim - k > 1 else x
+        if len(rest) == 1 and rest[0] in (-1, y.shape[k]):
+            return y
+        if rest.count(-1) <= 1 and all(s == -1 or s > 0 for s in rest):
+            return y.unflatten(k, tuple(rest))
     return x.reshape(*out)
 
 

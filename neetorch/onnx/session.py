@@ -5,9 +5,11 @@ import time
 
 import numpy as np
 
-from .loader import (InvalidInputError, UnsupportedModelError, load_model, tensor_to_numpy, default_opset,
-                     ONNX_TO_NP)
-from .lowering import Program, unsupported_nodes, carry_np
+from ..tensor.creation import from_numpy as _from_numpy
+from ..tensor.tensor import Tensor as _Tensor
+from ..trace.tracer import TraceError as _TraceError
+from .loader import ONNX_TO_NP, InvalidInputError, UnsupportedModelError, default_opset, load_model, tensor_to_numpy
+from .lowering import EMPTY, Program, carry_np, unsupported_nodes
 
 __all__ = ["InferenceSession", "NodeArg"]
 
@@ -96,7 +98,13 @@ class InferenceSession:
         for vi in g.output:
             et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
             self._outputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
+        self._output_names = [o.name for o in self._outputs]
+        self._input_names = [a.name for a in self._inputs]
+        self._plan = self._input_plan()
+        self._on_cpu = str(self.device) == "cpu"
         self._program = Program(g, inits, self.device, self.opset)
+        self._const_roots = {_root_id(t) for t in self._program.consts.values()}
+        self._seen_specs = 0
         dynamic = {}
         for i, a in enumerate(self._inputs):
             if a.shape:
@@ -121,60 +129,78 @@ class InferenceSession:
     def get_providers(self):
         return ["NeetorchExecutionProvider"]
 
+    def _input_plan(self):
+        """Per input, what a call checks: (NodeArg, expected numpy dtype or None, its carry dtype, rank or
+        None, [(dim, size)] fixed sizes, kind: 0 tensor, 1 optional, 2 sequence)."""
+        plan = []
+        for a in self._inputs:
+            want = ONNX_TO_NP.get(a.elem_type) if a.elem_type is not None else None
+            kind = 2 if a.type.startswith(("seq(", "optional(seq(")) else (1 if a.type.startswith("optional(") else 0)
+            fixed = [(k, d) for k, d in enumerate(a.shape or ()) if isinstance(d, int)]
+            plan.append((a, want, carry_np(want) if want is not None else None,
+                         None if a.shape is None else len(a.shape), fixed, kind))
+        return plan
+
     def _convert_inputs(self, input_feed):
         if not isinstance(input_feed, dict):
             raise InvalidInputError(f"input_feed must be a dict {{name: array}}, got {type(input_feed).__name__}")
-        names = [a.name for a in self._inputs]
-        unknown = [k for k in input_feed if k not in names]
-        if unknown:
-            raise InvalidInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
-        missing = [k for k in names if k not in input_feed]
-        if missing:
+        if len(input_feed) != len(self._plan) or any(k not in input_feed for k in self._input_names):
+            names = self._input_names
+            unknown = [k for k in input_feed if k not in names]
+            if unknown:
+                raise InvalidInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+            missing = [k for k in names if k not in input_feed]
             raise InvalidInputError(f"missing input(s) {missing}; the model's inputs are {names}")
         out = []
-        for a in self._inputs:
+        for a, want, carry, rank, fixed, kind in self._plan:
             v = input_feed[a.name]
-            if v is None and a.type.startswith("optional("):
-                from .lowering import EMPTY
-                out.append(EMPTY)
-                continue
-            if isinstance(v, list) and (a.type.startswith("seq(") or a.type.startswith("optional(seq(")):
-                out.append([self._to_tensor(a, np.asarray(x)) for x in v])
-                continue
+            if kind:
+                if v is None and a.type.startswith("optional("):
+                    out.append(EMPTY)
+                    continue
+                if isinstance(v, list) and kind == 2:
+                    out.append([self._to_tensor(a, np.asarray(x)) for x in v])
+                    continue
             arr = v if isinstance(v, np.ndarray) else np.asarray(v)
-            if a.elem_type is not None:
-                want = ONNX_TO_NP.get(a.elem_type)
-                if arr.dtype != want:
-                    raise InvalidInputError(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
-                                            f"{arr.dtype.name}")
-            if a.shape is not None:
-                if arr.ndim != len(a.shape):
-                    raise InvalidInputError(f"input {a.name!r}: expected rank {len(a.shape)} (shape {a.shape}), "
+            if want is not None and arr.dtype != want:
+                raise InvalidInputError(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
+                                        f"{arr.dtype.name}")
+            if rank is not None:
+                if arr.ndim != rank:
+                    raise InvalidInputError(f"input {a.name!r}: expected rank {rank} (shape {a.shape}), "
                                             f"got rank {arr.ndim} (shape {list(arr.shape)})")
-                for k, (d, n) in enumerate(zip(a.shape, arr.shape)):
-                    if isinstance(d, int) and d != n:
+                shape = arr.shape
+                for k, d in fixed:
+                    if shape[k] != d:
                         raise InvalidInputError(f"input {a.name!r}: dim {k} must be {d}, got shape "
-                                                f"{list(arr.shape)} (expected {a.shape})")
-            out.append(self._to_tensor(a, arr))
+                                                f"{list(shape)} (expected {a.shape})")
+            if carry is not None and carry == want and arr.flags.c_contiguous and arr.flags.writeable \
+                    and self._on_cpu:
+                out.append(_from_numpy(arr))  # the common case: zero-copy
+            else:
+                out.append(self._to_tensor(a, arr))
         return out
 
     def _to_tensor(self, a, arr):
-        import neetorch as nee
         c = carry_np(arr.dtype)
         if c is None:
             raise InvalidInputError(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
         if arr.dtype != c or not arr.flags.c_contiguous or not arr.flags.writeable:
             arr = np.array(arr, dtype=c, order="C", copy=True)
-        t = nee.from_numpy(arr)
-        return t if str(self.device) == "cpu" else t.to(self.device)
+        t = _from_numpy(arr)
+        if self._on_cpu:
+            return t
+        try:
+            return t.to(self.device)
+        except TypeError as e:  # a dtype the device has no storage for (float16 without cl_khr_fp16)
+            raise UnsupportedModelError(f"input {a.name!r} ({arr.dtype.name}) cannot be placed on {self.device}: "
+                                        f"{e}") from None
 
     def _call(self, tensors):
-        from ..trace.tracer import TraceError
-        from ..tensor.tensor import Tensor
-        if self._jit is not None and all(isinstance(t, Tensor) for t in tensors):
+        if self._jit is not None and all(isinstance(t, _Tensor) for t in tensors):
             try:
                 return self._jit(*tensors)
-            except TraceError as e:
+            except _TraceError as e:
                 self.info["mode"] = "eager"
                 self.info["fallback_reason"] = f"jit trace failed, running eagerly: {e}"
                 self._jit = None
@@ -190,27 +216,62 @@ class InferenceSession:
         t0 = time.perf_counter()
         outs = self._call(tensors)
         self.info["last_run_seconds"] = time.perf_counter() - t0
-        all_names = [o.name for o in self._outputs]
+        all_names = self._output_names
         if output_names:
             bad = [n for n in output_names if n not in all_names]
             if bad:
                 raise InvalidInputError(f"unknown output name(s) {bad}; the model's outputs are {all_names}")
-        sel = output_names or all_names
+            idx = [all_names.index(n) for n in output_names]
+        else:
+            idx = range(len(all_names))
+        # outputs are the caller's (as onnxruntime's): an array is copied only when it shares memory
+        # with something that outlives this call (an input, a model constant) or with another output
+        keep = self._persistent_roots(tensors)
         res = []
-        for name in sel:
-            i = all_names.index(name)
-            res.append(self._to_numpy(outs[i], self._outputs[i]))
+        for i in idx:
+            res.append(self._to_numpy(outs[i], self._outputs[i], keep))
         return res
 
-    def _to_numpy(self, t, arg):
-        from .lowering import EMPTY
+    def _persistent_roots(self, tensors):
+        """ids of the buffers an output must not share: the inputs' and the model's constants'."""
+        Tensor = _Tensor
+        if self._jit is not None and self._jit.stats["specializations"] != self._seen_specs:
+            # constants the trace made (folded values, Constant nodes) live in the jitted graph
+            self._seen_specs = self._jit.stats["specializations"]
+            try:
+                g = self._jit.graph(*tensors)
+                self._const_roots.update(_root_id(t) for t in g.consts.values() if isinstance(t, Tensor))
+            except Exception:  # noqa: BLE001  (no graph for these inputs: every output is then copied)
+                self._const_roots.add(None)
+        ids = self._const_roots.copy()
+        for t in tensors:
+            if isinstance(t, Tensor):
+                ids.add(_root_id(t))
+            elif isinstance(t, list):
+                ids.update(_root_id(x) for x in t if isinstance(x, Tensor))
+        return ids
+
+    def _to_numpy(self, t, arg, keep=None):
         if t is EMPTY:
             return None
         if isinstance(t, (list, tuple)):  # a sequence
-            return [self._to_numpy(x, NodeArg(arg.name, None, "", None)) for x in t]
-        a = np.array(t.numpy(force=True), copy=True)
-        if arg.elem_type:
-            want = ONNX_TO_NP.get(arg.elem_type)
-            if want is not None and a.dtype != want:
-                a = a.astype(want)
+            return [self._to_numpy(x, NodeArg(arg.name, None, "", None), keep) for x in t]
+        a = t.numpy(force=True)
+        want = ONNX_TO_NP.get(arg.elem_type) if arg.elem_type else None
+        if want is not None and a.dtype != want:
+            return a.astype(want)
+        r = _root_id(a)
+        if keep is None or None in keep or r in keep or r is None:
+            return np.array(a, copy=True)
+        keep.add(r)  # a second output on the same buffer gets its own copy
         return a
+
+
+def _root_id(x):
+    """id of the object owning ``x``'s memory (a Tensor's array or an array); None if unknown."""
+    a = getattr(x, "_data", x)
+    if not isinstance(a, np.ndarray):
+        return None
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return id(a if a.base is None else a.base)
