@@ -70,7 +70,18 @@ WORKLOADS = ("gelu_affine", "layer_norm", "softmax", "mlp", "transformer")
 
 
 def build(name, mode):
-    """A zero-argument callable running ``name`` in ``mode`` (compiled and warmed up)."""
+    """A zero-argument callable running ``name`` in ``mode`` (compiled and warmed up).
+
+    ``nee-jit-ew``: the jit with elementwise fusion only (no matmul epilogues, no reduction
+    prologues), to measure what those fusions bring in the same process."""
+    if mode == "nee-jit-ew":
+        from neetorch.jit import fusion
+        saved = list(fusion.FUSION_STAGES)
+        fusion.FUSION_STAGES[:] = [s for s in saved if s[0] == "elementwise"]
+        try:
+            return build(name, "nee-jit")   # traced and compiled here, with these stages
+        finally:
+            fusion.FUSION_STAGES[:] = saved
     if mode.startswith("nee"):
         fn, args = _workload(W.nee(), name)
         if mode == "nee-jit":
@@ -186,8 +197,41 @@ def ratio_table(repeats=5):
     return rows
 
 
-if __name__ == "__main__":
-    for name, times in ratio_table():
+def interleaved_table(workloads=WORKLOADS, modes=MODES, repeats=9):
+    """(workload, {mode: seconds}) sampled round-robin across modes, min of ``repeats``: the
+    machine is shared, so ratios taken in one process, interleaved, are the meaningful numbers."""
+    rows = []
+    for name in workloads:
+        fns = {}
+        for mode in modes:
+            try:
+                fns[mode] = build(name, mode)
+            except NotImplementedError:
+                pass
+        t = W.measure_interleaved(fns, repeats=repeats, stat="min")
+        rows.append((name, {m: t.get(m) for m in modes}))
+    return rows
+
+
+def main(argv=None):
+    """``python3 -m asv_benchmarks.bench_jit [--ew] [workload ...]``: time/jit-time ratios (min of
+    interleaved repeats) and, for the memory-bound workloads, the jitted GB/s as a fraction of copy
+    bandwidth.  ``--ew`` adds ``nee-jit-ew`` (elementwise fusion only)."""
+    args = list(argv if argv is not None else sys.argv[1:])
+    modes = MODES
+    if "--ew" in args:   # also the jit with elementwise fusion only
+        args.remove("--ew")
+        modes = MODES + ("nee-jit-ew",)
+    names = args or list(WORKLOADS)
+    copy = W.machine_copy_bandwidth(repeats=5, methods=("np.copyto", "threaded np.copyto"))["best"]
+    print(f"parallel copy bandwidth: {copy:.1f} GB/s")
+    for name, times in interleaved_table(names, modes):
         base = times["nee-jit"]
         cells = "  ".join(f"{m} {t * 1e3:8.3f} ms ({t / base:5.2f}x)" if t else f"{m} n/a" for m, t in times.items())
-        print(f"{name:<12} {cells}")
+        frac = f"  [{W.gbps(_bytes(name), base) / copy:.2f}x copy BW]" if name in ("gelu_affine", "layer_norm",
+                                                                               "softmax") else ""
+        print(f"{name:<12} {cells}{frac}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

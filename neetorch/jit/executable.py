@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import profiler
-from ..devices import get_backend
+from ..devices import claim, get_backend
+from ..devices import device as _device
 from ..ops import registry
 from ..ops.registry import Meta
 from ..ops.shape_rules import broadcast_shapes
@@ -115,33 +116,54 @@ class Executable:
         self.kernels = []      # (group name, source) for explain()
         self.steps = []
         for n in graph.nodes:
-            if isinstance(n.op, FusedElementwise):
-                compile_group = getattr(self.backend, "compile_group", None)
-                try:
-                    kern, src = compile_group(n.op) if compile_group is not None else (None, None)
-                except NotImplementedError:
-                    kern = None
-                if kern is None:   # a device that cannot render this group runs the members one by one
-                    self.steps.extend(self._op_step(m) for m in n.op.nodes)
-                    continue
-                self.kernels.append((n.op.name, src))
-                self.steps.append(("fused", n, kern))
-            elif isinstance(n.op, ViewOp):
-                self.steps.append(("view", n))
-            else:
-                self.steps.append(self._op_step(n))
+            self.steps.extend(self._steps_for(n))
         self._local = threading.local()
+        # fallbacks chosen by placement (jit/placement.py), counted in nee.fallback_report() at each run
+        pl = getattr(graph, "placement", None)
+        self._placement = pl if pl is not None and pl.fallbacks else None
+
+    def _steps_for(self, n) -> list:
+        if isinstance(n.op, FusedElementwise):
+            be = self._backend_of(n)   # placement may put nodes on another device than the inputs'
+            compile_group = getattr(be, "compile_group", None)
+            try:
+                kern, src = compile_group(n.op) if compile_group is not None else (None, None)
+            except NotImplementedError:
+                kern = None
+            if kern is None:   # a device that cannot render this group runs the members one by one
+                return [self._op_step(m) for m in n.op.nodes]
+            self.kernels.append((n.op.name, src))
+            return [("fused", n, kern, be)]
+        if isinstance(n.op, ViewOp):
+            return [("view", n)]
+        parts = getattr(n.op, "parts", None)
+        if parts is not None:
+            # a fused pattern (jit/fusion.py: matmul epilogue, reduction prologue), rendered by the
+            # compiler the device registers as kernels["compile:<pattern>"]; else its parts one by one
+            be = self._backend_of(n)
+            comp = be.kernels.get("compile:" + n.op.pattern)
+            res = comp(be, n.op) if comp is not None else None
+            if res is None:
+                return [s for m in parts for s in self._steps_for(m)]
+            run, sources = res
+            self.kernels.extend(sources)
+            return [("pattern", n, run, be)]
+        return [self._op_step(n)]
+
+    def _backend_of(self, n):
+        dev = n.outputs[0].device if n.outputs else self.device
+        return self.backend if dev == self.device else get_backend(_device(dev))
 
     def _op_step(self, n):
         """A direct kernel call when the device runs the op itself (dispatch resolved once);
         otherwise a replay of ``ops.registry.run`` (decomposition or visible fallback)."""
         if self.dynamic:
             return ("op", n)
-        dtypes = [a.dtype for a in n.inputs] + [o.dtype for o in n.outputs]
-        same_dev = all(a.device == self.device for a in n.inputs)
-        if not same_dev or self.backend.supports(n.op.name, dtypes) is not None:
+        be = self._backend_of(n)
+        same_dev = all(a.device == be.device for a in n.inputs)
+        if not same_dev or claim(be, n.op.name, n.inputs, n.outputs, n.attrs) is not None:
             return ("op", n)
-        return ("kernel", n, self.backend.kernels[n.op.name])
+        return ("kernel", n, be.kernels[n.op.name], be)
 
     def _arena(self):
         a = getattr(self._local, "arena", None)
@@ -152,13 +174,16 @@ class Executable:
     def _buffer(self, v: Value, arena, shape=None):
         shape = v.shape if shape is None else tuple(shape)
         off = self.plan.offsets.get(v)
-        if off is None or self.device.type != "cpu":
-            return Tensor._make(self.backend.empty(shape, v.dtype), self.device, v.dtype)
+        dev = v.device
+        dev = self.device if dev is self.device or dev == self.device else _device(dev)
+        if off is None or dev.type != "cpu":
+            be = self.backend if dev is self.device else get_backend(dev)
+            return Tensor._make(be.empty(shape, v.dtype), dev, v.dtype)
         n = v.dtype.itemsize
         for d in shape:
             n *= d
         arr = arena[off:off + n].view(v.dtype.np).reshape(shape)
-        return Tensor._make(arr, self.device, v.dtype)
+        return Tensor._make(arr, dev, v.dtype)
 
     def __call__(self, *inputs):
         g = self.graph
@@ -166,6 +191,8 @@ class Executable:
         for v, t in zip(g.inputs, inputs):
             env[v] = t
         arena = self._arena()
+        if self._placement is not None:
+            self._placement.record_run()
         for step in self.steps:
             kind, n = step[0], step[1]
             if kind == "fused":
@@ -173,13 +200,13 @@ class Executable:
                 outs = [self._buffer(o, arena, shape) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
-                    self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
-                    self.backend.synchronize()
+                    step[3].launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                    step[3].synchronize()
                     nbytes = sum(t.nbytes for t in outs) + sum(env[a].nbytes for a in n.inputs)
-                    profiler.record(n.op.name, "kernel", self.device, t0, time.perf_counter() - t0, nbytes,
+                    profiler.record(n.op.name, "kernel", step[3].device, t0, time.perf_counter() - t0, nbytes,
                                     detail=str(n.outputs[0].shape))
                 else:
-                    self.backend.launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
+                    step[3].launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif kind == "kernel":
@@ -189,13 +216,31 @@ class Executable:
                 outs = [self._buffer(o, arena) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
-                    step[2](self.backend, [o._data for o in outs], [a._data for a in args], n.attrs)
-                    self.backend.synchronize()
+                    step[2](step[3], [o._data for o in outs], [a._data for a in args], n.attrs)
+                    step[3].synchronize()
                     nbytes = sum(t.nbytes for t in outs) + sum(a.nbytes for a in args)
-                    profiler.record(n.op.name, "kernel", self.device, t0, time.perf_counter() - t0, nbytes,
+                    profiler.record(n.op.name, "kernel", step[3].device, t0, time.perf_counter() - t0, nbytes,
                                     detail=str(n.outputs[0].shape))
                 else:
-                    step[2](self.backend, [o._data for o in outs], [a._data for a in args], n.attrs)
+                    step[2](step[3], [o._data for o in outs], [a._data for a in args], n.attrs)
+                for o, t in zip(n.outputs, outs):
+                    env[o] = t
+            elif kind == "pattern":
+                args = [env[a]._data for a in n.inputs]
+                if self.dynamic:
+                    metas = n.op.infer([Meta(a.shape, v.dtype) for a, v in zip(args, n.inputs)], n.attrs)
+                    outs = [self._buffer(o, arena, m.shape) for o, m in zip(n.outputs, metas)]
+                else:
+                    outs = [self._buffer(o, arena) for o in n.outputs]
+                if profiler.timing_enabled():
+                    t0 = time.perf_counter()
+                    step[2]([o._data for o in outs], args)
+                    step[3].synchronize()
+                    nbytes = sum(t.nbytes for t in outs) + sum(a.nbytes for a in args)
+                    profiler.record(n.op.name, "kernel", step[3].device, t0, time.perf_counter() - t0, nbytes,
+                                    detail=str(n.outputs[-1].shape))
+                else:
+                    step[2]([o._data for o in outs], args)
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif kind == "view":

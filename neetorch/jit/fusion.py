@@ -1,17 +1,35 @@
 """Fusion: which nodes become one kernel.
 
-This module only *decides*: it groups chains of elementwise nodes that share one
-iteration space and replaces each group with a single node whose op is a
-:class:`FusedElementwise`.  Rendering a group into code is the device's job
-(``devices/cpu/elementwise.compile_group`` for the CPU), so other backends can
-render the same groups.
+This module only *decides*; rendering is the device's job, so other backends can render
+the same groups.  Three stages, run in this order by :func:`fuse_elementwise`
+(the list :data:`FUSION_STAGES`):
+
+1. ``group_elementwise``: chains of elementwise nodes sharing one iteration space become
+   one :class:`FusedElementwise` node (CPU renderer: ``devices/cpu/elementwise.compile_group``).
+2. ``fuse_reduction_prologues``: an elementwise group feeding a row reduction over the last
+   dim (softmax, log_softmax, layer_norm, rms_norm) joins it: one :class:`ReductionPrologue`
+   node computes the group and normalizes its rows while they are in cache (residual add +
+   layer_norm, scale/mask + softmax): one read of the inputs, one write of each output.
+   The group's values needed elsewhere (the residual stream) are still written.
+3. ``fuse_matmul_epilogues``: a ``matmul`` (or ``conv2d``) whose only consumer is an
+   elementwise group or a reduction prologue becomes one :class:`MatmulEpilogue` node: the
+   GEMM writes its result and the epilogue runs on it right after, while it is in cache
+   (bias, activation, residual, mask, softmax, layer_norm), without a separate launch or
+   an intermediate buffer in the memory plan.
+
+Composite nodes (stages 2 and 3) keep the nodes they replace in ``op.parts``: a device that
+cannot render a pattern runs those instead.  A device renders a pattern through the
+compiler it registers as ``backend.kernels["compile:" + op.pattern]`` (CPU:
+``devices/cpu/kernels/fused.py``).
 """
 from __future__ import annotations
 
 from ..ops.registry import Meta
+from ..ops.shape_rules import broadcast_shapes
 from ..trace.ir import Graph, Node
 
-__all__ = ["FusedElementwise", "fuse_elementwise"]
+__all__ = ["FusedElementwise", "MatmulEpilogue", "ReductionPrologue", "fuse_elementwise", "group_elementwise",
+           "fuse_reduction_prologues", "fuse_matmul_epilogues", "FUSION_STAGES"]
 
 
 class FusedElementwise:
@@ -39,7 +57,7 @@ def _is_ew(n: Node) -> bool:
     return getattr(n.op, "kind", "") == "elementwise" and "py" in getattr(n.op, "expr", {})
 
 
-def fuse_elementwise(g: Graph) -> Graph:
+def group_elementwise(g: Graph) -> Graph:
     """Replace maximal runs of elementwise nodes over the same output shape by fused nodes."""
     index = {n: i for i, n in enumerate(g.nodes)}
     users = g.users()
@@ -105,3 +123,210 @@ def fuse_elementwise(g: Graph) -> Graph:
         new_nodes.append(fused)
     g.nodes = new_nodes
     return g.validate()
+
+
+# ------------------------------------------------------------------ composite patterns
+def _infer_parts(parts, inputs, outputs, metas):
+    """Output metas of a chain of part nodes for input metas ``metas`` (shapes recomputed, so a
+    shape-polymorphic executable gets the actual sizes; dtypes are those of the graph)."""
+    env = {v: m for v, m in zip(inputs, metas)}
+    for n in parts:
+        ins = [env[a] for a in n.inputs]
+        if isinstance(n.op, FusedElementwise):
+            shape = broadcast_shapes(*[tuple(m.shape) for m in ins])
+            res = [Meta(shape, o.dtype) for o in n.op.outputs]
+            for o, m in zip(n.op.outputs, res):
+                env[o] = m
+        else:
+            res = n.op.infer(ins, n.attrs)
+        for o, m in zip(n.outputs, res):
+            env[o] = m
+    return [env[o] for o in outputs]
+
+
+class _Composite:
+    """A fused pattern: ``parts`` (original nodes, in order) run as one kernel."""
+    kind = "fused"
+    pattern = ""
+
+    def infer(self, metas, attrs):
+        return _infer_parts(self.parts, self.inputs, self.outputs, metas)
+
+    def __repr__(self):
+        return self.name
+
+
+class ReductionPrologue(_Composite):
+    """``group`` (a FusedElementwise node) then the row reduction ``red`` (softmax / log_softmax
+    over the last dim, layer_norm / rms_norm) on its result, row by row while the row is in cache.
+
+    ``src`` is the group value ``red`` normalizes; it is among ``outputs`` only when needed
+    elsewhere.  Outputs: the group's external outputs, then ``red``'s output.
+    """
+    pattern = "reduction_prologue"
+
+    def __init__(self, group: Node, red: Node, outputs: list):
+        self.group = group
+        self.red = red
+        self.src = red.inputs[0]
+        self.parts = [group, red]
+        self.inputs = list(group.inputs) + [a for a in red.inputs[1:] if a not in group.inputs]
+        self.outputs = outputs
+        self.name = f"{group.op.name}+{red.name}"
+
+
+class MatmulEpilogue(_Composite):
+    """``matmul`` (or ``conv2d``: any op in :data:`EPILOGUE_PRODUCERS`) then ``epilogue`` (a
+    FusedElementwise or ReductionPrologue node reading the product ``acc``) as one kernel.
+    Inputs: the producer's operands, then the epilogue's other inputs."""
+    pattern = "matmul_epilogue"
+
+    def __init__(self, mm: Node, epilogue: Node):
+        self.matmul = mm
+        self.epilogue = epilogue
+        self.acc = mm.outputs[0]
+        self.parts = [mm, epilogue]
+        self.inputs = list(mm.inputs) + [a for a in epilogue.inputs if a is not self.acc]
+        self.outputs = list(epilogue.outputs)
+        self.name = f"{mm.name}+{epilogue.op.name}"
+
+
+# ops whose single output can take an elementwise epilogue (the producer writes a scratch buffer,
+# the epilogue reads it right after): matmul (BLAS), conv2d (im2col + BLAS)
+EPILOGUE_PRODUCERS = ("matmul", "conv2d")
+
+
+_ROW_REDUCTIONS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
+_FLOAT = ("float32", "float64")   # float16 computes through float32 copies: left unfused
+
+
+def _floats_only(vals) -> bool:
+    return all(v.dtype.name != "float16" for v in vals)
+
+
+def _as_group(g: Graph, n: Node, users) -> Node | None:
+    """``n`` if it is a fused group node; a one-node group for a lone elementwise node."""
+    if isinstance(n.op, FusedElementwise):
+        return n
+    if not _is_ew(n) or len(n.outputs) != 1:
+        return None
+    op = FusedElementwise([n], list(dict.fromkeys(n.inputs)), list(n.outputs))
+    return Node(op, op.inputs, {}, list(n.outputs))
+
+
+def _replace(g: Graph, old: list, new: Node, at: Node) -> None:
+    """Put ``new`` where ``at`` was and drop the nodes in ``old``."""
+    drop = set(old)
+    out = []
+    for n in g.nodes:
+        if n is at:
+            out.append(new)
+        elif n not in drop:
+            out.append(n)
+    g.nodes = out
+    for o in new.outputs:
+        o.producer = new
+
+
+def _same_device(vals) -> bool:
+    return len({str(v.device) for v in vals}) <= 1
+
+
+def fuse_reduction_prologues(g: Graph) -> Graph:
+    """softmax/log_softmax over the last dim and layer_norm/rms_norm whose input comes from an
+    elementwise group of the same shape take the group in as their prologue."""
+    changed = True
+    while changed:
+        changed = False
+        users = g.users()
+        index = {n: i for i, n in enumerate(g.nodes)}
+        outs = set(g.outputs)
+        for red in g.nodes:
+            if red.name not in _ROW_REDUCTIONS or not red.inputs:
+                continue
+            x = red.inputs[0]
+            if x.dtype.name not in _FLOAT or red.outputs[0].dtype is not x.dtype or not x.shape:
+                continue
+            if red.name in ("softmax", "log_softmax") and red.attrs.get("dim") != len(x.shape) - 1:
+                continue
+            p = x.producer
+            if p is None or p not in index:
+                continue
+            grp = _as_group(g, p, users)
+            if grp is None or tuple(grp.op.outputs[0].shape) != tuple(x.shape):
+                continue
+            if any(a in grp.op.outputs for a in red.inputs[1:]):
+                continue   # weight/bias computed by the group: not a prologue
+            vals = list(grp.op.inputs) + list(grp.op.outputs) + list(red.inputs) + list(red.outputs)
+            if not _floats_only(vals) or not _same_device(vals):
+                continue
+            # the group now runs at red's position: nobody may read its outputs in between
+            ri = index[red]
+            ext = []
+            ok = True
+            for o in grp.op.outputs:
+                us = [u for u in users.get(o, ()) if u is not red and u is not p]
+                if any(index[u] < ri for u in us):
+                    ok = False
+                if o is not x or us or o in outs:
+                    ext.append(o)
+            if not ok:
+                continue
+            op = ReductionPrologue(grp, red, ext + list(red.outputs))
+            node = Node(op, op.inputs, {}, op.outputs)
+            _replace(g, [p], node, red)
+            changed = True
+            break
+    return g.validate()
+
+
+def fuse_matmul_epilogues(g: Graph) -> Graph:
+    """A matmul (or conv2d) whose product is read only by one elementwise group (or reduction
+    prologue) of the product's own shape runs that group as its epilogue."""
+    changed = True
+    while changed:
+        changed = False
+        users = g.users()
+        outs = set(g.outputs)
+        for mm in g.nodes:
+            if mm.name not in EPILOGUE_PRODUCERS or len(mm.outputs) != 1 or getattr(mm.op, "check", None) is not None:
+                continue
+            acc = mm.outputs[0]
+            us = users.get(acc, [])
+            if acc in outs or len(set(us)) != 1 or acc.dtype.name not in _FLOAT:
+                continue
+            e = us[0]
+            if isinstance(e.op, ReductionPrologue):
+                if acc not in e.op.group.op.inputs:
+                    continue   # read by the reduction itself (weight), not the prologue
+                shape = e.op.group.op.outputs[0].shape
+            else:
+                e = _as_group(g, e, users)
+                if e is None:
+                    continue
+                shape = e.op.outputs[0].shape
+            if tuple(shape) != tuple(acc.shape):
+                continue   # the epilogue broadcasts the product: not one pass over it
+            vals = list(mm.inputs) + list(e.op.inputs) + list(e.op.outputs)
+            if not _floats_only(vals) or not _same_device(vals):
+                continue
+            op = MatmulEpilogue(mm, e)
+            node = Node(op, op.inputs, {}, op.outputs)
+            _replace(g, [mm], node, us[0])
+            changed = True
+            break
+    return g.validate()
+
+
+FUSION_STAGES = [
+    ("elementwise", group_elementwise),
+    ("reduction_prologues", fuse_reduction_prologues),
+    ("matmul_epilogues", fuse_matmul_epilogues),
+]
+
+
+def fuse_elementwise(g: Graph) -> Graph:
+    """All fusion stages (:data:`FUSION_STAGES`), in order."""
+    for _, stage in FUSION_STAGES:
+        g = stage(g)
+    return g

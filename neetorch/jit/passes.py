@@ -6,11 +6,11 @@ after each stage.
 from __future__ import annotations
 
 from ..ops import registry
-from ..trace.ir import Graph, Value
+from ..trace.ir import Graph, Node, Value
 from ..trace.tracer import ViewOp
 
 __all__ = ["fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
-           "replace_uses"]
+           "replace_uses", "hoist_elementwise_over_views"]
 
 
 def replace_uses(g: Graph, old: Value, new: Value) -> None:
@@ -111,11 +111,87 @@ def simplify(g: Graph) -> Graph:
     return g
 
 
+# views that only re-index elements (a reshape that must copy still keeps every value)
+_INDEX_VIEWS = frozenset(("reshape", "view", "transpose", "permute", "t", "unsqueeze", "squeeze", "flatten",
+                          "swapaxes", "movedim", "mT"))
+
+
+def _from_matmul(v: Value, depth: int = 8) -> bool:
+    """``v`` is a matmul's product or computed elementwise from one (so it is, or becomes, part
+    of that matmul's epilogue)."""
+    p = v.producer
+    if p is None or depth == 0:
+        return False
+    if p.name == "matmul":
+        return True
+    if getattr(p.op, "kind", "") != "elementwise":
+        return False
+    return any(_from_matmul(a, depth - 1) for a in p.inputs)
+
+
+def hoist_elementwise_over_views(g: Graph) -> Graph:
+    """``ew(view(y), scalars...)`` -> ``view(ew(y, scalars...))`` for re-indexing views.
+
+    Exact (elementwise ops commute with re-indexing); the op then runs over ``y``'s own
+    (usually contiguous) layout and can fuse with ``y``'s producer: attention's
+    ``heads(linear(x)) * scale`` becomes part of the projection's epilogue instead of a
+    strided pass of its own.  Applies when the viewed value comes from a matmul (through
+    elementwise ops only: the op joins that epilogue), the other operands are 0-d constants,
+    every value of the view chain has this one reader, and the result is not a graph output.
+    """
+    changed = True
+    while changed:
+        changed = False
+        users = g.users()
+        outs = set(g.outputs)
+        for n in g.nodes:
+            if getattr(n.op, "kind", "") != "elementwise" or len(n.outputs) != 1 or n.outputs[0] in outs:
+                continue
+            tens = [a for a in n.inputs if not (a in g.consts and g.consts[a].ndim == 0)]
+            if len(tens) != 1 or tens[0].shape != n.outputs[0].shape:
+                continue
+            chain = []
+            x = tens[0]
+            while (x.producer is not None and isinstance(x.producer.op, ViewOp) and x.producer.name in _INDEX_VIEWS
+                   and len(x.producer.inputs) == 1 and len(x.producer.outputs) == 1 and x not in outs
+                   and len(users.get(x, ())) == 1):
+                chain.append(x.producer)
+                x = x.producer.inputs[0]
+            if not chain or x.producer is None or len(users.get(x, ())) != 1 or not _from_matmul(x):
+                continue
+            chain.reverse()
+            y = x
+            o = n.outputs[0]
+            first = g._value(y.shape, o.dtype, o.device, "node")
+            new_n = Node(n.op, [y if a is tens[0] else a for a in n.inputs], n.attrs, [first])
+            first.producer = new_n
+            new_nodes = [new_n]
+            prev = first
+            for k, v in enumerate(chain):
+                out = o if k == len(chain) - 1 else g._value(v.outputs[0].shape, o.dtype, o.device, "node")
+                vn = Node(v.op, [prev], v.attrs, [out])
+                out.producer = vn
+                new_nodes.append(vn)
+                prev = out
+            drop = set(chain)
+            rebuilt = []
+            for m in g.nodes:
+                if m is n:
+                    rebuilt.extend(new_nodes)
+                elif m not in drop:
+                    rebuilt.append(m)
+            g.nodes = rebuilt
+            changed = True
+            break
+    return g
+
+
 PIPELINE = [
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("cse", eliminate_common_subexpressions),
     ("dce", eliminate_dead_code),
+    ("hoist_elementwise_over_views", hoist_elementwise_over_views),
 ]
 
 

@@ -9,6 +9,10 @@ matrix is folded into a single big GEMM when the batch can be merged without a c
 """
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
+
 import numpy as np
 
 from .. import kernel
@@ -45,6 +49,37 @@ def _batch_is_broadcast(b: np.ndarray) -> bool:
     return all(s == 0 or n == 1 for n, s in zip(b.shape[:-2], b.strides[:-2]))
 
 
+# Products (all matrices of a batch together) below this many flops run on one BLAS thread.
+# OpenBLAS splits anything above ~0.5 MFLOP across its threads; for a small product the hand-off
+# costs about what the second core saves, and on a loaded machine a descheduled BLAS worker
+# stalls every call for a scheduler slice (measured on the shared 2-core box, 128x256x256:
+# median 23.6 ms with 2 threads vs 0.61 ms with one; best case 0.29 vs 0.60 ms).  The default
+# keeps attention-sized products (4 heads of 128x64x128: 8.4 MFLOP) on one thread and leaves
+# projections (>= 16.8 MFLOP) to BLAS.  NEE_BLAS_SINGLE_FLOPS=0 turns this off.
+SINGLE_THREAD_FLOPS = float(os.environ.get("NEE_BLAS_SINGLE_FLOPS", 16e6))
+
+
+def _find_set_threads_local():
+    """OpenBLAS's ``openblas_set_num_threads_local`` (per calling thread; OpenBLAS >= 0.3.27) from
+    the library numpy is linked with, or None."""
+    try:
+        here = os.path.dirname(np.__file__)
+        for pat in ("libscipy_openblas*.so*", "libopenblas*.so*"):
+            for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
+                for path in sorted(glob.glob(os.path.join(d, pat))):
+                    fn = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
+                    if fn is not None:
+                        fn.argtypes = [ctypes.c_int]
+                        fn.restype = ctypes.c_int
+                        return fn
+    except OSError:
+        pass
+    return None
+
+
+_set_threads_local = _find_set_threads_local()
+
+
 def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     """out[..., n, m] = a[..., n, k] @ b[..., k, m] (batch dims already broadcast-compatible)."""
     if out.size == 0:
@@ -52,9 +87,20 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     if a.shape[-1] == 0:
         out.fill(0)
         return
+    if _set_threads_local is not None and 2.0 * out.size * a.shape[-1] < SINGLE_THREAD_FLOPS:
+        prev = _set_threads_local(1)
+        try:
+            _matmul_into(out, a, b)
+        finally:
+            _set_threads_local(prev)
+        return
+    _matmul_into(out, a, b)
+
+
+def _matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     if out.dtype == _F16:
         tmp = np.empty(out.shape, _F32)
-        matmul_into(tmp, a.astype(_F32), b.astype(_F32))
+        _matmul_into(tmp, a.astype(_F32), b.astype(_F32))
         np.copyto(out, tmp, casting="unsafe")
         return
     a = _prep(a)

@@ -1,0 +1,398 @@
+"""CPU renderers of the fused patterns the JIT decides on (jit/fusion.py).
+
+Registered as ``kernels["compile:<pattern>"]``: ``compiler(backend, op)`` returns
+``(run, sources)`` where ``run(outs, ins)`` takes numpy arrays in the order of the
+composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs for
+``explain()``.
+
+* ``reduction_prologue``: for data that fits in L2 (``SINGLE_PASS_BYTES``), the group's
+  kernel then the reduction's kernel (cheap to compile, the data stays in cache between the
+  two).  Larger: one generated Numba kernel walks the rows: the group's
+  expressions (the pieces of the elementwise renderer, ``elementwise._group_pieces``) over
+  one row, into the row's outputs or, when nothing else needs it, a row scratch that stays
+  in L1; then the row kernel of softmax / log_softmax / layer_norm / rms_norm
+  (``kernels/nn.py``) normalizes that row.  One read of the inputs, one write of each
+  output.
+* ``matmul_epilogue``: the GEMM (BLAS, ``kernels/linalg.matmul_into``; for ``conv2d`` the
+  conv kernel) writes into a reused scratch buffer and the epilogue (a fused group or a reduction prologue) runs on it right
+  after, while it is in cache.  (Not in place into the output: a kernel whose input and
+  output are the same memory fails LLVM's runtime alias check and runs its scalar loop.)
+  Products above ``BLOCK_BYTES`` are done in blocks of rows, each block's epilogue run
+  while the block is still in cache.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import codegen, kernel, layout, threads
+from .. import elementwise as ew
+from .linalg import matmul_into
+
+_NB = {"float32": "float32", "float64": "float64"}
+
+
+def _render_rows(name, in_dt, out_dt, body, results, bcast, src_k, src_ext, helper, reduce_call):
+    """Source of ``rows``: for each row, the group's expressions (``body``/``results`` from the
+    elementwise renderer's pieces) over the row, then the row reduction on it.
+
+    Every operand is addressed per row as ``off + a*sa + b*sb`` (row r = a*B + b) with its own
+    column stride; inputs whose column stride is not 1 are gathered into a row buffer first, so
+    the one inner loop is unit-stride (vectorized).  ``bcast[i]``: input i is constant along a
+    row (its last dim is 1), loaded once per row.  The normalized value ``src`` goes to a row
+    scratch when nothing else needs it.
+    """
+    nin, nout = len(in_dt), len(out_dt)
+    outs = [f"o{j}" for j in range(nout)]
+    ins = [f"x{i}" for i in range(nin)]
+    cdt = out_dt[src_k]
+    sig = ("void(" + ", ".join([f"{ew._NB_TYPE[d]}[::1]" for d in out_dt + in_dt] + [f"{cdt}[::1]"] * 3 +
+                               ["int64[:, ::1]", "int64", "int64", "int64", "int64", "float64", "boolean",
+                                "boolean"]) + ")")
+    L = [f"# neetorch reduction prologue: {name}({', '.join(in_dt)}) -> ({', '.join(out_dt)})",
+         "import math", "import numpy as np", "from numba import njit",
+         "from neetorch.devices.cpu.scalar import *",
+         f"from neetorch.devices.cpu.kernels.nn import {helper}", "",
+         f'@njit("{sig}", cache=True, nogil=True, error_model="numpy", fastmath={{"contract"}})',
+         f"def rows({', '.join(outs + ins)}, dst, w, bb, lay, r0, r1, B, N, eps, fa, fb):",
+         "    # fa, fb: (log, safe) for softmax, (rms, -) for the norms: runtime flags, so the row helpers'",
+         "    # compiled (cached) specializations are reused instead of new literal-typed ones",
+         "    # lay[k] = (stride of a, stride of b, column stride, offset) of operand k (outputs, then inputs)",
+         "    zb = np.zeros(2, dst.dtype)",
+         "    zb[1] = 1",
+         "    none = np.empty(0, np.float64)"]
+    if not src_ext:
+        L.append(f"    tmp = np.empty(N, np.{cdt})")
+    for i in range(nin):
+        if not bcast[i]:
+            L.append(f"    g{i} = np.empty(N, x{i}.dtype)")
+    L += ["    for r in range(r0, r1):",
+          "        a = r // B",
+          "        b = r - a * B"]
+    for k, v in enumerate(outs + ins):
+        L.append(f"        p{v} = lay[{k}, 3] + a * lay[{k}, 0] + b * lay[{k}, 1]")
+    for j, o in enumerate(outs):
+        if j == src_k and not src_ext:
+            L.append(f"        {o}v = tmp")
+        else:
+            L.append(f"        {o}v = {o}[p{o}:p{o} + N]")
+    for i, x in enumerate(ins):
+        k = nout + i
+        if bcast[i]:
+            L.append(f"        v{i} = {x}[p{x}]")
+        else:
+            L += [f"        if lay[{k}, 2] == 1:",
+                  f"            xv{i} = {x}[p{x}:p{x} + N]",
+                  "        else:",
+                  f"            cs = lay[{k}, 2]",
+                  "            for i in range(N):",
+                  f"                g{i}[i] = {x}[p{x} + i * cs]",
+                  f"            xv{i} = g{i}"]
+    L.append("        for i in range(N):")
+    for i in range(nin):
+        if not bcast[i]:
+            L.append(f"            v{i} = xv{i}[i]")
+    L += ["            " + st for st in body]
+    for j, (o, r) in enumerate(zip(outs, results)):
+        L.append(f"            {o}v[i] = np.{out_dt[j]}({r})")
+    L.append(f"        srow = {outs[src_k]}v")
+    L.append("        " + reduce_call)
+    return sig, "\n".join(L) + "\n"
+
+
+_SOFTMAX = "_softmax_row1(srow, dst[r * N:(r + 1) * N], fa, fb, zb[0], zb[1])"
+_NORM = "_norm_rows(srow, dst, w, bb, r, r + 1, -r * N, N, 1, 1, N, 0, 1, eps, fa, none, none)"
+_MODES = {"softmax": 0, "log_softmax": 1, "layer_norm": 2, "rms_norm": 3}
+
+
+def _ab_layout(a: np.ndarray, shape, N: int):
+    """(view, (stride of a, stride of b, column stride, offset), flat) of ``a`` broadcast to
+    ``shape`` with rows r = a*B + b (B = shape[-2]); None when the leading dims do not merge."""
+    v = a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
+    f, off, st = layout.flat(v)
+    nd = len(shape)
+    if N != shape[-1]:       # layer_norm over several trailing dims: rows of N elements
+        k = nd
+        tot = 1
+        while k > 0 and tot < N:
+            k -= 1
+            tot *= shape[k]
+        inner = _merge(list(zip(shape[k:], st[k:])))
+        if tot != N or inner is None:
+            return None
+        lead = list(zip(shape[:k], st[:k]))
+        cs = inner[1]
+    else:
+        lead = list(zip(shape[:-1], st[:-1]))
+        cs = st[-1]
+    if not lead:
+        return f, (0, 0, cs, off)
+    bdim = lead[-1]
+    am = _merge(lead[:-1])
+    if am is None:
+        return None
+    return f, (am[1], bdim[1], cs, off)
+
+
+def _merge(dims):
+    dims = [(n, s) for n, s in dims if n != 1]
+    if not dims:
+        return 1, 0
+    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != n1 * s1:
+            return None
+    tot = 1
+    for n, _ in dims:
+        tot *= n
+    return tot, dims[-1][1]
+
+
+_tls = threading.local()
+
+
+def _scratch(slot: str, n: int, dtype) -> np.ndarray:
+    """A reused per-thread buffer of ``n`` elements: one per (slot, dtype), shared by every fused
+    kernel of the thread (they run one after the other), grown to the largest request.  Slots:
+    "acc" (a product before its epilogue), "row" (a normalized value needed nowhere else)."""
+    d = getattr(_tls, "bufs", None)
+    if d is None:
+        d = _tls.bufs = {}
+    key = (slot, np.dtype(dtype))
+    buf = d.get(key)
+    if buf is None or buf.size < n:
+        buf = d[key] = np.empty(max(n, 1), dtype)
+    return buf[:n]
+
+
+# below this size (the normalized value's bytes at the graph's shapes) a reduction prologue runs
+# as two launches over cache-resident data, the group's kernel (the elementwise renderer's, ~0.1 s
+# cold) then the reduction's own kernel, instead of one generated single-pass Numba kernel
+# (~2-5 s cold here): the data stays in L2 between the two, so the single pass would only save
+# a launch
+SINGLE_PASS_BYTES = 1 << 20
+
+
+def _two_launches(op, mode, safe):
+    from .nn import norm_launch, softmax_launch
+    g, red = op.group.op, op.red
+    kern, src = ew.compile_group(g)
+    kouts = list(g.outputs)
+    ext_pos = {o: j for j, o in enumerate(op.outputs)}
+    pos_g = [op.inputs.index(a) for a in g.inputs]
+    rest = [op.inputs.index(a) for a in red.inputs[1:]]
+    has_w = bool(red.attrs.get("has_weight", False))
+    has_b = bool(red.attrs.get("has_bias", False))
+    pos_w = rest[0] if has_w else None
+    pos_b = rest[1 if has_w else 0] if has_b else None
+    eps = float(red.attrs.get("eps", 0.0))
+    npdt = red.outputs[0].dtype.np
+
+    def run(outs, ins):
+        dst = outs[-1]
+        if dst.size == 0:
+            return
+        bufs = []
+        for o in kouts:
+            if o in ext_pos:
+                bufs.append(outs[ext_pos[o]])
+            else:   # the normalized value, needed nowhere else: a reused scratch
+                bufs.append(_scratch("row", dst.size, npdt).reshape(dst.shape))
+        ew.run_strided(kern, bufs, [ins[p] for p in pos_g])
+        x = bufs[kouts.index(op.src)]
+        if mode < 2:
+            softmax_launch(x, dst, dst.ndim - 1, mode == 1, safe)
+        else:
+            N = red.attrs["n"]
+            w = ins[pos_w] if pos_w is not None else None
+            b = ins[pos_b] if pos_b is not None else None
+            norm_launch(x, dst, w, b, dst.size // N, 1, 1, N, True, eps, mode == 3)
+
+    return run, [(op.name, src)]
+
+
+def compile_reduction_prologue(backend, op):
+    grp, red = op.group, op.red
+    g = grp.op
+    dt = red.outputs[0].dtype.name
+    if dt not in _NB or any(v.dtype.name == "float16" for v in list(g.inputs) + list(g.outputs)):
+        return None
+    kouts = list(g.outputs)
+    src_k = kouts.index(op.src)
+    src_ext = op.src in op.outputs
+    mode = _MODES[red.name]
+    safe = bool(red.attrs.get("safe", False)) if mode < 2 else False
+    shape = tuple(op.src.shape)
+    nbytes = np.dtype(dt).itemsize
+    for d in shape:
+        nbytes *= d if isinstance(d, int) else 1 << 20
+    if nbytes < SINGLE_PASS_BYTES:
+        return _two_launches(op, mode, safe)
+    in_dt, out_dt, body, results = ew._group_pieces(g)
+    N = shape[-1] if mode < 2 else red.attrs["n"]
+    # inputs constant along a row: the normalized extent of their shape is all ones
+    bcast = []
+    for v in g.inputs:
+        vs = (1,) * (len(shape) - len(v.shape)) + tuple(v.shape)
+        n = 1
+        k = len(vs)
+        tot = 1
+        while k > 0 and tot < N:
+            k -= 1
+            tot *= shape[k]
+            n *= vs[k]
+        bcast.append(n == 1 and N > 1)
+    call = _SOFTMAX if mode < 2 else _NORM
+    fa, fb = (mode == 1, safe) if mode < 2 else (mode == 3, False)
+    _, src = _render_rows(g.name + "+" + red.name, in_dt, out_dt, body, results, bcast, src_k, src_ext,
+                          "_softmax_row1" if mode < 2 else "_norm_rows", call)
+    drive = codegen.load_kernel("fused_rows", src, attr="rows")
+    eps = float(red.attrs.get("eps", 0.0))
+    has_w = bool(red.attrs.get("has_weight", False))
+    has_b = bool(red.attrs.get("has_bias", False))
+    # positions, in op.inputs, of the group's inputs and of the reduction's weight/bias
+    pos_g = [op.inputs.index(a) for a in g.inputs]
+    rest = [op.inputs.index(a) for a in red.inputs[1:]]
+    pos_w = rest[0] if has_w else None
+    pos_b = rest[1 if has_w else 0] if has_b else None
+    ext_pos = {o: j for j, o in enumerate(op.outputs)}
+    npdt = np.dtype(dt)
+    dummy = np.empty(1, npdt)
+
+    def run(outs, ins):
+        dst = outs[-1]
+        shape = dst.shape
+        if dst.size == 0:
+            return
+        N = shape[-1] if mode < 2 else red.attrs["n"]
+        R = dst.size // N
+        k = len(shape) - 1           # rows r = a*B + b: b runs over the dim before the normalized ones
+        tot = shape[-1]
+        while tot < N:
+            k -= 1
+            tot *= shape[k]
+        B = shape[k - 1] if k >= 1 else 1
+        ops = [outs[ext_pos[o]] if o in ext_pos else None for o in kouts] + [ins[p] for p in pos_g]
+        lay = np.empty((len(ops), 4), np.int64)
+        flats = []
+        for k, a in enumerate(ops):
+            if a is None:   # the row scratch inside the kernel
+                flats.append(dummy)
+                lay[k] = (0, 0, 1, 0)
+                continue
+            r = _ab_layout(a, shape, N)
+            if r is None:
+                r = _ab_layout(np.ascontiguousarray(np.broadcast_to(a, shape)), shape, N)
+            flats.append(r[0])
+            lay[k] = r[1]
+        w = np.ascontiguousarray(ins[pos_w], dtype=npdt).reshape(-1) if pos_w is not None else np.ones(N, npdt)
+        b = np.ascontiguousarray(ins[pos_b], dtype=npdt).reshape(-1) if pos_b is not None else np.zeros(N, npdt)
+        fd = dst.reshape(-1)
+        nt = threads.NUM_THREADS if R * N >= threads.PARALLEL_THRESHOLD and R > 1 else 1
+        threads.run_parallel(lambda c: drive(*flats, fd, w, b, lay, c[0], c[1], B, N, eps, fa, fb), threads.split(R, nt))
+
+    return run, [(op.name, src)]
+
+
+# products above this many bytes are computed (and their epilogue run) in blocks of rows
+BLOCK_BYTES = 8 << 20
+
+
+def compile_matmul_epilogue(backend, op):
+    from ....jit.fusion import FusedElementwise, ReductionPrologue
+    epi = op.epilogue
+    if isinstance(epi.op, FusedElementwise):
+        kern, src = ew.compile_group(epi.op)
+        sources = [(op.name, src)]
+
+        def run_epi(outs, ins):
+            ew.run_strided(kern, list(outs), ins)
+    elif isinstance(epi.op, ReductionPrologue):
+        res = compile_reduction_prologue(backend, epi.op)
+        if res is None:
+            return None
+        run_epi, sources = res
+        sources = [(op.name, s) for _, s in sources]
+    else:
+        return None
+    acc = op.acc
+    einputs = list(epi.inputs)
+    npdt = acc.dtype.np
+    blockable = isinstance(epi.op, FusedElementwise)
+
+    def scratch(shape):
+        # the product goes to a reused scratch buffer, not into the epilogue's output: a kernel
+        # whose input and output are the same memory fails LLVM's runtime alias check and runs
+        # its scalar loop (several times slower for gelu)
+        n = 1
+        for d in shape:
+            n *= d
+        return _scratch("acc", n, npdt).reshape(shape)
+
+    if op.matmul.name != "matmul":
+        # another producer (conv2d): its own kernel writes the scratch, then the epilogue
+        prod = op.matmul
+        pkern = backend.kernels[prod.name]
+        npin = len(prod.inputs)
+
+        def run_other(outs, ins):
+            if outs[0].size == 0:
+                return
+            from ....ops.registry import Meta
+            mshape = prod.op.infer([Meta(a.shape, v.dtype) for a, v in zip(ins[:npin], prod.inputs)],
+                                   prod.attrs)[0].shape
+            buf = scratch(tuple(mshape))
+            pkern(backend, [buf], list(ins[:npin]), prod.attrs)
+            rest = iter(ins[npin:])
+            run_epi(outs, [buf if v is acc else next(rest) for v in einputs])
+        return run_other, sources
+
+    def run(outs, ins):
+        a, b = ins[0], ins[1]
+        if outs[0].size == 0:
+            return
+        if b.ndim == 2:
+            mshape = a.shape[:-1] + (b.shape[-1],)
+        else:
+            mshape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        rest = iter(ins[2:])
+        if blockable and b.ndim == 2 and a.ndim >= 2 and outs[0].nbytes > BLOCK_BYTES:
+            if _blocked(mshape, a, b, outs, [None if v is acc else next(rest) for v in einputs], run_epi, scratch):
+                return
+            rest = iter(ins[2:])
+        buf = scratch(mshape)
+        matmul_into(buf, a, b)
+        run_epi(outs, [buf if v is acc else next(rest) for v in einputs])
+
+    return run, sources
+
+
+def _blocked(mshape, a, b, outs, eins, run_epi, scratch) -> bool:
+    """GEMM + epilogue per block of rows of the (rows, N) product (``None`` in ``eins`` marks the
+    product); False when some operand has no (rows, N) view."""
+    N = mshape[-1]
+    R = 1
+    for d in mshape[:-1]:
+        R *= d
+    try:
+        a2 = np.reshape(a, (R, a.shape[-1]), copy=False)
+        o2 = [np.reshape(o, (R, N), copy=False) for o in outs]
+        i2 = [None if x is None else _rows_view_strict(x, mshape, R, N) for x in eins]
+    except ValueError:
+        return False
+    step = max(256, BLOCK_BYTES // 2 // (N * outs[0].itemsize))
+    for r0 in range(0, R, step):
+        r1 = min(R, r0 + step)
+        acc = scratch((r1 - r0, N))
+        matmul_into(acc, a2[r0:r1], b)
+        run_epi([o[r0:r1] for o in o2], [acc if x is None else x[r0:r1] for x in i2])
+    return True
+
+
+def _rows_view_strict(a, shape, R, N):
+    v = a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
+    return np.reshape(v, (R, N), copy=False)
+
+
+kernel("compile:reduction_prologue")(compile_reduction_prologue)
+kernel("compile:matmul_epilogue")(compile_matmul_epilogue)
