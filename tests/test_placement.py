@@ -212,3 +212,25 @@ def test_cpu_inputs_are_not_partitioned():
     assert s.preferred == "cpu" and s.transfers == [] and s.fallbacks == []
     assert s.ops == {"cpu": {"matmul": 1, "gelu": 1}}
     assert "no fallbacks" == str(nee.fallback_report())
+
+
+def test_onnx_session_placement_summary():
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as TP, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((32, 32)) * 0.1).astype(np.float16)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT16, [4, 32])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT16, [4, 32])], [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((4, 32)).astype(np.float16)
+    s = nee.onnx.InferenceSession(m, device="simnpu")
+    assert "not run yet" in s.placement_summary()
+    out = s.run(None, {"x": x})[0]
+    ref = nee.onnx.InferenceSession(m).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(out, ref)
+    text = s.placement_summary()
+    assert "simnpu:0      2 ops  (matmul 1, relu 1)" in text
+    assert "cpu           1 ops  (softmax 1)" in text
+    assert "fallbacks     1" in text and "softmax" in text.split("fallbacks")[1]

@@ -206,6 +206,15 @@ class InferenceSession:
                 self._jit = None
         return self._program(*tensors)
 
+    def placement_summary(self) -> str:
+        """What ran where in the compiled graphs run so far (ops per device, transfers, fallbacks);
+        ``"eager"`` when the model runs uncompiled."""
+        if self._jit is None:
+            return "eager: " + self.info.get("fallback_reason", "jit disabled")
+        from ..jit.placement import summarize
+        parts = [str(s) for s in summarize(self._jit)]
+        return "\n".join(parts) if parts else "not run yet: call run() first"
+
     def run_tensors(self, tensors):
         """Run on nee tensors (positional, in get_inputs() order); returns nee tensors."""
         return self._call(list(tensors))
