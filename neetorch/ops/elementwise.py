@@ -85,9 +85,24 @@ def _is_scalar(x) -> bool:
 _scalar_cache: dict = {}
 
 
+def _freeze(data) -> bool:
+    """Mark a device array read-only; False when its device array cannot be (then it is not cached).
+    numpy arrays: ``flags.writeable``; device arrays: a settable ``writeable`` attribute that their
+    backend checks before writing (the OpenCL ``CLArray``)."""
+    if isinstance(data, np.ndarray):
+        data.flags.writeable = False
+        return True
+    if "writeable" in getattr(type(data), "__slots__", ()):
+        data.writeable = False
+        return not data.flags.writeable
+    return False
+
+
 def _scalar_tensor(v, dt: DType, dev) -> Tensor:
+    # Python scalars become cached read-only 0-d tensors, per device (a device one would otherwise
+    # cost an allocation and a fill per ``x + 1.0``)
     key = (type(v), v, dt, dev)
-    t = _scalar_cache.get(key) if dev.type == "cpu" else None
+    t = _scalar_cache.get(key)
     if t is None:
         from ..tensor.creation import full
         try:
@@ -96,8 +111,7 @@ def _scalar_tensor(v, dt: DType, dev) -> Tensor:
             # an int scalar outside an integer compute dtype wraps like torch (int8 tensor + 1000)
             with np.errstate(over="ignore"):
                 t = full((), np.array(v).astype(dt.np).item(), dtype=dt, device=dev)
-        if dev.type == "cpu" and len(_scalar_cache) < 4096 and not (isinstance(v, float) and v != v):
-            t._data.flags.writeable = False
+        if len(_scalar_cache) < 4096 and not (isinstance(v, float) and v != v) and _freeze(t._data):
             _scalar_cache[key] = t
     return t
 

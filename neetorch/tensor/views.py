@@ -51,7 +51,7 @@ def _infer_size(shape, n: int, op: str) -> tuple:
 
 def _compute_stride(oldshape, oldstride, newshape):
     """PyTorch's computeStride: strides for a view with ``newshape``, or None if impossible."""
-    if numel(oldshape) == 0:
+    if numel(oldshape) == 0 or not oldshape:  # empty, or 0-d (one element: any all-ones shape)
         return list(_contig_strides(newshape))
     newstride = [0] * len(newshape)
     view_d = len(newshape) - 1
@@ -103,9 +103,14 @@ def view(t: Tensor, *shape) -> Tensor:
 def _view_dtype(t: Tensor, dt) -> Tensor:
     if dt.itemsize != t._dtype.itemsize:
         raise RuntimeError(f"view(dtype): {t._dtype.name} -> {dt.name} needs equal element sizes")
-    if t._device.type != "cpu":
-        raise RuntimeError("view(dtype) is only supported on the cpu")
-    return Tensor._make(t._data.view(dt.np), t._device, dt)
+    if t._device.type == "cpu":
+        return Tensor._make(t._data.view(dt.np), t._device, dt)
+    bk = t._backend()
+    fn = getattr(bk, "view_dtype", None)
+    if fn is None:
+        raise RuntimeError(f"view(dtype): {t._dtype.name} -> {dt.name} on {t._device}: the {t._device.type} backend "
+                           f"has no view_dtype (reinterpreting its storage); move the tensor to the cpu first")
+    return Tensor._make(fn(t._data, dt.np), t._device, dt)
 
 
 def reshape(t: Tensor, *shape) -> Tensor:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...tensor import dtypes as _dt
 from ..base import Backend
+from ..common import MemberByMember
 from .kernels import STORAGE
 
 __all__ = ["CUDAArray", "CUDABackend"]
@@ -323,6 +324,10 @@ class CUDABackend(Backend):
         v = self.cp.ndarray(shape, a.dtype, memptr=mp, strides=tuple(int(s) * isz for s in strides))
         return CUDAArray(v)
 
+    def view_dtype(self, a, dtype):
+        """``a``'s storage reinterpreted as ``dtype`` (same itemsize): ``Tensor.view(dtype)``."""
+        return CUDAArray(self.cp.ndarray(a.shape, dtype, memptr=a.a.data, strides=a.strides))
+
     # ---------------------------------------------------------------- capability
     def supports(self, op, dtypes):
         key = (op, tuple(dtypes))
@@ -367,12 +372,10 @@ class CUDABackend(Backend):
         try:
             return compile_group(self, group)
         except NotImplementedError as e:
-            from ..opencl import _MemberByMember
-            return _MemberByMember(group, str(e)), f"// {group.name}: run member by member ({e})"
+            return MemberByMember(group, str(e)), f"// {group.name}: run member by member ({e})"
 
     def launch_group(self, kernel, outs, ins):
-        from ..opencl import _MemberByMember  # device-neutral helper (lives with the OpenCL backend)
-        if isinstance(kernel, _MemberByMember):
+        if isinstance(kernel, MemberByMember):
             kernel(self, outs, ins)
             return
         from .render import launch_group

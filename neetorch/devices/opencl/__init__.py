@@ -20,6 +20,7 @@ import weakref
 import numpy as np
 
 from ..base import Backend
+from ..common import MemberByMember
 from ...tensor import dtypes as _dt
 
 __all__ = ["OpenCLBackend", "CLArray"]
@@ -66,14 +67,15 @@ class CLArray:
 
     ``estrides`` and ``offset`` are in elements; ``strides`` is in bytes like numpy's.
     """
-    __slots__ = ("storage", "shape", "estrides", "offset", "dtype", "__weakref__")
+    __slots__ = ("storage", "shape", "estrides", "offset", "dtype", "writeable", "__weakref__")
 
-    def __init__(self, storage, shape, estrides, offset, dtype):
+    def __init__(self, storage, shape, estrides, offset, dtype, writeable=True):
         self.storage = storage
         self.shape = tuple(int(s) for s in shape)
         self.estrides = tuple(int(s) for s in estrides)
         self.offset = int(offset)
         self.dtype = np.dtype(dtype)
+        self.writeable = writeable      # False: a cached scalar (ops/elementwise._scalar_tensor); views inherit
 
     @property
     def buffer(self):
@@ -117,7 +119,11 @@ class CLArray:
     @property
     def flags(self):
         # read by neetorch.ops.elementwise.apply for its dispatch-plan key (see DEVICE_PLUGINS.md)
-        return _Flags(self.is_contiguous)
+        return _Flags(self.is_contiguous, self.writeable)
+
+    def check_writeable(self, what):
+        if not self.writeable:
+            raise ValueError(f"{what}: assignment destination is read-only (a cached scalar tensor)")
 
     def __len__(self):
         if not self.shape:
@@ -175,6 +181,7 @@ class OpenCLBackend(Backend):
         from .programs import ProgramCache
         self.programs = ProgramCache(self.ctx, d, preamble(self.fp64))
         self._ew_kernels: dict = {}
+        self._variants: dict = {}              # (kernel, innermost-stride code) -> kernel (render._variant)
         self._supports: dict = {}
         self._wg: dict = {}
         self._last_args: dict = {}
@@ -284,6 +291,7 @@ class OpenCLBackend(Backend):
         """``dst`` = ``src`` (same shape, or ``src`` broadcast through 0 strides; any layouts, any dtypes)."""
         if dst.size == 0:
             return
+        dst.check_writeable("copy_")
         if (dst.dtype == src.dtype and dst.shape == src.shape and dst.is_contiguous and src.is_contiguous
                 and dst.storage is not src.storage):
             isz = dst.itemsize
@@ -297,6 +305,7 @@ class OpenCLBackend(Backend):
     def fill_(self, dst, value):
         if dst.size == 0:
             return
+        dst.check_writeable("fill_")
         with np.errstate(over="ignore", invalid="ignore"):
             try:
                 v = np.array(value, dtype=dst.dtype)
@@ -329,7 +338,11 @@ class OpenCLBackend(Backend):
 
     # ---------------------------------------------------------------- layout
     def as_strided(self, a, shape, strides, offset=0):
-        return CLArray(a.storage, shape, strides, a.offset + offset, a.dtype)
+        return CLArray(a.storage, shape, strides, a.offset + offset, a.dtype, a.writeable)
+
+    def view_dtype(self, a, dtype):
+        """``a``'s storage reinterpreted as ``dtype`` (same itemsize): ``Tensor.view(dtype)``."""
+        return CLArray(a.storage, a.shape, a.estrides, a.offset, dtype, a.writeable)
 
     # ---------------------------------------------------------------- capability
     def supports(self, op, dtypes):
@@ -379,12 +392,13 @@ class OpenCLBackend(Backend):
             kern.set_arg(len(bufs), meta)
             last[-1] = mb
 
-    def enqueue_exact(self, kern, n, bufs, meta):
+    def enqueue_exact(self, kern, n, bufs, meta, local=None):
         """Launch an elementwise kernel (no bounds check inside) so that ids cover [0, n) exactly once or
-        more: whole work-groups, then one group over the last L ids; n < L: one group (ids wrap)."""
+        more: whole work-groups, then one group over the last L ids; n < L: one group (ids wrap).
+        ``local``: the work-group size L (default: the kernel's)."""
         if n <= 0:
             return
-        L = self.local_size(kern)
+        L = self.local_size(kern) if local is None else local
         cl = self.cl
         with self._lock:
             self._set_args(kern, bufs, meta)
@@ -395,11 +409,28 @@ class OpenCLBackend(Backend):
                 cl.enqueue_nd_range_kernel(self.queue, kern, (L,), (L,), (max(n - L, 0),) if G else None)
             self.launches += 1
 
-    def enqueue(self, kern, n, bufs, meta):
-        """Launch ``kern(*bufs, meta)`` over ``n`` work-items (rounded up to the work-group size)."""
+    def enqueue_nd(self, kern, gsize, L3, bufs, meta):
+        """Launch an elementwise kernel in n-d mode over the 3-D range ``gsize`` (no bounds check inside):
+        work-groups of (L3, 1, 1); dim 0 by whole groups, then one group over its last L3 ids."""
+        n3, n2, n1 = gsize
+        cl = self.cl
+        G = n3 // L3 * L3
+        with self._lock:
+            self._set_args(kern, bufs, meta)
+            cl.enqueue_nd_range_kernel(self.queue, kern, (G, n2, n1), (L3, 1, 1))
+            if G != n3:
+                cl.enqueue_nd_range_kernel(self.queue, kern, (L3, n2, n1), (L3, 1, 1), (n3 - L3, 0, 0))
+            self.launches += 1
+
+    def enqueue(self, kern, n, bufs, meta, local=None):
+        """Launch ``kern(*bufs, meta)`` over ``n`` work-items (rounded up to the work-group size,
+        ``local`` or the kernel's; 32 for at most 32 work-items: a group of 256 mostly idle work-items
+        costs PoCL several times the round trip of a small one)."""
         if n <= 0:
             return
-        L = self.local_size(kern)
+        L = self.local_size(kern) if local is None else min(local, self.local_size(kern))
+        if n <= 32:
+            L = min(L, 32)
         G = (n + L - 1) // L * L
         with self._lock:
             self._set_args(kern, bufs, meta)
@@ -415,10 +446,15 @@ class OpenCLBackend(Backend):
         try:
             return compile_group(self, group)
         except NotImplementedError as e:
-            return _MemberByMember(group, str(e)), f"// {group.name}: run member by member ({e})"
+            return MemberByMember(group, str(e)), f"// {group.name}: run member by member ({e})"
+
+    def prepare_elementwise(self, op, args, ins, meta):
+        """A cached launch closure for eager elementwise ops (see ``render.prepare``)."""
+        from .render import prepare
+        return prepare(self, op, args, ins, meta)
 
     def launch_group(self, kernel, outs, ins):
-        if isinstance(kernel, _MemberByMember):
+        if isinstance(kernel, MemberByMember):
             kernel(self, outs, ins)
             return
         from .render import launch_group
@@ -444,28 +480,3 @@ class OpenCLBackend(Backend):
         for key, kname in keys:
             self._ew_kernels[key] = self.programs.kernels[kname]
         return n
-
-
-class _MemberByMember:
-    """A fused group the device cannot render as one kernel: its members run one by one
-    through the dispatcher (so each unsupported member falls back visibly)."""
-
-    def __init__(self, group, why):
-        self.group = group
-        self.why = why
-
-    def __call__(self, backend, outs, ins):
-        from ...ops import registry
-        from ...ops.registry import Meta
-        from ...tensor.tensor import Tensor
-        dev = backend.device
-        env = {}
-        for v, a in zip(self.group.inputs, ins):
-            env[v] = Tensor._make(a, dev, v.dtype)
-        for n in self.group.nodes:
-            args = [env[v] for v in n.inputs]
-            shape = tuple(np.broadcast_shapes(*[tuple(t.shape) for t in args]))
-            metas = [Meta(shape, o.dtype) for o in n.outputs]
-            env[n.outputs[0]] = registry.run(n.op, args, n.attrs if hasattr(n, "attrs") else {}, metas)[0]
-        for o, a in zip(self.group.outputs, outs):
-            backend.copy_(a, env[o]._data)

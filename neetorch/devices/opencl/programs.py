@@ -31,6 +31,8 @@ class ProgramCache:
         self.kernels: dict = {}      # kernel name -> cl.Kernel
         self.sources: dict = {}      # kernel name -> source (explain / debugging)
         self.stats = {"programs_built": 0, "kernels": 0, "build_seconds": 0.0}
+        self._program_of: dict = {}  # cl.Kernel -> its cl.Program
+        self._companions: dict = {}
         self._lock = threading.RLock()
         self.cache_dir = os.path.join(_env.CACHE_DIR, "opencl")
         try:
@@ -59,6 +61,18 @@ class ProgramCache:
             self.kernels[name] = getattr(prg, name)
             self.sources[name] = s
             self.stats["kernels"] += 1
+        for name, _ in sources:
+            self._program_of[self.kernels[name]] = prg
+
+    def companion(self, kern, suffix: str):
+        """Kernel ``<kern's name><suffix>`` of the program ``kern`` came from (a source may define
+        variants of one kernel, e.g. the elementwise ``_flat`` one); built once, cached."""
+        key = (kern, suffix)
+        k = self._companions.get(key)
+        if k is None:
+            k = getattr(self._program_of[kern], kern.function_name + suffix)
+            self._companions[key] = k
+        return k
 
     def kernel(self, name: str, source: str):
         k = self.kernels.get(name)

@@ -5,13 +5,15 @@
   elementwise kernels); one work-item per output element walks its reduced
   elements.  When there are few outputs and many reduced elements (``x.sum()``),
   a first pass writes per-chunk partials and a second pass combines them.
-* softmax / log_softmax over any dim (one work-item per row; ``safe`` rows of only
+* softmax / log_softmax over any dim (one work-item per row, float8 loops on contiguous rows; ``safe`` rows of only
   -inf give zeros).
 * matmul with broadcast batch dims and any strides (one work-item per output
-  element, ``j`` fastest so neighbouring work-items read neighbouring ``b``).
+  element, ``j`` fastest so neighbouring work-items read neighbouring ``b``); float32 with
+  contiguous rows and N % 8 == 0: a work-item per 4 x 8 tile, with vector loads.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -74,6 +76,7 @@ def _init_combine(kind, in_ct, acc):
 _RMETA = "#ifndef NEE_RMETA\n#define NEE_RMETA\ntypedef struct { long v[26]; } nee_rmeta;\n#endif\n"
 
 
+@functools.lru_cache(maxsize=None)   # sources are rebuilt per call otherwise (~20 us)
 def _reduce_source(backend, kind, in_ct, out_ct, out_bool, final):
     """Kernel: ``final`` writes ``out[po]`` (mean divided by m.v[25]); else partials at ``out[g]``."""
     acc = _acc_type(backend, kind, in_ct)
@@ -186,11 +189,45 @@ def _reduce(kind):
 _SMETA = "#ifndef NEE_SMETA\n#define NEE_SMETA\ntypedef struct { long v[17]; } nee_smeta;\n#endif\n"
 
 
+@functools.lru_cache(maxsize=None)
 def _softmax_source(ct, log, safe):
-    name = _name("softmax", f"{ct}|{log}|{safe}")
-    write = "x[px + k * xsn] - mx - log(s)" if log else "exp(x[px + k * xsn] - mx) / s"
+    """One work-item per row (rows spread over the cores).  float rows that are contiguous in x and out
+    take float8 vector loops (PoCL does not vectorize across work-items here: each walks its own row),
+    exp by ``nee_exp32x8``; the sums run in 8 lanes (then added), so they round a little differently
+    from a sequential sum."""
+    name = _name("softmax_v", f"{ct}|{log}|{safe}")
+    ex = "nee_exp32" if ct == "float" else "exp"
+    write = "x[px + k * xsn] - mx - log(s)" if log else f"{ex}(x[px + k * xsn] - mx) / s"
     safe_c = f"if (mx == -({ct})INFINITY) {{ for (long k = 0; k < n; k++) o[po + k * osn] = 0; return; }}" \
         if safe else ""
+    vec = ""
+    if ct == "float":
+        # softmax keeps exp(x - max) in the output row (vector part) and divides it in place: one exp per element
+        vwrite = "v - mx - log(s)" if log else "v / s"
+        vkeep = "" if log else " vstore8(e, 0, orow + k);"
+        vsrc = "xr" if log else "orow"
+        swrite = "xr[k] - mx - log(s)" if log else "nee_exp32(xr[k] - mx) / s"
+        vec = f"""
+  if (xsn == 1 && osn == 1) {{
+    __global const float* xr = x + px;
+    __global float* orow = o + po;
+    const long nv = n & ~7L;
+    float8 m8 = (float8)(-INFINITY);
+    for (long k = 0; k < nv; k += 8) {{ const float8 v = vload8(0, xr + k); m8 = select(m8, v, (v > m8) | isnan(v)); }}
+    float mx = -INFINITY;
+    for (int l = 0; l < 8; l++) {{ const float v = m8[l]; mx = (v > mx || isnan(v)) ? v : mx; }}
+    for (long k = nv; k < n; k++) {{ const float v = xr[k]; mx = (v > mx || isnan(v)) ? v : mx; }}
+    {safe_c.replace("o[po + k * osn]", "orow[k]")}
+    float8 s8 = (float8)0;
+    for (long k = 0; k < nv; k += 8) {{
+      const float8 e = nee_exp32x8(vload8(0, xr + k) - mx); s8 += e;{vkeep}
+    }}
+    float s = ((s8.s0 + s8.s1) + (s8.s2 + s8.s3)) + ((s8.s4 + s8.s5) + (s8.s6 + s8.s7));
+    for (long k = nv; k < n; k++) s += nee_exp32(xr[k] - mx);
+    for (long k = 0; k < nv; k += 8) {{ const float8 v = vload8(0, {vsrc} + k); vstore8({vwrite}, 0, orow + k); }}
+    for (long k = nv; k < n; k++) orow[k] = {swrite};
+    return;
+  }}"""
     src = _SMETA + f"""
 __kernel void {name}(__global {ct}* o, __global const {ct}* x, const nee_smeta m) {{
   const long g = get_global_id(0);
@@ -200,12 +237,12 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* x, const nee_smeta m
   const long i1 = t % no1; const long i0 = t / no1;
   const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7];
   const long px = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12];
-  const long n = m.v[14], osn = m.v[15], xsn = m.v[16];
+  const long n = m.v[14], osn = m.v[15], xsn = m.v[16];{vec}
   {ct} mx = -({ct})INFINITY;
   for (long k = 0; k < n; k++) {{ const {ct} v = x[px + k * xsn]; mx = (v > mx || isnan(v)) ? v : mx; }}
   {safe_c}
   {ct} s = 0;
-  for (long k = 0; k < n; k++) s += exp(x[px + k * xsn] - mx);
+  for (long k = 0; k < n; k++) s += {ex}(x[px + k * xsn] - mx);
   for (long k = 0; k < n; k++) o[po + k * osn] = {write};
 }}
 """
@@ -238,7 +275,7 @@ def _softmax(log):
         k = backend.programs.kernel(name, src)
         meta = no + so + [out.offset] + sx + [x.offset] + [x.shape[d], out.estrides[d], x.estrides[d]]
         backend.enqueue(k, no[0] * no[1] * no[2] * no[3], [out.storage.buffer, x.storage.buffer],
-                        np.array(meta, np.int64))
+                        np.array(meta, np.int64), local=8)
 
     def claims(backend, dtypes):
         return None if dtypes[0].category == 2 else "softmax needs a floating input"
@@ -251,6 +288,7 @@ def _softmax(log):
 _MMETA = "#ifndef NEE_MMETA\n#define NEE_MMETA\ntypedef struct { long v[28]; } nee_mmeta;\n#endif\n"
 
 
+@functools.lru_cache(maxsize=None)
 def _matmul_source(ct):
     name = _name("matmul", ct)
     src = _MMETA + f"""
@@ -269,6 +307,38 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {c
   for (long k = 0; k < K; k++) acc += a[pa + k * sak] * b[pb + k * sbk];
   o[po] = acc;
 }}
+"""
+    return name, src
+
+
+@functools.lru_cache(maxsize=None)
+def _matmul_v8_source(ct):
+    """float matmul with out and b contiguous along j and N % 8 == 0: a work-item computes a 4 x 8
+    tile with vector loads of b (PoCL does not vectorize the scalar kernel: its k loop is inside the
+    work-item).  Sums run over k in order, like the scalar kernel."""
+    name = _name("matmul_v8", ct)
+    v = f"{ct}8"
+    rows = range(4)
+    src = _MMETA + f"""
+__kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {ct}* b, const nee_mmeta m) {{
+  const long g = get_global_id(0);
+  const long nb0 = m.v[0], nb1 = m.v[1], nb2 = m.v[2], nb3 = m.v[3];
+  const long M = m.v[19], N = m.v[20], K = m.v[21];
+  const long NT = N >> 3, MT = (M + 3) >> 2;
+  if (g >= nb0 * nb1 * nb2 * nb3 * MT * NT) return;
+  const long jt = g % NT; long t = g / NT; const long it = t % MT; t /= MT;
+  const long i3 = t % nb3; t /= nb3; const long i2 = t % nb2; t /= nb2; const long i1 = t % nb1; const long i0 = t / nb1;
+  const long i = it * 4, j = jt * 8;
+  const long soi = m.v[22], sai = m.v[24], sak = m.v[25], sbk = m.v[26];
+  const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7] + i * soi + j;
+  const long pa = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12] + i * sai;
+  const long pb = m.v[18] + i0 * m.v[14] + i1 * m.v[15] + i2 * m.v[16] + i3 * m.v[17] + j;
+  /* rows past M read row M-1 (valid memory) and are not stored */
+{"".join(f"  const long pa{r} = pa + min({r}L, M - 1 - i) * sai; {v} c{r} = ({v})0;{chr(10)}" for r in rows)}  for (long k = 0; k < K; k++) {{
+    const {v} bv = vload8(0, b + pb + k * sbk);
+{"".join(f"    c{r} += a[pa{r} + k * sak] * bv;{chr(10)}" for r in rows)}  }}
+  vstore8(c0, 0, o + po);
+{"".join(f"  if (i + {r} < M) vstore8(c{r}, 0, o + po + {r} * soi);{chr(10)}" for r in rows[1:])}}}
 """
     return name, src
 
@@ -298,13 +368,15 @@ def _matmul(backend, outs, ins, attrs):
         raise NotImplementedError("opencl matmul: more than 4 non-mergeable batch dims")
     nbs, (so4, sa4, sb4) = layout.pad4(cbs, [cso, csa, csb])
     ct = CTYPE[_dt.from_numpy_dtype(out.dtype).name]
-    name, src = _matmul_source(ct)
+    # float only: double8 breaks PoCL builds for AVX2 targets (no kernel in the program, then a crash)
+    vec = ct == "float" and N % 8 == 0 and out.estrides[-1] == 1 and (b.estrides[-1] == 1 or N == 1)
+    name, src = _matmul_v8_source(ct) if vec else _matmul_source(ct)
     k = backend.programs.kernel(name, src)
     sak = a.estrides[-1] if K > 1 else 0
     sbk = b.estrides[-2] if K > 1 else 0
     meta = (nbs + so4 + [out.offset] + sa4 + [a.offset] + sb4 + [b.offset] + [M, N, K]
             + [out.estrides[-2], out.estrides[-1], a.estrides[-2], sak, sbk, b.estrides[-1]])
-    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * M * N
+    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * (-(-M // 4) * (N // 8) if vec else M * N)
     backend.enqueue(k, total, [out.storage.buffer, a.storage.buffer, b.storage.buffer], np.array(meta, np.int64))
 
 

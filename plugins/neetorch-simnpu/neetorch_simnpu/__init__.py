@@ -242,6 +242,10 @@ class SimNPUBackend(Backend):
     def as_strided(self, a, shape, strides, offset=0):
         return NPUArray(a.buffer, shape, strides, a.offset + offset, a.dtype)
 
+    def view_dtype(self, a, dtype):
+        """``a``'s storage reinterpreted as ``dtype`` (same itemsize): ``Tensor.view(dtype)``."""
+        return NPUArray(a.buffer, a.shape, a.estrides, a.offset, dtype)
+
     def host_view(self, a: NPUArray) -> np.ndarray:
         """The simulator's window onto device memory (numpy view of the buffer), for kernels.
         Not a host transfer: only this backend's kernels and copies use it."""
