@@ -6,6 +6,12 @@ pytorch-operator,light}`` through ``neetorch.onnx.backend`` (node cases eagerly,
 tests with ``nee.jit``) and through onnxruntime, comparing with ONNX's runner rule:
 same count, same shape, same dtype, ``np.testing.assert_allclose(out, ref, rtol, atol)``
 with the case's rtol/atol (default 1e-3 / 1e-7; bfloat16 outputs: rtol >= 2**-6).
+
+``device`` (``run_nee(case, device="opencl")``, script: ``--device opencl``) runs the same cases
+on another neetorch device through ``backend.prepare(model, device)``: inputs go to the device,
+ops it does not claim fall back to the CPU visibly (``nee.fallback_report()``), outputs are
+compared with the same rule.  ``device="cuda"`` without a GPU runs the CUDA backend emulated
+on the CPU (:func:`use_device`, ``neetorch.devices.cuda.emulate``: g++) when NEE_CUDA_EMULATE=1.
 """
 from __future__ import annotations
 
@@ -162,12 +168,68 @@ def model_cases(category):
     return out
 
 
+# ------------------------------------------------------------------------- devices
+def device_unavailable(device: str) -> str | None:
+    """None when ``device`` can run here (cuda: a GPU, or NEE_CUDA_EMULATE=1 and g++), else why not."""
+    from neetorch.onnx import backend
+    if backend.supports_device(device):
+        return None
+    if device.split(":")[0].lower() == "cuda":
+        from neetorch.devices.cuda import emulate
+        if os.environ.get("NEE_CUDA_EMULATE", "") in ("", "0"):
+            return "no CUDA device (NEE_CUDA_EMULATE=1 runs the CUDA backend emulated on the CPU: g++)"
+        return emulate.available()
+    import neetorch as nee
+    why = [d.reason for d in nee.devices() if d.type == device.split(":")[0].lower()]
+    return f"device {device!r} is not available here" + (f": {why[0]}" if why and why[0] else "")
+
+
+class use_device:
+    """Context: ``device`` usable for the duration (installs the emulated CUDA backend when needed)."""
+
+    def __init__(self, device: str):
+        self.device, self._emulated = device, False
+
+    def __enter__(self):
+        from neetorch.onnx import backend
+        if self.device.split(":")[0].lower() == "cuda" and not backend.supports_device(self.device):
+            import importlib
+
+            from neetorch.devices import register_backend
+            from neetorch.devices.cuda import CUDABackend, emulate
+            devs = importlib.import_module("neetorch.devices")
+            devs._discover()
+            self._before = devs._backend_classes.get("cuda")
+            emulate.install()
+            register_backend(CUDABackend, "cuda")
+            self._emulated = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._emulated:
+            import importlib
+
+            from neetorch.devices.cuda import emulate
+            from neetorch.ops import registry
+            devs = importlib.import_module("neetorch.devices")
+            emulate.uninstall()
+            with devs._lock:
+                devs._instances.pop(("cuda", 0), None)
+                if self._before is None:
+                    devs._backend_classes.pop("cuda", None)
+                else:
+                    devs._backend_classes["cuda"] = self._before
+            registry._backends.clear()
+            registry._claims.clear()
+        return False
+
+
 # ------------------------------------------------------------------------- runners
-def run_nee(case, jit=False):
+def run_nee(case, jit=False, device="CPU"):
     from neetorch.onnx import backend
     if case.model is None or case.data_sets is None:
         raise FileNotFoundError(f"{case.name}: model or data not available locally")
-    rep = backend.prepare(case.model, "CPU", jit=jit)
+    rep = backend.prepare(case.model, device, jit=jit)
     for ins, outs in case.data_sets:
         got = list(rep.run(list(ins)))
         assert_similar(outs, got, case.rtol, case.atol)
@@ -203,19 +265,23 @@ def evaluate(cases, runner, **kw):
     return res
 
 
-def summarize(cases, nee_res, ort_res=None, by_op=True) -> str:
+def summarize(cases, nee_res, ort_res=None, by_op=True, label="neetorch", others=None) -> str:
+    """Pass counts per category (``label``'s results, then each of ``others`` {label: results}, e.g. the
+    CPU's next to a device's, and onnxruntime's), then per node op type."""
     lines = []
     cats = defaultdict(list)
     for c in cases:
         cats[c.category].append(c)
+    cols = [(label, nee_res)] + list((others or {}).items())
+    if ort_res is not None:
+        cols.append(("onnxruntime", ort_res))
     for cat, cs in cats.items():
         n = len(cs)
-        p = sum(nee_res.get(c.name, "x") is None for c in cs)
-        line = f"{cat:>18}: neetorch {p}/{n} ({100 * p / max(n, 1):.1f}%)"
-        if ort_res is not None:
-            q = sum(ort_res.get(c.name, "x") is None for c in cs)
-            line += f"   onnxruntime {q}/{n} ({100 * q / max(n, 1):.1f}%)"
-        lines.append(line)
+        parts = []
+        for lab, res in cols:
+            p = sum(res.get(c.name, "x") is None for c in cs)
+            parts.append(f"{lab} {p}/{n} ({100 * p / max(n, 1):.1f}%)")
+        lines.append(f"{cat:>18}: " + "   ".join(parts))
     if by_op:
         ops = defaultdict(lambda: [0, 0])
         for c in cases:
@@ -230,17 +296,28 @@ def summarize(cases, nee_res, ort_res=None, by_op=True) -> str:
 
 
 if __name__ == "__main__":
-    which = sys.argv[1] if len(sys.argv) > 1 else "node"
+    # python3 tests/onnx_conformance_harness.py [node|models] [name,substrings] [--device opencl]
+    args = sys.argv[1:]
+    dev = "CPU"
+    if "--device" in args:
+        k = args.index("--device")
+        dev = args[k + 1]
+        del args[k:k + 2]
+    which = args[0] if args else "node"
     t0 = time.time()
     if which == "node":
         cs = node_cases()
-        if len(sys.argv) > 2:
-            cs = [c for c in cs if any(s in c.name for s in sys.argv[2].split(","))]
     else:
         cs = [c for cat in CATEGORIES for c in model_cases(cat)]
-    r = evaluate(cs, run_nee, jit=(which != "node"))
+    if len(args) > 1:
+        cs = [c for c in cs if any(s in c.name for s in args[1].split(","))]
+    why = device_unavailable(dev)
+    if why:
+        sys.exit(why)
+    with use_device(dev):
+        r = evaluate(cs, run_nee, jit=(which != "node"), device=dev)
     for k, v in sorted(r.items()):
         if v:
             print(f"FAIL {k}: {v}")
-    print(summarize(cs, r))
+    print(summarize(cs, r, label=f"neetorch[{dev}]"))
     print(f"{time.time() - t0:.1f}s")

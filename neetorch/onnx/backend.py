@@ -1,6 +1,7 @@
 """The standard ``onnx.backend`` API over :class:`~neetorch.onnx.InferenceSession`.
 
-``prepare(model, device="CPU", jit=True)`` returns a :class:`NeeBackendRep` whose
+``prepare(model, device="CPU", jit=True)`` (device: "CPU", "CUDA", "OpenCL", any neetorch device type,
+optionally ``:index``) returns a :class:`NeeBackendRep` whose
 ``run(inputs)`` takes a list (positional, in model input order) or a dict of arrays;
 ``run_node`` builds a one-node model from the inputs' types and runs it eagerly.
 """
@@ -16,9 +17,16 @@ from .session import InferenceSession
 __all__ = ["NeeBackend", "NeeBackendRep", "prepare", "run_model", "run_node", "supports_device"]
 
 
-def _nee_device(device: str):
-    d = str(device or "CPU").upper()
-    return "cuda" if d.startswith("CUDA") else "cpu"
+def _nee_device(device) -> str:
+    """ONNX backend device string ("CPU", "CUDA", "CUDA:1", "OpenCL", ...) -> neetorch device string.
+
+    ONNX spells devices in upper case with an optional ``:index``; any neetorch device type works
+    ("cpu", "cuda", "opencl", a plugin's type such as "simnpu")."""
+    d = str(device or "CPU").strip().lower()
+    typ, _, idx = d.partition(":")
+    if not typ:
+        raise ValueError(f"invalid device {device!r}")
+    return typ if not idx else f"{typ}:{int(idx)}"
 
 
 class NeeBackendRep(BackendRep):
@@ -77,17 +85,16 @@ class NeeBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        d = str(device).upper()
-        if d.startswith("CPU"):
+        """True when ``device`` ("CPU", "CUDA", "OpenCL", "CUDA:1", ...) names a neetorch device present here."""
+        try:
+            d = _nee_device(device)
+        except ValueError:
+            return False
+        typ, _, idx = d.partition(":")
+        if typ == "cpu":
             return True
-        if d.startswith("CUDA"):
-            try:
-                import neetorch as nee
-                return any(getattr(x, "name", str(x)) == "cuda" and getattr(x, "available", False)
-                           for x in nee.devices())
-            except Exception:  # noqa: BLE001
-                return False
-        return False
+        import neetorch as nee
+        return any(x.type == typ and x.available and int(idx or 0) < x.count for x in nee.devices())
 
 
 prepare = NeeBackend.prepare

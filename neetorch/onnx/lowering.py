@@ -215,11 +215,17 @@ class Program:
 
 
 def run_nodes(ctx, nodes, env):
+    from ..tensor import creation
     prev = getattr(ctx, "scope", None)
+    # tensors the op functions create (nee.zeros, full, arange, tensor, ...) live on the session's device,
+    # as its inputs and initializers do: no op mixes a CPU constant into device tensors
+    prev_dev = creation._default_dev[0]
+    creation.set_default_device(ctx.device)
     try:
         return _run_nodes(ctx, nodes, env)
     finally:
         ctx.scope = prev
+        creation._default_dev[0] = prev_dev
 
 
 def _run_nodes(ctx, nodes, env):
