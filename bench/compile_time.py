@@ -11,6 +11,11 @@ compiled (``kernels``: generated kernels built, of which ``llvm`` through llvmli
 ``eager``: ops run for real while tracing) and the warm process's compile count (0 expected).
 The machine is shared: with ``--repeat N`` the minimum of N runs is printed.
 
+    python bench/compile_time.py --rows
+
+times the softmax / log_softmax / layer_norm / rms_norm row kernels on (4096, 1024), LLVM IR vs
+Numba, interleaved in one process (min of repeats).
+
     python bench/compile_time.py --renderers [workload ...]
 
 compares the two CPU renderers on the fused elementwise groups of the workloads, in this
@@ -139,6 +144,42 @@ def renderers(names) -> None:
                   f"{nbytes / best['llvm'] / 1e9:10.1f} {nbytes / best['numba'] / 1e9:11.1f}", flush=True)
 
 
+def rows(shape=(4096, 1024), repeat=15) -> None:
+    """Runtime of the row kernels (softmax, log_softmax, layer_norm, rms_norm on ``shape``),
+    the LLVM IR ones vs the Numba ones, interleaved in this process (min of ``repeat``), each
+    launched the same way (``nn.softmax_launch`` / ``nn.norm_launch``, thread pool included)."""
+    import time
+
+    import numpy as np
+
+    from neetorch.devices.cpu import elementwise
+    from neetorch.devices.cpu.kernels import nn
+    R, N = shape
+    print(f"{'kernel':<12} {'dtype':<8} {'shape':<12} {'llvm ms':>8} {'numba ms':>9} {'numba/llvm':>11}")
+    for dt in ("float32", "float64"):
+        x = np.random.default_rng(0).standard_normal(shape).astype(dt)
+        o = np.empty_like(x)
+        w, b = np.ones(N, dt), np.zeros(N, dt)
+        cases = {"softmax": lambda x=x, o=o: nn.softmax_launch(x, o, 1, False),
+                 "log_softmax": lambda x=x, o=o: nn.softmax_launch(x, o, 1, True),
+                 "layer_norm": lambda x=x, o=o, w=w, b=b: nn.norm_launch(x, o, w, b, R, 1, 1, N, True, 1e-5, False),
+                 "rms_norm": lambda x=x, o=o, w=w: nn.norm_launch(x, o, w, None, R, 1, 1, N, True, 1e-5, True)}
+        for name, f in cases.items():
+            best = {}
+            for _ in range(repeat):
+                for r in ("llvm", "numba"):
+                    elementwise.RENDERER = r       # nn.ir_rows: None (the Numba kernels) unless "llvm"
+                    try:
+                        f()     # warm-up / compile on the first round
+                        t0 = time.perf_counter()
+                        f()
+                        best[r] = min(best.get(r, 1e9), time.perf_counter() - t0)
+                    finally:
+                        elementwise.RENDERER = "llvm"
+            print(f"{name:<12} {dt:<8} {f'{R}x{N}':<12} {best['llvm'] * 1e3:8.3f} {best['numba'] * 1e3:9.3f} "
+                  f"{best['numba'] / best['llvm']:11.2f}", flush=True)
+
+
 def main(argv=None):
     sys.path.insert(0, ROOT)
     from asv_benchmarks.bench_jit import WORKLOADS
@@ -146,7 +187,11 @@ def main(argv=None):
     p.add_argument("workloads", nargs="*", default=list(WORKLOADS))
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--renderers", action="store_true", help="compare the LLVM and Numba renderers in-process")
+    p.add_argument("--rows", action="store_true",
+                   help="runtime of the softmax / norm row kernels, LLVM IR vs Numba, in-process")
     a = p.parse_args(argv)
+    if a.rows:
+        return rows()
     if a.renderers:
         return renderers(a.workloads)
     print(f"{'workload':<12} {'cold s':>8} {'warm s':>8}   cold compiled (llvm) / eager ops while tracing;"

@@ -1,6 +1,8 @@
 """What makes compiling fast, asserted by counts (never by wall-clock): a metadata-only trace
 runs and compiles no kernels; the LLVM IR renderer builds the elementwise kernels, gives the
-Numba renderer's results bit for bit, and its disk cache is reused and self-repairing."""
+Numba renderer's results bit for bit, and its disk cache is reused and self-repairing; the row kernels
+(softmax / log_softmax / layer_norm / rms_norm, alone or after a fused prologue) run as IR and match numpy;
+in-place elementwise launches are exact."""
 import os
 import subprocess
 import sys
@@ -211,17 +213,158 @@ def test_second_process_renders_and_compiles_nothing(tmp_path):
         import neetorch as nee
         import neetorch.nn.functional as F
         from neetorch.devices.cpu import codegen, llvm_render
+        from neetorch.devices.cpu.kernels import nn
         f = nee.jit(lambda x, m: F.gelu(x * 0.5 + 1).masked_fill(m, 0.0) - x.sigmoid())
         x = nee.randn(64, 32)
         f(x, x > 1)
         f(x.t(), x.t() > 1)     # a strided layout: its own loop
-        print(codegen.stats["compiled"], codegen.stats["disk_hits"], llvm_render.stats["compiled"])
+        g = nee.jit(lambda x: (F.softmax(x * 0.5, dim=-1), F.layer_norm(x, (32,))))   # row kernels
+        g(x)
+        numba_rows = len(nn._softmax_rows.signatures) + len(nn._norm_rows.signatures)
+        print(codegen.stats["compiled"], codegen.stats["disk_hits"], llvm_render.stats["compiled"], numba_rows)
     """)
     env = dict(os.environ, NEE_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("NUMBA_CACHE_DIR", None)
     r1 = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     r2 = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    c1, _, l1 = map(int, r1.stdout.split())
-    c2, h2, l2 = map(int, r2.stdout.split())
-    assert l1 >= 2 and c1 >= l1          # the fused kernels went through llvm
+    c1, _, l1, n1 = map(int, r1.stdout.split())
+    c2, h2, l2, n2 = map(int, r2.stdout.split())
+    assert l1 >= 4 and c1 >= l1          # the fused and row kernels went through llvm
     assert c2 == 0 and l2 == 0 and h2 == c1
+    assert n1 == n2 == 0                 # no Numba row kernel compiled or loaded
+
+
+# ------------------------------------------------------------------ row kernels as LLVM IR
+def _ref_rows(mode, x, w=None, b=None, eps=1e-5, safe=False):
+    x = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if mode in ("softmax", "log_softmax"):
+            m = x.max(-1, keepdims=True)
+            lse = np.log(np.exp(x - m).sum(-1, keepdims=True))
+            r = np.exp(x - m - lse) if mode == "softmax" else x - m - lse
+            if safe:
+                r = np.where(np.isneginf(m), 0.0, r)
+            return r
+        if mode == "layer_norm":
+            r = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+        else:
+            r = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+        return r * w + b
+
+
+@pytest.fixture
+def no_numba_rows(monkeypatch):
+    """The Numba row kernels raise: whatever passes ran the IR row kernels."""
+    from neetorch.devices.cpu.kernels import nn
+
+    def refuse(*a):
+        raise AssertionError("the Numba row kernel ran")
+    for name in ("_softmax_rows", "_norm_rows"):
+        monkeypatch.setattr(nn, name, refuse)
+
+
+@_LLVM
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["softmax", "log_softmax"])
+def test_ir_softmax_rows_match_numpy(mode, dt, no_numba_rows):
+    from neetorch.devices.cpu.kernels.nn import softmax_launch
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((6, 7, 300)) * 30).astype(dt)
+    x[0, 0, :5] = -np.inf                 # some -inf entries
+    x[0, 1] = -np.inf                     # a whole -inf row: NaN, or zeros when "safe"
+    x[0, 2, 7] = np.nan                   # NaN row
+    x[0, 3, 1] = 1e30
+    x[0, 4] = -1e4                        # constant row; exp of the others underflows (flushed to 0)
+    x[0, 4, 3] = 0
+    # float32: x - max itself rounds (relative error ~|x - max| * 6e-8 in the exponent)
+    tol = {"rtol": 1e-5, "atol": 1e-37} if dt == "float32" else {"rtol": 1e-13, "atol": 1e-300}
+    if mode == "log_softmax":     # (x - max) - log(sum): absolute error ~ ulp of |x - max| (~100 here)
+        tol["atol"] = 2e-5 if dt == "float32" else 1e-12
+    for safe in (False, True):
+        for v in (x, x[:, :, 10:260], x[:, ::2, 3:]):     # contiguous rows; rows at (a, b) strides
+            o = np.empty(v.shape, dt)
+            softmax_launch(v, o, 2, mode == "log_softmax", safe)
+            np.testing.assert_allclose(o, _ref_rows(mode, v, safe=safe), **tol)
+    big = rng.standard_normal((4096, 257)).astype(dt)  # split across the thread pool
+    o = np.empty_like(big)
+    softmax_launch(big, o, 1, mode == "log_softmax")
+    np.testing.assert_allclose(o, _ref_rows(mode, big), **tol)
+
+
+@_LLVM
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["layer_norm", "rms_norm"])
+def test_ir_norm_rows_match_numpy(mode, dt, no_numba_rows):
+    from neetorch.devices.cpu.kernels.nn import norm_launch
+    rng = np.random.default_rng(1)
+    n = 333
+    # a large offset: float64 moments, two-pass variance keep float32 rows accurate
+    x = (rng.standard_normal((40, n + 5)) + 1000).astype(dt)[:, 2:n + 2]
+    w, b = rng.standard_normal(n).astype(dt), rng.standard_normal(n).astype(dt)
+    o = np.empty(x.shape, dt)
+    norm_launch(x, o, w, b if mode == "layer_norm" else None, 40, 1, 1, n, True, 1e-5, mode == "rms_norm")
+    # float32: the affine pass subtracts the mean rounded to float32 (half an ulp of 1000 = 3e-5,
+    # times rstd ~1 and |w| < 4), like the Numba kernel; without the offset it is ~1e-6
+    tol = {"rtol": 2e-5, "atol": 2e-4} if dt == "float32" else {"rtol": 1e-11, "atol": 1e-11}
+    np.testing.assert_allclose(o, _ref_rows(mode, x, w, b if mode == "layer_norm" else 0.0), **tol)
+    tol = {"rtol": 2e-5, "atol": 5e-6} if dt == "float32" else {"rtol": 1e-11, "atol": 1e-11}
+    big = rng.standard_normal((2048, 512)).astype(dt)
+    o = np.empty_like(big)
+    norm_launch(big, o, None, None, 2048, 1, 1, 512, True, 1e-6, mode == "rms_norm")
+    np.testing.assert_allclose(o, _ref_rows(mode, big, 1.0, 0.0, 1e-6), **tol)
+
+
+@_LLVM
+def test_ir_reduction_prologues_match_eager_and_numpy(no_numba_rows):
+    # one IR row kernel per prologue (elementwise group + softmax / norm), at small sizes too
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal((2, 4, 16, 48)).astype(np.float32)
+    mk = rng.random((16, 48)) < 0.2
+    g, be = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+
+    def f(x, m, w, b):
+        s = F.softmax((x * 0.125).masked_fill(m, float("-inf")), dim=-1)
+        h = x + 1.5
+        ln = F.layer_norm(h, (48,), w, b)
+        ls = F.log_softmax(x.tanh() * 2, dim=-1)
+        return s, h, ln, ls
+    jf = nee.jit(f)
+    args = (nee.tensor(xs), nee.tensor(mk), nee.tensor(g), nee.tensor(be))
+    got = [t.numpy() for t in jf(*args)]
+    for a, e in zip(got, jf.eager(*args)):
+        np.testing.assert_allclose(a, e.numpy(), rtol=2e-6, atol=1e-7)
+    x64 = xs.astype(np.float64)
+    np.testing.assert_allclose(got[0], _ref_rows("softmax", np.where(mk, -np.inf, x64 * 0.125)), rtol=3e-6, atol=1e-30)
+    np.testing.assert_allclose(got[2], _ref_rows("layer_norm", x64 + 1.5, g, be), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[3], _ref_rows("log_softmax", np.tanh(x64) * 2), rtol=1e-5, atol=1e-6)
+    exe = jf._executable(args, {})[0]
+    srcs = "\n".join(s for _, s in exe.kernels)
+    assert srcs.count("LLVM IR row kernel") == 3 and srcs.count("; neetorch row kernel") == 3
+    # float64 rms_norm after a gelu, the group's value needed nowhere else (the row scratch)
+    h = nee.jit(lambda x, w: F.rms_norm(F.gelu(x), (64,), w))
+    x, w = nee.randn(37, 64, dtype=nee.float64), nee.randn(64, dtype=nee.float64)
+    np.testing.assert_allclose(h(x, w).numpy(), h.eager(x, w).numpy(), rtol=1e-12, atol=1e-12)
+
+
+@_LLVM
+def test_inplace_elementwise_loop_is_annotated_parallel_and_exact():
+    # out is in (x += y) or disjoint: the loop runs annotated parallel (vectorized without
+    # LLVM's alias check, which failed on exact aliasing); a partial overlap keeps the
+    # sequential loop's semantics
+    pieces = (["float32", "float32"], ["float32"], [], ["v0 + v1"])
+    k, src = llvm_render.load("test_inplace", "add", *pieces, "")
+    assert "llvm.loop.parallel_accesses" in src
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 1000)).astype(np.float32)
+    b = rng.standard_normal((64, 1000)).astype(np.float32)
+    want = a + b
+    elementwise.run_strided(k, a, [a, b])
+    np.testing.assert_array_equal(a, want)
+    buf = np.zeros(1001, np.float32)
+    ones = np.ones(1000, np.float32)
+    elementwise.run_strided(k, buf[1:], [buf[:-1], ones])      # sequential: buf[i+1] = buf[i] + 1
+    np.testing.assert_array_equal(buf, np.arange(1001, dtype=np.float32))
+    x, y = nee.randn(128, 1024), nee.randn(128, 1024)
+    x0 = x.numpy().copy()
+    x += y
+    np.testing.assert_array_equal(x.numpy(), x0 + y.numpy())

@@ -44,7 +44,7 @@ from ... import _env
 
 __all__ = ["LLVMKernel", "compile_ir", "load", "render_ir", "stats"]
 
-VERSION = "1"   # bump when the IR conventions change: old cache files are then never read
+VERSION = "2"   # bump when the IR conventions change: old cache files are then never read
 
 stats = {"compiled": 0, "disk_hits": 0, "compile_seconds": 0.0, "unsupported": 0}
 
@@ -614,6 +614,11 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
         ops.append(([ld(base + j) for j in range(4)], ld(base + 4)))
 
     em = _Emitter(bd)
+    # loop metadata: the parallel (vectorized, no alias check) and the scalar inner loops
+    group = mod.add_metadata([])
+    md_par = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.parallel_accesses"), group])])
+    md_seq = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                 ir.Constant(ir.IntType(1), 0)])])
 
     def compute(vals):
         env = _Env(globs, {f"v{i}": v for i, v in enumerate(vals)})
@@ -629,10 +634,17 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
             outs.append(em.cast(v, t))
         return outs
 
+    par = [None]     # the access group of the loop being emitted, if it is annotated parallel
+
+    def mark(instr):
+        if par[0] is not None:
+            instr.set_metadata("llvm.access.group", par[0])
+        return instr
+
     def load(k, idx):
         t = tin[k]
         p = bd.gep(bufs[nout + k], [idx])
-        v = bd.load(p)
+        v = mark(bd.load(p))
         if t.kind == "b":
             v = bd.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
         return _V(v, t)
@@ -641,9 +653,9 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
         x = v.v
         if tout[j].kind == "b":
             x = bd.zext(x, ir.IntType(8))
-        bd.store(x, bd.gep(bufs[j], [idx]))
+        mark(bd.store(x, bd.gep(bufs[j], [idx])))
 
-    def loop(count, body_fn):
+    def loop(count, body_fn, md=None):
         pre = bd.block
         lp = fn.append_basic_block("loop")
         after = fn.append_basic_block("after")
@@ -654,7 +666,9 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
         body_fn(i)
         i2 = bd.add(i, i64(1))
         i.add_incoming(i2, bd.block)
-        bd.cbranch(bd.icmp_signed("<", i2, count), lp, after)
+        br = bd.cbranch(bd.icmp_signed("<", i2, count), lp, after)
+        if md is not None:
+            br.set_metadata("llvm.loop", md)
         bd.position_at_end(after)
 
     def inner(i0, i1, i2):
@@ -669,7 +683,35 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
                 vals = [fixed[k] if k in fixed else load(k, bd.add(ptr[nout + k], i3)) for k in range(nin)]
                 for j, v in enumerate(compute(vals)):
                     store(j, bd.add(ptr[j], i3), v)
-            loop(n[3], contiguous)
+            # In-place launches (``x += y``: an output is an input, same memory and layout) fail
+            # LLVM's runtime alias check (it wants disjoint ranges) and ran the scalar loop.  Each
+            # element reads its inputs then writes its outputs, so operands that are the same
+            # memory element for element, or disjoint, carry no dependence between iterations:
+            # checked here, the loop is then annotated parallel (vectorized without a check);
+            # partial overlaps keep the sequential scalar loop.
+            ranges = []
+            for k in range(nout + nin):
+                if k >= nout and (k - nout) in fixed:
+                    continue
+                t = tout[k] if k < nout else tin[k - nout]
+                sz = max(1, t.bits // 8)
+                lo = bd.ptrtoint(bd.gep(bufs[k], [ptr[k]]), i64)
+                ranges.append((k, sz, lo, bd.add(lo, bd.mul(n[3], i64(sz)))))
+            ok = ir.Constant(ir.IntType(1), 1)
+            for (k1, s1, lo1, hi1) in ranges[:]:
+                for (k2, s2, lo2, hi2) in ranges:
+                    if k2 <= k1 or (k1 >= nout and k2 >= nout):
+                        continue   # pairs with an output only: reads do not conflict
+                    disj = bd.or_(bd.icmp_unsigned("<=", hi1, lo2), bd.icmp_unsigned("<=", hi2, lo1))
+                    c = bd.or_(bd.icmp_unsigned("==", lo1, lo2), disj) if s1 == s2 else disj
+                    ok = bd.and_(ok, c)
+            with bd.if_else(ok) as (then, other):
+                with then:
+                    par[0] = group
+                    loop(n[3], contiguous, md_par)
+                    par[0] = None
+                with other:
+                    loop(n[3], contiguous, md_seq)
             return
 
         def general(i3):
@@ -681,7 +723,22 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
     loop(n[0], lambda i0: loop(n[1], lambda i1: loop(n[2], lambda i2: inner(i0, i1, i2))))
     bd.ret_void()
     lay = "any strides" if variant is None else ("unit stride" + (f", inputs {list(variant)} broadcast" if variant else ""))
-    return f"; neetorch elementwise kernel {name}({', '.join(in_dt)}) -> ({', '.join(out_dt)}); {lay}\n" + str(mod)
+    return (f"; neetorch elementwise kernel {name}({', '.join(in_dt)}) -> ({', '.join(out_dt)}); {lay}\n" +
+            _distinct(str(mod), group, md_par, md_seq))
+
+
+def _distinct(text: str, group, *loop_ids) -> str:
+    """Make the access group and the loop IDs distinct, self-referential nodes (llvmlite writes
+    uniqued ones)."""
+    g = group.get_reference()
+    text = text.replace(f"{g} = !{{  }}", f"{g} = distinct !{{}}")
+    for md in loop_ids:
+        r = md.get_reference()
+        old = f"{r} = !{{ {md.operands[0].get_reference()} }}"
+        if old not in text:
+            raise RuntimeError(f"llvm_render: loop metadata {old!r} not found")
+        text = text.replace(old, f"{r} = distinct !{{ {r}, {md.operands[0].get_reference()} }}")
+    return text
 
 
 # ------------------------------------------------------------------------------------ compile / cache
@@ -708,7 +765,7 @@ def cache_dir() -> str:
     return d
 
 
-def _optimize_and_emit(ir_text: str) -> bytes:
+def _optimize_and_emit(ir_text: str, interleave: bool = False) -> bytes:
     _, llvm = _init()
     tm = _machine()
     mod = llvm.parse_assembly(ir_text)
@@ -720,7 +777,7 @@ def _optimize_and_emit(ir_text: str) -> bytes:
     pto = llvm.create_pipeline_tuning_options(speed_level=2)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_interleaving = False
+    pto.loop_interleaving = interleave    # row kernels: their reductions' add chains need it
     pto.loop_unrolling = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
@@ -837,7 +894,7 @@ def kernel_key(name: str, pieces: tuple, variant) -> str:
 _addresses: dict = {}
 
 
-def compile_ir(key: str, render) -> int:
+def compile_ir(key: str, render, interleave: bool = False) -> int:
     """Address of kernel ``key``: from memory, the disk cache, or ``render()``'s IR compiled."""
     addr = _addresses.get(key)
     if addr is not None:
@@ -855,7 +912,7 @@ def compile_ir(key: str, render) -> int:
         hit = obj is not None
         if obj is None:
             ir_text = render()
-            obj = _optimize_and_emit(ir_text.replace('@"kernel"', f'@"{sym}"'))
+            obj = _optimize_and_emit(ir_text.replace('@"kernel"', f'@"{sym}"'), interleave)
             _write_cached(path, obj, ir_text)
             if _env.DEBUG >= 4:
                 print(f"[neetorch] generated kernel {key}:\n{ir_text}", file=sys.stderr)
@@ -926,3 +983,300 @@ def load(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results:
 
 
 _KNOWN = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"})
+
+
+# ------------------------------------------------------------------------------------ row kernels
+# softmax / log_softmax / layer_norm / rms_norm over unit-stride rows, optionally after a fused
+# elementwise prologue (the same pieces and expression translator as the elementwise kernels).
+#
+#   kernel(outs..., ins..., dst, w, b, tmp, meta)
+#
+# outs/ins: the prologue's outputs and inputs (no prologue: no outputs, one input, the row
+# source); dst: the normalized result; w, b: per-element affine weight/bias (norms; length N);
+# tmp: a row scratch of N elements (the prologue's normalized value when nothing else needs
+# it); meta (int64): r0, r1, B, N, eps (float64 bits), then per operand (outs, ins, dst):
+# stride of a, stride of b, (unused), offset -- row r = a*B + b starts at off + a*sa + b*sb;
+# every operand is unit-stride along the row, or (``bcast``) constant along it.
+ROW_MODES = ("softmax", "log_softmax", "layer_norm", "rms_norm")
+_RFM = ("reassoc", "nsz", "arcp", "contract")    # the Numba row kernels' fastmath set
+
+
+def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
+    """LLVM IR of a row kernel (see above).  ``pro``: None, or the prologue
+    ``(in_dt, out_dt, body, results, bcast, src_k, src_ext)``."""
+    if mode not in ROW_MODES or dt not in ("float32", "float64"):
+        raise _Unsupported(f"row kernel {mode} {dt}")
+    ir, llvm = _init()
+    _register_calls()
+    T = _types()
+    from . import scalar
+    globs = dict(vars(scalar))
+    if pro is None:
+        in_dt, out_dt, body, results, bcast, src_k, src_ext = [dt], [], [], [], [False], None, False
+    else:
+        in_dt, out_dt, body, results, bcast, src_k, src_ext = pro
+        if out_dt[src_k] != dt:
+            raise _Unsupported("prologue source dtype")
+    tin = [T[d] for d in in_dt]
+    tout = [T[d] for d in out_dt]
+    nin, nout = len(tin), len(tout)
+    td = T[dt]
+    f = td.lt
+    i64 = ir.IntType(64)
+    f64 = ir.DoubleType()
+    ity = ir.IntType(td.bits)
+    mod = ir.Module(name="nee_rows")
+    mod.triple = llvm.get_process_triple()
+    fp = ir.PointerType(f)
+    ptys = [ir.PointerType(_storage(t)) for t in tout + tin] + [fp, fp, fp, fp, ir.PointerType(i64)]
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), ptys), "kernel")
+    args = list(fn.args)
+    bufs = args[:nout + nin]
+    dst, wp, bp, tmp, m = args[nout + nin:]
+    bd = ir.IRBuilder(fn.append_basic_block("entry"))
+    em = _Emitter(bd)
+
+    def ld(i):
+        return bd.load(bd.gep(m, [i64(i)]))
+
+    r0, r1, B, N = ld(0), ld(1), ld(2), ld(3)
+    eps = bd.bitcast(ld(4), f64)
+    nops = nout + nin + 1
+    lay = [(ld(5 + 4 * k), ld(6 + 4 * k), ld(8 + 4 * k)) for k in range(nops)]
+    body_ast = [ast.parse(s).body[0] for s in body]
+    res_ast = [ast.parse(r, mode="eval").body for r in results]
+
+    def loop(count, init, step):
+        """for i in range(count) with loop-carried values ``init``; returns their final values."""
+        pre = bd.block
+        lp = fn.append_basic_block("loop")
+        after = fn.append_basic_block("after")
+        bd.cbranch(bd.icmp_signed(">", count, i64(0)), lp, after)
+        bd.position_at_end(lp)
+        i = bd.phi(i64)
+        i.add_incoming(i64(0), pre)
+        phis = []
+        for v in init:
+            p = bd.phi(v.type)
+            p.add_incoming(v, pre)
+            phis.append(p)
+        new = step(i, phis) or []
+        i2 = bd.add(i, i64(1))
+        end = bd.block
+        i.add_incoming(i2, end)
+        for p, v in zip(phis, new):
+            p.add_incoming(v, end)
+        bd.cbranch(bd.icmp_signed("<", i2, count), lp, after)
+        bd.position_at_end(after)
+        out = []
+        for v, nv in zip(init, new):
+            p = bd.phi(v.type)
+            p.add_incoming(v, pre)
+            p.add_incoming(nv, end)
+            out.append(p)
+        return out
+
+    def fconst(x, t=None):
+        return ir.Constant(t or f, x)
+
+    def exp(x):
+        return em.call(scalar.f_exp32 if dt == "float32" else scalar.f_exp64, [_V(x, td)], None).v
+
+    def log(x):
+        return em.call(scalar.f_log32 if dt == "float32" else scalar.f_log64, [_V(x, td)], None).v
+
+    def row(j, _):
+        r = bd.add(r0, j)
+        a = bd.sdiv(r, B)
+        b = bd.sub(r, bd.mul(a, B))
+        ptr = []
+        for k in range(nops):
+            sa, sb, off = lay[k]
+            ptr.append(bd.add(off, bd.add(bd.mul(a, sa), bd.mul(b, sb))))
+        base = [bd.gep(bufs[k], [ptr[k]]) for k in range(nout + nin)]
+        drow = bd.gep(dst, [ptr[-1]])
+        # ---- the prologue over the row
+        if pro is None:
+            src = base[0]
+        else:
+            fixed = {}
+            for k in range(nin):
+                if bcast[k]:
+                    v = bd.load(base[nout + k])
+                    if tin[k].kind == "b":
+                        v = bd.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
+                    fixed[k] = _V(v, tin[k])
+            rows_out = [tmp if (j2 == src_k and not src_ext) else base[j2] for j2 in range(nout)]
+
+            def pstep(i, _):
+                vals = []
+                for k in range(nin):
+                    if k in fixed:
+                        vals.append(fixed[k])
+                        continue
+                    v = bd.load(bd.gep(base[nout + k], [i]))
+                    if tin[k].kind == "b":
+                        v = bd.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
+                    vals.append(_V(v, tin[k]))
+                env = _Env(globs, {f"v{q}": v for q, v in enumerate(vals)})
+                for st in body_ast:
+                    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and
+                            isinstance(st.targets[0], ast.Name)):
+                        raise _Unsupported("kernel body statement")
+                    env.locals[st.targets[0].id] = em.expr(st.value, env)
+                for j2, (rr, t) in enumerate(zip(res_ast, tout)):
+                    v = em.expr(rr, env)
+                    if isinstance(v, tuple):
+                        raise _Unsupported("tuple result")
+                    x = em.cast(v, t).v
+                    if t.kind == "b":
+                        x = bd.zext(x, ir.IntType(8))
+                    bd.store(x, bd.gep(rows_out[j2], [i]))
+                return []
+            loop(N, [], pstep)
+            src = rows_out[src_k]
+
+        def xat(i):
+            return bd.load(bd.gep(src, [i]))
+        if mode in ("softmax", "log_softmax"):
+            # max through order-preserving integer keys (integer max reductions vectorize; a
+            # positive NaN wins, like the Numba kernel)
+            srci = bd.bitcast(src, ir.PointerType(ity))
+            lo = ir.Constant(ity, -(1 << (td.bits - 1)))
+            mask = ir.Constant(ity, (1 << (td.bits - 1)) - 1)
+            sh = ir.Constant(ity, td.bits - 1)
+
+            def kmax(i, acc):
+                v = bd.load(bd.gep(srci, [i]))
+                k = bd.xor(v, bd.and_(bd.ashr(v, sh), mask))
+                return [bd.select(bd.icmp_signed(">", k, acc[0]), k, acc[0])]
+            (km,) = loop(N, [lo], kmax)
+            mx = bd.bitcast(bd.xor(km, bd.and_(bd.ashr(km, sh), mask)), f)
+
+            def softmax_body():
+                if mode == "log_softmax":
+                    def ssum(i, acc):
+                        return [bd.fadd(acc[0], exp(bd.fsub(xat(i), mx, flags=_RFM)), flags=_RFM)]
+                    (s,) = loop(N, [fconst(0.0)], ssum)
+                    ls = log(s)
+
+                    def wr(i, _):
+                        bd.store(bd.fsub(bd.fsub(xat(i), mx, flags=_RFM), ls, flags=_RFM), bd.gep(drow, [i]))
+                    loop(N, [], wr)
+                    return
+                lo_e = fconst(-87.33 if dt == "float32" else -708.39)
+                tiny = fconst(float(np.finfo(dt).tiny))
+
+                def esum(i, acc):
+                    d = bd.fsub(xat(i), mx, flags=_RFM)
+                    e = bd.select(bd.fcmp_ordered("<", d, lo_e), fconst(0.0), exp(d))
+                    bd.store(e, bd.gep(drow, [i]))
+                    return [bd.fadd(acc[0], e, flags=_RFM)]
+                (s,) = loop(N, [fconst(0.0)], esum)
+                inv = bd.fdiv(fconst(1.0), s, flags=_RFM)
+
+                def scale(i, _):
+                    p = bd.gep(drow, [i])
+                    v = bd.fmul(bd.load(p), inv, flags=_RFM)
+                    bd.store(bd.select(bd.fcmp_ordered("<", v, tiny), fconst(0.0), v), p)
+                loop(N, [], scale)
+
+            if safe:
+                ninf = bd.fcmp_ordered("==", mx, fconst(float("-inf")))
+                with bd.if_else(ninf) as (then, other):
+                    with then:
+                        def zero(i, _):
+                            bd.store(fconst(0.0), bd.gep(drow, [i]))
+                        loop(N, [], zero)
+                    with other:
+                        softmax_body()
+            else:
+                softmax_body()
+            return []
+        # ---- layer_norm / rms_norm: float64 moments (two-pass variance), then the affine write
+        nd = bd.sitofp(N, f64)
+
+        def x64(i):
+            v = xat(i)
+            return v if dt == "float64" else bd.fpext(v, f64)
+        if mode == "rms_norm":
+            def sq(i, acc):
+                v = x64(i)
+                return [bd.fadd(acc[0], bd.fmul(v, v, flags=_RFM), flags=_RFM)]
+            (q,) = loop(N, [fconst(0.0, f64)], sq)
+            mean = fconst(0.0, f64)
+        else:
+            def s1(i, acc):
+                return [bd.fadd(acc[0], x64(i), flags=_RFM)]
+            (s,) = loop(N, [fconst(0.0, f64)], s1)
+            mean = bd.fdiv(s, nd, flags=_RFM)
+
+            def s2(i, acc):
+                d = bd.fsub(x64(i), mean, flags=_RFM)
+                return [bd.fadd(acc[0], bd.fmul(d, d, flags=_RFM), flags=_RFM)]
+            (q,) = loop(N, [fconst(0.0, f64)], s2)
+        var = bd.fdiv(q, nd, flags=_RFM)
+        sqrt = em.intrinsic("sqrt", T["float64"], _V(bd.fadd(var, eps, flags=_RFM), T["float64"])).v
+        rstd = bd.fdiv(fconst(1.0, f64), sqrt, flags=_RFM)
+        mc = mean if dt == "float64" else bd.fptrunc(mean, f)
+        rc = rstd if dt == "float64" else bd.fptrunc(rstd, f)
+
+        def aff(i, _):
+            v = bd.fmul(bd.fmul(bd.fsub(xat(i), mc, flags=_RFM), rc, flags=_RFM),
+                        bd.load(bd.gep(wp, [i])), flags=_RFM)
+            bd.store(bd.fadd(v, bd.load(bd.gep(bp, [i])), flags=_RFM), bd.gep(drow, [i]))
+        loop(N, [], aff)
+        return []
+
+    loop(bd.sub(r1, r0), [], row)
+    bd.ret_void()
+    what = mode + (" (safe)" if safe else "") + (f" after a prologue ({', '.join(in_dt)})" if pro else "")
+    return f"; neetorch row kernel {what}, {dt}\n" + str(mod)
+
+
+_rows: dict = {}
+_ROW_INTERLEAVE = True
+
+
+def row_kernel(mode: str, dt: str, safe: bool = False, pro=None):
+    """``kernel(outs..., ins..., dst, w, b, tmp, meta)`` for a row kernel (see render_rows_ir):
+    compiled now (or loaded from the disk cache); raises NotImplementedError for what the IR
+    renderer does not cover (the caller then uses the Numba kernels)."""
+    if pro is not None:
+        in_dt, out_dt, body, results, bcast, src_k, src_ext = pro
+        if any(d not in _KNOWN for d in list(in_dt) + list(out_dt)):
+            raise _Unsupported("dtype")
+        pro = (tuple(in_dt), tuple(out_dt), tuple(body), tuple(results), tuple(bool(x) for x in bcast),
+               int(src_k), bool(src_ext))
+    spec = (mode, dt, bool(safe), pro)
+    k = _rows.get(spec)
+    if k is not None:
+        return k
+    key = kernel_key("rows_" + mode, spec, "rows")
+    # rendered only on a cache miss; NotImplementedError propagates before anything is compiled
+    addr = compile_ir(key, lambda: render_rows_ir(*spec), _ROW_INTERLEAVE)
+    from . import llvm_call
+    nargs = (0 if pro is None else len(pro[0]) + len(pro[1])) + (1 if pro is None else 0) + 5
+    k = _rows[spec] = llvm_call.make(addr, nargs)
+    return k
+
+
+def row_ir_text(mode: str, dt: str, safe: bool = False, pro=None) -> str:
+    """The IR of a row kernel (for explain()): the ``.ll`` beside its cached object code, else rendered."""
+    if pro is not None:
+        in_dt, out_dt, body, results, bcast, src_k, src_ext = pro
+        pro = (tuple(in_dt), tuple(out_dt), tuple(body), tuple(results), tuple(bool(x) for x in bcast),
+               int(src_k), bool(src_ext))
+    spec = (mode, dt, bool(safe), pro)
+    text = cached_ir(kernel_key("rows_" + mode, spec, "rows"))
+    return text if text is not None else render_rows_ir(*spec)
+
+
+def row_meta(r0, r1, B, N, eps, lays) -> np.ndarray:
+    """The meta array of a row kernel launch: ``lays`` = (sa, sb, off) per operand (outs, ins, dst)."""
+    m = np.empty(5 + 4 * len(lays), np.int64)
+    m[0], m[1], m[2], m[3] = r0, r1, B, N
+    m[4:5].view(np.float64)[0] = eps
+    for k, (sa, sb, off) in enumerate(lays):
+        m[5 + 4 * k:9 + 4 * k] = (sa, sb, 1, off)
+    return m

@@ -5,7 +5,10 @@ Registered as ``kernels["compile:<pattern>"]``: ``compiler(backend, op)`` return
 composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs for
 ``explain()``.
 
-* ``reduction_prologue``: for data that fits in L2 (``SINGLE_PASS_BYTES``), the group's
+* ``reduction_prologue``: one LLVM IR row kernel (``_single_pass_ir``: the group's expressions
+  over a row, then the row's softmax / norm passes, ``llvm_render.render_rows_ir``) at every size
+  where the IR renderer covers the group.  Otherwise (and with ``NEE_CPU_RENDERER=numba``):
+  for data that fits in L2 (``SINGLE_PASS_BYTES``), the group's
   kernel then the reduction's kernel (cheap to compile, the data stays in cache between the
   two).  Larger: one generated Numba kernel walks the rows: the group's
   expressions (the pieces of the elementwise renderer, ``elementwise._group_pieces``) over
@@ -211,6 +214,109 @@ def _two_launches(op, mode, safe):
     return run, [(op.name, src)]
 
 
+def _rows_shape(shape, N):
+    """(R, B): rows r = a*B + b of ``shape`` normalized over its trailing N elements."""
+    R = 1
+    for d in shape:
+        R *= d
+    R //= N
+    k = len(shape) - 1
+    tot = shape[-1]
+    while tot < N:
+        k -= 1
+        tot *= shape[k]
+    return R, (shape[k - 1] if k >= 1 else 1)
+
+
+def _single_pass_ir(op, mode, safe, dt, pieces):
+    """``(run, sources)`` of the single-pass reduction prologue as one LLVM IR row kernel
+    (llvm_render.render_rows_ir: the group's expressions over a row, then the row
+    normalization; ~0.1-0.2 s cold, so it is used at every size), or None where the IR
+    renderer does not cover the group (the Numba kernels then run)."""
+    from .nn import ir_rows, run_rows
+    in_dt, out_dt, body, results, bcast, src_k, src_ext = pieces
+    g, red = op.group.op, op.red
+    kouts = list(g.outputs)
+    ext_pos = {o: j for j, o in enumerate(op.outputs)}
+    if any(o not in ext_pos and o is not op.src for o in kouts):
+        return None
+    pro = (tuple(in_dt), tuple(out_dt), tuple(body), tuple(results), tuple(bool(x) for x in bcast), src_k, src_ext)
+    k = ir_rows(list(_MODES)[mode], dt, safe, pro)
+    if k is None:
+        return None
+    pos_g = [op.inputs.index(a) for a in g.inputs]
+    rest = [op.inputs.index(a) for a in red.inputs[1:]]
+    has_w = bool(red.attrs.get("has_weight", False))
+    has_b = bool(red.attrs.get("has_bias", False))
+    pos_w = rest[0] if has_w else None
+    pos_b = rest[1 if has_w else 0] if has_b else None
+    eps = float(red.attrs.get("eps", 0.0))
+    npdt = np.dtype(dt)
+    dummy = np.zeros(1, npdt)
+    ones = {}
+
+    def run(outs, ins):
+        dst = outs[-1]
+        if dst.size == 0:
+            return
+        shape = dst.shape
+        N = shape[-1] if mode < 2 else red.attrs["n"]
+        R, B = _rows_shape(shape, N)
+        arrays, lays, back = [], [], []
+
+        def operand(a, out):
+            r = _ab_layout(a, shape, N)
+            if r is None or r[1][2] != 1:
+                if out:    # a layout the kernel does not address: written to a copy, copied back
+                    t = np.empty(shape, a.dtype)
+                    back.append((a, t))
+                    a = t
+                else:
+                    a = np.ascontiguousarray(np.broadcast_to(a, shape))
+                r = _ab_layout(a, shape, N)
+            arrays.append(r[0])
+            lays.append((r[1][0], r[1][1], r[1][3]))
+
+        for o in kouts:
+            if o in ext_pos:
+                operand(outs[ext_pos[o]], True)
+            else:           # the normalized value, needed nowhere else: the kernel's row scratch
+                arrays.append(dummy)
+                lays.append((0, 0, 0))
+        for i, p in enumerate(pos_g):
+            a = ins[p]
+            if bcast[i]:
+                r = _ab_layout(a, shape, N)
+                if r is None:
+                    r = _ab_layout(np.ascontiguousarray(np.broadcast_to(a, shape)), shape, N)
+                arrays.append(r[0])
+                lays.append((r[1][0], r[1][1], r[1][3]))
+            else:
+                operand(a, False)
+        operand(dst, True)
+        if mode >= 2:
+            w = np.ascontiguousarray(ins[pos_w], dtype=npdt).reshape(-1) if pos_w is not None else None
+            b = np.ascontiguousarray(ins[pos_b], dtype=npdt).reshape(-1) if pos_b is not None else None
+            if w is None or b is None:
+                if N not in ones:
+                    ones[N] = (np.ones(N, npdt), np.zeros(N, npdt))
+                w = ones[N][0] if w is None else w
+                b = ones[N][1] if b is None else b
+        else:
+            w = b = None
+        nt = threads.NUM_THREADS if R * N >= threads.PARALLEL_THRESHOLD and R > 1 else 1
+        run_rows(k, arrays, R, B, N, eps, lays, nt, w, b, None if src_ext else npdt)
+        for a, t in back:
+            np.copyto(a, t)
+
+    from .. import llvm_render
+    src = (f"# single-pass reduction prologue {op.name}: LLVM IR row kernel (llvm_render.render_rows_ir), "
+           f"{red.name} {dt} after the group (its Numba form, then the IR):\n" +
+           ew.render_group(g.name, in_dt, out_dt, body, results) + "\n" +
+           llvm_render.row_ir_text(list(_MODES)[mode], dt, safe, pro))
+    return run, [(op.name, src)]
+
+
 def compile_reduction_prologue(backend, op):
     grp, red = op.group, op.red
     g = grp.op
@@ -226,8 +332,6 @@ def compile_reduction_prologue(backend, op):
     nbytes = np.dtype(dt).itemsize
     for d in shape:
         nbytes *= d if isinstance(d, int) else 1 << 20
-    if nbytes < SINGLE_PASS_BYTES:
-        return _two_launches(op, mode, safe)
     in_dt, out_dt, body, results = ew._group_pieces(g)
     N = shape[-1] if mode < 2 else red.attrs["n"]
     # inputs constant along a row: the normalized extent of their shape is all ones
@@ -242,6 +346,11 @@ def compile_reduction_prologue(backend, op):
             tot *= shape[k]
             n *= vs[k]
         bcast.append(n == 1 and N > 1)
+    res = _single_pass_ir(op, mode, safe, dt, (in_dt, out_dt, body, results, bcast, src_k, src_ext))
+    if res is not None:
+        return res
+    if nbytes < SINGLE_PASS_BYTES:
+        return _two_launches(op, mode, safe)
     call = _SOFTMAX if mode < 2 else _NORM
     fa, fb = (mode == 1, safe) if mode < 2 else (mode == 3, False)
     _, src = _render_rows(g.name + "+" + red.name, in_dt, out_dt, body, results, bcast, src_k, src_ext,

@@ -10,6 +10,10 @@
   the nll/label-smoothing loss kernel.
 
 float16 computes in float32 and rounds once at the end.
+
+Unit-stride rows of softmax / log_softmax / layer_norm / rms_norm (float32/float64) run the same
+passes rendered as LLVM IR (``ir_rows``/``run_rows``, ``llvm_render.render_rows_ir``: ~0.1 s cold
+instead of Numba's ~1 s and its start-up in every process); the Numba kernels below cover the rest.
 """
 from __future__ import annotations
 
@@ -78,6 +82,60 @@ def _ov_log(x):
     if x == types.float32:
         return lambda x: f_log32(x)
     return lambda x: f_log64(x)
+
+
+# ---------------------------------------------------------------- row kernels as LLVM IR
+# softmax / log_softmax / layer_norm / rms_norm over unit-stride rows of float32/float64 are
+# rendered as LLVM IR (llvm_render.render_rows_ir: the same passes as the Numba kernels below,
+# ~0.1 s cold instead of ~0.5-1.5 s of Numba, and no Numba start-up in a warm process); the
+# Numba kernels remain for strided rows, group/instance norm and NEE_CPU_RENDERER=numba.
+_ir_rows: dict = {}
+_DUMMY = {}
+
+
+def ir_rows(mode: str, dt: str, safe: bool, pro=None):
+    """The IR row kernel for (mode, dtype, safe[, prologue]), or None where the Numba kernels run."""
+    from .. import elementwise
+    if elementwise.RENDERER != "llvm":     # NEE_CPU_RENDERER=numba: Numba kernels only
+        return None
+    key = (mode, dt, bool(safe), pro)
+    k = _ir_rows.get(key, False)
+    if k is not False:
+        return k
+    k = None
+    if dt in ("float32", "float64"):
+        from .. import llvm_render
+        try:
+            k = llvm_render.row_kernel(mode, dt, safe, pro)
+        except NotImplementedError:
+            k = None
+    _ir_rows[key] = k
+    return k
+
+
+def _dummy(dt) -> np.ndarray:
+    a = _DUMMY.get(dt)
+    if a is None:
+        a = _DUMMY[dt] = np.zeros(1, dt)
+    return a
+
+
+def run_rows(k, arrays, R, B, N, eps, lays, nt, w=None, b=None, tmp_dtype=None):
+    """Launch IR row kernel ``k`` over rows [0, R): ``arrays`` = flat operands (prologue outputs,
+    inputs, dst), ``lays`` their (stride of a, stride of b, offset); parallel over row blocks."""
+    from .. import llvm_render
+    dt = arrays[-1].dtype
+    w = _dummy(dt) if w is None else w
+    b = _dummy(dt) if b is None else b
+    chunks = threads.split(R, nt) if nt > 1 and R > 1 else [(0, R)]
+
+    def one(c):
+        tmp = np.empty(N, dt) if tmp_dtype is not None else _dummy(dt)
+        k(*arrays, w, b, tmp, llvm_render.row_meta(c[0], c[1], B, N, eps, lays))
+    if len(chunks) == 1:
+        one(chunks[0])
+    else:
+        threads.run_parallel(one, chunks)
 
 
 # ---------------------------------------------------------------- softmax
@@ -322,6 +380,11 @@ def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bo
         xsa = osa = 0
     total = A * B * n
     nt = threads.NUM_THREADS if total >= threads.PARALLEL_THRESHOLD else 1
+    if xsn == 1 and osn == 1:
+        k = ir_rows("log_softmax" if log else "softmax", x.dtype.name, safe)
+        if k is not None:
+            run_rows(k, [fx, fo], A * B, B, n, 0.0, [(xsa, xsb, xoff), (osa, osb, ooff)], nt)
+            return
     if B == 1 or abs(xsn) == 1:
         R = A * B
         chunks = threads.split(R, nt)
@@ -452,8 +515,13 @@ def norm_launch(x, out, w, b, R, G, cpg, HW, per_elem, eps, rms, stats=None):
     else:
         mo, ro = stats
     nt = threads.NUM_THREADS if R * n >= threads.PARALLEL_THRESHOLD else 1
-    threads.run_parallel(lambda c: _norm_rows(fx, o, w, b, c[0], c[1], xoff, xs, G, cpg, HW, wsc, wss,
-                                              float(eps), rms, mo, ro), threads.split(R, nt))
+    k = ir_rows("rms_norm" if rms else "layer_norm", np.dtype(cdt).name, False) \
+        if stats is None and G == 1 and cpg == 1 and per_elem else None
+    if k is not None:
+        run_rows(k, [fx, o], R, 1, n, float(eps), [(xs, 0, xoff), (n, 0, 0)], nt, w, b)
+    else:
+        threads.run_parallel(lambda c: _norm_rows(fx, o, w, b, c[0], c[1], xoff, xs, G, cpg, HW, wsc, wss,
+                                                  float(eps), rms, mo, ro), threads.split(R, nt))
     if not direct:
         np.copyto(out, o.reshape(out.shape), casting="unsafe")
 
