@@ -99,6 +99,7 @@ class JitFunction:
         self.buckets = ShapeBuckets(buckets)
         self.name = name or getattr(fn, "__name__", "fn")
         self._cache: dict = {}
+        self._fast: dict = {}      # all-tensor positional calls: flat key -> entry (see __call__)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "traces": 0, "cache_hits": 0, "kernels_compiled": 0, "trace_seconds": 0.0,
                       "specializations": 0, "bucket_specializations": 0}
@@ -241,6 +242,28 @@ class JitFunction:
         if not _enabled[0] or tracer.is_tracing():
             return self.fn(*args, **kwargs)
         self.stats["calls"] += 1
+        if not kwargs and not self.dynamic:
+            # the common call, all positional tensors: a flat key of (shape, dtype, device) per
+            # argument maps to the entry the full guard key found the first time (the full key is
+            # a function of exactly these)
+            fk = []
+            for a in args:
+                if not isinstance(a, Tensor):
+                    break
+                fk.append((a._data.shape, a._dtype, a._device))
+            else:
+                fk = tuple(fk)
+                entry = self._fast.get(fk)
+                if entry is None:
+                    entry = self._fast[fk] = self._executable(args, kwargs)
+                else:
+                    self.stats["cache_hits"] += 1
+                    if profiler._active[0] is not None:
+                        profiler.record(self.name, "cache_hit", str(entry[0].device), time.perf_counter(), 0.0,
+                                        detail="jit")
+                exe, g = entry
+                outs = exe(*args)
+                return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
         exe, g = self._executable(args, kwargs)
         outs = exe(*tracer._tensors((args, kwargs)))
         return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)

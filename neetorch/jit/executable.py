@@ -186,13 +186,125 @@ class Executable:
         return Tensor._make(arr, dev, v.dtype)
 
     def __call__(self, *inputs):
+        if self._placement is not None:
+            self._placement.record_run()
+        if self.dynamic or profiler.timing_enabled():
+            return self._call_generic(inputs)
+        fast = getattr(self._local, "fast", None)
+        if fast is None:
+            fast = self._local.fast = self._build_fast(self._arena())
+        template, in_slots, runners, out_slots = fast
+        env = template.copy()
+        for i, t in zip(in_slots, inputs):
+            env[i] = t
+        for run in runners:
+            run(env)
+        return [env[i] for i in out_slots]
+
+    # ---------------------------------------------------------------- the fast path
+    # Built once per thread (the arena is per thread): values live in a list indexed by slot
+    # numbers fixed here, each step is a closure with its kernel, attributes and argument
+    # slots bound, and the Tensors over arena buffers are made once and reused by every call
+    # (intermediates never escape: outputs and what they alias are not in the arena).  The
+    # generic loop below serves dynamic shapes and profiling.
+    def _build_fast(self, arena):
+        g = self.graph
+        slot: dict = {}
+        template: list = []
+
+        def new_slot(v):
+            slot[v] = len(template)
+            template.append(None)
+            return slot[v]
+        for v, t in g.consts.items():
+            slot[v] = len(template)
+            template.append(t)
+        in_slots = [new_slot(v) for v in g.inputs]
+        runners = []
+        for step in self.steps:
+            n = step[1]
+            ins = [slot[a] for a in n.inputs]
+            outs = [new_slot(o) for o in n.outputs]
+            runners.append(self._fast_step(step, ins, outs, arena))
+        return template, in_slots, runners, [slot[o] for o in g.outputs]
+
+    def _out_maker(self, outputs, arena):
+        """A function returning (output Tensors, their arrays) for a step's outputs."""
+        cached = []
+        for o in outputs:
+            dev = o.device
+            dev = self.device if dev is self.device or dev == self.device else _device(dev)
+            cached.append(self._buffer(o, arena) if o in self.plan.offsets and dev.type == "cpu" else None)
+        if all(t is not None for t in cached):
+            res = (cached, [t._data for t in cached])
+            return lambda: res
+        makers = [(lambda t=t: t) if t is not None else (lambda o=o: self._buffer(o, arena))
+                  for t, o in zip(cached, outputs)]
+
+        def make():
+            ts = [m() for m in makers]
+            return ts, [t._data for t in ts]
+        return make
+
+    def _fast_step(self, step, ins, outs, arena):
+        kind, n = step[0], step[1]
+        attrs = n.attrs
+        if kind in ("kernel", "fused", "pattern"):
+            make = self._out_maker(n.outputs, arena)
+            if kind == "kernel":
+                kern, be, check = step[2], step[3], n.op.check
+
+                def run(env):
+                    args = [env[i] for i in ins]
+                    if check is not None:
+                        check(args, attrs)
+                    ts, arrs = make()
+                    kern(be, arrs, [a._data for a in args], attrs)
+                    for i, t in zip(outs, ts):
+                        env[i] = t
+            elif kind == "fused":
+                launch, kern = step[3].launch_group, step[2]
+
+                def run(env):
+                    ts, arrs = make()
+                    launch(kern, arrs, [env[i]._data for i in ins])
+                    for i, t in zip(outs, ts):
+                        env[i] = t
+            else:
+                prun = step[2]
+
+                def run(env):
+                    ts, arrs = make()
+                    prun(arrs, [env[i]._data for i in ins])
+                    for i, t in zip(outs, ts):
+                        env[i] = t
+            return run
+        if kind == "view":
+            fn, vargs, kwargs = n.op.fn, attrs["args"], dict(attrs["kwargs"])
+            i0, rest = ins[0], ins[1:]
+
+            def run(env):
+                r = fn(env[i0], *vargs, *[env[i] for i in rest], **kwargs)
+                rs = r if isinstance(r, (tuple, list)) else (r,)
+                for i, t in zip(outs, rs):
+                    env[i] = t
+            return run
+        metas = [Meta(o.shape, o.dtype) for o in n.outputs]
+
+        def run(env):   # a replay of ops.registry.run (decomposition or visible fallback)
+            args = [env[i] for i in ins]
+            bufs = [self._buffer(o, arena) for o in n.outputs]
+            res = registry.run(n.op, args, attrs, metas, out=bufs)
+            for i, t in zip(outs, res):
+                env[i] = t
+        return run
+
+    def _call_generic(self, inputs):
         g = self.graph
         env: dict = dict(g.consts)
         for v, t in zip(g.inputs, inputs):
             env[v] = t
         arena = self._arena()
-        if self._placement is not None:
-            self._placement.record_run()
         for step in self.steps:
             kind, n = step[0], step[1]
             if kind == "fused":

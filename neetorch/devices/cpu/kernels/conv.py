@@ -5,12 +5,18 @@ flat buffer, with all sizes and parameters passed as runtime ints, so there is o
 compiled specialization per float dtype (float32, float64) and none per shape.
 Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 
-* conv2d: 1x1/stride-1 -> one GEMM (no im2col); depthwise -> direct loop;
-  otherwise im2col (Numba, parallel over planes) + one batched GEMM (BLAS).
+* conv2d: 1x1/stride-1 -> GEMMs on the NCHW buffers (no im2col); depthwise -> direct loop;
+  otherwise im2col + GEMM per tile (bands of output rows / groups of images), the threads
+  claiming whole tiles, or one tile's im2col split over planes and its GEMM over blocks.
+  Every GEMM runs with single-threaded BLAS, split across neetorch's pool (_gemms).
 * conv_transpose2d: GEMM into columns + col2im (the adjoint of im2col).
+* max/avg pooling: per output row, the interior columns (whole window inside the row) take
+  one tap at a time over the row (vector loops); the clamped border columns are scalar.
 * float16 inputs are computed in float32 and rounded once at the end.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from numba import njit
@@ -25,46 +31,70 @@ _NOGIL = dict(cache=True, nogil=True)
 _COL_BUDGET = 1 << 23
 # columns per GEMM in the tiled conv path (elements): about 2 MB of float32
 _TILE = 1 << 19
+# im2col copies short rows (~0.2-0.4 ns per element measured, 14x14 to 56x56 planes): split over the
+# pool from this many column elements on (the hand-off costs tens of us)
+_IM2COL_PAR = 1 << 17
 
 
 # ---------------------------------------------------------------- helpers
-def _find_blas_threads():
-    """(get, set) of the OpenBLAS bundled with numpy, or None (then GEMMs keep BLAS's own threading)."""
-    try:
-        import ctypes
-        import glob
-        import os
-        d = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-        libs = glob.glob(os.path.join(d, "libscipy_openblas*.so*")) + glob.glob(os.path.join(d, "libopenblas*.so*"))
-        for p in sorted(libs):
-            lib = ctypes.CDLL(p)
-            for pre in ("scipy_openblas", "openblas"):
-                for suf in ("64_", ""):
-                    g = getattr(lib, f"{pre}_get_num_threads{suf}", None)
-                    s = getattr(lib, f"{pre}_set_num_threads{suf}", None)
-                    if g is not None and s is not None:
-                        return g, s
-    except Exception:  # noqa: BLE001 - any failure just disables the optimisation
-        pass
-    return None
+# GEMMs run with BLAS single-threaded (threads.serial_blas), cut into blocks across neetorch's pool: an
+# OpenBLAS with its own threads competes with the pool, and on a loaded machine one descheduled BLAS
+# worker stalls the whole call (measured on the shared 2-core box: 1x1 convs of ResNet-50 shapes with
+# OpenBLAS's 2 threads took 5-20 ms min-of-40 in some runs against 0.2-1.2 ms split over the pool).
+_PAR_FLOPS = 8e6          # below this a GEMM stays on the calling thread (pool hand-off: tens of us)
+_COL_ALIGN = 16           # column blocks start on 64-byte boundaries (float32)
+_BLOCKS_PER_THREAD = 2     # blocks per thread: the claiming pool balances a late or busy worker
 
 
-_BLAS = _find_blas_threads()
+_tls = threading.local()
 
 
-class _SerialBlas:
-    """Within the block, BLAS runs on the calling thread (our threads split the work instead)."""
+def _buffer(n: int, dt) -> np.ndarray:
+    """A per-thread scratch buffer of at least n elements (reused: no page faults on every tile)."""
+    key = np.dtype(dt).char
+    bufs = getattr(_tls, "bufs", None)
+    if bufs is None:
+        bufs = _tls.bufs = {}
+    buf = bufs.get(key)
+    if buf is None or buf.size < n:
+        buf = bufs[key] = np.empty(max(n, 1), dt)
+    return buf[:n]
 
-    def __enter__(self):
-        self.n = _BLAS[0]()
-        if self.n != 1:
-            _BLAS[1](1)
-        return self
 
-    def __exit__(self, *a):
-        if self.n != 1:
-            _BLAS[1](self.n)
-        return False
+def _run_jobs(jobs) -> None:
+    for o, a, b in jobs:
+        np.matmul(a, b, out=o)
+
+
+def _gemms(jobs) -> None:
+    """o = a @ b for every (o, a, b): 2-D views (``o`` BLAS-compatible: unit inner stride) or C-contiguous
+    batches.  Serial BLAS; across the pool when large: a few 2-D products are cut into row or column
+    blocks (whichever re-packs the smaller operand) for about _BLOCKS_PER_THREAD blocks per thread, many
+    products are dealt out in runs of consecutive ones."""
+    nt = threads.NUM_THREADS
+    flops = 0.0
+    for o, a, _ in jobs:
+        flops += 2.0 * o.size * a.shape[-1]
+    with threads.serial_blas():
+        if nt <= 1 or flops < _PAR_FLOPS:
+            _run_jobs(jobs)
+            return
+        want = nt * _BLOCKS_PER_THREAD
+        if len(jobs) >= want or any(o.ndim != 2 for o, _, _ in jobs):
+            runs = [jobs[j0:j1] for j0, j1 in threads.split(len(jobs), want)]
+        else:
+            per = -(-want // len(jobs))
+            runs = []
+            for o, a, b in jobs:
+                R, M = o.shape
+                if M >= R:
+                    nb = -(-M // _COL_ALIGN)
+                    for c0, c1 in threads.split(nb, per):
+                        c0, c1 = c0 * _COL_ALIGN, min(M, c1 * _COL_ALIGN)
+                        runs.append([(o[:, c0:c1], a, b[:, c0:c1])])
+                else:
+                    runs += [[(o[r0:r1], a[r0:r1], b)] for r0, r1 in threads.split(R, per)]
+        threads.run_parallel(_run_jobs, runs)
 
 
 def _c(a: np.ndarray, dt=None) -> np.ndarray:
@@ -74,11 +104,13 @@ def _c(a: np.ndarray, dt=None) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dt)
 
 
-def _par(fn, nplanes: int, work: int) -> None:
+def _par(fn, nplanes: int, work: int, threshold: int | None = None) -> None:
     """Run fn(p0, p1) over [0, nplanes), split across threads when the work is large."""
     if nplanes <= 0:
         return
-    if work < threads.PARALLEL_THRESHOLD or threads.NUM_THREADS <= 1 or nplanes == 1:
+    if threshold is None:
+        threshold = threads.PARALLEL_THRESHOLD
+    if work < threshold or threads.NUM_THREADS <= 1 or nplanes == 1:
         fn(0, nplanes)
         return
     threads.run_parallel(lambda c: fn(c[0], c[1]), threads.split(nplanes, threads.NUM_THREADS))
@@ -180,7 +212,8 @@ def im2col(x: np.ndarray, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0=0, oh1=Non
     n = P * KH * KW * (oh1 - oh0) * OW
     col = np.empty(n, x.dtype) if col is None or col.size < n else col[:n]
     xf = x.reshape(-1)
-    _par(lambda p0, p1: _im2col(xf, col, H, W, KH, KW, sh, sw, ph, pw, dh, dw, oh0, oh1, OW, p0, p1), P, n)
+    _par(lambda p0, p1: _im2col(xf, col, H, W, KH, KW, sh, sw, ph, pw, dh, dw, oh0, oh1, OW, p0, p1), P, n,
+         _IM2COL_PAR)
     return col.reshape(P, KH * KW, (oh1 - oh0) * OW)
 
 
@@ -252,8 +285,12 @@ def conv2d_kernel(backend, outs, ins, attrs):
     if Cg == 0:
         res[...] = 0
     elif KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == pb == pl == pr == 0:
-        # 1x1 convolution: a plain (batched) GEMM, no im2col
-        np.matmul(w.reshape(G, Og, Cg), x.reshape(N, G, Cg, H * W), out=res.reshape(N, G, Og, L))
+        # 1x1 convolution: one GEMM per (image, group) on the NCHW buffers, no im2col
+        wg, xg, og = w.reshape(G, Og, Cg), x.reshape(N, G, Cg, L), res.reshape(N, G, Og, L)
+        if N == 1 or G == 1:
+            _gemms([(og[n, g], wg[g], xg[n, g]) for n in range(N) for g in range(G)])
+        else:
+            _gemms([(og[n], wg, xg[n]) for n in range(N)])          # (G, Og, L) batches
     elif Cg == 1 and G == C and KH * KW > 1:
         # depthwise: direct loop, one output plane at a time
         xf = x.reshape(-1)
@@ -275,57 +312,55 @@ def conv2d_kernel(backend, outs, ins, attrs):
 
 def _conv_tiles(x, wg, res, G, Og, K, geo):
     """im2col + GEMM per tile: a group of whole images (small images) or a band of output rows of one
-    image (large images), sized so the columns stay in cache.  With several threads each thread owns
-    whole tiles (its own column buffer, BLAS on the calling thread): the only sync is the final join."""
+    image (large images), sized so the columns stay in cache.  With at least as many tiles as threads,
+    the threads claim whole tiles (own column buffer, BLAS on the calling thread, one join at the end);
+    with fewer, each tile's im2col is split over planes and its GEMM over row/column blocks (_gemms)."""
     KH, KW, sh, sw, pt, pl, dh, dw, OH, OW = geo
     N, C, H, W = x.shape
     L = OH * OW
     row = C * KH * KW * OW               # column elements per output row of one image
-    nt = threads.NUM_THREADS if _BLAS is not None else 1
+    nt = threads.NUM_THREADS
     if row * OH <= _TILE:
         nb = max(1, _TILE // (row * OH))
         if nt > 1:
             nb = max(1, min(nb, -(-N // nt)))
         tiles = [(n, min(N, n + nb), 0, OH) for n in range(0, N, nb)]
-        size = nb * row * OH
     else:
         bands = -(-(OH * row) // _TILE)          # bands of rows per image
         if nt > 1 and N < nt:
             bands = -(-bands // nt) * nt          # a whole number of bands per thread (balance)
         rows = max(1, -(-OH // bands))
         tiles = [(n, n + 1, r0, min(OH, r0 + rows)) for n in range(N) for r0 in range(0, OH, rows)]
-        size = rows * row
     xf = x.reshape(-1)
     plane = H * W
-    serial = nt > 1 and len(tiles) > 1
+    whole = nt > 1 and len(tiles) >= nt
 
-    def work(chunk):
-        buf = np.empty(size, x.dtype)
-        for n0, n1, r0, r1 in tiles[chunk[0]:chunk[1]]:
-            lt = (r1 - r0) * OW
-            col = buf[:(n1 - n0) * C * KH * KW * lt]
-            if serial:
-                _im2col(xf[n0 * C * plane:n1 * C * plane], col, H, W, KH, KW, sh, sw, pt, pl, dh, dw, r0, r1, OW,
-                        0, (n1 - n0) * C)
-            else:
-                im2col(x[n0:n1].reshape(-1, H, W), KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, r0, r1, col=buf)
-            if n1 - n0 == 1:
-                # drop the size-1 batch dim: numpy's matmul leaves BLAS for a strided 4-D `out` (~100x slower)
-                o = res[n0].reshape(G, Og, L)
-                if lt != L:
-                    o = o[:, :, r0 * OW:r1 * OW]
-                if G == 1:
-                    np.matmul(wg[0], col.reshape(K, lt), out=o[0])
-                else:
-                    np.matmul(wg, col.reshape(G, K, lt), out=o)
-            else:
-                np.matmul(wg, col.reshape(n1 - n0, G, K, lt), out=res[n0:n1].reshape(n1 - n0, G, Og, L))
+    def gemm_jobs(n0, n1, r0, r1, col):
+        lt = (r1 - r0) * OW
+        if n1 - n0 == 1:
+            o = res[n0].reshape(G, Og, L)
+            return [(o[g, :, r0 * OW:r1 * OW], wg[g], col.reshape(G, K, lt)[g]) for g in range(G)]
+        o = res[n0:n1].reshape(n1 - n0, G, Og, L)
+        cg = col.reshape(n1 - n0, G, K, lt)
+        if G == 1:
+            return [(o[i, 0], wg[0], cg[i, 0]) for i in range(n1 - n0)]
+        return [(o[i], wg, cg[i]) for i in range(n1 - n0)]                 # (G, Og, L) batches
 
-    if serial:
-        with _SerialBlas():
-            threads.run_parallel(work, threads.split(len(tiles), nt))
-    else:
-        work((0, len(tiles)))
+    def tile(t):
+        n0, n1, r0, r1 = tiles[t[0]]
+        col = _buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype)
+        _im2col(xf[n0 * C * plane:n1 * C * plane], col, H, W, KH, KW, sh, sw, pt, pl, dh, dw, r0, r1, OW,
+                0, (n1 - n0) * C)
+        _run_jobs(gemm_jobs(n0, n1, r0, r1, col))
+
+    if whole:
+        with threads.serial_blas():
+            threads.run_parallel(tile, [(i, i + 1) for i in range(len(tiles))])
+        return
+    for n0, n1, r0, r1 in tiles:
+        col = im2col(x[n0:n1].reshape(-1, H, W), KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, r0, r1,
+                     col=_buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype))
+        _gemms(gemm_jobs(n0, n1, r0, r1, col.reshape(-1)))
 
 
 @kernel("conv_transpose2d")
@@ -355,7 +390,10 @@ def conv_transpose2d_kernel(backend, outs, ins, attrs):
         nb = max(1, min(N, _COL_BUDGET // max(1, Cout * KH * KW * L)))
         for n0 in range(0, N, nb):
             n1 = min(N, n0 + nb)
-            col = np.matmul(wt, x[n0:n1].reshape(n1 - n0, G, Cig, L))   # (nb, G, M, L)
+            col = np.empty((n1 - n0, G, M, L), x.dtype)
+            xg = x[n0:n1].reshape(n1 - n0, G, Cig, L)
+            _gemms([(col[i, g], wt[g], xg[i, g]) for i in range(n1 - n0) for g in range(G)] if G == 1 or n1 - n0 == 1
+                   else [(col[i], wt, xg[i]) for i in range(n1 - n0)])
             col2im(col.reshape(-1, KH * KW, L), res[n0:n1].reshape(-1, OH, OW),
                    KH, KW, sh, sw, ph, pw, dh, dw, H, W)
     if b is not None:
@@ -400,9 +438,44 @@ def col2im_kernel(backend, outs, ins, attrs):
 
 
 # ---------------------------------------------------------------- pooling
+@njit(inline="always", **_NOGIL)
+def _inner(pad, s, d, K, W, OW):
+    """[lo, hi): the output columns whose whole window (K taps, dilation d) lies inside [0, W)."""
+    lo = (pad + s - 1) // s
+    t = W - 1 - (K - 1) * d + pad
+    hi = min(t // s + 1 if t >= 0 else 0, OW)
+    lo = min(lo, OW)
+    if hi - lo < 4:          # too few for the vector loops to pay off (e.g. global pooling): all scalar
+        lo = hi = OW
+    return lo, hi
+
+
+@njit(inline="always", **_NOGIL)
+def _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, ws):
+    """Max (and its plane index) of one clamped window: the border columns' scalar path."""
+    j0 = 0 if ws >= 0 else (-ws + dw - 1) // dw
+    j1 = min(KW, (W - ws + dw - 1) // dw)
+    bi = (hs + k0 * dh) * W + ws + j0 * dw
+    best = x[xb + bi]
+    for ki in range(k0, k1):
+        r = (hs + ki * dh) * W + ws
+        for kj in range(j0, j1):
+            i = r + kj * dw
+            v = x[xb + i]
+            if v > best or v != v:
+                best = v
+                bi = i
+    return best, bi
+
+
 @njit(**_NOGIL)
-def _maxpool(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, want_idx, p0, p1):
-    # PyTorch's rule: the first valid element starts, then (v > best or v is NaN) takes over
+def _maxpool(x, out, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
+    # PyTorch's rule: the first valid element starts, then (v > best or v is NaN) takes over.  Taps are
+    # visited in the same (ki, kj) order for every output, so the vector loops below (one tap at a time over
+    # a whole row of interior outputs) pick exactly the element the scalar rule picks.  Values only: with
+    # indices, _maxpool_idx (two functions: the common case compiles only this one, cold)
+    lo, hi = _inner(pw, sw, dw, KW, W, OW)
+    n = hi - lo
     for p in range(p0, p1):
         xb = p * H * W
         ob = p * OH * OW
@@ -410,53 +483,129 @@ def _maxpool(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, want_idx
             hs = oh * sh - ph
             k0 = 0 if hs >= 0 else (-hs + dh - 1) // dh
             k1 = min(KH, (H - hs + dh - 1) // dh)
-            for ow in range(OW):
-                ws = ow * sw - pw
-                j0 = 0 if ws >= 0 else (-ws + dw - 1) // dw
-                j1 = min(KW, (W - ws + dw - 1) // dw)
-                bi = (hs + k0 * dh) * W + ws + j0 * dw
-                best = x[xb + bi]
-                for ki in range(k0, k1):
-                    r = (hs + ki * dh) * W + ws
-                    for kj in range(j0, j1):
-                        i = r + kj * dw
-                        v = x[xb + i]
-                        if v > best or v != v:
-                            best = v
-                            bi = i
-                out[ob + oh * OW + ow] = best
-                if want_idx:
-                    idx[ob + oh * OW + ow] = bi
+            o = ob + oh * OW
+            for ow in range(OW - n):                       # border columns: clamped windows, scalar
+                c = ow if ow < lo else ow + n
+                out[o + c] = _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, c * sw - pw)[0]
+            if n <= 0:
+                continue
+            orow = out[o + lo:o + hi]
+            for ki in range(k0, k1):
+                r = xb + (hs + ki * dh) * W + lo * sw - pw   # tap (ki, 0) of column lo
+                for kj in range(KW):
+                    xs = x[r + kj * dw:r + kj * dw + (n - 1) * sw + 1]
+                    if ki == k0 and kj == 0:
+                        for j in range(n):
+                            orow[j] = xs[j * sw]
+                    elif sw == 1:
+                        for j in range(n):
+                            v = xs[j]
+                            b = orow[j]
+                            orow[j] = v if (v > b) | (v != v) else b
+                    else:
+                        for j in range(n):
+                            v = xs[j * sw]
+                            b = orow[j]
+                            orow[j] = v if (v > b) | (v != v) else b
+
+
+@njit(**_NOGIL)
+def _maxpool_idx(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
+    """_maxpool with the plane index of every maximum (same visiting order, same rule)."""
+    lo, hi = _inner(pw, sw, dw, KW, W, OW)
+    n = hi - lo
+    for p in range(p0, p1):
+        xb = p * H * W
+        ob = p * OH * OW
+        for oh in range(OH):
+            hs = oh * sh - ph
+            k0 = 0 if hs >= 0 else (-hs + dh - 1) // dh
+            k1 = min(KH, (H - hs + dh - 1) // dh)
+            o = ob + oh * OW
+            for ow in range(OW - n):
+                c = ow if ow < lo else ow + n
+                best, bi = _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, c * sw - pw)
+                out[o + c] = best
+                idx[o + c] = bi
+            if n <= 0:
+                continue
+            orow = out[o + lo:o + hi]
+            irow = idx[o + lo:o + hi]
+            for ki in range(k0, k1):
+                r = (hs + ki * dh) * W + lo * sw - pw       # plane index of tap (ki, 0) for column lo
+                for kj in range(KW):
+                    s0 = r + kj * dw
+                    xs = x[xb + s0:xb + s0 + (n - 1) * sw + 1]
+                    if ki == k0 and kj == 0:
+                        for j in range(n):
+                            orow[j] = xs[j * sw]
+                            irow[j] = s0 + j * sw
+                    else:
+                        for j in range(n):
+                            v = xs[j * sw]
+                            if (v > orow[j]) | (v != v):
+                                orow[j] = v
+                                irow[j] = s0 + j * sw
 
 
 @njit(**_NOGIL)
 def _avgpool(x, out, H, W, KH, KW, sh, sw, ph, pw, OH, OW, count_include_pad, divisor, p0, p1):
+    # sums run over the window in (row, column) order in x's dtype, for the border columns (scalar) as for
+    # the interior ones (whole window inside [0, W)), summed one tap at a time over a row of outputs (vector loops)
+    lo, hi = _inner(pw, sw, 1, KW, W, OW)
+    n = hi - lo
     for p in range(p0, p1):
         xb = p * H * W
         ob = p * OH * OW
         for oh in range(OH):
             hs = oh * sh - ph
             he = min(hs + KH, H + ph)
-            for ow in range(OW):
-                ws = ow * sw - pw
+            h0 = max(hs, 0)
+            h1 = min(he, H)
+            o = ob + oh * OW
+            for ow in range(OW - n):                       # border columns: clamped windows, scalar
+                c = ow if ow < lo else ow + n
+                ws = c * sw - pw
                 we = min(ws + KW, W + pw)
-                size = (he - hs) * (we - ws)
-                h0 = max(hs, 0)
-                h1 = min(he, H)
                 w0 = max(ws, 0)
                 w1 = min(we, W)
-                acc = x[0] * 0
+                acc = x[xb + h0 * W + w0]                  # in x's dtype (float32 stays float32, as torch)
                 for ih in range(h0, h1):
                     r = xb + ih * W
                     for iw in range(w0, w1):
-                        acc += x[r + iw]
+                        if ih != h0 or iw != w0:
+                            acc += x[r + iw]
                 if divisor != 0:
                     d = divisor
                 elif count_include_pad:
-                    d = size
+                    d = (he - hs) * (we - ws)
                 else:
                     d = (h1 - h0) * (w1 - w0)
-                out[ob + oh * OW + ow] = acc / d
+                out[o + c] = acc / d
+            if n <= 0:
+                continue
+            orow = out[o + lo:o + hi]
+            for ih in range(h0, h1):
+                r = xb + ih * W + lo * sw - pw
+                for kj in range(KW):
+                    xs = x[r + kj:r + kj + (n - 1) * sw + 1]
+                    if ih == h0 and kj == 0:
+                        for j in range(n):
+                            orow[j] = xs[j * sw]
+                    elif sw == 1:
+                        for j in range(n):
+                            orow[j] += xs[j]
+                    else:
+                        for j in range(n):
+                            orow[j] += xs[j * sw]
+            if divisor != 0:
+                d = divisor
+            elif count_include_pad:
+                d = (he - hs) * KW
+            else:
+                d = (h1 - h0) * KW
+            for j in range(n):
+                orow[j] = orow[j] / d
 
 
 @njit(**_NOGIL)
@@ -513,11 +662,14 @@ def max_pool2d_kernel(backend, outs, ins, attrs):
     ph, pw = attrs["padding"]
     dh, dw = attrs["dilation"]
     res = _work_out(out)
-    want = len(outs) > 1
-    idx = outs[1].reshape(-1) if want else _DUMMY_IDX
     xf, of = x.reshape(-1), res.reshape(-1)
-    _par(lambda p0, p1: _maxpool(xf, of, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, want, p0, p1),
-         P, res.size * KH * KW)
+    if len(outs) > 1:
+        idx = outs[1].reshape(-1)
+        _par(lambda p0, p1: _maxpool_idx(xf, of, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1),
+             P, res.size * KH * KW)
+    else:
+        _par(lambda p0, p1: _maxpool(xf, of, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1),
+             P, res.size * KH * KW)
     _finish(out, res)
 
 

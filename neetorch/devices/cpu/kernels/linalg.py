@@ -1,6 +1,6 @@
 """CPU kernels for matrix products: BLAS through ``np.matmul``; einsum through ``np.einsum``.
 
-``np.matmul`` calls BLAS (multithreaded OpenBLAS) whenever both operands are
+``np.matmul`` calls BLAS (OpenBLAS, single-threaded here) whenever both operands are
 "blasable": the last two dims have one unit stride and a non-negative leading
 stride (transposed layouts are free).  Anything else (negative or odd strides,
 stride-0 broadcast matrices) is copied to a contiguous matrix once here, instead of
@@ -9,13 +9,11 @@ matrix is folded into a single big GEMM when the batch can be merged without a c
 """
 from __future__ import annotations
 
-import ctypes
-import glob
 import os
 
 import numpy as np
 
-from .. import kernel
+from .. import kernel, threads
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -36,6 +34,9 @@ def _blasable(a: np.ndarray) -> bool:
 
 
 def _prep(a: np.ndarray) -> np.ndarray:
+    f = a.flags
+    if f.c_contiguous or f.f_contiguous:   # the common layouts (a weight's .T is F-contiguous)
+        return a
     if not _blasable(a):
         return np.ascontiguousarray(a)
     # batch dims with negative strides also make numpy fall off the BLAS path
@@ -49,52 +50,54 @@ def _batch_is_broadcast(b: np.ndarray) -> bool:
     return all(s == 0 or n == 1 for n, s in zip(b.shape[:-2], b.strides[:-2]))
 
 
-# Products (all matrices of a batch together) below this many flops run on one BLAS thread.
-# OpenBLAS splits anything above ~0.5 MFLOP across its threads; for a small product the hand-off
-# costs about what the second core saves, and on a loaded machine a descheduled BLAS worker
-# stalls every call for a scheduler slice (measured on the shared 2-core box, 128x256x256:
-# median 23.6 ms with 2 threads vs 0.61 ms with one; best case 0.29 vs 0.60 ms).  The default
-# keeps attention-sized products (4 heads of 128x64x128: 8.4 MFLOP) on one thread and leaves
-# projections (>= 16.8 MFLOP) to BLAS.  NEE_BLAS_SINGLE_FLOPS=0 turns this off.
-SINGLE_THREAD_FLOPS = float(os.environ.get("NEE_BLAS_SINGLE_FLOPS", 16e6))
+# BLAS runs single-threaded inside every product (threads.serial_blas: its own threads would
+# compete with neetorch's pool, and one descheduled BLAS worker stalls the call); a large product
+# is cut into blocks instead, one BLAS call per block, across neetorch's pool (nee.set_num_threads):
+# a 2-D product by rows of ``a`` or by columns of ``b`` (the larger of the two, so the operand each
+# block re-packs is the smaller one: a matrix-vector product splits the weight's columns), a
+# batch by its leading dim.  Below PAR_FLOPS a product stays on the calling thread (the hand-off
+# costs tens of us); matrix-vector and other skinny products are bound by the weight's memory
+# bandwidth, not flops, and are split from PAR_BYTES of weight on.  Measured on the shared, loaded
+# 2-core box (in one process, interleaved, min of 8 rounds): the ONNX GPT decoder step (weights of
+# 0.6-2.4 MB, 1x384 rows) took 19.8 ms with PAR_BYTES=4 MiB, 25.8 ms with 1 MiB and 26.2 ms with
+# 256 KiB (a worker the scheduler runs late, or preempted holding the GIL, stalls the call for
+# longer than the split saves); the 8 MFLOP threshold gave the best transformer block (6.2 ms vs
+# 7.6 ms at 64 MFLOP and 8.5 ms on one thread) and BERT 83 ms vs 110 ms on one thread.
+PAR_FLOPS = float(os.environ.get("NEE_MATMUL_PAR_FLOPS", 8e6))
+PAR_BYTES = int(os.environ.get("NEE_MATMUL_PAR_BYTES", 4 << 20))
+_COL_ALIGN = 16          # column blocks start on 64-byte boundaries (float32)
+# blocks per thread: a worker that the scheduler runs late holds up the call by one block at most
+# (unclaimed blocks are run by whoever is free, threads.run_parallel), at the cost of re-packing
+# the shared operand once per block
+_BLOCKS_PER_THREAD = int(os.environ.get("NEE_MATMUL_BLOCKS_PER_THREAD", 4))
+_MIN_COLS = 64
+_MIN_ROWS = 16
 
-
-def _find_set_threads_local():
-    """OpenBLAS's ``openblas_set_num_threads_local`` (per calling thread; OpenBLAS >= 0.3.27) from
-    the library numpy is linked with, or None."""
-    try:
-        here = os.path.dirname(np.__file__)
-        for pat in ("libscipy_openblas*.so*", "libopenblas*.so*"):
-            for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
-                for path in sorted(glob.glob(os.path.join(d, pat))):
-                    fn = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
-                    if fn is not None:
-                        fn.argtypes = [ctypes.c_int]
-                        fn.restype = ctypes.c_int
-                        return fn
-    except OSError:
-        pass
-    return None
-
-
-_set_threads_local = _find_set_threads_local()
+_set_threads_local = threads._blas_set   # OpenBLAS's thread-count setter (None: not found)
 
 
 def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     """out[..., n, m] = a[..., n, k] @ b[..., k, m] (batch dims already broadcast-compatible)."""
     if out.size == 0:
         return
-    if a.shape[-1] == 0:
+    k = a.shape[-1]
+    if k == 0:
         out.fill(0)
         return
-    if _set_threads_local is not None and 2.0 * out.size * a.shape[-1] < SINGLE_THREAD_FLOPS:
-        prev = _set_threads_local(1)
-        try:
-            _matmul_into(out, a, b)
-        finally:
-            _set_threads_local(prev)
+    mnk = out.size * k
+    if mnk < _GEMV_NEVER_THREADS or (mnk <= _GEMM_NEVER_THREADS and out.shape[-1] > 1 and out.shape[-2] > 1):
+        _matmul_into(out, a, b)
         return
-    _matmul_into(out, a, b)
+    with threads.serial_blas():
+        _matmul_into(out, a, b)
+
+
+# OpenBLAS runs a product on the calling thread anyway below this many multiply-adds (interface/
+# gemv.c: m*n < 2304 * GEMM_MULTITHREAD_THRESHOLD(4); interface/gemm.c: m*n*k <= 65536 * 4; numpy
+# calls gemv when the product has one row or one column); skipping the thread setting there
+# saves ~3 us per small product.  The whole call's count bounds each matrix's of a batch.
+_GEMV_NEVER_THREADS = 2304 * 4
+_GEMM_NEVER_THREADS = 65536 * 4
 
 
 def _matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
@@ -105,6 +108,9 @@ def _matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         return
     a = _prep(a)
     b = _prep(b)
+    if out.ndim == 2:
+        _gemm2d(out, a, b)
+        return
     k = a.shape[-1]
     m = b.shape[-1]
     if a.ndim > 2 and out.flags.c_contiguous and _batch_is_broadcast(b):
@@ -115,12 +121,52 @@ def _matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
             a2 = None
         if a2 is not None and _blasable(a2) and a2.shape[0] * m == out.size:
             b2 = b[(0,) * (b.ndim - 2)]
-            np.matmul(a2, b2, out=out.reshape(-1, m))
+            _gemm2d(out.reshape(-1, m), a2, b2)
             return
-    if out.flags.c_contiguous:
+    nt = threads.NUM_THREADS
+    nb = out.shape[0]
+    if nt > 1 and nb > 1 and 2.0 * out.size * k >= PAR_FLOPS:
+        nd = out.ndim
+
+        def part(c):
+            s, e = c
+            _gemm(out[s:e], _rows0(a, nd, s, e), _rows0(b, nd, s, e))
+        threads.run_parallel(part, threads.split(nb, nt))
+        return
+    _gemm(out, a, b)
+
+
+def _rows0(x: np.ndarray, nd: int, s: int, e: int) -> np.ndarray:
+    """x's part for out[s:e] (x broadcast against an out of ``nd`` dims)."""
+    return x[s:e] if x.ndim == nd and x.shape[0] != 1 else x
+
+
+def _gemm(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    if out.flags.c_contiguous or (out.ndim == 2 and _blasable(out) and min(out.strides) >= 0):
         np.matmul(a, b, out=out)
     else:
         out[...] = np.matmul(a, b)
+
+
+def _gemm2d(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """out (R, M) = a (R, K) @ b (K, M), split across the pool when large (see PAR_FLOPS)."""
+    nt = threads.NUM_THREADS
+    if nt > 1:
+        R, K = a.shape
+        M = b.shape[1]
+        if 2.0 * R * K * M >= PAR_FLOPS or (K * M * b.itemsize >= PAR_BYTES and max(R, M) > 1):
+            parts = nt * _BLOCKS_PER_THREAD
+            if M >= R:
+                chunks = threads.split(M, min(parts, max(M // _MIN_COLS, 1)), _COL_ALIGN)
+                if len(chunks) > 1:
+                    threads.run_parallel(lambda c: _gemm(out[:, c[0]:c[1]], a, b[:, c[0]:c[1]]), chunks)
+                    return
+            else:
+                chunks = threads.split(R, min(parts, max(R // _MIN_ROWS, 1)))
+                if len(chunks) > 1:
+                    threads.run_parallel(lambda c: _gemm(out[c[0]:c[1]], a[c[0]:c[1]], b), chunks)
+                    return
+    _gemm(out, a, b)
 
 
 @kernel("matmul")
