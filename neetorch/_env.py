@@ -7,6 +7,16 @@ NEE_CACHE_DIR    where compiled kernels are cached (default ~/.cache/neetorch); 
 NEE_STRICT       1: any fallback to another device raises instead of running.
 NEE_NUM_THREADS  threads for CPU kernels (default: number of cores).
 NEE_DEVICE       default device for new tensors (default cpu).
+
+Read where they are used (CPU backend tuning):
+NEE_CPU_RENDERER             llvm (default) | numba: how elementwise/fused/row kernels are built
+                             (devices/cpu/elementwise.py).
+NEE_CPU_POOL_BYTES           bytes of large output buffers kept for reuse (default 1 GiB).
+NEE_MATMUL_PAR_FLOPS         products from this many flops are split over the thread pool (8e6).
+NEE_MATMUL_PAR_BYTES         matrix-vector products split by weight columns from this weight size (4 MiB).
+NEE_MATMUL_BLOCKS_PER_THREAD blocks per thread for split products (4).
+Plugins read their own (simnpu: NEE_SIMNPU_SRAM, NEE_SIMNPU_DRAM); tests read NEE_ONNX_FULL,
+NEE_ONNX_DEVICES, NEE_CUDA_EMULATE, NEE_BENCH_* (README).
 """
 import os
 
