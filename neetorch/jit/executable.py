@@ -118,6 +118,7 @@ class Executable:
         for n in graph.nodes:
             self.steps.extend(self._steps_for(n))
         self._local = threading.local()
+        self._in_shapes = tuple(tuple(v.shape) for v in graph.inputs)
         # fallbacks chosen by placement (jit/placement.py), counted in nee.fallback_report() at each run
         pl = getattr(graph, "placement", None)
         self._placement = pl if pl is not None and pl.fallbacks else None
@@ -159,6 +160,10 @@ class Executable:
         otherwise a replay of ``ops.registry.run`` (decomposition or visible fallback)."""
         if self.dynamic:
             return ("op", n)
+        return self._kernel_step(n)
+
+    def _kernel_step(self, n):
+        """The direct kernel call for ``n`` at its traced shapes (else the registry replay)."""
         be = self._backend_of(n)
         same_dev = all(a.device == be.device for a in n.inputs)
         if not same_dev or claim(be, n.op.name, n.inputs, n.outputs, n.attrs) is not None:
@@ -188,8 +193,15 @@ class Executable:
     def __call__(self, *inputs):
         if self._placement is not None:
             self._placement.record_run()
-        if self.dynamic or profiler.timing_enabled():
+        if profiler.timing_enabled():
             return self._call_generic(inputs)
+        if self.dynamic:
+            # a shape-polymorphic executable called at exactly the shapes it was traced (and planned)
+            # at, the common case of a bucket's top size, takes the fast path: every step's shapes
+            # are then the graph's own
+            shapes = self._in_shapes
+            if len(inputs) != len(shapes) or any(t._data.shape != s for t, s in zip(inputs, shapes)):
+                return self._call_generic(inputs)
         fast = getattr(self._local, "fast", None)
         if fast is None:
             fast = self._local.fast = self._build_fast(self._arena())
@@ -223,6 +235,8 @@ class Executable:
         runners = []
         for step in self.steps:
             n = step[1]
+            if step[0] == "op" and self.dynamic:   # the fast path runs at the traced shapes only
+                step = self._kernel_step(n)
             ins = [slot[a] for a in n.inputs]
             outs = [new_slot(o) for o in n.outputs]
             runners.append(self._fast_step(step, ins, outs, arena))
@@ -282,10 +296,29 @@ class Executable:
         if kind == "view":
             fn, vargs, kwargs = n.op.fn, attrs["args"], dict(attrs["kwargs"])
             i0, rest = ins[0], ins[1:]
+            g = self.graph
+            # [arguments of the last call, its results]: a view of the same Tensor objects (an arena
+            # intermediate's, a constant's: the same every call) is the same view, so it is made once.
+            # Checked by identity at each call; a step whose arguments change (a view of another
+            # step's fresh output) stops caching at its first change.  Views of the caller's inputs
+            # and views returned to the caller are made anew.
+            memo = None if any(o in g.outputs for o in n.outputs) or any(a in g.inputs for a in n.inputs) \
+                else [None, None]
 
             def run(env):
-                r = fn(env[i0], *vargs, *[env[i] for i in rest], **kwargs)
+                nonlocal memo
+                args = [env[i0], *[env[i] for i in rest]]
+                if memo is not None and memo[0] is not None:
+                    last = memo[0]
+                    if all(x is y for x, y in zip(args, last)):
+                        for i, t in zip(outs, memo[1]):
+                            env[i] = t
+                        return
+                    memo = None
+                r = fn(args[0], *vargs, *args[1:], **kwargs)
                 rs = r if isinstance(r, (tuple, list)) else (r,)
+                if memo is not None and not any(getattr(a, "requires_grad", False) for a in args):
+                    memo[0], memo[1] = args, tuple(rs)
                 for i, t in zip(outs, rs):
                     env[i] = t
             return run

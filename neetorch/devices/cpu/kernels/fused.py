@@ -263,8 +263,20 @@ def _single_pass_ir(op, mode, safe, dt, pieces):
         N = shape[-1] if mode < 2 else red.attrs["n"]
         R, B = _rows_shape(shape, N)
         arrays, lays, back = [], [], []
+        nd = len(shape)
 
         def operand(a, out):
+            if a.flags.c_contiguous and (a.flags.writeable or not out):
+                # the common layouts, without _ab_layout's general derivation: the full shape
+                # (row r at r*N), or one row's N elements shared by every row
+                if a.shape == shape:
+                    arrays.append(a.reshape(-1))
+                    lays.append((B * N, N, 0))
+                    return
+                if not out and a.size == N and a.ndim <= nd and a.shape == shape[nd - a.ndim:]:
+                    arrays.append(a.reshape(-1))
+                    lays.append((0, 0, 0))
+                    return
             r = _ab_layout(a, shape, N)
             if r is None or r[1][2] != 1:
                 if out:    # a layout the kernel does not address: written to a copy, copied back
@@ -286,6 +298,10 @@ def _single_pass_ir(op, mode, safe, dt, pieces):
         for i, p in enumerate(pos_g):
             a = ins[p]
             if bcast[i]:
+                if a.size == 1:     # a scalar (e.g. attention's scale): element 0 for every row
+                    arrays.append(a.reshape(-1))
+                    lays.append((0, 0, 0))
+                    continue
                 r = _ab_layout(a, shape, N)
                 if r is None:
                     r = _ab_layout(np.ascontiguousarray(np.broadcast_to(a, shape)), shape, N)

@@ -85,6 +85,24 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         out.fill(0)
         return
     mnk = out.size * k
+    if b.ndim == 2 and out.dtype != _F16:
+        # the common product, (..., n, k) activations @ a (k, m) weight, all contiguous and below
+        # the split thresholds: straight to one BLAS call, without _matmul_into's general layout
+        # checks (the same call _gemm2d would make)
+        fa, fo, fb = a.flags, out.flags, b.flags
+        if fa.c_contiguous and fo.c_contiguous and (fb.c_contiguous or fb.f_contiguous):
+            m = b.shape[1]
+            R = out.size // m
+            if threads.NUM_THREADS <= 1 or not (2.0 * mnk >= PAR_FLOPS or
+                                                (k * m * b.itemsize >= PAR_BYTES and max(R, m) > 1)):
+                a2 = a if a.ndim == 2 else a.reshape(R, k)
+                o2 = out if out.ndim == 2 else out.reshape(R, m)
+                if mnk < _GEMV_NEVER_THREADS or (mnk <= _GEMM_NEVER_THREADS and m > 1 and R > 1):
+                    _gemm(o2, a2, b)
+                else:
+                    with threads.serial_blas():
+                        _gemm(o2, a2, b)
+                return
     if mnk < _GEMV_NEVER_THREADS or (mnk <= _GEMM_NEVER_THREADS and out.shape[-1] > 1 and out.shape[-2] > 1):
         _matmul_into(out, a, b)
         return
