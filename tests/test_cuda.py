@@ -71,7 +71,6 @@ def _instance():
     if b is None:
         b = object.__new__(CUDABackend)
         b.kernels = cuda_kernels.build_table()
-        b._supports = {}
         _instance.cached = b
     return b
 

@@ -428,9 +428,8 @@ def test_jit_group_with_an_unrenderable_member_runs_member_by_member(monkeypatch
     from neetorch.devices.opencl import exprs
     from neetorch.ops import registry
 
-    def forget_claims():   # the backend and the dispatcher both cache claims per (op, dtypes)
-        BK._supports.clear()
-        getattr(registry, "_claims", {}).clear()
+    def forget_claims():   # the dispatcher caches claims per (backend, op, dtypes)
+        registry._claims.clear()
     monkeypatch.delitem(exprs.EXPR, "sigmoid")
     forget_claims()
     nee.reset_fallbacks()

@@ -96,13 +96,24 @@ class Backend:
         return None
 
     def supports(self, op: str, dtypes) -> str | None:
-        """None when ``op`` runs here for these input/output dtypes, else a reason."""
-        if op not in self.kernels:
+        """None when ``op`` runs here for these input/output dtypes, else a reason.
+
+        The default: a kernel for ``op``, storage for every dtype (:meth:`storage_reason` says
+        why not), then the kernel's own ``claims(backend, dtypes) -> None | reason`` attribute
+        when it has one (e.g. matmul only on float dtypes).  The dispatcher caches the answer
+        per (backend, op, dtypes)."""
+        k = self.kernels.get(op)
+        if k is None:
             return f"no {self.type} kernel for {op}"
         for d in dtypes:
             if d.name not in self.dtypes:
-                return f"{self.type} has no {d.name} storage"
-        return None
+                return self.storage_reason(d.name)
+        claims = getattr(k, "claims", None)
+        return claims(self, dtypes) if claims is not None else None
+
+    def storage_reason(self, dtype_name: str) -> str:
+        """Why this device cannot hold ``dtype_name`` (used in fallback reasons)."""
+        return f"{self.type} has no {dtype_name} storage"
 
     def supports_call(self, op: str, ins: list, outs: list, attrs: dict) -> str | None:
         """The shape/attribute-dependent part of a claim: ``None`` when this call of ``op``

@@ -213,7 +213,6 @@ class CUDABackend(Backend):
         self._on = _On(index, self.stream)
         self.modules = ModuleCache(self)
         self._ew_kernels: dict = {}
-        self._supports: dict = {}
         self._structs: dict = {}
         self.peak = 0
         self.num_allocs = 0
@@ -327,26 +326,6 @@ class CUDABackend(Backend):
     def view_dtype(self, a, dtype):
         """``a``'s storage reinterpreted as ``dtype`` (same itemsize): ``Tensor.view(dtype)``."""
         return CUDAArray(self.cp.ndarray(a.shape, dtype, memptr=a.a.data, strides=a.strides))
-
-    # ---------------------------------------------------------------- capability
-    def supports(self, op, dtypes):
-        key = (op, tuple(dtypes))
-        r = self._supports.get(key, 0)
-        if r != 0:
-            return r
-        r = self._claims(op, dtypes)
-        self._supports[key] = r
-        return r
-
-    def _claims(self, op, dtypes):
-        k = self.kernels.get(op)
-        if k is None:
-            return f"no cuda kernel for {op}"
-        for d in dtypes:
-            if d.name not in self.dtypes:
-                return f"cuda has no {d.name} storage"
-        claims = getattr(k, "claims", None)
-        return claims(dtypes) if claims is not None else None
 
     # ---------------------------------------------------------------- execution
     def launch(self, kern, n, arrays, meta):

@@ -11,7 +11,7 @@
 * ``cat`` / ``flip``: the generated ``cast`` kernel writing into views (every dtype);
 * ``layer_norm`` / ``rms_norm``: CuPy, statistics in float64 like the CPU kernel.
 
-Each function may carry ``fn.claims(dtypes) -> None | reason`` (``dtypes``: input
+Each function may carry ``fn.claims(backend, dtypes) -> None | reason`` (``dtypes``: input
 dtypes then output dtypes); :func:`static_claims` derives the ``{op: dtype names}``
 table from the same rules without a GPU or CuPy (coverage tables, placement).
 """
@@ -36,7 +36,7 @@ def _ew(op):
     def run(backend, outs, ins, attrs):
         render.launch(backend, op, outs[0], ins)
 
-    def claims(dtypes):
+    def claims(backend, dtypes):
         return cexpr.claims(op, list(dtypes[:len(dtypes) - op.nout]), cexpr.CUDA)
     run.__name__ = f"cuda_ew_{op.name}"
     run.claims = claims
@@ -85,7 +85,7 @@ def _reduce(kind):
                 r = cp.all(xa, axis=dims)
         backend.copy_(out, _wrap(backend, cp.asarray(r), out.shape))
 
-    def claims(dtypes):
+    def claims(backend, dtypes):
         if kind == "mean" and dtypes[0].category != 2:
             return "mean needs a floating input"
         return None
@@ -119,7 +119,7 @@ def _softmax(log):
                 r = cp.where(dead, cp.zeros_like(r), r)
         backend.copy_(out, _wrap(backend, r, out.shape))
 
-    def claims(dtypes):
+    def claims(backend, dtypes):
         return None if dtypes[0].category == 2 else "softmax needs a floating input"
     run.__name__ = "cuda_log_softmax" if log else "cuda_softmax"
     run.claims = claims
@@ -143,7 +143,7 @@ def _matmul(backend, outs, ins, attrs):
     backend.copy_(out, _wrap(backend, r, out.shape))
 
 
-def _matmul_claims(dtypes):
+def _matmul_claims(backend, dtypes):
     a, b = dtypes[0], dtypes[1]
     if a is not b:
         return f"matmul on {a.name} x {b.name}"
@@ -210,7 +210,7 @@ def _norm(rms):
                 y = y + ins[k].a.reshape(-1)
         backend.copy_(out, _wrap(backend, y, out.shape))
 
-    def claims(dtypes):
+    def claims(backend, dtypes):
         return None if dtypes[0].category == 2 else f"{'rms_norm' if rms else 'layer_norm'} needs a floating input"
     run.__name__ = "cuda_rms_norm" if rms else "cuda_layer_norm"
     run.claims = claims

@@ -182,7 +182,6 @@ class OpenCLBackend(Backend):
         self.programs = ProgramCache(self.ctx, d, preamble(self.fp64))
         self._ew_kernels: dict = {}
         self._variants: dict = {}              # (kernel, innermost-stride code) -> kernel (render._variant)
-        self._supports: dict = {}
         self._wg: dict = {}
         self._last_args: dict = {}
         self._lock = threading.Lock()
@@ -345,25 +344,9 @@ class OpenCLBackend(Backend):
         return CLArray(a.storage, a.shape, a.estrides, a.offset, dtype, a.writeable)
 
     # ---------------------------------------------------------------- capability
-    def supports(self, op, dtypes):
-        key = (op, tuple(dtypes))
-        r = self._supports.get(key, 0)
-        if r != 0:
-            return r
-        r = self._claims(op, dtypes)
-        self._supports[key] = r
-        return r
-
-    def _claims(self, op, dtypes):
-        k = self.kernels.get(op)
-        if k is None:
-            return f"no opencl kernel for {op}"
-        for d in dtypes:
-            if d.name not in self.dtypes:
-                ext = {"float64": " (device lacks cl_khr_fp64)", "float16": " (float16 kernels not rendered)"}
-                return f"opencl has no {d.name} support{ext.get(d.name, '')}"
-        claims = getattr(k, "claims", None)
-        return claims(self, dtypes) if claims is not None else None
+    def storage_reason(self, name):
+        ext = {"float64": " (device lacks cl_khr_fp64)", "float16": " (float16 kernels not rendered)"}
+        return f"opencl has no {name} support{ext.get(name, '')}"
 
     # ---------------------------------------------------------------- execution
     def local_size(self, kern) -> int:
