@@ -6,26 +6,9 @@ assignment into a reshaped output) is the fast path; no temporaries where an
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from .. import kernel, threads
-
-# from this many output bytes on, a cat along a dim > 0 is copied in blocks of its leading dims
-# across neetorch's pool (a copy is bound by memory bandwidth, which one core does not saturate:
-# e.g. a decoder's past + new key/value cache, (1, 12, 513, 32) float32 = 788 KB per cat)
-CAT_PAR_BYTES = int(os.environ.get("NEE_CAT_PAR_BYTES", 512 << 10))
-
-
-def _cat_into(out, ins, d):
-    pos = 0
-    for a in ins:  # one strided copy per input, straight into its slot (casting like torch.cat)
-        n = a.shape[d]
-        if n:
-            sl = (slice(None),) * d + (slice(pos, pos + n),)
-            np.copyto(out[sl], a, casting="unsafe")
-            pos += n
+from .. import kernel
 
 
 @kernel("cat")
@@ -34,23 +17,13 @@ def cat_kernel(backend, outs, ins, attrs):
     if out.size == 0:
         return
     d = attrs["dim"]
-    nt = threads.NUM_THREADS
-    if d > 0 and nt > 1 and out.nbytes >= CAT_PAR_BYTES:
-        lead = out.shape[:d]
-        outer = 1
-        for n in lead:
-            outer *= n
-        if outer > 1 and all(a.shape[:d] == lead for a in ins):
-            try:   # (outer, ...) views of the output and of every input, when they exist without a copy
-                o2 = np.reshape(out, (outer,) + out.shape[d:], copy=False)
-                i2 = [np.reshape(a, (outer,) + a.shape[d:], copy=False) for a in ins]
-            except ValueError:
-                i2 = None
-            if i2 is not None:
-                threads.run_parallel(lambda c: _cat_into(o2[c[0]:c[1]], [x[c[0]:c[1]] for x in i2], 1),
-                                     threads.split(outer, nt))
-                return
-    _cat_into(out, ins, d)
+    pos = 0
+    for a in ins:  # one strided copy per input, straight into its slot (casting like torch.cat)
+        n = a.shape[d]
+        if n:
+            sl = (slice(None),) * d + (slice(pos, pos + n),)
+            np.copyto(out[sl], a, casting="unsafe")
+            pos += n
 
 
 @kernel("flip")
