@@ -176,3 +176,25 @@ def test_num_threads_roundtrip():
 def test_device_pickles():
     d = nee.device("cpu")
     assert pickle.loads(pickle.dumps(d)) == d
+
+
+def test_default_device_scope_is_per_thread():
+    import threading
+    from neetorch.tensor.creation import default_device_scope
+    seen = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait(10)
+        seen["other"] = nee.get_default_device()
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with default_device_scope("opencl:0") as d:
+        assert nee.get_default_device() == d == nee.device("opencl", 0)
+        inside.set()
+        done.wait(10)
+    t.join()
+    assert seen["other"] == nee.device("cpu")
+    assert nee.get_default_device() == nee.device("cpu")

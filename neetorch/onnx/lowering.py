@@ -215,17 +215,16 @@ class Program:
 
 
 def run_nodes(ctx, nodes, env):
-    from ..tensor import creation
+    from ..tensor.creation import default_device_scope
     prev = getattr(ctx, "scope", None)
     # tensors the op functions create (nee.zeros, full, arange, tensor, ...) live on the session's device,
-    # as its inputs and initializers do: no op mixes a CPU constant into device tensors
-    prev_dev = creation._default_dev[0]
-    creation.set_default_device(ctx.device)
+    # as its inputs and initializers do: no op mixes a CPU constant into device tensors (per thread: two
+    # sessions on different devices may lower at the same time)
     try:
-        return _run_nodes(ctx, nodes, env)
+        with default_device_scope(ctx.device):
+            return _run_nodes(ctx, nodes, env)
     finally:
         ctx.scope = prev
-        creation._default_dev[0] = prev_dev
 
 
 def _run_nodes(ctx, nodes, env):

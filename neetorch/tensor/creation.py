@@ -17,14 +17,37 @@ __all__ = ["tensor", "as_tensor", "asarray", "from_numpy", "from_dlpack", "zeros
            "seed", "initial_seed", "Generator", "scalar_tensor"]
 
 _default_dev = [None]
+_thread_dev = threading.local()   # a per-thread override (``default_device_scope``)
 
 
 def _default_device():
+    d = getattr(_thread_dev, "dev", None)
+    if d is not None:
+        return d
     d = _default_dev[0]
     if d is None:
         from ..devices import device
         d = _default_dev[0] = device(_env.DEFAULT_DEVICE)
     return d
+
+
+class default_device_scope:
+    """``with default_device_scope(dev):`` new tensors made in *this thread* default to ``dev``
+    (ONNX lowering uses it so an op's constants land on the session's device); other
+    threads and the process-wide default are untouched."""
+
+    def __init__(self, dev):
+        from ..devices import device
+        self.dev = device(dev)
+
+    def __enter__(self):
+        self.prev = getattr(_thread_dev, "dev", None)
+        _thread_dev.dev = self.dev
+        return self.dev
+
+    def __exit__(self, *exc):
+        _thread_dev.dev = self.prev
+        return False
 
 
 def set_default_device(dev) -> None:
