@@ -32,6 +32,7 @@ import numpy as np
 from .. import codegen, kernel, layout, threads
 from .. import elementwise as ew
 from .linalg import matmul_into
+from .nn import _merge
 
 _NB = {"float32": "float32", "float64": "float64"}
 
@@ -138,19 +139,6 @@ def _ab_layout(a: np.ndarray, shape, N: int):
     return f, (am[1], bdim[1], cs, off)
 
 
-def _merge(dims):
-    dims = [(n, s) for n, s in dims if n != 1]
-    if not dims:
-        return 1, 0
-    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
-        if s0 != n1 * s1:
-            return None
-    tot = 1
-    for n, _ in dims:
-        tot *= n
-    return tot, dims[-1][1]
-
-
 _tls = threading.local()
 
 
@@ -176,19 +164,25 @@ def _scratch(slot: str, n: int, dtype) -> np.ndarray:
 SINGLE_PASS_BYTES = 1 << 20
 
 
-def _two_launches(op, mode, safe):
-    from .nn import norm_launch, softmax_launch
-    g, red = op.group.op, op.red
-    kern, src = ew.compile_group(g)
-    kouts = list(g.outputs)
-    ext_pos = {o: j for j, o in enumerate(op.outputs)}
+def _operand_positions(op, g, red):
+    """Where the fused node's inputs feed the group (``pos_g``), the reduction's weight and bias
+    (positions or None), and the reduction's eps."""
     pos_g = [op.inputs.index(a) for a in g.inputs]
     rest = [op.inputs.index(a) for a in red.inputs[1:]]
     has_w = bool(red.attrs.get("has_weight", False))
     has_b = bool(red.attrs.get("has_bias", False))
     pos_w = rest[0] if has_w else None
     pos_b = rest[1 if has_w else 0] if has_b else None
-    eps = float(red.attrs.get("eps", 0.0))
+    return pos_g, pos_w, pos_b, float(red.attrs.get("eps", 0.0))
+
+
+def _two_launches(op, mode, safe):
+    from .nn import norm_launch, softmax_launch
+    g, red = op.group.op, op.red
+    kern, src = ew.compile_group(g)
+    kouts = list(g.outputs)
+    ext_pos = {o: j for j, o in enumerate(op.outputs)}
+    pos_g, pos_w, pos_b, eps = _operand_positions(op, g, red)
     npdt = red.outputs[0].dtype.np
 
     def run(outs, ins):
@@ -244,13 +238,7 @@ def _single_pass_ir(op, mode, safe, dt, pieces):
     k = ir_rows(list(_MODES)[mode], dt, safe, pro)
     if k is None:
         return None
-    pos_g = [op.inputs.index(a) for a in g.inputs]
-    rest = [op.inputs.index(a) for a in red.inputs[1:]]
-    has_w = bool(red.attrs.get("has_weight", False))
-    has_b = bool(red.attrs.get("has_bias", False))
-    pos_w = rest[0] if has_w else None
-    pos_b = rest[1 if has_w else 0] if has_b else None
-    eps = float(red.attrs.get("eps", 0.0))
+    pos_g, pos_w, pos_b, eps = _operand_positions(op, g, red)
     npdt = np.dtype(dt)
     dummy = np.zeros(1, npdt)
     ones = {}
@@ -372,14 +360,7 @@ def compile_reduction_prologue(backend, op):
     _, src = _render_rows(g.name + "+" + red.name, in_dt, out_dt, body, results, bcast, src_k, src_ext,
                           "_softmax_row1" if mode < 2 else "_norm_rows", call)
     drive = codegen.load_kernel("fused_rows", src, attr="rows")
-    eps = float(red.attrs.get("eps", 0.0))
-    has_w = bool(red.attrs.get("has_weight", False))
-    has_b = bool(red.attrs.get("has_bias", False))
-    # positions, in op.inputs, of the group's inputs and of the reduction's weight/bias
-    pos_g = [op.inputs.index(a) for a in g.inputs]
-    rest = [op.inputs.index(a) for a in red.inputs[1:]]
-    pos_w = rest[0] if has_w else None
-    pos_b = rest[1 if has_w else 0] if has_b else None
+    pos_g, pos_w, pos_b, eps = _operand_positions(op, g, red)
     ext_pos = {o: j for j, o in enumerate(op.outputs)}
     npdt = np.dtype(dt)
     dummy = np.empty(1, npdt)
