@@ -49,6 +49,9 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the results as JSON here")
     args = ap.parse_args(argv)
 
+    if os.environ.get("NEE_CUDA_EMULATE") == "1" and args.tiny:   # checks the script without a GPU
+        from neetorch.devices.cuda import emulate
+        emulate.install()
     import cupy as cp
 
     import neetorch as nee
@@ -117,6 +120,41 @@ def main(argv=None):
     print(f"fused chain gelu(x*w+1).tanh()*0.5+x, {N} float32: jit {t_fused * 1e3:.2f} ms = "
           f"{moved / t_fused / 1e9:.0f} GB/s = {moved / t_fused / copy_bw:.0%} of copy;  eager {t_eager * 1e3:.2f} ms "
           f"({moved / t_eager / copy_bw:.0%});  cupy eager {t_cp * 1e3:.2f} ms")
+
+    # ---------------------------------------------------------------- row kernels + torch as an anchor
+    try:
+        import torch
+        has_torch = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - torch is only an anchor
+        has_torch = False
+    R, C = (64, 64) if args.tiny else (4096, 1024)
+    xr = nee.randn(R, C).to(dev)
+    gam, bet = nee.randn(C).to(dev), nee.randn(C).to(dev)
+    F = nee.nn.functional
+    rows = {"softmax": (lambda: F.softmax(xr, -1)),
+            "layer_norm": (lambda: F.layer_norm(xr, (C,), gam, bet)),
+            "jit_chain": (lambda: f(x, w))}
+    if has_torch:
+        txr = torch.as_tensor(xr._data.a, device="cuda")
+        tg, tb = torch.as_tensor(gam._data.a, device="cuda"), torch.as_tensor(bet._data.a, device="cuda")
+        tx, tw = torch.as_tensor(xa, device="cuda"), torch.as_tensor(wa, device="cuda")
+        tf = torch.nn.functional
+        trows = {"softmax": (lambda: tf.softmax(txr, -1)),
+                 "layer_norm": (lambda: tf.layer_norm(txr, (C,), tg, tb)),
+                 "jit_chain": (lambda: tf.gelu(tx * tw + 1.0).tanh() * 0.5 + tx)}
+    res["vs_torch"] = {}
+    for k, fn in rows.items():
+        moved_k = (3 * 4 * N) if k == "jit_chain" else 2 * 4 * R * C
+        t_n = best(fn, sync)
+        row = {"nee_GBps": moved_k / t_n / 1e9, "nee_fraction_of_copy": moved_k / t_n / copy_bw}
+        msg = f"{k}: neetorch {t_n * 1e3:.3f} ms = {moved_k / t_n / copy_bw:.0%} of copy"
+        if has_torch:
+            t_t = best(trows[k], torch.cuda.synchronize)
+            row["torch_GBps"] = moved_k / t_t / 1e9
+            row["speed_vs_torch"] = t_t / t_n
+            msg += f"; torch eager {t_t * 1e3:.3f} ms; ratio (torch time / neetorch time) {t_t / t_n:.2f}"
+        res["vs_torch"][k] = row
+        print(msg)
 
     # ---------------------------------------------------------------- matmul vs cupy @
     res["matmul"] = []

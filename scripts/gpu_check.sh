@@ -8,11 +8,13 @@
 #   1. tests/test_cuda.py            the CUDA backend: nvcc compile of every kernel + the GPU half
 #   2. tests/test_cross_device.py    the op suite and the jit functions on every available device (cuda included)
 #   3. tests/test_jit.py             the JIT suite (CPU; guards the shared renderer code)
-#   4. the ONNX conformance subset (tests/test_onnx_conformance.py's selection) on the cuda device,
+#   4. bench/cuda_bench.py           fused chain vs copy bandwidth, matmul vs cupy @, launch overhead
+#   5. the ONNX conformance subset (tests/test_onnx_conformance.py's selection) on the cuda device,
 #      through neetorch.onnx.backend.prepare(model, "CUDA"), with the fallback report
 #      (NEE_ONNX_FULL=1: every case)
-#   5. bench/cuda_bench.py           fused chain vs copy bandwidth, matmul vs cupy @, launch overhead
-# Environment: SKIP_INSTALL=1 never installs (default: install only when CuPy is missing; FORCE_INSTALL=1
+# Environment: STEPS="devices test_cuda ..." runs only the named steps (default: all); STEP_TIMEOUT=S stops
+# a step after S seconds (a hang must not eat a short GPU lease); XDIST=N runs the device suites on N workers;
+# SKIP_INSTALL=1 never installs (default: install only when CuPy is missing; FORCE_INSTALL=1
 # always); PYTEST_ARGS adds pytest options, BENCH_ARGS bench options (--quick); PYTHON picks the interpreter.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,6 +28,8 @@ FAILED=()
 say() { echo "$*" | tee -a "$LOG"; }
 step() {  # step NAME CMD...
     local name=$1; shift
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return; fi
+    if [ "${STEP_TIMEOUT:-0}" != "0" ]; then set -- timeout -k 10 "$STEP_TIMEOUT" "$@"; fi
     say ""
     say "=== $name: $* ($(date -u +%H:%M:%S))"
     local t0=$SECONDS
@@ -57,8 +61,9 @@ import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.r
 assert any(d.type == 'cuda' and d.available for d in nee.devices()), 'the cuda backend sees no device'
 "
 step test_cuda $PY -m pytest -v -rs tests/test_cuda.py ${PYTEST_ARGS:-}
-step test_cross_device $PY -m pytest -q -rs tests/test_cross_device.py ${PYTEST_ARGS:-}
+step test_cross_device $PY -m pytest -q -rs ${XDIST:+-n $XDIST} tests/test_cross_device.py -k "cuda or fallback" ${PYTEST_ARGS:-}
 step test_jit $PY -m pytest -q tests/test_jit.py ${PYTEST_ARGS:-}
+step cuda_bench $PY bench/cuda_bench.py --json "$OUT/cuda_bench.json" ${BENCH_ARGS:-}
 step onnx_on_cuda $PY - <<'EOF'
 import os, sys, time
 sys.path.insert(0, "tests")
@@ -95,7 +100,6 @@ for name, why in bad:
     print(f"FAIL {name}: {why}")
 sys.exit(1 if bad else 0)
 EOF
-step cuda_bench $PY bench/cuda_bench.py --json "$OUT/cuda_bench.json" ${BENCH_ARGS:-}
 
 say ""
 if [ ${#FAILED[@]} -eq 0 ]; then
