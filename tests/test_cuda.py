@@ -33,6 +33,7 @@ import neetorch as nee
 from neetorch.devices.cuda import CUDABackend, emulate
 from neetorch.devices.cuda import kernels as cuda_kernels
 from neetorch.devices.cuda import render as cuda_render
+from neetorch.devices.cuda import rows as cuda_rows
 from neetorch.jit import FusedElementwise
 from neetorch.ops.elementwise import apply, gelu
 from neetorch.ops.registry import OPS, Meta
@@ -197,6 +198,7 @@ def test_every_claimed_elementwise_kernel_and_fused_group_compiles_with_nvcc(tmp
         kname, src = cuda_render.group_source(grp)
         sources[kname] = src
     n_groups = len(sources) - n_ew
+    sources.update(cuda_rows.all_sources())          # softmax / norms: one kernel per op x dtype
     pats = {name for name, _ in groups}
     assert n_ew >= 800 and n_groups >= 150 and len(pats) >= 140, (n_ew, n_groups, len(pats))
     ptx = nvcc_compile(tmp_path, list(sources.items()))
@@ -531,6 +533,49 @@ def test_cat_flip_and_norms(bk):
                                ref.transpose(1, 0, 2), rtol=1e-5, atol=1e-5)
     assert not [r for r in nee.fallback_report().records.values() if r.device.startswith("cuda")
                 and r.op in ("cat", "flip", "layer_norm", "rms_norm")]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dn", ["float32", "float16", "float64"])
+def test_row_kernels_match_cpu(bk, dn):
+    """softmax / log_softmax / layer_norm / rms_norm over contiguous rows run as ONE generated kernel
+    each (rows.py: a block per row; rows longer than the block, shorter than a warp, a single column),
+    equal to the CPU kernels; masked rows of only -inf (``safe``) give zeros, NaN rows stay NaN."""
+    from neetorch.devices.cuda import rows
+    from neetorch.ops.nn import _safe_softmax
+    rng = np.random.default_rng(11)
+    tol = {"float16": 4e-3, "float32": 2e-5, "float64": 1e-12}[dn]
+    dt = getattr(nee, dn)
+    before = set(bk.modules.kernels)
+    for nrow, n in [(3, 1), (5, 17), (4, 300), (2, 2500), (70, 64)]:
+        a = (rng.standard_normal((nrow, n)) * 3).astype(dn)
+        w, b = rng.standard_normal(n).astype(dn), rng.standard_normal(n).astype(dn)
+        x, xc = cu(a), nee.tensor(a)
+        W, B, Wc, Bc = cu(w), cu(b), nee.tensor(w), nee.tensor(b)
+        pairs = [
+            (nee.softmax(x, -1), nee.softmax(xc, -1)),
+            (nee.log_softmax(x, 1), nee.log_softmax(xc, 1)),
+            (F.layer_norm(x, (n,), W, B), F.layer_norm(xc, (n,), Wc, Bc)),
+            (F.layer_norm(x, (n,)), F.layer_norm(xc, (n,))),
+            (nee.rms_norm(x, (n,), W, eps=1e-6), nee.rms_norm(xc, (n,), Wc, eps=1e-6)),
+            (nee.rms_norm(x, (n,)), nee.rms_norm(xc, (n,))),
+        ]
+        for i, (got, want) in enumerate(pairs):
+            assert got.dtype == want.dtype == dt
+            np.testing.assert_allclose(host(got).astype(np.float64), want.numpy().astype(np.float64),
+                                       rtol=tol, atol=tol, err_msg=f"case {i} on ({nrow}, {n}) {dn}")
+    a = rng.standard_normal((4, 9)).astype(dn)
+    a[1] = -np.inf
+    a[2, 3] = np.nan
+    got = host(_safe_softmax(cu(a), -1)).astype(np.float64)
+    want = _safe_softmax(nee.tensor(a), -1).numpy().astype(np.float64)
+    assert (got[1] == 0).all() and np.isnan(got[2]).all()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+    built = set(bk.modules.kernels) - before
+    for op in rows.ROW_OPS:     # the row kernels ran (not the CuPy composition)
+        assert rows.kernel_name(op, dn) in built | before, (op, dn)
+    assert not [r for r in nee.fallback_report().records.values() if r.device.startswith("cuda")
+                and r.op in rows.ROW_OPS]
 
 
 def _to(a, dev):

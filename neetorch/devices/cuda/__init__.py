@@ -202,6 +202,7 @@ class CUDABackend(Backend):
         super().__init__(index)
         import cupy
         self.cp = cupy
+        self.emulated = bool(getattr(cupy, "__neetorch_emulation__", False))   # tests without a GPU
         self.cp_device = cupy.cuda.Device(index)
         with self.cp_device:
             self.stream = cupy.cuda.Stream(non_blocking=True)

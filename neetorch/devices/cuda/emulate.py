@@ -38,6 +38,10 @@ using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 #define __restrict__ __restrict
 struct nee_dim3 { unsigned x, y, z; };
 static nee_dim3 blockIdx, blockDim, threadIdx, gridDim;
+#define __shared__ static
+static inline void __syncthreads() {}
+/* row kernels (rows.py) are launched with blocks of ONE thread here: they never shuffle then */
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 """
 _H2F = ("static inline float nee_h2f(unsigned short h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }\n"

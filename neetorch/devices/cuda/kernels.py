@@ -5,11 +5,13 @@
 * reductions ``sum mean prod amax amin any all`` over any dims: CuPy's reductions (CUB),
   accumulating float32 in float64 and float16 in float32, integers in int64, then cast
   into the output by the generated ``cast`` kernel;
-* ``softmax`` / ``log_softmax`` over any dim: CuPy (max, exp, sum), float16 in float32;
+* ``softmax`` / ``log_softmax``: over contiguous rows (last dim), one generated kernel
+  (:mod:`.rows`: a block per row); other layouts CuPy (max, exp, sum); float16 in float32;
   ``safe`` rows of only -inf give zeros;
 * ``matmul``: ``cupy.matmul`` (cuBLAS) for float16/32/64, broadcast batch, any strides;
 * ``cat`` / ``flip``: the generated ``cast`` kernel writing into views (every dtype);
-* ``layer_norm`` / ``rms_norm``: CuPy, statistics in float64 like the CPU kernel.
+* ``layer_norm`` / ``rms_norm``: one generated row kernel (:mod:`.rows`) when input, weight and
+  bias are contiguous, else CuPy; statistics in float64 like the CPU kernel.
 
 Each function may carry ``fn.claims(backend, dtypes) -> None | reason`` (``dtypes``: input
 dtypes then output dtypes); :func:`static_claims` derives the ``{op: dtype names}``
@@ -21,6 +23,7 @@ import numpy as np
 
 from ...tensor import dtypes as _dt
 from .. import cexpr
+from . import rows
 
 __all__ = ["STORAGE", "build_table", "static_claims"]
 
@@ -99,6 +102,9 @@ def _softmax(log):
     def run(backend, outs, ins, attrs):
         x, out = ins[0], outs[0]
         if out.size == 0:
+            return
+        if x.ndim and rows.contiguous_rows(x, attrs["dim"]) and rows.launch_rows(
+                backend, "log_softmax" if log else "softmax", out, x, x.shape[-1], attrs):
             return
         cp = backend.cp
         with backend.on():
@@ -193,8 +199,12 @@ def _norm(rms):
         x, out = ins[0], outs[0]
         if out.size == 0:
             return
-        cp = backend.cp
         n, eps = attrs["n"], attrs["eps"]
+        w = ins[1] if attrs["has_weight"] else None
+        b = ins[1 + (w is not None)] if (not rms and attrs["has_bias"]) else None
+        if rows.launch_rows(backend, "rms_norm" if rms else "layer_norm", out, x, n, attrs, w, b):
+            return
+        cp = backend.cp
         with backend.on():
             xf = x.a.astype(np.float64).reshape(-1, n)      # float64 statistics, like the CPU kernel
             if rms:
