@@ -42,11 +42,34 @@ def best(fn, sync, repeats=7, inner=1):
     return min(ts)
 
 
+def _transformer(lib, s, d, h, to):
+    """asv_benchmarks/bench_jit.py's pre-norm block (causal attention + GELU MLP), parameters moved by ``to``."""
+    F = lib.nn.functional
+    lib.manual_seed(0)
+    p = {k: to(lib.randn(*shape) * 0.05) for k, shape in dict(
+        wq=(d, d), wk=(d, d), wv=(d, d), wo=(d, d), w1=(4 * d, d), w2=(d, 4 * d)).items()}
+    p.update({k: to(lib.zeros(n)) for k, n in dict(bq=d, bk=d, bv=d, bo=d, b1=4 * d, b2=d).items()})
+    g1, be1, g2, be2 = to(lib.ones(d)), to(lib.zeros(d)), to(lib.ones(d)), to(lib.zeros(d))
+
+    def heads(t):
+        return t.reshape(1, s, h, d // h).transpose(1, 2)
+
+    def block(x):
+        n = F.layer_norm(x, (d,), g1, be1)
+        q, k, v = (heads(F.linear(n, p["w" + c], p["b" + c])) for c in "qkv")
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, s, d)
+        x = x + F.linear(a, p["wo"], p["bo"])
+        n = F.layer_norm(x, (d,), g2, be2)
+        return x + F.linear(F.gelu(F.linear(n, p["w1"], p["b1"])), p["w2"], p["b2"])
+    return block, to(lib.randn(1, s, d))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
     ap.add_argument("--tiny", action="store_true", help="toy sizes: checks the script, measures nothing")
     ap.add_argument("--json", help="also write the results as JSON here")
+    ap.add_argument("--profile", action="store_true", help="cProfile the per-op launch loop (host time)")
     args = ap.parse_args(argv)
 
     if os.environ.get("NEE_CUDA_EMULATE") == "1" and args.tiny:   # checks the script without a GPU
@@ -207,6 +230,41 @@ def main(argv=None):
     res["launch_us_per_op"] = {"neetorch": t_nl * 1e6, "neetorch_scalar_operand": t_ns * 1e6, "cupy": t_cl * 1e6}
     print(f"launch overhead (1-element x + y, queued): neetorch {t_nl * 1e6:.1f} us/op "
           f"(x + 1.0: {t_ns * 1e6:.1f}), cupy {t_cl * 1e6:.1f} us/op")
+    # ---------------------------------------------------------------- where the per-op time goes (host side)
+    if args.profile:
+        import cProfile
+        import io
+        import pstats
+        pr = cProfile.Profile()
+        pr.enable()
+        nee_loop()
+        sync()
+        pr.disable()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(22)
+        print(f"cProfile of {K} ops (x + y on 1 element), by own time:")
+        print(buf.getvalue())
+
+    # ---------------------------------------------------------------- a transformer block: eager, jit, torch
+    res["transformer"] = []
+    shapes = [(16, 32, 4)] if args.tiny else [(128, 256, 4), (1024, 1024, 16)]
+    for s_, d_, h_ in shapes:
+        row = {"seq": s_, "d": d_, "heads": h_}
+        block, xin = _transformer(nee, s_, d_, h_, lambda t: t.to(dev))
+        jb = nee.jit(block)
+        jb(xin)
+        t_e = best(lambda: block(xin), sync, repeats=5)
+        t_j = best(lambda: jb(xin), sync, repeats=5)
+        row.update(eager_ms=t_e * 1e3, jit_ms=t_j * 1e3)
+        msg = f"transformer block seq {s_} d {d_}: neetorch eager {t_e * 1e3:.3f} ms, jit {t_j * 1e3:.3f} ms"
+        if has_torch:
+            tblock, txin = _transformer(torch, s_, d_, h_, lambda t: t.cuda())
+            with torch.no_grad():
+                t_t = best(lambda: tblock(txin), torch.cuda.synchronize, repeats=5)
+            row["torch_ms"] = t_t * 1e3
+            msg += f", torch eager {t_t * 1e3:.3f} ms (jit speed vs torch {t_t / t_j:.2f})"
+        res["transformer"].append(row)
+        print(msg)
     res["memory_stats"] = bk.memory_stats()
     if args.json:
         with open(args.json, "w") as fh:

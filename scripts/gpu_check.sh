@@ -60,7 +60,7 @@ import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.r
                    'driver', cupy.cuda.runtime.driverGetVersion())
 assert any(d.type == 'cuda' and d.available for d in nee.devices()), 'the cuda backend sees no device'
 "
-step test_cuda $PY -m pytest -v -rs tests/test_cuda.py ${PYTEST_ARGS:-}
+step test_cuda $PY -m pytest -v -rs ${XDIST:+-n $XDIST} tests/test_cuda.py ${PYTEST_ARGS:-}
 step test_cross_device $PY -m pytest -q -rs ${XDIST:+-n $XDIST} tests/test_cross_device.py -k "cuda or fallback" ${PYTEST_ARGS:-}
 step test_jit $PY -m pytest -q tests/test_jit.py ${PYTEST_ARGS:-}
 step cuda_bench $PY bench/cuda_bench.py --json "$OUT/cuda_bench.json" ${BENCH_ARGS:-}
