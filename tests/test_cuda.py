@@ -536,6 +536,38 @@ def test_cat_flip_and_norms(bk):
 
 
 @needs_gpu
+def test_prepared_eager_launches(bk):
+    """The second call of an elementwise op with the same layouts takes the prepared launch
+    (render.prepare: no dispatch, no layout work); results equal the CPU's for contiguous, broadcast,
+    offset and transposed operands and Python scalars, and cached scalar operands stay unchanged."""
+    from neetorch.ops import elementwise as ew
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((5, 6)).astype(np.float32)
+    b = rng.standard_normal((6,)).astype(np.float32)
+    i = rng.integers(-50, 50, (5, 6)).astype(np.int32)
+    A, B, I = cu(a), cu(b), cu(i)
+    cases = [
+        (lambda X, Y, J: X + Y, (a + b)),
+        (lambda X, Y, J: X[1:, ::2] * 2.5, a[1:, ::2] * np.float32(2.5)),
+        (lambda X, Y, J: X.t() - Y[:5], a.T - b[:5]),
+        (lambda X, Y, J: J * 3 + 1, i * 3 + 1),
+        (lambda X, Y, J: (J // 7).to(nee.float32) + X, (np.floor_divide(i, 7)).astype(np.float32) + a),
+        (lambda X, Y, J: nee.exp(X), np.exp(a)),
+    ]
+    for k, (fn, want) in enumerate(cases):
+        n_plans = len(ew._plans)
+        for rep in range(3):          # 1st: general path (and a plan is made), then the plan
+            before = bk.launches
+            got = fn(A, B, I)
+            assert bk.launches > before
+            np.testing.assert_allclose(host(got), want, rtol=1e-6, atol=1e-6, err_msg=f"case {k} call {rep}")
+        assert len(ew._plans) > n_plans or k == 4, k
+    y = A + 1.0
+    y.add_(100.0)                     # writing a result never touches the cached scalar operand
+    np.testing.assert_allclose(host(A + 1.0), a + 1, rtol=1e-6)
+
+
+@needs_gpu
 @pytest.mark.parametrize("dn", ["float32", "float16", "float64"])
 def test_row_kernels_match_cpu(bk, dn):
     """softmax / log_softmax / layer_norm / rms_norm over contiguous rows run as ONE generated kernel

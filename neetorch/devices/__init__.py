@@ -116,9 +116,11 @@ def register_backend(cls: type[Backend], name: str | None = None) -> None:
         _backend_classes[name or cls.type] = (cls, f"{cls.__module__}:{cls.__qualname__}", None)
         for k in [k for k in _instances if k[0] == (name or cls.type)]:
             del _instances[k]
-    from ..ops import registry  # the dispatcher caches backends and their claims
-    registry._backends.clear()
+    from ..ops import elementwise, registry  # the dispatcher caches backends, their claims and
+    registry._backends.clear()                # prepared launches (closures over a backend instance)
     registry._claims.clear()
+    elementwise._plans.clear()
+    elementwise._scalar_cache.clear()
 
 
 def devices() -> list[DeviceInfo]:

@@ -46,10 +46,11 @@ class _Flags:
 class CUDAArray:
     """What a cuda Tensor's ``_data`` is: a ``cupy.ndarray`` (``.a``) plus the attributes
     neetorch reads from device arrays.  Views share ``.a.data.mem``."""
-    __slots__ = ("__weakref__", "a")
+    __slots__ = ("__weakref__", "a", "writeable")
 
-    def __init__(self, a):
+    def __init__(self, a, writeable=True):
         self.a = a
+        self.writeable = writeable     # False: a cached scalar operand (ops.elementwise._freeze)
 
     shape = property(lambda self: self.a.shape)
     strides = property(lambda self: self.a.strides)
@@ -69,7 +70,7 @@ class CUDAArray:
 
     @property
     def flags(self):
-        return _Flags(self.a.flags.c_contiguous)
+        return _Flags(self.a.flags.c_contiguous, self.writeable)
 
     @property
     def __cuda_array_interface__(self):
@@ -322,11 +323,11 @@ class CUDABackend(Backend):
             n *= s
         mp = a.a.data + int(offset) * isz if (n and offset) else a.a.data
         v = self.cp.ndarray(shape, a.dtype, memptr=mp, strides=tuple(int(s) * isz for s in strides))
-        return CUDAArray(v)
+        return CUDAArray(v, a.writeable)       # views of a frozen scalar stay frozen
 
     def view_dtype(self, a, dtype):
         """``a``'s storage reinterpreted as ``dtype`` (same itemsize): ``Tensor.view(dtype)``."""
-        return CUDAArray(self.cp.ndarray(a.shape, dtype, memptr=a.a.data, strides=a.strides))
+        return CUDAArray(self.cp.ndarray(a.shape, dtype, memptr=a.a.data, strides=a.strides), a.writeable)
 
     # ---------------------------------------------------------------- execution
     def launch(self, kern, n, arrays, meta):
@@ -345,6 +346,11 @@ class CUDABackend(Backend):
 
     def synchronize(self):
         self.stream.synchronize()
+
+    def prepare_elementwise(self, op, args, ins, meta):
+        """A cached launch closure for eager elementwise ops (``render.prepare``)."""
+        from .render import prepare
+        return prepare(self, op, args, ins, meta)
 
     # fused groups from the JIT (jit/fusion.py decides, this backend renders)
     def compile_group(self, group):

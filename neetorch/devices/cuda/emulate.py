@@ -65,6 +65,8 @@ class Memory:
         _POOL.total += self.size
 
     def __del__(self):
+        if _POOL is None:          # interpreter shutdown
+            return
         _POOL.used -= self.size
         _POOL.total -= self.size
 

@@ -32,6 +32,7 @@ __all__ = [
     "launch",
     "launch_group",
     "meta_struct",
+    "prepare",
     "preamble",
     "render_group",
     "run_strided",
@@ -201,6 +202,64 @@ def launch(backend, op, out, ins: list) -> None:
     ins = [_unalias(backend, [out], a) for a in ins]
     kern = get_kernel(backend, op, [_dt.from_numpy_dtype(a.dtype) for a in ins], _dt.from_numpy_dtype(out.dtype))
     run_strided(backend, kern, [out], ins)
+
+
+def prepare(backend, op, args, ins, meta):
+    """A launch closure for eager ``op`` on arguments with these dtypes/shapes/strides (what
+    ``ops.elementwise.apply`` caches per layout: ``Backend.prepare_elementwise``).  The kernel, the
+    collapsed layout, the by-value meta struct and the grid are worked out once (CuPy views point at
+    their first element, so the meta holds no offsets and is the same for every call); the closure
+    allocates the output and launches.  None for cases left to the general path."""
+    from ...ops import registry
+    from ...ops.elementwise import _layout_ids, _scalar_tensor
+    from ...tensor.tensor import Tensor
+    from . import CUDAArray
+    odt = meta.dtype
+    shape = tuple(meta.shape)
+    n = 1
+    for s in shape:
+        n *= s
+    if n == 0:
+        return None
+    datas = [t._data for t in ins]
+    contig, c = [], 1
+    for s in reversed(shape):
+        contig.append(c)
+        c *= max(s, 1)
+    contig = tuple(reversed(contig))
+    cshape, cstrides = layout.collapse(shape, [list(contig)] + [_broadcast(shape, a) for a in datas])
+    if len(cshape) > layout.MAX_RANK:
+        return None
+    try:
+        kern = get_kernel(backend, op, [_dt.from_numpy_dtype(a.dtype) for a in datas], odt)
+    except NotImplementedError:
+        return None
+    backend._check_dtype(odt.np, op.name)
+    shape4, strides4 = layout.pad4(cshape, cstrides)
+    m = layout.meta(shape4, strides4, [0] * (1 + len(datas)))
+    if shape4[0] == shape4[1] == shape4[2] == 1:
+        m[0] = 0      # the 1-D path
+    mv = m.view(meta_struct(1 + len(datas)))
+    grid, block = (min((n + BLOCK - 1) // BLOCK, MAX_BLOCKS),), (BLOCK,)
+    kinds = [None if isinstance(a, Tensor) else t._dtype for a, t in zip(args, ins)]
+    device, make, on, cp_empty, onp = backend.device, Tensor._make, backend.on(), backend.cp.empty, odt.np
+    out_key = (odt, device, shape, tuple(s * odt.itemsize for s in contig), True)
+    out_sig = _layout_ids.setdefault(out_key, len(_layout_ids))
+    prof_active = registry._profiler._active
+
+    def plan(args):
+        ts = [a if k is None else _scalar_tensor(a, k, device) for a, k in zip(args, kinds)]
+        if prof_active[0] is not None or registry._TIMED:    # the general path records the kernel
+            return registry.run(op, ts, {}, [meta])[0]
+        with on:
+            o = cp_empty(shape, onp)
+            kern(grid, block, (o, *[t._data.a for t in ts], mv))
+        backend.launches += 1
+        backend._track()
+        t = make(CUDAArray(o), device, odt)
+        t._sig = out_sig
+        return t
+    return plan
 
 
 def compile_group(backend, group):
