@@ -215,7 +215,7 @@ class CUDABackend(Backend):
         self._on = _On(index, self.stream)
         self.modules = ModuleCache(self)
         self._ew_kernels: dict = {}
-        self._structs: dict = {}
+        self.layouts: dict = {}        # elementwise launch layout -> (threads, meta struct): render.run_strided
         self.peak = 0
         self.num_allocs = 0
         self.launches = 0
@@ -331,17 +331,14 @@ class CUDABackend(Backend):
 
     # ---------------------------------------------------------------- execution
     def launch(self, kern, n, arrays, meta):
-        """Launch an elementwise kernel over ``n`` threads: ``kern(*arrays, meta)`` (``meta`` by value)."""
+        """Launch an elementwise kernel over ``n`` threads: ``kern(*arrays, meta)`` (``meta``: the
+        struct view of the int64 metadata, ``render.meta_struct``, passed by value)."""
         if n <= 0:
             return
-        from .render import BLOCK, MAX_BLOCKS, meta_struct
-        k = len(arrays)
-        st = self._structs.get(k)
-        if st is None:
-            st = self._structs[k] = meta_struct(k)
+        from .render import BLOCK, MAX_BLOCKS
         blocks = min((n + BLOCK - 1) // BLOCK, MAX_BLOCKS)
         with self._on:
-            kern((blocks,), (BLOCK,), (*arrays, meta.view(st)))
+            kern((blocks,), (BLOCK,), (*arrays, meta))
         self.launches += 1
 
     def synchronize(self):

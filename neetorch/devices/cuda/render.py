@@ -14,6 +14,7 @@ compile every kernel with ``nvcc`` on a machine without a GPU.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 
@@ -54,6 +55,7 @@ def _meta_decl(nops: int) -> tuple[str, str]:
     return name, f"#ifndef NEE_META{k}\n#define NEE_META{k}\ntypedef struct {{ llong v[{k}]; }} {name};\n#endif\n"
 
 
+@functools.lru_cache(maxsize=None)
 def meta_struct(nops: int):
     """The numpy structured dtype matching ``nee_meta{4 + 5 * nops}`` (passed by value)."""
     return np.dtype({"names": ["v"], "formats": [(np.int64, (4 + 5 * nops,))]})
@@ -170,9 +172,16 @@ def _broadcast(shape, a):
 
 
 def run_strided(backend, kern, outs: list, ins: list) -> None:
-    """Launch ``kern`` over ``outs`` (same shape, any layout) reading broadcast ``ins``."""
+    """Launch ``kern`` over ``outs`` (same shape, any layout) reading broadcast ``ins``.  The launch
+    metadata depends only on the shapes, byte strides and item sizes (CuPy views point at their first
+    element): it is worked out once per layout and kept (``backend.layouts``)."""
     shape = outs[0].shape
     arrs = list(outs) + list(ins)
+    key = (shape, tuple((a.a.shape, a.a.strides, a.a.itemsize) for a in arrs))
+    hit = backend.layouts.get(key)
+    if hit is not None:
+        backend.launch(kern, hit[0], [a.a for a in arrs], hit[1])
+        return
     strides = [list(o.estrides) for o in outs] + [_broadcast(shape, a) for a in ins]
     cshape, cstrides = layout.collapse(shape, strides)
     ptrs = [a.a for a in arrs]          # each view's first element; offsets below are relative to it
@@ -183,7 +192,10 @@ def run_strided(backend, kern, outs: list, ins: list) -> None:
             o2 = [sum(i * st[d] for d, i in enumerate(idx)) for st in cstrides]
             _launch4(backend, kern, ptrs, cshape[lead:], [st[lead:] for st in cstrides], o2)
         return
-    _launch4(backend, kern, ptrs, cshape, cstrides, offs)
+    n, mv = _launch4(backend, kern, ptrs, cshape, cstrides, offs)
+    if len(backend.layouts) >= 4096:
+        backend.layouts.clear()
+    backend.layouts[key] = (n, mv)
 
 
 def _launch4(backend, kern, ptrs, cshape, cstrides, offs):
@@ -192,7 +204,9 @@ def _launch4(backend, kern, ptrs, cshape, cstrides, offs):
     m = layout.meta(shape4, strides4, offs)
     if shape4[0] == shape4[1] == shape4[2] == 1:
         m[0] = 0      # the 1-D path
-    backend.launch(kern, n, ptrs, m)
+    mv = m.view(meta_struct(len(ptrs)))
+    backend.launch(kern, n, ptrs, mv)
+    return n, mv
 
 
 def launch(backend, op, out, ins: list) -> None:
