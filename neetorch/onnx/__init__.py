@@ -16,5 +16,6 @@ __all__ = ["InferenceSession", "NodeArg", "OnnxError", "ModelLoadError", "Unsupp
 
 
 def supported_ops() -> list:
-    from . import ops_math, ops_tensor, ops_nn, ops_control  # noqa: F401
+    from .lowering import load_op_modules
+    load_op_modules()
     return sorted(OPS)

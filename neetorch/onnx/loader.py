@@ -20,6 +20,7 @@ __all__ = ["OnnxError", "ModelLoadError", "UnsupportedModelError", "InvalidInput
            "MIN_OPSET", "max_opset", "tensor_to_numpy", "ONNX_TO_NP"]
 
 MIN_OPSET = 13
+ML_MAX_OPSET = 5  # the ai.onnx.ml opsets neetorch/onnx/ops_ml.py implements (TreeEnsemble is ai.onnx.ml 5)
 
 
 class OnnxError(RuntimeError):
@@ -173,10 +174,14 @@ def load_model(model, *, check: bool = True):
     if op > hi:
         raise UnsupportedModelError(f"model uses default-domain opset {op}; supported: {MIN_OPSET}..{hi} (the "
                                     f"installed onnx {onnx.__version__} knows up to {hi})")
-    used = {n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.preview")}
+    used = {n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.ml")}
     if used:
         raise UnsupportedModelError(f"model uses operator domains {sorted(used)}; supported: the default ONNX "
-                                    f"domain at opsets {MIN_OPSET}..{hi}")
+                                    f"domain at opsets {MIN_OPSET}..{hi} and ai.onnx.ml (classical ML ops, "
+                                    f"neetorch/onnx/ops_ml.py)")
+    ml = [int(o.version) for o in m.opset_import if o.domain == "ai.onnx.ml"]
+    if ml and ml[0] > ML_MAX_OPSET:
+        raise UnsupportedModelError(f"model uses ai.onnx.ml opset {ml[0]}; supported: 1..{ML_MAX_OPSET}")
     # the checker and shape inference each serialize a ModelProto they are given: serialize once
     # (a 40 MB model costs ~50 ms per serialization)
     data = None
@@ -190,7 +195,8 @@ def load_model(model, *, check: bool = True):
                 onnx.checker.check_model(data)
         except Exception as e:  # noqa: BLE001
             raise ModelLoadError(f"ONNX checker rejected the model: {e}") from None
-    if op < MIN_OPSET:
+    # a model of ai.onnx.ml nodes only imports no default-domain opset: nothing to convert
+    if op < MIN_OPSET and any(o.domain in ("", "ai.onnx") for o in m.opset_import):
         try:
             from onnx import version_converter
             m = version_converter.convert_version(m, MIN_OPSET)

@@ -162,15 +162,24 @@ def op_key(n) -> str:
     return n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"
 
 
+def load_op_modules() -> None:
+    """Import every module that fills :data:`OPS` (one list: lowering, checks and ``supported_ops``)."""
+    from . import ops_control, ops_math, ops_ml, ops_nn, ops_signal, ops_tensor, ops_vision  # noqa: F401
+
+
 def unsupported_nodes(graph, opset: int | None = None) -> list:
     """[(op_type, node name)] of every node (subgraphs included) with no lowering."""
-    from . import ops_math, ops_tensor, ops_nn, ops_control, ops_vision, ops_signal  # noqa: F401  (fill the table)
+    load_op_modules()
     bad = []
 
     def walk(g):
         for n in g.node:
-            if op_key(n) not in OPS:
-                bad.append((n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}",
+            fn = OPS.get(op_key(n))
+            # an op function may refuse some forms of its op up front (ops_ml: string attributes)
+            why = fn.unsupported_reason(n) if fn is not None and hasattr(fn, "unsupported_reason") else None
+            if fn is None or why:
+                t = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+                bad.append((f"{t} with {why}" if why else t,
                             n.name or f"<unnamed {n.op_type} -> {', '.join(n.output)}>"))
             for a in n.attribute:
                 if a.type == a.GRAPH:
@@ -185,7 +194,7 @@ class Program:
     """A lowered ONNX graph: ``program(*input_tensors) -> tuple of output tensors``."""
 
     def __init__(self, graph, initializers: dict, device, opset: int, output_types=None):
-        from . import ops_math, ops_tensor, ops_nn, ops_control, ops_vision, ops_signal  # noqa: F401
+        load_op_modules()
         self.graph = graph
         self.ctx = Ctx(device, opset, self)
         self.input_names = [i.name for i in graph.input if i.name not in initializers]
