@@ -335,9 +335,15 @@ def _exact_reference(op, inputs, attrs, metas):
 
 
 def _placeholder(dev, m):
-    """A buffer of ones with ``m``'s shape and dtype on ``dev`` (values never used)."""
+    """A buffer with ``m``'s shape and dtype on ``dev`` (values never used: an op reading them makes
+    the trace run eagerly).  Integer and bool placeholders hold ones (a frontend's zero-divisor or index
+    check that reads the buffer directly passes); floating ones on the CPU hold zeros from calloc, whose
+    pages are never touched, so a large placeholder costs nothing (filling them with ones took seconds
+    for a tree ensemble's tables)."""
     import numpy as np
     if dev.type == "cpu":
+        if m.dtype.category == 2:
+            return np.zeros(m.shape, m.dtype.np)
         return np.ones(m.shape, m.dtype.np)
     from ..devices import get_backend
     b = get_backend(dev)
