@@ -5,7 +5,7 @@
 #
 # Steps (each logged; the script goes on after a failing step and exits non-zero at the end):
 #   0. environment: nvidia-smi, nvcc, python, the installed neetorch[cuda] (cupy-cuda12x), nee.devices()
-#   1. tests/test_cuda.py            the CUDA backend: nvcc compile of every kernel + the GPU half
+#   1. tests/test_cuda.py, test_cuda_nn.py   the CUDA backend: nvcc compile of every kernel + the GPU half
 #   2. tests/test_cross_device.py    the op suite and the jit functions on every available device (cuda included)
 #   3. tests/test_jit.py             the JIT suite (CPU; guards the shared renderer code)
 #   4. bench/cuda_bench.py           fused chain vs copy bandwidth, matmul vs cupy @, launch overhead
@@ -60,7 +60,7 @@ import cupy; print('cupy', cupy.__version__, 'CUDA runtime', cupy.cuda.runtime.r
                    'driver', cupy.cuda.runtime.driverGetVersion())
 assert any(d.type == 'cuda' and d.available for d in nee.devices()), 'the cuda backend sees no device'
 "
-step test_cuda $PY -m pytest -v -rs ${XDIST:+-n $XDIST} tests/test_cuda.py ${PYTEST_ARGS:-}
+step test_cuda $PY -m pytest -v -rs ${XDIST:+-n $XDIST} tests/test_cuda.py tests/test_cuda_nn.py ${PYTEST_ARGS:-}
 step test_cross_device $PY -m pytest -q -rs ${XDIST:+-n $XDIST} tests/test_cross_device.py -k "cuda or fallback" ${PYTEST_ARGS:-}
 step test_jit $PY -m pytest -q tests/test_jit.py ${PYTEST_ARGS:-}
 step cuda_bench $PY bench/cuda_bench.py --json "$OUT/cuda_bench.json" ${BENCH_ARGS:-}

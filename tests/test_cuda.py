@@ -199,6 +199,8 @@ def test_every_claimed_elementwise_kernel_and_fused_group_compiles_with_nvcc(tmp
         sources[kname] = src
     n_groups = len(sources) - n_ew
     sources.update(cuda_rows.all_sources())          # softmax / norms: one kernel per op x dtype
+    from neetorch.devices.cuda import nn as cuda_nn
+    sources.update(cuda_nn.all_sources())            # conv / pooling / indexing / tril (tests/test_cuda_nn.py)
     pats = {name for name, _ in groups}
     assert n_ew >= 800 and n_groups >= 150 and len(pats) >= 140, (n_ew, n_groups, len(pats))
     ptx = nvcc_compile(tmp_path, list(sources.items()))
@@ -245,7 +247,7 @@ def test_static_claims_match_supports():
     assert {"add", "exp", "where", "sum", "mean", "softmax", "log_softmax", "matmul"} <= set(claims)
     assert "float16" in claims["add"] and "float16" in claims["exp"] and "bool" in claims["eq"]
     assert "float32" not in claims["bitwise_and"] and claims["matmul"] == {"float16", "float32", "float64"}
-    assert "sort" not in claims and "conv2d" not in claims
+    assert "median" not in claims and claims["conv2d"] == {"float16", "float32", "float64"}
     for name, dts in claims.items():
         op = OPS[name]
         for dn in dts:
@@ -262,7 +264,7 @@ def test_static_claims_match_supports():
             if {x.name for x in ins + [odt]} <= dts:
                 assert bk.supports(name, ins + [odt]) is None, (name, dn)
     # and what is not claimed has a reason
-    assert "no cuda kernel for sort" == bk.supports("sort", [_dt.float32, _dt.float32, _dt.int64])
+    assert "no cuda kernel for median" == bk.supports("median", [_dt.float32, _dt.float32, _dt.int64])
     assert "cuBLAS" in bk.supports("matmul", [_dt.int32, _dt.int32, _dt.int32])
 
 
@@ -644,15 +646,15 @@ def test_fused_jit_groups_match_eager_cpu(bk):
 def test_fallback_visible_and_strict(bk):
     nee.reset_fallbacks()
     a = np.array([[3.0, 1.0, 2.0], [0.5, -1.0, 9.0]], np.float32)
-    v = nee.sort(cu(a), dim=1)
+    v = nee.median(cu(a), dim=1)       # an op the cuda backend does not claim (sort is: tests/test_cuda_nn.py)
     vals = v[0] if isinstance(v, tuple) else v.values
     assert vals.device.type == "cuda"
-    np.testing.assert_array_equal(host(vals), np.sort(a, 1))
-    assert any(r.op == "sort" and r.device == "cuda:0" for r in nee.fallback_report().records.values())
+    np.testing.assert_array_equal(host(vals), [2.0, 0.5])
+    assert any(r.op == "median" and r.device == "cuda:0" for r in nee.fallback_report().records.values())
     nee.set_strict(True)
     try:
-        with pytest.raises(nee.FallbackError, match="sort"):
-            nee.sort(cu(a), dim=1)
+        with pytest.raises(nee.FallbackError, match="median"):
+            nee.median(cu(a), dim=1)
         (cu(a) + 1).sum()
     finally:
         nee.set_strict(False)

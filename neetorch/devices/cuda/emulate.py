@@ -331,6 +331,14 @@ def _module():
     m.matmul = _matmul
     m.tanh = lambda a: _new(np.tanh(_h(a)))
     m.sqrt = lambda a: _new(np.sqrt(_h(a)))
+    m.cumsum = lambda a, axis=None, dtype=None: _new(np.cumsum(_h(a), axis=axis, dtype=dtype))
+    m.cumprod = lambda a, axis=None, dtype=None: _new(np.cumprod(_h(a), axis=axis, dtype=dtype))
+    m.argsort = lambda a, axis=-1: _new(np.argsort(_h(a), axis=axis, kind="stable").astype(np.int64))
+    m.nonzero = lambda a: tuple(_new(i.astype(np.int64)) for i in np.nonzero(_h(a)))
+    m.einsum = lambda eq, *ops: _new(np.einsum(eq, *[_h(o) for o in ops]))
+    m.nansum = _red(np.nansum)
+    m.remainder = lambda a, b: _new(np.remainder(_h(a), _h(b)))
+    m.count_nonzero = lambda a, axis=None: _new(np.asarray(np.count_nonzero(_h(a), axis=axis), np.int64))
     m.float32 = np.float32
     m.empty_like = lambda a: ndarray(a.shape, a.dtype)
     m.copyto = lambda dst, src: dst.set(_h(src))

@@ -12,6 +12,8 @@
 * ``cat`` / ``flip``: the generated ``cast`` kernel writing into views (every dtype);
 * ``layer_norm`` / ``rms_norm``: one generated row kernel (:mod:`.rows`) when input, weight and
   bias are contiguous, else CuPy; statistics in float64 like the CPU kernel.
+* convolution, pooling, resampling, ``pad``, indexing / scatter, scans, arg reductions, sorting,
+  ``einsum``, ``group_norm``, ``tril`` / ``triu`` ...: :mod:`.nn` (its docstring lists them).
 
 Each function may carry ``fn.claims(backend, dtypes) -> None | reason`` (``dtypes``: input
 dtypes then output dtypes); :func:`static_claims` derives the ``{op: dtype names}``
@@ -244,6 +246,8 @@ def build_table() -> dict:
     table["flip"] = _flip
     table["layer_norm"] = _norm(False)
     table["rms_norm"] = _norm(True)
+    from . import nn as _nn  # conv, pooling, indexing, sorting, ...: see nn.py
+    table.update(_nn.table())
     return table
 
 
@@ -270,4 +274,6 @@ def static_claims() -> dict[str, frozenset[str]]:
     out["softmax"] = out["log_softmax"] = out["matmul"] = frozenset(FLOATS)
     out["layer_norm"] = out["rms_norm"] = frozenset(FLOATS)
     out["cat"] = out["flip"] = frozenset(STORAGE)
+    from . import nn as _nn
+    out.update(_nn.static_claims())
     return out
