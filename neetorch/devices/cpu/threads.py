@@ -14,7 +14,9 @@ BLAS (OpenBLAS, through numpy) runs single-threaded inside neetorch's kernels: i
 worker threads would compete with this pool, and one descheduled BLAS worker stalls
 every call (measured: a 2-thread OpenBLAS made ONNX BERT 4.7x slower than 1 thread on
 the shared 2-core box).  Large products are split across this pool instead
-(``kernels/linalg.py``), so ``nee.set_num_threads`` governs all CPU parallelism.
+(``kernels/linalg.py``), or, for float32/float64, across the native workers of
+``gemm_driver`` (one GIL-free call per product, ``set_num_threads - 1`` workers), so
+``nee.set_num_threads`` governs all CPU parallelism.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ... import _env
 
-__all__ = ["get_num_threads", "set_num_threads", "run_parallel", "split", "serial_blas", "blas_threads"]
+__all__ = ["blas_threads", "get_num_threads", "run_parallel", "serial_blas", "set_num_threads", "split"]
 
 NUM_THREADS = _env.NUM_THREADS
 _pool: ThreadPoolExecutor | None = None
@@ -122,7 +124,7 @@ class serial_blas:
 # ------------------------------------------------------------------ the pool
 class _Job:
     """Chunks claimed one at a time by whichever thread is free (see the module docs)."""
-    __slots__ = ("fn", "chunks", "n", "claim", "left", "lock", "done", "error")
+    __slots__ = ("chunks", "claim", "done", "error", "fn", "left", "lock", "n")
 
     def __init__(self, fn, chunks):
         self.fn = fn

@@ -1,0 +1,729 @@
+"""Matrix products split across cores by one native call: BLAS blocks on GIL-free worker threads.
+
+Splitting a product through the Python pool (``threads.run_parallel``) costs tens of µs per call
+(futures, locks, GIL hand-offs, thread wake-ups): more than half of a 100 µs product, so 2 cores
+gave ~1.4x on the 128-row products of a transformer block.  Here the whole split is one
+builtin call (``llvm_call``: the GIL is released for its duration) into a small LLVM-compiled
+driver that:
+
+* sets OpenBLAS (the library numpy uses) to one thread for the call and restores the count it
+  found after (as ``threads.serial_blas`` does; concurrent calls may see each other's setting:
+  only speed, never results, depends on it),
+* publishes a job (a descriptor, :func:`plan`: dtype, M, N, K, leading dims, transposes, batch
+  count and byte strides, how each matrix is cut into blocks of rows or of columns) in a shared
+  state array and wakes the driver's workers when they sleep (native loops, each run by a
+  daemon Python thread that called into the driver once and never holds the GIL),
+* claims blocks alongside the workers, one ``cblas_?gemm`` per block (``cblas_?gemv`` when the
+  product has one row or one column: OpenBLAS's gemm packs the whole matrix for it), then waits
+  only for blocks a worker has already started: ``SPIN_PAUSE_US`` spinning, then asleep on a
+  futex the worker finishing the last block wakes (a descheduled worker needs a core; a
+  caller that kept spinning or yielding would hold its own while the worker waits for one).
+
+Claims are CAS on one 64-bit word (generation : block count : next block), so a worker that is
+scheduled late claims nothing of a finished job, and a job never waits for a worker that has
+not started (the claiming design of ``threads.run_parallel``).  After a job the workers spin
+for ``SPIN_US`` (products come in bursts: the linears of a layer), the first ``SPIN_PAUSE_US``
+on ``pause`` and then yielding the core at each check, then sleep on a futex.  One job at a
+time: a caller that finds the driver busy (another thread's product, a nested call) runs its
+blocks itself, serially, without waiting.
+
+Linux x86-64 / aarch64 with the ILP64 ``scipy_openblas64_`` numpy ships only; :func:`available`
+is False elsewhere (or when the self-test fails) and callers keep their pool path.  After
+``fork`` the child gets a fresh state; its workers start on its first product.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import glob
+import hashlib
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+__all__ = ["SPIN_US", "available", "gemm", "plan", "run", "workers"]
+
+# worker spin after a job before sleeping on the futex: the products of a layer come tens of µs
+# apart, and a futex wake-up costs ~20-60 µs on this box
+SPIN_US = float(os.environ.get("NEE_MATMUL_SPIN_US", "100"))
+# of which the first SPIN_PAUSE_US on ``pause`` only; then each check yields the core (sched_yield),
+# so a worker sharing a core with the caller or another process hands it over at once.  A caller
+# waiting for a worker's block spins SPIN_PAUSE_US too, then sleeps
+SPIN_PAUSE_US = float(os.environ.get("NEE_MATMUL_SPIN_PAUSE_US", "20"))
+
+# state slots (int64), hot words on their own cache lines
+_WORD, _DONE, _SEQ, _SLEEPERS = 0, 8, 16, 17
+_JOB_D, _JOB_A, _JOB_B, _JOB_C = 24, 25, 26, 27
+_SGEMM, _DGEMM, _SYSCALL, _YIELD, _SPIN, _SHUTDOWN, _ACTIVE, _SPIN_PAUSE = 32, 33, 34, 35, 36, 37, 38, 39
+_LOCK = 40
+_BLASSET = 41   # openblas_set_num_threads_local (0: none)
+_SGEMV, _DGEMV = 42, 43
+_WTASKS = 44    # blocks run by workers (a statistic)
+_DSEQ, _CWAIT = 48, 49   # futex word a caller waiting for a worker's last block sleeps on; 1 while it does
+_NSTATE = 56
+
+# descriptor slots
+D_MODE, D_ARG, D_DTYPE, D_M, D_N, D_K, D_LDA, D_LDB, D_LDC, D_TA, D_TB = range(11)
+D_NB, D_SA, D_SB, D_SC, D_SPLIT, D_NCH, D_ALIGN, D_NTASKS, D_NWORK = range(11, 20)
+NDESC = 24
+NO_TRANS, TRANS = 111, 112
+MAX_TASKS = (1 << 20) - 1
+
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+def _ir() -> str:
+    i64p = "i64*"
+    gemm_s = "void (i32, i32, i32, i64, i64, i64, float, i8*, i64, i8*, i64, float, i8*, i64)*"
+    gemm_d = "void (i32, i32, i32, i64, i64, i64, double, i8*, i64, i8*, i64, double, i8*, i64)*"
+    gemv_s = "void (i32, i32, i64, i64, float, i8*, i64, i8*, i64, float, i8*, i64)*"
+    gemv_d = "void (i32, i32, i64, i64, double, i8*, i64, i8*, i64, double, i8*, i64)*"
+    futex = _SYS_FUTEX[os.uname().machine]
+
+    def slot(name, base, k):
+        return (f"  %{name}.p = getelementptr i64, i64* {base}, i64 {k}\n"
+                f"  %{name} = load i64, i64* %{name}.p\n")
+
+    task = f"""
+define internal void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %t) {{
+entry:
+{slot('nch', '%d', D_NCH)}{slot('dt', '%d', D_DTYPE)}{slot('M', '%d', D_M)}{slot('N', '%d', D_N)}\
+{slot('K', '%d', D_K)}{slot('lda', '%d', D_LDA)}{slot('ldb', '%d', D_LDB)}{slot('ldc', '%d', D_LDC)}\
+{slot('ta', '%d', D_TA)}{slot('tb', '%d', D_TB)}{slot('sA', '%d', D_SA)}{slot('sB', '%d', D_SB)}\
+{slot('sC', '%d', D_SC)}{slot('split', '%d', D_SPLIT)}{slot('align', '%d', D_ALIGN)}
+  %bi = udiv i64 %t, %nch
+  %j = urem i64 %t, %nch
+  %isf = icmp eq i64 %dt, 0
+  %isz = select i1 %isf, i64 4, i64 8
+  %oA = mul i64 %bi, %sA
+  %oB = mul i64 %bi, %sB
+  %oC = mul i64 %bi, %sC
+  %Ab = getelementptr i8, i8* %A, i64 %oA
+  %Bb = getelementptr i8, i8* %B, i64 %oB
+  %Cb = getelementptr i8, i8* %C, i64 %oC
+  %rows = icmp eq i64 %split, 0
+  %n = select i1 %rows, i64 %M, i64 %N
+  %n1 = add i64 %n, %align
+  %n2 = sub i64 %n1, 1
+  %blocks = udiv i64 %n2, %align
+  %sb0 = mul i64 %j, %blocks
+  %sblk = udiv i64 %sb0, %nch
+  %j1 = add i64 %j, 1
+  %eb0 = mul i64 %j1, %blocks
+  %eblk = udiv i64 %eb0, %nch
+  %s0 = mul i64 %sblk, %align
+  %e0 = mul i64 %eblk, %align
+  %sc = icmp ult i64 %s0, %n
+  %s = select i1 %sc, i64 %s0, i64 %n
+  %ec = icmp ult i64 %e0, %n
+  %e = select i1 %ec, i64 %e0, i64 %n
+  %len = sub i64 %e, %s
+  %empty = icmp sle i64 %len, 0
+  br i1 %empty, label %out, label %go
+go:
+  %sisz = mul i64 %s, %isz
+  %taN = icmp eq i64 %ta, {NO_TRANS}
+  %sl = mul i64 %sisz, %lda
+  %offAr = select i1 %taN, i64 %sl, i64 %sisz
+  %offA = select i1 %rows, i64 %offAr, i64 0
+  %tbN = icmp eq i64 %tb, {NO_TRANS}
+  %slb = mul i64 %sisz, %ldb
+  %offBc = select i1 %tbN, i64 %sisz, i64 %slb
+  %offB = select i1 %rows, i64 0, i64 %offBc
+  %slc = mul i64 %sisz, %ldc
+  %offC = select i1 %rows, i64 %slc, i64 %sisz
+  %A2 = getelementptr i8, i8* %Ab, i64 %offA
+  %B2 = getelementptr i8, i8* %Bb, i64 %offB
+  %C2 = getelementptr i8, i8* %Cb, i64 %offC
+  %M2 = select i1 %rows, i64 %len, i64 %M
+  %N2 = select i1 %rows, i64 %N, i64 %len
+  %m1 = icmp eq i64 %M, 1
+  %nn1 = icmp eq i64 %N, 1
+  %isgv = or i1 %m1, %nn1
+  br i1 %isgv, label %gemv, label %gemm
+gemv:
+  ; one row (M == 1): y = op(B)^T x, the matrix is B's block, x is A's row, y C's row;
+  ; one column (N == 1): y = op(A) x, the matrix is A's block, x is B's column, y C's column.
+  ; (OpenBLAS's gemm packs the whole matrix for one row: 2-3x slower than its gemv from memory)
+  %r_rows = select i1 %tbN, i64 %K, i64 %N2
+  %r_cols = select i1 %tbN, i64 %N2, i64 %K
+  %r_tr = select i1 %tbN, i32 112, i32 111
+  %r_incx = select i1 %taN, i64 1, i64 %lda
+  %c_rows = select i1 %taN, i64 %M2, i64 %K
+  %c_cols = select i1 %taN, i64 %K, i64 %M2
+  %c_tr = select i1 %taN, i32 111, i32 112
+  %c_incx = select i1 %tbN, i64 %ldb, i64 1
+  %v_rows = select i1 %m1, i64 %r_rows, i64 %c_rows
+  %v_cols = select i1 %m1, i64 %r_cols, i64 %c_cols
+  %v_tr = select i1 %m1, i32 %r_tr, i32 %c_tr
+  %v_mat = select i1 %m1, i8* %B2, i8* %A2
+  %v_ld = select i1 %m1, i64 %ldb, i64 %lda
+  %v_x = select i1 %m1, i8* %A2, i8* %B2
+  %v_incx = select i1 %m1, i64 %r_incx, i64 %c_incx
+  %v_incy = select i1 %m1, i64 1, i64 %ldc
+  br i1 %isf, label %v32, label %v64
+v32:
+  %svp = getelementptr i64, i64* %st, i64 {_SGEMV}
+  %svi = load i64, i64* %svp
+  %sv = inttoptr i64 %svi to {gemv_s}
+  call void %sv(i32 101, i32 %v_tr, i64 %v_rows, i64 %v_cols, float 1.0, i8* %v_mat, i64 %v_ld, i8* %v_x, \
+i64 %v_incx, float 0.0, i8* %C2, i64 %v_incy)
+  br label %out
+v64:
+  %dvp = getelementptr i64, i64* %st, i64 {_DGEMV}
+  %dvi = load i64, i64* %dvp
+  %dv = inttoptr i64 %dvi to {gemv_d}
+  call void %dv(i32 101, i32 %v_tr, i64 %v_rows, i64 %v_cols, double 1.0, i8* %v_mat, i64 %v_ld, i8* %v_x, \
+i64 %v_incx, double 0.0, i8* %C2, i64 %v_incy)
+  br label %out
+gemm:
+  %ta32 = trunc i64 %ta to i32
+  %tb32 = trunc i64 %tb to i32
+  br i1 %isf, label %f32, label %f64
+f32:
+  %sgp = getelementptr i64, i64* %st, i64 {_SGEMM}
+  %sgi = load i64, i64* %sgp
+  %sg = inttoptr i64 %sgi to {gemm_s}
+  call void %sg(i32 101, i32 %ta32, i32 %tb32, i64 %M2, i64 %N2, i64 %K, float 1.0, i8* %A2, i64 %lda, \
+i8* %B2, i64 %ldb, float 0.0, i8* %C2, i64 %ldc)
+  br label %out
+f64:
+  %dgp = getelementptr i64, i64* %st, i64 {_DGEMM}
+  %dgi = load i64, i64* %dgp
+  %dg = inttoptr i64 %dgi to {gemm_d}
+  call void %dg(i32 101, i32 %ta32, i32 %tb32, i64 %M2, i64 %N2, i64 %K, double 1.0, i8* %A2, i64 %lda, \
+i8* %B2, i64 %ldb, double 0.0, i8* %C2, i64 %ldc)
+  br label %out
+out:
+  ret void
+}}
+
+; the next unclaimed block of the published job, or -1
+define internal i64 @nee_claim(i64* %word) {{
+entry:
+  br label %loop
+loop:
+  %w = load atomic i64, i64* %word seq_cst, align 8
+  %idx = and i64 %w, 1048575
+  %hi = lshr i64 %w, 20
+  %nt = and i64 %hi, 1048575
+  %has = icmp ult i64 %idx, %nt
+  br i1 %has, label %try, label %none
+try:
+  %w1 = add i64 %w, 1
+  %r = cmpxchg i64* %word, i64 %w, i64 %w1 seq_cst seq_cst
+  %ok = extractvalue {{ i64, i1 }} %r, 1
+  br i1 %ok, label %got, label %loop
+got:
+  ret i64 %idx
+none:
+  ret i64 -1
+}}
+
+define internal void @nee_pause() {{
+  {'call void @llvm.x86.sse2.pause()' if os.uname().machine == 'x86_64' else 'call void asm sideeffect "yield", ""()'}
+  ret void
+}}
+
+define internal void @nee_futex(i64* %st, i64 %slot, i64 %op, i64 %val) {{
+  %fp = getelementptr i64, i64* %st, i64 {_SYSCALL}
+  %fi = load i64, i64* %fp
+  %f = inttoptr i64 %fi to i64 (i64, ...)*
+  %sq = getelementptr i64, i64* %st, i64 %slot
+  %a = bitcast i64* %sq to i8*
+  %r = call i64 (i64, ...) %f(i64 {futex}, i8* %a, i64 %op, i64 %val, i8* null, i8* null, i64 0)
+  ret void
+}}
+
+define internal void @nee_yield(i64* %st) {{
+  %fp = getelementptr i64, i64* %st, i64 {_YIELD}
+  %fi = load i64, i64* %fp
+  %f = inttoptr i64 %fi to i32 ()*
+  %r = call i32 %f()
+  ret void
+}}
+"""
+    seq32 = (f"  %sq64 = getelementptr i64, i64* %st, i64 {_SEQ}\n"
+             "  %seq = bitcast i64* %sq64 to i32*\n")
+    main = f"""
+define void @"kernel"(i8* %sti, i8* %di, i8* %A, i8* %B, i8* %C) {{
+entry:
+  %st = bitcast i8* %sti to {i64p}
+  %d = bitcast i8* %di to {i64p}
+{seq32}  %wordp = getelementptr i64, i64* %st, i64 {_WORD}
+  %donep = getelementptr i64, i64* %st, i64 {_DONE}
+  %sleepp = getelementptr i64, i64* %st, i64 {_SLEEPERS}
+  %lockp = getelementptr i64, i64* %st, i64 {_LOCK}
+{slot('mode', '%d', D_MODE)}{slot('ntasks', '%d', D_NTASKS)}
+  switch i64 %mode, label %job [ i64 1, label %worker
+                                 i64 2, label %tsc ]
+tsc:
+  %now = call i64 @llvm.readcyclecounter()
+  %tp = getelementptr i64, i64* %d, i64 {D_ARG}
+  store i64 %now, i64* %tp
+  ret void
+
+job:
+  ; BLAS single-threaded for the job (its own threads would fight the workers); restored after
+  ; by whoever found it at another count (concurrent jobs: the last one to restore wins, and it
+  ; restores the count it found, the user's)
+  %bsp = getelementptr i64, i64* %st, i64 {_BLASSET}
+  %bsi = load i64, i64* %bsp
+  %hasbs = icmp ne i64 %bsi, 0
+  %bsf = inttoptr i64 %bsi to i32 (i32)*
+  br i1 %hasbs, label %bset, label %job2
+bset:
+  %prev0 = call i32 %bsf(i32 1)
+  br label %job2
+job2:
+  %prev = phi i32 [ 1, %job ], [ %prev0, %bset ]
+{slot('nwork0', '%d', D_NWORK)}  %one = icmp ule i64 %ntasks, 1
+  %nowork = icmp eq i64 %nwork0, 0
+  %alone = or i1 %one, %nowork
+  br i1 %alone, label %serial, label %trylock
+trylock:
+  %lk = cmpxchg i64* %lockp, i64 0, i64 1 seq_cst seq_cst
+  %locked = extractvalue {{ i64, i1 }} %lk, 1
+  br i1 %locked, label %publish, label %serial
+serial:
+  %i = phi i64 [ 0, %job2 ], [ 0, %trylock ], [ %i1, %serial_body ]
+  %more = icmp ult i64 %i, %ntasks
+  br i1 %more, label %serial_body, label %restore
+serial_body:
+  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %i)
+  %i1 = add i64 %i, 1
+  br label %serial
+
+publish:
+{slot('nwork', '%d', D_NWORK)}  %actp0 = getelementptr i64, i64* %st, i64 {_ACTIVE}
+  store atomic i64 %nwork, i64* %actp0 seq_cst, align 8
+  %jd = getelementptr i64, i64* %st, i64 {_JOB_D}
+  %jdv = ptrtoint i8* %di to i64
+  store i64 %jdv, i64* %jd
+  %ja = getelementptr i64, i64* %st, i64 {_JOB_A}
+  %jav = ptrtoint i8* %A to i64
+  store i64 %jav, i64* %ja
+  %jb = getelementptr i64, i64* %st, i64 {_JOB_B}
+  %jbv = ptrtoint i8* %B to i64
+  store i64 %jbv, i64* %jb
+  %jc = getelementptr i64, i64* %st, i64 {_JOB_C}
+  %jcv = ptrtoint i8* %C to i64
+  store i64 %jcv, i64* %jc
+  store atomic i64 0, i64* %donep seq_cst, align 8
+  %w0 = load atomic i64, i64* %wordp seq_cst, align 8
+  %g0 = lshr i64 %w0, 40
+  %g1 = add i64 %g0, 1
+  %g = and i64 %g1, 16777215
+  %gs = shl i64 %g, 40
+  %ns = shl i64 %ntasks, 20
+  %nw = or i64 %gs, %ns
+  store atomic i64 %nw, i64* %wordp seq_cst, align 8
+  %old = atomicrmw add i32* %seq, i32 1 seq_cst
+  %sl = load atomic i64, i64* %sleepp seq_cst, align 8
+  %anysl = icmp sgt i64 %sl, 0
+  br i1 %anysl, label %wake, label %work
+wake:
+  call void @nee_futex(i64* %st, i64 {_SEQ}, i64 129, i64 2147483647)
+  br label %work
+work:
+  %t = call i64 @nee_claim(i64* %wordp)
+  %got = icmp sge i64 %t, 0
+  br i1 %got, label %work_body, label %wait
+work_body:
+  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %t)
+  %x = atomicrmw add i64* %donep, i64 1 seq_cst
+  br label %work
+wait:
+  ; blocks a worker started: spin SPIN_PAUSE_US, then sleep (a descheduled worker needs a core:
+  ; a spinning or yielding caller would keep its own, and the worker may wait on the other)
+  %cw0 = call i64 @llvm.readcyclecounter()
+  %cspp = getelementptr i64, i64* %st, i64 {_SPIN_PAUSE}
+  %cspin = load i64, i64* %cspp
+  %dseq64 = getelementptr i64, i64* %st, i64 {_DSEQ}
+  %dseq = bitcast i64* %dseq64 to i32*
+  %cwaitp = getelementptr i64, i64* %st, i64 {_CWAIT}
+  br label %wait_spin
+wait_spin:
+  %dn = load atomic i64, i64* %donep seq_cst, align 8
+  %fin = icmp uge i64 %dn, %ntasks
+  br i1 %fin, label %unlock, label %wait_more
+wait_more:
+  %cnow = call i64 @llvm.readcyclecounter()
+  %cel = sub i64 %cnow, %cw0
+  %clong = icmp sge i64 %cel, %cspin
+  br i1 %clong, label %wait_sleep, label %wait_pause
+wait_pause:
+  call void @nee_pause()
+  br label %wait_spin
+wait_sleep:
+  %dsv = load atomic i32, i32* %dseq seq_cst, align 4
+  store atomic i64 1, i64* %cwaitp seq_cst, align 8
+  %dn2 = load atomic i64, i64* %donep seq_cst, align 8
+  %fin2 = icmp uge i64 %dn2, %ntasks
+  br i1 %fin2, label %wait_end, label %wait_futex
+wait_futex:
+  %dsv64 = zext i32 %dsv to i64
+  call void @nee_futex(i64* %st, i64 {_DSEQ}, i64 128, i64 %dsv64)
+  br label %wait_sleep
+wait_end:
+  store atomic i64 0, i64* %cwaitp seq_cst, align 8
+  br label %unlock
+unlock:
+  store atomic i64 0, i64* %lockp seq_cst, align 8
+  br label %restore
+restore:
+  %same = icmp eq i32 %prev, 1
+  br i1 %same, label %ret, label %breset
+breset:
+  %r0 = call i32 %bsf(i32 %prev)
+  br label %ret
+ret:
+  ret void
+
+worker:
+{slot('me', '%d', D_ARG)}  %spinp = getelementptr i64, i64* %st, i64 {_SPIN}
+  %actp = getelementptr i64, i64* %st, i64 {_ACTIVE}
+  %shutp = getelementptr i64, i64* %st, i64 {_SHUTDOWN}
+  %t00 = call i64 @llvm.readcyclecounter()
+  br label %wloop
+wloop:
+  %last = phi i64 [ %t00, %worker ], [ %tw, %wdone ], [ %last, %wspin ], [ %tws, %wwoke ]
+  %sd = load atomic i64, i64* %shutp seq_cst, align 8
+  %stop = icmp ne i64 %sd, 0
+  br i1 %stop, label %ret, label %wcheck
+wcheck:
+  %act = load atomic i64, i64* %actp monotonic, align 8
+  %part = icmp slt i64 %me, %act
+  br i1 %part, label %wclaim, label %widle
+wclaim:
+  %wt = call i64 @nee_claim(i64* %wordp)
+  %wgot = icmp sge i64 %wt, 0
+  br i1 %wgot, label %wrun, label %widle
+wrun:
+  %jd2 = getelementptr i64, i64* %st, i64 {_JOB_D}
+  %jdi = load i64, i64* %jd2
+  %jdp = inttoptr i64 %jdi to i64*
+  %ja2 = getelementptr i64, i64* %st, i64 {_JOB_A}
+  %jai = load i64, i64* %ja2
+  %jap = inttoptr i64 %jai to i8*
+  %jb2 = getelementptr i64, i64* %st, i64 {_JOB_B}
+  %jbi = load i64, i64* %jb2
+  %jbp = inttoptr i64 %jbi to i8*
+  %jc2 = getelementptr i64, i64* %st, i64 {_JOB_C}
+  %jci = load i64, i64* %jc2
+  %jcp = inttoptr i64 %jci to i8*
+  %jntp = getelementptr i64, i64* %jdp, i64 {D_NTASKS}
+  %jnt = load i64, i64* %jntp
+  call void @nee_task(i64* %st, i64* %jdp, i8* %jap, i8* %jbp, i8* %jcp, i64 %wt)
+  %wtp = getelementptr i64, i64* %st, i64 {_WTASKS}
+  %y2 = atomicrmw add i64* %wtp, i64 1 monotonic
+  %y = atomicrmw add i64* %donep, i64 1 seq_cst
+  %y1 = add i64 %y, 1
+  %islast = icmp eq i64 %y1, %jnt
+  br i1 %islast, label %wlast, label %wdone
+wlast:
+  ; the job's last block: wake the caller if it went to sleep waiting for it
+  %dsq64 = getelementptr i64, i64* %st, i64 {_DSEQ}
+  %dsq = bitcast i64* %dsq64 to i32*
+  %dsold = atomicrmw add i32* %dsq, i32 1 seq_cst
+  %cwp2 = getelementptr i64, i64* %st, i64 {_CWAIT}
+  %cwv = load atomic i64, i64* %cwp2 seq_cst, align 8
+  %cwon = icmp ne i64 %cwv, 0
+  br i1 %cwon, label %wwakec, label %wdone
+wwakec:
+  call void @nee_futex(i64* %st, i64 {_DSEQ}, i64 129, i64 1)
+  br label %wdone
+wdone:
+  %tw = call i64 @llvm.readcyclecounter()
+  br label %wloop
+widle:
+  %now2 = call i64 @llvm.readcyclecounter()
+  %el = sub i64 %now2, %last
+  %spin = load i64, i64* %spinp
+  %keep = icmp slt i64 %el, %spin
+  br i1 %keep, label %wspin0, label %wsleep
+wspin0:
+  %spp = getelementptr i64, i64* %st, i64 {_SPIN_PAUSE}
+  %spv = load i64, i64* %spp
+  %hot = icmp slt i64 %el, %spv
+  br i1 %hot, label %wpause, label %wyield
+wpause:
+  call void @nee_pause()
+  br label %wspin
+wyield:
+  call void @nee_yield(i64* %st)
+  br label %wspin
+wspin:
+  br label %wloop
+wsleep:
+  %s = load atomic i32, i32* %seq seq_cst, align 4
+  %w2 = load atomic i64, i64* %wordp seq_cst, align 8
+  %idx2 = and i64 %w2, 1048575
+  %hi2 = lshr i64 %w2, 20
+  %nt2 = and i64 %hi2, 1048575
+  %has2 = icmp ult i64 %idx2, %nt2
+  %sd2 = load atomic i64, i64* %shutp seq_cst, align 8
+  %stop2 = icmp ne i64 %sd2, 0
+  %act2 = load atomic i64, i64* %actp seq_cst, align 8
+  %part2 = icmp slt i64 %me, %act2
+  %has3 = and i1 %has2, %part2
+  %wakeup = or i1 %has3, %stop2
+  br i1 %wakeup, label %wwoke, label %wfutex
+wfutex:
+  %q = atomicrmw add i64* %sleepp, i64 1 seq_cst
+  %s64 = zext i32 %s to i64
+  call void @nee_futex(i64* %st, i64 {_SEQ}, i64 128, i64 %s64)
+  %q2 = atomicrmw sub i64* %sleepp, i64 1 seq_cst
+  br label %wwoke
+wwoke:
+  %tws = call i64 @llvm.readcyclecounter()
+  br label %wloop
+}}
+
+declare i64 @llvm.readcyclecounter()
+{'declare void @llvm.x86.sse2.pause()' if os.uname().machine == 'x86_64' else ''}
+"""
+    return task + main
+
+
+# ------------------------------------------------------------------------------ Python side
+_lock = threading.RLock()   # available() holds it while the self-test starts a worker
+_drv = [None]            # the builtin calling the driver, once compiled
+_ok = [None]             # available() result
+_state = [None]          # the state array of this process
+_st: dict = {"threads": [], "respawn": 0}
+
+
+def _blas_fns():
+    """(sgemm, dgemm, openblas_set_num_threads_local or 0, sgemv, dgemv) addresses in numpy's ILP64
+    OpenBLAS, or None."""
+    from . import threads
+    here = os.path.dirname(np.__file__)
+    for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
+        for path in sorted(glob.glob(os.path.join(d, "libscipy_openblas64_*.so*"))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            fns = [getattr(lib, f"scipy_cblas_{n}64_", None) for n in ("sgemm", "dgemm", "sgemv", "dgemv")]
+            if all(f is not None for f in fns):
+                bs = threads._blas_set
+                bs = ctypes.cast(bs, ctypes.c_void_p).value if bs is not None else 0
+                s, dd, sv, dv = (ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+                return s, dd, bs, sv, dv
+    return None
+
+
+def _compile():
+    from . import llvm_call, llvm_render
+    text = _ir()
+    key = "gemmdrv_" + hashlib.sha1(text.encode()).hexdigest()[:16]
+    addr = llvm_render.compile_ir(key, lambda: text)
+    return llvm_call.make(addr, 5)
+
+
+def _new_state(fns, tpu):
+    buf = np.zeros(_NSTATE + 8, np.int64)
+    off = (-buf.ctypes.data % 64) // 8
+    st = buf[off:off + _NSTATE]
+    libc = ctypes.CDLL(None)
+    st[_SGEMM], st[_DGEMM], st[_BLASSET], st[_SGEMV], st[_DGEMV] = fns
+    st[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
+    st[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
+    st[_SPIN] = int(SPIN_US * tpu)
+    st[_SPIN_PAUSE] = int(min(SPIN_PAUSE_US, SPIN_US) * tpu)
+    _st.update(buf=buf, fns=fns, tpu=tpu)
+    _state[0] = st
+    return st
+
+
+def _tsc_per_us() -> float:
+    """Cycle-counter ticks per µs (the workers time their spin with it)."""
+    d = np.zeros(NDESC, np.int64)
+    d[D_MODE] = 2
+    z = np.zeros(1)
+    best = None
+    for _ in range(3):
+        _drv[0](z, d, z, z, z)
+        c0, t0 = int(d[D_ARG]), time.perf_counter()
+        time.sleep(0.002)
+        _drv[0](z, d, z, z, z)
+        c1, t1 = int(d[D_ARG]), time.perf_counter()
+        r = (c1 - c0) / ((t1 - t0) * 1e6)
+        best = r if best is None else min(best, r)
+    return max(best, 1.0)
+
+
+def available() -> bool:
+    """True when the driver compiled and its self-test passed in this process."""
+    if _ok[0] is None:
+        with _lock:
+            if _ok[0] is None:
+                _ok[0] = _init()
+    return _ok[0]
+
+
+def _init() -> bool:
+    if sys.platform != "linux" or os.uname().machine not in _SYS_FUTEX or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    fns = _blas_fns()
+    if fns is None:
+        return False
+    try:
+        _drv[0] = _compile()
+        _new_state(fns, _tsc_per_us())
+        # self-test: a product cut in uneven row blocks (published to a worker), against numpy
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((37, 19)).astype(np.float32)
+        b = rng.standard_normal((19, 45)).astype(np.float32)
+        out = np.full((37, 45), np.nan, np.float32)
+        d = _plan_2d(out, a, b, 2, 4, 0, 1, 1)
+        if d is None:
+            return False
+        run(d, a, b, out)
+        return bool(np.allclose(out, a @ b, rtol=1e-4, atol=1e-4))
+    except Exception:   # noqa: BLE001 - no driver: callers keep the pool path (always correct)
+        return False
+
+
+def _ensure_workers(n: int) -> None:
+    ths = _st["threads"]
+    if len(ths) >= n:
+        return
+    with _lock:
+        st = _state[0]
+        while len(ths) < n:
+            d = np.zeros(NDESC, np.int64)
+            d[D_MODE] = 1
+            d[D_ARG] = len(ths)
+            z = np.zeros(1)
+            th = threading.Thread(target=_drv[0], args=(st, d, z, z, z), daemon=True,
+                                  name=f"neetorch-gemm-{len(ths)}")
+            th.start()
+            ths.append(th)
+
+
+def _after_fork() -> None:
+    # the child has none of the parent's workers, and its state may have been copied mid-job
+    if _ok[0]:
+        n = len(_st["threads"])
+        _st["threads"] = []
+        _new_state(_st["fns"], _st["tpu"])
+        _st["respawn"] = n
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def workers() -> int:
+    """Worker threads started in this process."""
+    return len(_st["threads"])
+
+
+def run(desc: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """Run a planned product on these arrays (the layout :func:`plan` saw; only their data
+    pointers are read)."""
+    if _st["respawn"]:
+        n, _st["respawn"] = _st["respawn"], 0
+        _ensure_workers(n)
+    _drv[0](_state[0], desc, a, b, out)
+
+
+def _shutdown():
+    st = _state[0]
+    if st is not None:
+        st[_SHUTDOWN] = 1
+        # bump the futex word and wake the sleepers so the loops see the flag and return
+        seq = st[_SEQ:_SEQ + 1].view(np.int32)
+        seq[0] += 1
+        try:
+            libc = ctypes.CDLL(None)
+            libc.syscall(ctypes.c_long(_SYS_FUTEX[os.uname().machine]), ctypes.c_void_p(seq.ctypes.data),
+                         ctypes.c_long(129), ctypes.c_long(2147483647), None, None, ctypes.c_long(0))
+        except (OSError, KeyError):
+            pass
+
+
+atexit.register(_shutdown)
+
+
+def _layout(x: np.ndarray, rows: int, cols: int):
+    """(CBLAS transpose, leading dim) of a row-major ``rows x cols`` matrix view, or None."""
+    isz = x.itemsize
+    s0, s1 = x.strides[-2], x.strides[-1]
+    if (s1 == isz or cols <= 1) and s0 % isz == 0 and (s0 >= cols * isz or rows <= 1):
+        return NO_TRANS, max(s0 // isz if rows > 1 else cols, cols, 1)
+    if (s0 == isz or rows <= 1) and s1 % isz == 0 and (s1 >= rows * isz or cols <= 1):
+        return TRANS, max(s1 // isz if cols > 1 else rows, rows, 1)
+    return None
+
+
+_DT = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+
+
+def plan(out: np.ndarray, a: np.ndarray, b: np.ndarray, nthreads: int, blocks: int, split: int | None = None,
+         align: int = 16, min_block: int = 16):
+    """The descriptor of ``out[...] = a @ b`` (float32 or float64, all one dtype; 2-D, or 3-D with
+    one batch dim of any byte stride, 0 for a shared matrix) with each matrix cut into at most
+    ``blocks`` blocks of rows (``split=0``) or of columns (1; None: the larger of M, N), none
+    under ``min_block``, run by ``nthreads`` threads; None when the layout is not one CBLAS
+    takes.  The descriptor depends only on shapes, strides and dtypes: reuse it for arrays
+    laid out the same (:func:`run`)."""
+    if not available():
+        return None
+    dt = _DT.get(out.dtype)
+    if dt is None or a.dtype != out.dtype or b.dtype != out.dtype:
+        return None
+    return _plan_2d(out, a, b, nthreads, blocks, split, align, min_block)
+
+
+def _plan_2d(out, a, b, nthreads, blocks, split, align, min_block):
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    if out.strides[-1] != out.itemsize and N > 1:
+        return None
+    la = _layout(a, M, K)
+    lb = _layout(b, K, N)
+    if la is None or lb is None:
+        return None
+    s0 = out.strides[-2]
+    if M > 1 and (s0 % out.itemsize or s0 < N * out.itemsize):
+        return None
+    ldc = max(s0 // out.itemsize if M > 1 else N, N, 1)
+    if out.ndim == 3:
+        nb = out.shape[0]
+        strides = (a.strides[0] if a.ndim == 3 and a.shape[0] != 1 else 0,
+                   b.strides[0] if b.ndim == 3 and b.shape[0] != 1 else 0, out.strides[0])
+        if min(strides) < 0:
+            return None
+    else:
+        nb, strides = 1, (0, 0, 0)
+    if split is None:
+        split = 1 if N > M else 0
+    n = N if split else M
+    al = align if split else 1
+    nch = max(1, min(blocks, n // max(min_block, 1)))
+    nch = min(nch, -(-n // al))
+    ntasks = nb * nch
+    if ntasks > MAX_TASKS or M * N * K == 0:
+        return None
+    d = np.zeros(NDESC, np.int64)
+    d[D_DTYPE:D_NWORK + 1] = (_DT[out.dtype], M, N, K, la[1], lb[1], ldc, la[0], lb[0], nb, strides[0], strides[1],
+                              strides[2], split, nch, al, ntasks, max(nthreads - 1, 0))
+    d.flags.writeable = False      # shared by every call (and thread) with this layout
+    if nthreads > 1:
+        _ensure_workers(nthreads - 1)
+    return d
+
+
+def gemm(out: np.ndarray, a: np.ndarray, b: np.ndarray, nthreads: int, blocks: int, split: int | None = None,
+         align: int = 16, min_block: int = 16) -> bool:
+    """:func:`plan` then :func:`run`; False (nothing written) when there is no plan."""
+    d = plan(out, a, b, nthreads, blocks, split, align, min_block)
+    if d is None:
+        return False
+    run(d, a, b, out)
+    return True

@@ -1,0 +1,281 @@
+"""The native split of matrix products (devices/cpu/gemm_driver.py, used by kernels/linalg.py):
+every shape class and layout against numpy with the thresholds at zero, concurrent callers, fork."""
+import multiprocessing
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from neetorch.devices.cpu import gemm_driver as G
+from neetorch.devices.cpu import threads
+from neetorch.devices.cpu.kernels import linalg as L
+
+# where the driver can exist (Linux, numpy's ILP64 OpenBLAS) it must: its self-test failing is a bug
+pytestmark = pytest.mark.skipif(sys.platform != "linux" or os.uname().machine not in G._SYS_FUTEX or
+                                G._blas_fns() is None, reason="no gemm driver here (not Linux / no ILP64 OpenBLAS)")
+
+
+def test_available():
+    assert G.available()
+
+RNG = np.random.default_rng(0)
+
+
+def _r(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+class _Planned(list):
+    ran: list
+
+
+@pytest.fixture
+def drive_everything(monkeypatch):
+    """Every float product goes through the driver, on 3 threads (uneven blocks); yields the
+    list of descriptors planned during the test."""
+    monkeypatch.setattr(L, "DRV_MNK", 0)
+    monkeypatch.setattr(L, "DRV_GEMV_BYTES", 0)
+    monkeypatch.setattr(L, "_plans", {})
+    old = threads.get_num_threads()
+    threads.set_num_threads(3)
+    planned = _Planned()
+    real = G.plan
+
+    def spy(*args, **kw):
+        d = real(*args, **kw)
+        if d is not None:
+            planned.append(d)
+        return d
+    monkeypatch.setattr(G, "plan", spy)
+    ran = []
+    real_run = G.run
+    monkeypatch.setattr(G, "run", lambda *args: (ran.append(args[0]), real_run(*args)))
+    monkeypatch.setattr(L, "_drv_ok", [None])     # re-initialized: picks up the spies
+    monkeypatch.setattr(L, "_drv_run", None)
+    planned.ran = ran
+    yield planned
+    threads.set_num_threads(old)
+
+
+def _check(out, a, b, dtype):
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
+    np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
+
+
+CASES = [
+    ((37, 19), (19, 53)),          # rows < cols: column blocks
+    ((101, 7), (7, 5)),            # rows > cols: row blocks
+    ((1, 64), (64, 77)),           # vector @ matrix: column blocks
+    ((77, 64), (64, 1)),           # matrix @ vector: row blocks
+    ((5, 1), (1, 40)),             # k = 1
+    ((3, 29, 11), (11, 31)),       # batch @ matrix, folded into one GEMM
+    ((4, 9, 13), (4, 13, 6)),      # batched, whole matrices per block
+    ((2, 40, 13), (2, 13, 70)),    # fewer matrices than threads: each split too
+    ((2, 1, 9, 13), (3, 13, 6)),   # broadcast batch dims that do not merge: numpy's loop
+    ((1, 9, 13), (5, 13, 6)),      # batch of a broadcast
+    ((6, 1, 13), (6, 13, 20)),     # batched vectors
+]
+
+
+@pytest.mark.parametrize("sa,sb", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_driver_matches_numpy(drive_everything, sa, sb, dtype):
+    a, b = _r(*sa, dtype=dtype), _r(*sb, dtype=dtype)
+    out = np.full(np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1]), np.nan, dtype)
+    L.matmul_into(out, a, b)
+    _check(out, a, b, dtype)
+    driven = sa != (2, 1, 9, 13)
+    assert bool(drive_everything) == driven and bool(drive_everything.ran) == driven, "not driven"
+
+
+@pytest.mark.parametrize("layout", ["transposed_a", "transposed_b", "both_transposed", "sliced", "negative",
+                                    "out_view", "out_rows", "batch_transposed", "batch_strided"])
+def test_driver_strided_operands(drive_everything, layout):
+    a, b = _r(40, 24), _r(24, 70)
+    out = np.full((40, 70), np.nan, np.float32)
+    if layout == "transposed_a":
+        a = np.ascontiguousarray(a.T).T
+    elif layout == "transposed_b":          # a weight used as x @ w.T
+        b = np.ascontiguousarray(b.T).T
+    elif layout == "both_transposed":
+        a, b = np.ascontiguousarray(a.T).T, np.ascontiguousarray(b.T).T
+    elif layout == "sliced":
+        a = _r(80, 48)[::2, ::2]
+        b = _r(24, 140)[:, 1::2]
+    elif layout == "negative":
+        a = a[::-1]
+        b = b[:, ::-1]
+    elif layout == "out_view":
+        big = np.zeros((40, 150), np.float32)
+        out = big[:, 3:143:2]               # non-unit column stride: not a CBLAS output
+    elif layout == "out_rows":
+        big = np.zeros((40, 150), np.float32)
+        out = big[:, 3:73]                  # rows of a wider array: a leading dim > N
+    elif layout == "batch_transposed":      # attention's q @ k.T over (batch, heads)
+        a = _r(2, 3, 20, 8).transpose(0, 2, 1, 3).copy().transpose(0, 2, 1, 3)
+        b = _r(2, 3, 30, 8).transpose(0, 1, 3, 2)
+        out = np.full((2, 3, 20, 30), np.nan, np.float32)
+    else:
+        a = _r(4, 2, 20, 8)[:, 1]
+        b = _r(8, 30)
+        out = np.full((4, 20, 30), np.nan, np.float32)
+    L.matmul_into(out, a, b)
+    _check(out, a, b, np.float32)
+    if layout == "out_view":
+        assert not big[:, :3].any() and not big[:, 4:143:2].any()   # nothing written between
+    if layout == "out_rows":
+        assert not big[:, :3].any() and not big[:, 73:].any()
+        assert drive_everything.ran
+
+
+def test_driver_edge_shapes(drive_everything):
+    for sa, sb in [((0, 5), (5, 7)), ((4, 0), (0, 6)), ((3, 0, 5), (5, 2)), ((1, 1), (1, 1))]:
+        a, b = _r(*sa), _r(*sb)
+        out = np.full(np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1]), np.nan, np.float32)
+        L.matmul_into(out, a, b)
+        _check(out, a, b, np.float32)
+
+
+def test_overlapping_output_is_not_driven(drive_everything):
+    buf = _r(32, 64)
+    a, out = buf[:, :32], buf[:, 32:]
+    b = _r(32, 32)
+    ref = a @ b
+    L.matmul_into(out, a, b)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert not drive_everything.ran
+
+
+@pytest.mark.parametrize("split", [0, 1])
+@pytest.mark.parametrize("blocks", [1, 2, 3, 7, 50])
+def test_blocks_cover_the_output_once(split, blocks):
+    a, b = _r(61, 33), _r(33, 45)
+    out = np.full((61, 45), np.nan, np.float32)
+    assert G.gemm(out, a, b, 3, blocks, split, align=4 if split else 1, min_block=1)
+    _check(out, a, b, np.float32)
+    assert not G.gemm(out[:, ::2], a, b[:, ::2], 3, 2)      # no CBLAS layout: refused, nothing written
+    assert not G.gemm(out, a.astype(np.float64), b, 3, 2)   # mixed dtypes: refused
+
+
+def test_concurrent_callers_and_nesting():
+    """Products from several threads at once (one holds the driver, the others run serially)."""
+    old = threads.get_num_threads()
+    threads.set_num_threads(2)
+    errors = []
+    data = [(_r(96, 200), _r(200, 160)) for _ in range(6)]
+
+    def worker(i):
+        try:
+            a, b = data[i]
+            for _ in range(15):
+                out = np.empty((96, 160), np.float32)
+                L.matmul_into(out, a, b)
+                np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    try:
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(len(data))]
+        for t in ts:
+            t.start()
+        # products inside pool chunks while other threads hold the driver
+        threads.run_parallel(lambda i: worker(i % len(data)), list(range(4)))
+        for t in ts:
+            t.join()
+    finally:
+        threads.set_num_threads(old)
+    assert not errors, errors[0]
+
+
+def test_workers_take_blocks():
+    """On 2+ threads the driver's workers run some blocks (no worker: all on the caller)."""
+    old = threads.get_num_threads()
+    threads.set_num_threads(2)
+    try:
+        a, b = _r(64, 512), _r(512, 2048)
+        out = np.empty((64, 2048), np.float32)
+        L.matmul_into(out, a, b)
+        w0 = G._state[0][G._WTASKS]
+        t_end = time.monotonic() + 5            # a loaded box may keep the worker off a core a while
+        while G._state[0][G._WTASKS] == w0 and time.monotonic() < t_end:
+            assert G.gemm(out, a, b, 2, 16)
+        assert G._state[0][G._WTASKS] > w0
+        assert G.workers() >= 1
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    finally:
+        threads.set_num_threads(old)
+
+
+def _child(q):
+    a, b = _r(64, 300), _r(300, 500)
+    out = np.empty((64, 500), np.float32)
+    threads.set_num_threads(2)
+    L.matmul_into(out, a, b)
+    q.put(float(np.abs(out - a @ b).max()))
+
+
+def test_after_fork():
+    out = np.empty((64, 500), np.float32)
+    L.matmul_into(out, _r(64, 300), _r(300, 500))    # workers started in the parent
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(q,))
+    p.start()
+    err = q.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0 and err < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_driver_matrix_vector_layouts(drive_everything, dtype):
+    """One-row and one-column products (BLAS gemv in the driver) in every operand layout."""
+    W = _r(90, 70, dtype=dtype)                          # a (90, 70) weight
+    row = _r(3, 90, dtype=dtype)[1:2]                    # (1, 90), unit stride
+    col_row = _r(90, 3, dtype=dtype)[:, 1:2].T           # (1, 90), element stride 3
+    cases = [(row, W), (col_row, W),                     # x @ W (row-major weight)
+             (row, np.ascontiguousarray(W.T).T),         # x @ W.T of a stored (70, 90): transposed
+             (col_row, W[:, ::1][:, :50]),               # sliced weight columns (ld > N)
+             (W.T, _r(90, 1, dtype=dtype)),              # transposed matrix @ column
+             (W, _r(70, 4, dtype=dtype)[:, 2:3]),        # matrix @ a strided column
+             (W, np.ascontiguousarray(_r(1, 70, dtype=dtype)).T)]   # matrix @ a contiguous column
+    for a, b in cases:
+        out = np.full((a.shape[0], b.shape[1]), np.nan, dtype)
+        L.matmul_into(out, a, b)
+        _check(out, a, b, dtype)
+    assert len(drive_everything.ran) == len(cases)
+    # a one-column output inside a wider array (its row stride is the leading dim)
+    big = np.zeros((90, 5), dtype)
+    v = _r(70, 1, dtype=dtype)
+    L.matmul_into(big[:, 3:4], W, v)
+    _check(big[:, 3:4], W, v, dtype)
+    assert not big[:, :3].any() and not big[:, 4:].any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_public_ops_at_default_thresholds(monkeypatch, dtype):
+    """nee.matmul, F.linear and a jitted linear+gelu (the matmul epilogue) at sizes the driver
+    takes by default, against numpy."""
+    import neetorch as nee
+    import neetorch.nn.functional as F
+    old = threads.get_num_threads()
+    threads.set_num_threads(2)
+    try:
+        x, w, bias = _r(2, 96, 200, dtype=dtype), _r(300, 200, dtype=dtype), _r(300, dtype=dtype)
+        assert x.shape[0] * 96 * 200 * 300 >= L.DRV_MNK
+        monkeypatch.setattr(L, "_plans", {})
+        ref = x.astype(np.float64) @ w.T.astype(np.float64) + bias
+        tol = 1e-4 if dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(nee.matmul(nee.tensor(x), nee.tensor(w.T)).numpy(), ref - bias, rtol=tol, atol=tol)
+        np.testing.assert_allclose(F.linear(nee.tensor(x), nee.tensor(w), nee.tensor(bias)).numpy(), ref,
+                                   rtol=tol, atol=tol)
+        f = nee.jit(lambda a, b, c: F.relu(F.linear(a, b, c)))
+        for _ in range(2):
+            np.testing.assert_allclose(f(nee.tensor(x), nee.tensor(w), nee.tensor(bias)).numpy(), np.maximum(ref, 0),
+                                       rtol=tol, atol=tol)
+        driven = [k for k, v in L._plans.items() if v is not False]
+        assert driven and all(k[6] == np.dtype(dtype) for k in driven)
+    finally:
+        threads.set_num_threads(old)
