@@ -282,3 +282,23 @@ def test_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "neetorch.onnx", str(bad)], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 2 and "not a valid ONNX" in r.stderr
+
+
+def test_session_options_intra_op_num_threads():
+    """An onnxruntime-style ``sess_options.intra_op_num_threads`` sets neetorch's CPU thread count
+    (process-wide); 0 (onnxruntime's default) leaves it alone; results do not depend on it."""
+    import types
+
+    import neetorch as nee
+    before = nee.get_num_threads()
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    try:
+        s1 = nx.InferenceSession(_relu_model().SerializeToString(), types.SimpleNamespace(intra_op_num_threads=1))
+        assert nee.get_num_threads() == 1
+        np.testing.assert_array_equal(s1.run(None, {"x": x})[0], np.maximum(x, 0))
+        nx.InferenceSession(_relu_model().SerializeToString(), types.SimpleNamespace(intra_op_num_threads=0))
+        assert nee.get_num_threads() == 1
+        with pytest.raises(ValueError, match="thread count"):
+            nx.InferenceSession(_relu_model().SerializeToString(), types.SimpleNamespace(intra_op_num_threads=-2))
+    finally:
+        nee.set_num_threads(before)

@@ -59,13 +59,19 @@ class InferenceSession:
     or ``onnx.ModelProto``.  The model is validated, checked for unsupported ops (one
     error listing all of them), lowered onto nee ops and compiled with ``nee.jit``
     (symbolic input dims become dynamic dims with shape buckets).  ``jit=False`` runs
-    the lowered graph eagerly.  ``info`` says how the model runs.
+    the lowered graph eagerly.  ``info`` says how the model runs.  ``sess_options`` may be an
+    ``onnxruntime.SessionOptions`` or any object with ``intra_op_num_threads``: a count > 0 sets
+    neetorch's (process-wide) CPU thread count (``nee.set_num_threads``); other options are ignored.
     """
 
     def __init__(self, model, sess_options=None, providers=None, device=None, *, jit=True, buckets="pow2",
                  check=True):
         import neetorch as nee
-        del sess_options
+        threads = getattr(sess_options, "intra_op_num_threads", 0) or 0
+        if threads:
+            # neetorch's CPU threads are one process-wide pool: the session's count sets it (the last
+            # session created with a count wins); 0 keeps the current setting, like onnxruntime's default
+            nee.set_num_threads(int(threads))
         m, base_dir, notes = load_model(model, check=check)
         g = m.graph
         if len(g.sparse_initializer):
