@@ -5,13 +5,20 @@ flat buffer, with all sizes and parameters passed as runtime ints, so there is o
 compiled specialization per float dtype (float32, float64) and none per shape.
 Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 
-* conv2d: 1x1/stride-1 -> GEMMs on the NCHW buffers (no im2col); depthwise -> direct loop;
-  otherwise im2col + GEMM per tile (bands of output rows / groups of images), the threads
-  claiming whole tiles, or one tile's im2col split over planes and its GEMM over blocks.
-  Every GEMM runs with single-threaded BLAS, split across neetorch's pool (_gemms).
+* conv2d: 1x1 -> GEMMs on the NCHW buffers (no im2col; strided: on the subsampled input, one
+  strided copy); depthwise -> one multiply-add per tap over the whole zero-padded plane
+  (_depthwise_wide), else a direct row loop; otherwise, where it pays (_wide_pays: stride-1
+  kernels of few output channels per padded column, the 7x7 stride-2 stem), "padded rows": the
+  input zero-padded (split into its stride phases), each (channel, tap) column row ONE contiguous
+  copy, the GEMM over padded-width output rows, compacted (+ bias) per tile (_conv_wide); else
+  im2col + GEMM per tile.  Tiles are bands of output rows (or groups of images), the threads
+  claiming whole tiles, or one tile's im2col split over planes and its GEMM over blocks.  Every
+  GEMM runs with single-threaded BLAS, split across neetorch's pool (_gemms).
 * conv_transpose2d: GEMM into columns + col2im (the adjoint of im2col).
-* max/avg pooling: per output row, the interior columns (whole window inside the row) take
-  one tap at a time over the row (vector loops); the clamped border columns are scalar.
+* max/avg pooling: stride 1 -> whole padded planes, the window's rows then its columns, each one
+  contiguous pass (_maxpool_planes, _sumpool_planes); otherwise per output row, the window's rows
+  into a row buffer, then the interior columns one tap at a time over it (vector loops), the
+  clamped border columns scalar (_maxpool_rows, _avgpool_rows; with indices: _maxpool_idx).
 * float16 inputs are computed in float32 and rounded once at the end.
 """
 from __future__ import annotations
@@ -49,9 +56,17 @@ _BLOCKS_PER_THREAD = 2     # blocks per thread: the claiming pool balances a lat
 _tls = threading.local()
 
 
-def _buffer(n: int, dt) -> np.ndarray:
+# scratch buffers up to this size are kept per thread for reuse; larger ones are allocated per call (a
+# large batch's padded input must not stay held by a thread after the call)
+_KEEP_BYTES = 64 << 20
+
+
+def _buffer(n: int, dt, tag: str = "col") -> np.ndarray:
     """A per-thread scratch buffer of at least n elements (reused: no page faults on every tile)."""
-    key = np.dtype(dt).char
+    dt = np.dtype(dt)
+    if n * dt.itemsize > _KEEP_BYTES:
+        return np.empty(n, dt)
+    key = (dt.char, tag)
     bufs = getattr(_tls, "bufs", None)
     if bufs is None:
         bufs = _tls.bufs = {}
@@ -154,22 +169,33 @@ def _im2col(x, col, H, W, KH, KW, sh, sw, ph, pw, dh, dw, oh0, oh1, OW, p0, p1):
                 base = ((p * KH + ki) * KW + kj) * L
                 off = kj * dw - pw
                 lo, hi = _range(off, sw, W, OW)
+                n = hi - lo
                 for oh in range(oh0, oh1):
                     ih = oh * sh - ph + ki * dh
-                    o = base + (oh - oh0) * OW
+                    # 0-based loops over views (no slice assignments: ~1.5x faster on 7-28 wide rows)
+                    cs = col[base + (oh - oh0) * OW:base + (oh - oh0 + 1) * OW]
                     if ih < 0 or ih >= H:
-                        col[o:o + OW] = 0
+                        for j in range(OW):
+                            cs[j] = 0
                         continue
-                    xr = xb + ih * W + off
-                    # slices (not indexed loops): Numba vectorizes these copies
-                    col[o:o + lo] = 0
-                    if hi <= lo:
-                        pass
-                    elif sw == 1:
-                        col[o + lo:o + hi] = x[xr + lo:xr + hi]
+                    for j in range(lo):
+                        cs[j] = 0
+                    for j in range(hi, OW):
+                        cs[j] = 0
+                    if n <= 0:
+                        continue
+                    xr = xb + ih * W + off + lo * sw
+                    xs = x[xr:xr + (n - 1) * sw + 1]
+                    cd = cs[lo:hi]
+                    if sw == 1:
+                        for j in range(n):
+                            cd[j] = xs[j]
+                    elif sw == 2:
+                        for j in range(n):
+                            cd[j] = xs[2 * j]
                     else:
-                        col[o + lo:o + hi] = x[xr + lo * sw:xr + (hi - 1) * sw + 1:sw]
-                    col[o + hi:o + OW] = 0
+                        for j in range(n):
+                            cd[j] = xs[j * sw]
 
 
 @njit(**_NOGIL)
@@ -284,8 +310,13 @@ def conv2d_kernel(backend, outs, ins, attrs):
     L = OH * OW
     if Cg == 0:
         res[...] = 0
-    elif KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == pb == pl == pr == 0:
-        # 1x1 convolution: one GEMM per (image, group) on the NCHW buffers, no im2col
+    elif KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
+        # 1x1 convolution: one GEMM per (image, group) on the NCHW buffers, no im2col; strided, on the
+        # subsampled input (numpy's strided copy: faster than the im2col kernel's rows of OW)
+        if sh != 1 or sw != 1:
+            xs = x[:, :, :(OH - 1) * sh + 1:sh, :(OW - 1) * sw + 1:sw]
+            x = _buffer(xs.size, x.dtype).reshape(xs.shape)
+            np.copyto(x, xs)
         wg, xg, og = w.reshape(G, Og, Cg), x.reshape(N, G, Cg, L), res.reshape(N, G, Og, L)
         if N == 1 or G == 1:
             _gemms([(og[n, g], wg[g], xg[n, g]) for n in range(N) for g in range(G)])
@@ -293,12 +324,22 @@ def conv2d_kernel(backend, outs, ins, attrs):
             _gemms([(og[n], wg, xg[n]) for n in range(N)])          # (G, Og, L) batches
     elif Cg == 1 and G == C and KH * KW > 1:
         # depthwise: direct loop, one output plane at a time
-        xf = x.reshape(-1)
         wf = w.reshape(-1)
         bf = b if b is not None else np.zeros(1, x.dtype)
         of = res.reshape(-1)
-        _par(lambda q0, q1: _depthwise(xf, wf, bf, of, C, O, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW,
-                                       b is not None, q0, q1), N * O, res.size * KH * KW)
+        if Og * (_wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)[1] - OW) <= _DEPTHWISE_MAX_EXTRA * OW:
+            _depthwise_padded(x, wf, bf, b is not None, of, (KH, KW, sh, sw, pt, pl, dh, dw, OH, OW))
+        else:
+            xf = x.reshape(-1)
+            _par(lambda q0, q1: _depthwise(xf, wf, bf, of, C, O, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW,
+                                           b is not None, q0, q1), N * O, res.size * KH * KW)
+        _finish(out, res)
+        return
+    elif _wide_pays(OH, OW, KH, KW, sh, sw, dh, dw, Og, Cg * KH * KW):
+        # im2col of the zero-padded input (its phase planes at stride > 1) by whole-row copies, GEMM over
+        # padded-width rows, the extra columns dropped (and the bias added) as each tile is compacted
+        K = Cg * KH * KW
+        _conv_wide(x, w.reshape(G, Og, K), b, res, G, Og, K, (KH, KW, sh, sw, pt, pl, dh, dw, OH, OW))
         _finish(out, res)
         return
     else:
@@ -361,6 +402,278 @@ def _conv_tiles(x, wg, res, G, Og, K, geo):
         col = im2col(x[n0:n1].reshape(-1, H, W), KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, r0, r1,
                      col=_buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype))
         _gemms(gemm_jobs(n0, n1, r0, r1, col.reshape(-1)))
+
+
+# ---------------------------------------------------------------- convolution over padded rows
+# im2col copies, for every (channel, ki, kj), OH short rows of OW elements with their clamped borders
+# (~20 ns per row of 14: the column matrix of a 3x3 conv on a 14x14 plane took twice its GEMM), strided
+# at stride 2.  Over the zero-padded input the same columns, with each output row widened to the
+# padded width Wq (the extra columns wrap into the next row and are dropped), are ONE contiguous copy
+# per (channel, ki, kj): memcpy speed.  At stride s the padded input is first split into its s*s phase
+# planes (rows i*s + a, columns j*s + b): tap (ki, kj) of output (oh, ow) is then element
+# (oh + ki*dh // s, ow + kj*dw // s) of phase (ki*dh % s, kj*dw % s), and the same holds.  The GEMM does
+# Wq/OW times the work, so this path is taken only where that costs less than the copies it saves
+# (_wide_pays); the output is compacted (extra columns dropped, bias added) tile by tile.
+# Measured (one thread, ResNet-50 / DenseNet-121 / SqueezeNet shapes): im2col ~0.7-1.5 ns per column
+# element, the row copies ~0.1, the GEMM ~0.022 ns per multiply-add: the extra columns cost
+# Og*extra*0.022 ns per column element, so the wide path pays while Og * extra < ~24 (DenseNet's
+# 128->32 3x3 on 14x14: 0.43 -> 0.25 ms; ResNet-50's 256->256 on 14x14, Og*extra = 37: 3.06 -> 3.21 ms).
+_WIDE_MAX_EXTRA = 24.0
+# depthwise: the direct loop's cost is per row (~6 ns of loop overhead per row of 14), not per element
+_DEPTHWISE_MAX_EXTRA = 64.0
+# below this many column rows (Cg*KH*KW) the GEMM is short and the output compaction costs more than
+# the im2col copies saved (the 3x3 stem on 3 channels, K=27: 1.26 ms vs 1.04 ms, one thread)
+_WIDE_MIN_K = 64
+# padding copies (~0.1 ns per element): split over the pool from this many elements on
+_PAD_PAR = 1 << 19
+# padded input held at once (bytes): larger batches go a few images at a time
+_PAD_BUDGET = 16 << 20
+
+
+def _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw):
+    """(Hq, Wq): rows and columns of a phase plane (enough for every tap of every output)."""
+    return (OH - 1 + -(-((KH - 1) * dh + 1) // sh), OW - 1 + -(-((KW - 1) * dw + 1) // sw))
+
+
+def _wide_pays(OH, OW, KH, KW, sh, sw, dh, dw, Og, K=_WIDE_MIN_K) -> bool:
+    if OH * OW == 0 or K < _WIDE_MIN_K or KH * KW == 1:
+        return False
+    if KH * KW < 4 * sh * sw:
+        # strided: the phase split (a strided gather, ~0.7 ns per input element) costs about what im2col
+        # does for a kernel of under ~4 taps per phase (ResNet-50's 3x3 stride 2: 3.6 ms vs 3.8 ms; the
+        # 7x7 stride-2 stem, ~12 taps per phase: 4.0 -> 3.3 ms)
+        return False
+    Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)[1]
+    return Og * (Wq - OW) <= _WIDE_MAX_EXTRA * OW
+
+
+def _pad_planes(x3, xp3, pt, pl) -> None:
+    """xp3 (P, Hp, Wp) = x3 (P, H, W) placed at row pt, column pl (cropped to xp3), zeros around (numpy's
+    strided copy: ~2x a Numba loop of row slices on 56-wide rows)."""
+    Hp, Wp = xp3.shape[1], xp3.shape[2]
+    H, W = max(0, min(x3.shape[1], Hp - pt)), max(0, min(x3.shape[2], Wp - pl))
+    xp3[:, :pt] = 0
+    xp3[:, pt + H:] = 0
+    xp3[:, pt:pt + H, :pl] = 0
+    xp3[:, pt:pt + H, pl + W:] = 0
+    xp3[:, pt:pt + H, pl:pl + W] = x3[:, :H, :W]
+
+
+@njit(**_NOGIL)
+def _phase_rows(x, xq, H, W, sh, sw, pt, pl, Hq, Wq, used, p0, p1):
+    """Phase planes of planes [p0, p1) of x (P, H, W) flat into xq flat (P, sh, sw, Hq, Wq), padding
+    included (one strided pass over the input; numpy's 4-D strided copy took ~4x as long)."""
+    HW = H * W
+    HWq = Hq * Wq
+    for p in range(p0, p1):
+        for a in range(sh):
+            for b in range(sw):
+                ph = (p * sh + a) * sw + b
+                d0 = ph * HWq
+                if not used[a * sw + b]:
+                    for j in range(Wq):          # read only into dropped columns: any finite value
+                        xq[d0 + j] = 0
+                    continue
+                # columns j with 0 <= j*sw + b - pl < W
+                off = b - pl
+                jlo = 0 if off >= 0 else min((-off + sw - 1) // sw, Wq)
+                jhi = min(max((W - off + sw - 1) // sw, jlo), Wq)
+                n = jhi - jlo
+                for i in range(Hq):
+                    dr = xq[d0 + i * Wq:d0 + (i + 1) * Wq]
+                    ih = i * sh + a - pt
+                    if ih < 0 or ih >= H:
+                        dr[:] = 0
+                        continue
+                    dr[:jlo] = 0
+                    dr[jhi:] = 0
+                    if n <= 0:
+                        continue
+                    s0 = p * HW + ih * W + jlo * sw + off
+                    xs = x[s0:s0 + (n - 1) * sw + 1]
+                    dd = dr[jlo:jhi]
+                    if sw == 2:
+                        for j in range(n):
+                            dd[j] = xs[2 * j]
+                    else:
+                        for j in range(n):
+                            dd[j] = xs[j * sw]
+
+
+def _phase_planes(x3, xq, sh, sw, pt, pl, used) -> None:
+    """xq (P, sh, sw, Hq, Wq)[p, a, b, i, j] = padded x3 (P, H, W) at row i*sh + a, column j*sw + b, for
+    the phases in ``used`` (the others: their first row zeroed, read only into dropped columns)."""
+    P, _, _, Hq, Wq = xq.shape
+    if sh == 1 and sw == 1:
+        _pad_planes(x3, xq[:, 0, 0], pt, pl)
+        return
+    H, W = x3.shape[1], x3.shape[2]
+    mask = np.array([(a, b) in used for a in range(sh) for b in range(sw)])
+    _phase_rows(x3.reshape(-1), xq.reshape(-1), H, W, sh, sw, pt, pl, Hq, Wq, mask, 0, P)
+
+
+@njit(**_NOGIL)
+def _im2col_wide(xq, col, KH, KW, sh, sw, dh, dw, Hq, Wq, r0, r1, P):
+    """col[(p, ki, kj), (oh - r0) * Wq + j] = xq[p, ki*dh % sh, kj*dw % sw, oh + ki*dh // sh, j + kj*dw // sw]
+    for oh in [r0, r1), j < Wq (the columns j >= OW read into the next row or past the plane: dropped)."""
+    L = (r1 - r0) * Wq
+    HWq = Hq * Wq
+    for p in range(P):
+        for ki in range(KH):
+            a, i0 = (ki * dh) % sh, (ki * dh) // sh
+            for kj in range(KW):
+                b, j0 = (kj * dw) % sw, (kj * dw) // sw
+                d = ((p * KH + ki) * KW + kj) * L
+                s = ((p * sh + a) * sw + b) * HWq + (r0 + i0) * Wq + j0
+                cs = col[d:d + L]
+                xs = xq[s:s + L]
+                for j in range(L):
+                    cs[j] = xs[j]
+
+
+@njit(**_NOGIL)
+def _compact(wide, out, O, rows, Wq, OW, ostride, ooff, bias, has_bias):
+    """out[o * ostride + ooff + r * OW + j] = wide[o, r * Wq + j] (+ bias[o]) for j < OW."""
+    for o in range(O):
+        bv = bias[o] if has_bias else wide[0] * 0
+        for r in range(rows):
+            ws = wide[(o * rows + r) * Wq:(o * rows + r) * Wq + OW]
+            os_ = out[o * ostride + ooff + r * OW:o * ostride + ooff + (r + 1) * OW]
+            if has_bias:
+                for j in range(OW):
+                    os_[j] = ws[j] + bv
+            else:
+                for j in range(OW):
+                    os_[j] = ws[j]
+
+
+_NO_BIAS = {np.dtype(np.float32): np.zeros(1, np.float32), np.dtype(np.float64): np.zeros(1, np.float64)}
+
+
+def _conv_wide(x, wg, b, res, G, Og, K, geo):
+    """Convolution over padded rows (see above): tiles are bands of output rows of one image; with at
+    least as many tiles as threads the threads claim whole tiles (row-copy im2col, GEMMs, compaction),
+    else one tile at a time with its GEMM split over the pool (_gemms)."""
+    KH, KW, sh, sw, pt, pl, dh, dw, OH, OW = geo
+    N, C, H, W = x.shape
+    O = G * Og
+    Hq, Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)
+    plane = sh * sw * Hq * Wq            # the phase planes of one channel
+    dt = x.dtype
+    per_chunk = max(1, _PAD_BUDGET // (C * plane * dt.itemsize))
+    if N > per_chunk:                    # a large batch is padded and convolved a few images at a time
+        for n0 in range(0, N, per_chunk):
+            _conv_wide(x[n0:n0 + per_chunk], wg, b, res[n0:n0 + per_chunk], G, Og, K, geo)
+        return
+    # the last band's last row reads up to (KW-1)*dw // sw elements past its plane: a zero tail
+    tail = ((KW - 1) * dw) // sw
+    P = N * C
+    xq = _buffer(P * plane + tail, dt, "pad")
+    xq[P * plane:] = 0
+    used = {((ki * dh) % sh, (kj * dw) % sw) for ki in range(KH) for kj in range(KW)}
+    x3, xq5 = x.reshape(P, H, W), xq[:P * plane].reshape(P, sh, sw, Hq, Wq)
+    _par(lambda p0, p1: _phase_planes(x3[p0:p1], xq5[p0:p1], sh, sw, pt, pl, used), P, xq.size, _PAD_PAR)
+    row = C * KH * KW * Wq                # column elements per output row of one image
+    nt = threads.NUM_THREADS
+    bands = max(1, -(-(OH * row) // _TILE))
+    flops = 2.0 * N * O * K * OH * OW
+    if nt > 1 and N < nt and flops >= _PAR_FLOPS:
+        # a tile for every thread (one parallel region, no serial im2col), two when each still gets a few
+        # hundred GEMM columns (a late or busy worker then holds up the call by half as much)
+        per = -(-nt // N)
+        bands = max(bands, per * max(1, min(_BLOCKS_PER_THREAD, (OH * Wq) // (256 * per))))
+        bands = -(-bands // nt) * nt if N == 1 else bands        # balance: a whole number per thread
+    rows = max(1, -(-OH // min(bands, OH)))
+    tiles = [(n, r0, min(OH, r0 + rows)) for n in range(N) for r0 in range(0, OH, rows)]
+    L = OH * OW
+    rf = res.reshape(-1)
+    bias = b if b is not None else _NO_BIAS[dt]
+    has_bias = b is not None
+
+    def cols(n, r0, r1):
+        col = _buffer(C * KH * KW * (r1 - r0) * Wq, dt)
+        _im2col_wide(xq[n * C * plane:], col, KH, KW, sh, sw, dh, dw, Hq, Wq, r0, r1, C)
+        return col
+
+    def jobs(col, wide, r0, r1):
+        lt = (r1 - r0) * Wq
+        cg = col.reshape(G, K, lt)
+        wd = wide.reshape(G, Og, lt)
+        return [(wd[g], wg[g], cg[g]) for g in range(G)]
+
+    def compact(wide, n, r0, r1):
+        _compact(wide, rf, O, r1 - r0, Wq, OW, L, n * O * L + r0 * OW, bias, has_bias)
+
+    if nt > 1 and len(tiles) >= nt:
+        def tile(t):
+            n, r0, r1 = tiles[t[0]]
+            col = cols(n, r0, r1)
+            wide = _buffer(O * (r1 - r0) * Wq, dt, "wide")
+            _run_jobs(jobs(col, wide, r0, r1))
+            compact(wide, n, r0, r1)
+        with threads.serial_blas():
+            threads.run_parallel(tile, [(i, i + 1) for i in range(len(tiles))])
+        return
+    for n, r0, r1 in tiles:
+        col = cols(n, r0, r1)
+        wide = _buffer(O * (r1 - r0) * Wq, dt, "wide")
+        _gemms(jobs(col, wide, r0, r1))
+        compact(wide, n, r0, r1)
+
+
+@njit(**_NOGIL)
+def _depthwise_wide(xq, w, b, out, acc, toff, C, O, KK, plane, Wq, OH, OW, has_bias, q0, q1):
+    """Depthwise convolution over the padded phase planes (see above): each tap is ONE multiply-add
+    over the whole widened output plane (OH x Wq, contiguous), then the plane is compacted.  The
+    direct loop (_depthwise) does it row by row (KH*KW*OH short vector loops: ~6 ns of overhead per
+    row of 14).  Same (bias, then taps in (ki, kj) order) summation as _depthwise.  toff[k]: where tap k
+    starts in a channel's phase planes."""
+    mult = O // C
+    L = OH * Wq
+    a_ = acc[:L]
+    for q in range(q0, q1):
+        n = q // O
+        o = q - n * O
+        pb = (n * C + o // mult) * plane
+        bv = b[o] if has_bias else b[0] * 0
+        for i in range(L):
+            a_[i] = bv
+        for k in range(KK):
+            wv = w[o * KK + k]
+            s = pb + toff[k]
+            xs = xq[s:s + L]
+            for i in range(L):
+                a_[i] += wv * xs[i]
+        ob = q * OH * OW
+        for r in range(OH):
+            ar = a_[r * Wq:r * Wq + OW]
+            orow = out[ob + r * OW:ob + (r + 1) * OW]
+            for j in range(OW):
+                orow[j] = ar[j]
+
+
+def _depthwise_padded(x, wf, bf, has_bias, of, geo):
+    KH, KW, sh, sw, pt, pl, dh, dw, OH, OW = geo
+    N, C, H, W = x.shape
+    O = of.size // (N * OH * OW)
+    Hq, Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)
+    plane = sh * sw * Hq * Wq
+    dt = x.dtype
+    tail = ((KW - 1) * dw) // sw
+    P = N * C
+    xq = _buffer(P * plane + tail, dt, "pad")
+    xq[P * plane:] = 0
+    used = {((ki * dh) % sh, (kj * dw) % sw) for ki in range(KH) for kj in range(KW)}
+    x3, xq5 = x.reshape(P, H, W), xq[:P * plane].reshape(P, sh, sw, Hq, Wq)
+    _par(lambda p0, p1: _phase_planes(x3[p0:p1], xq5[p0:p1], sh, sw, pt, pl, used), P, xq.size, _PAD_PAR)
+
+    toff = np.array([(((ki * dh) % sh * sw + (kj * dw) % sw) * Hq + (ki * dh) // sh) * Wq + (kj * dw) // sw
+                     for ki in range(KH) for kj in range(KW)], np.int64)
+
+    def go(q0, q1):
+        _depthwise_wide(xq, wf, bf, of, _buffer(OH * Wq, dt, "dwacc"), toff, C, O, KH * KW, plane, Wq, OH, OW,
+                        has_bias, q0, q1)
+    _par(go, N * O, of.size * KH * KW)
 
 
 @kernel("conv_transpose2d")
@@ -468,50 +781,262 @@ def _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, ws):
     return best, bi
 
 
+@njit(inline="always", **_NOGIL)
+def _interior(pad, s, d, K, W, OW):
+    """[lo, hi): the output columns whose whole window (K taps, dilation d) lies inside [0, W)."""
+    lo = min((pad + s - 1) // s, OW)
+    t = W - 1 - (K - 1) * d + pad
+    hi = min(t // s + 1 if t >= 0 else 0, OW)
+    return lo, max(hi, lo)
+
+
+@njit(inline="always", **_NOGIL)
+def _taps(start, d, K, n):
+    """[k0, k1): the taps k of a window starting at ``start`` (dilation d) with start + k*d in [0, n).
+    Without divisions at dilation 1 (Python-semantics integer divisions cost ~20 ns a row here)."""
+    if d == 1:
+        return (0 if start >= 0 else min(-start, K)), max(0, min(K, n - start))
+    return (0 if start >= 0 else (-start + d - 1) // d), min(K, (n - start + d - 1) // d)
+
+
 @njit(**_NOGIL)
-def _maxpool(x, out, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
-    # PyTorch's rule: the first valid element starts, then (v > best or v is NaN) takes over.  Taps are
-    # visited in the same (ki, kj) order for every output, so the vector loops below (one tap at a time over
-    # a whole row of interior outputs) pick exactly the element the scalar rule picks.  Values only: with
-    # indices, _maxpool_idx (two functions: the common case compiles only this one, cold)
-    lo, hi = _inner(pw, sw, dw, KW, W, OW)
+def _maxpool_rows(x, out, rb, hb, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
+    """Values-only max pooling, separably: per output row, the max over the window's input rows into a
+    row buffer (contiguous vector loops: KH*W), then the window max over KW taps of that buffer at
+    every interior column position (contiguous again, one tap at a time; clamped border columns
+    scalar), of which every sw-th is an output.  One tap at a time over the input rows (as
+    _maxpool_idx) takes KH*KW strided passes: ~2x the time at stride 2 (64x111x111, 3x3/2: 1.2 ms ->
+    0.5 ms, one thread).  A max with NaN
+    propagation does not depend on the order, so the values are _maxpool_idx's."""
+    lo, hi = _interior(pw, sw, dw, KW, W, OW)
     n = hi - lo
     for p in range(p0, p1):
         xb = p * H * W
         ob = p * OH * OW
         for oh in range(OH):
             hs = oh * sh - ph
-            k0 = 0 if hs >= 0 else (-hs + dh - 1) // dh
-            k1 = min(KH, (H - hs + dh - 1) // dh)
+            k0, k1 = _taps(hs, dh, KH, H)
+            # 0-based loops over views (no negative-index wraparound checks: vector loops)
+            r = xb + (hs + k0 * dh) * W
+            rb[:] = x[r:r + W]
+            for ki in range(k0 + 1, k1):
+                r = xb + (hs + ki * dh) * W
+                xs = x[r:r + W]
+                for j in range(W):
+                    v = xs[j]
+                    b = rb[j]
+                    rb[j] = v if (v > b) | (v != v) else b
             o = ob + oh * OW
             for ow in range(OW - n):                       # border columns: clamped windows, scalar
                 c = ow if ow < lo else ow + n
-                out[o + c] = _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, c * sw - pw)[0]
+                ws = c * sw - pw
+                j0, j1 = _taps(ws, dw, KW, W)
+                best = rb[ws + j0 * dw]
+                for kj in range(j0 + 1, j1):
+                    v = rb[ws + kj * dw]
+                    if (v > best) | (v != v):
+                        best = v
+                out[o + c] = best
             if n <= 0:
                 continue
+            # the interior: the window max at every column from base on (contiguous, one tap at a time),
+            # then every sw-th of them (strided loads once per output, not once per tap)
+            base = lo * sw - pw
+            m = (n - 1) * sw + 1
+            hrow = out[o + lo:o + hi] if sw == 1 else hb[:m]
+            hrow[:] = rb[base:base + m]
+            for kj in range(1, KW):
+                rs = rb[base + kj * dw:base + kj * dw + m]
+                for j in range(m):
+                    v = rs[j]
+                    b = hrow[j]
+                    hrow[j] = v if (v > b) | (v != v) else b
+            if sw != 1:
+                orow = out[o + lo:o + hi]
+                for j in range(n):
+                    orow[j] = hrow[j * sw]
+
+
+# whole-plane stride-1 pooling from this output width on (narrower: a few taps per plane, where the
+# row kernels' scalar path is cheaper: 7x7 average over 7x7 planes, 0.12 ms vs 0.30 ms for 2048 planes)
+_PLANES_MIN_OW = 8
+
+
+@njit(**_NOGIL)
+def _maxpool_planes(xp, wide, v, Hp, Wp, KH, KW, dh, dw, OH, p0, p1):
+    """Stride-1 max pooling of whole padded planes (-inf borders): the window's rows into ``v``, then its
+    columns into ``wide``, each one contiguous pass over the plane (OH x Wp; the last (KW-1)*dw columns
+    of each row are not outputs).  Row by row (_maxpool_rows), 13-wide planes spend ~60 ns a row in loop
+    overheads."""
+    L = OH * Wp
+    M = L - (KW - 1) * dw
+    v = v[:L]
+    for p in range(p0, p1):
+        v[:] = xp[p * Hp * Wp:p * Hp * Wp + L]
+        for ki in range(1, KH):
+            xs = xp[p * Hp * Wp + ki * dh * Wp:p * Hp * Wp + ki * dh * Wp + L]
+            for j in range(L):
+                a = xs[j]
+                b = v[j]
+                v[j] = a if (a > b) | (a != a) else b
+        h = wide[p * L:p * L + M]
+        h[:] = v[:M]
+        for kj in range(1, KW):
+            vs = v[kj * dw:kj * dw + M]
+            for j in range(M):
+                a = vs[j]
+                b = h[j]
+                h[j] = a if (a > b) | (a != a) else b
+
+
+def _maxpool_stride1(x, res, KH, KW, ph, pw, dh, dw):
+    N, C, H, W = x.shape
+    OH, OW = res.shape[2], res.shape[3]
+    Hp, Wp = OH + (KH - 1) * dh, OW + (KW - 1) * dw
+    P = N * C
+    dt = x.dtype
+    buf = _buffer(P * (Hp * Wp + OH * Wp), dt, "pool")
+    xp3 = buf[:P * Hp * Wp].reshape(P, Hp, Wp)
+    wide = buf[P * Hp * Wp:]
+    x3, o3 = x.reshape(P, H, W), res.reshape(P, OH, OW)
+    w3 = wide.reshape(P, OH, Wp)
+    ninf = dt.type(-np.inf)
+
+    def go(p0, p1):
+        hh, ww = max(0, min(H, Hp - ph)), max(0, min(W, Wp - pw))
+        xp = xp3[p0:p1]
+        xp[:, :ph] = ninf
+        xp[:, ph + hh:] = ninf
+        xp[:, ph:ph + hh, :pw] = ninf
+        xp[:, ph:ph + hh, pw + ww:] = ninf
+        xp[:, ph:ph + hh, pw:pw + ww] = x3[p0:p1, :hh, :ww]
+        _maxpool_planes(buf, wide, _buffer(OH * Wp, dt, "row"), Hp, Wp, KH, KW, dh, dw, OH, p0, p1)
+        o3[p0:p1] = w3[p0:p1, :, :OW]
+    _par(go, P, res.size * KH * KW)
+
+
+@njit(**_NOGIL)
+def _sumpool_planes(xp, wide, v, Hp, Wp, KH, KW, OH, p0, p1):
+    """Window sums of whole zero-padded planes at stride 1 (as _maxpool_planes): rows, then columns."""
+    L = OH * Wp
+    M = L - (KW - 1)
+    v = v[:L]
+    for p in range(p0, p1):
+        v[:] = xp[p * Hp * Wp:p * Hp * Wp + L]
+        for ki in range(1, KH):
+            xs = xp[p * Hp * Wp + ki * Wp:p * Hp * Wp + ki * Wp + L]
+            for j in range(L):
+                v[j] += xs[j]
+        h = wide[p * L:p * L + M]
+        h[:] = v[:M]
+        for kj in range(1, KW):
+            vs = v[kj:kj + M]
+            for j in range(M):
+                h[j] += vs[j]
+
+
+def _avgpool_stride1(x, res, KH, KW, ph, pw, cip, div):
+    N, C, H, W = x.shape
+    OH, OW = res.shape[2], res.shape[3]
+    Hp, Wp = OH + KH - 1, OW + KW - 1
+    P = N * C
+    dt = x.dtype
+    # the divisor of every output (as _avgpool_rows: the override, the window with its padding, or its
+    # part inside the input)
+    if div:
+        d = np.full((OH, OW), div, dt)
+    else:
+        hs, ws = np.arange(OH) - ph, np.arange(OW) - pw
+        he, we = np.minimum(hs + KH, H + ph), np.minimum(ws + KW, W + pw)
+        if cip:
+            d = np.outer(he - hs, we - ws).astype(dt)
+        else:
+            d = np.outer(np.minimum(he, H) - np.maximum(hs, 0), np.minimum(we, W) - np.maximum(ws, 0)).astype(dt)
+    buf = _buffer(P * (Hp * Wp + OH * Wp), dt, "pool")
+    xp3 = buf[:P * Hp * Wp].reshape(P, Hp, Wp)
+    wide = buf[P * Hp * Wp:]
+    x3, o3 = x.reshape(P, H, W), res.reshape(P, OH, OW)
+    w3 = wide.reshape(P, OH, Wp)
+
+    def go(p0, p1):
+        _pad_planes(x3[p0:p1], xp3[p0:p1], ph, pw)
+        _sumpool_planes(buf, wide, _buffer(OH * Wp, dt, "row"), Hp, Wp, KH, KW, OH, p0, p1)
+        np.divide(w3[p0:p1, :, :OW], d, out=o3[p0:p1])
+    _par(go, P, res.size * KH * KW)
+
+
+@njit(**_NOGIL)
+def _avgpool_rows(x, out, rb, H, W, KH, KW, sh, sw, ph, pw, OH, OW, count_include_pad, divisor, p0, p1):
+    """Average pooling, separably (as _maxpool_rows): the window's input rows summed into a row buffer,
+    then each output column's KW taps of it, divided by the mode's count."""
+    lo, hi = _interior(pw, sw, 1, KW, W, OW)
+    n = hi - lo
+    for p in range(p0, p1):
+        xb = p * H * W
+        ob = p * OH * OW
+        for oh in range(OH):
+            hs = oh * sh - ph
+            he = min(hs + KH, H + ph)
+            h0 = max(hs, 0)
+            h1 = min(he, H)
+            r = xb + h0 * W
+            rb[:] = x[r:r + W]
+            for ih in range(h0 + 1, h1):
+                r = xb + ih * W
+                xs = x[r:r + W]
+                for j in range(W):
+                    rb[j] += xs[j]
+            o = ob + oh * OW
+            for ow in range(OW - n):                       # border columns: clamped windows, scalar
+                c = ow if ow < lo else ow + n
+                ws = c * sw - pw
+                we = min(ws + KW, W + pw)
+                w0 = max(ws, 0)
+                w1 = min(we, W)
+                acc = rb[w0]
+                for iw in range(w0 + 1, w1):
+                    acc += rb[iw]
+                if divisor != 0:
+                    d = divisor
+                elif count_include_pad:
+                    d = (he - hs) * (we - ws)
+                else:
+                    d = (h1 - h0) * (w1 - w0)
+                out[o + c] = acc / d
+            if n <= 0:
+                continue
+            if divisor != 0:
+                d = divisor
+            elif count_include_pad:
+                d = (he - hs) * KW
+            else:
+                d = (h1 - h0) * KW
+            base = lo * sw - pw
             orow = out[o + lo:o + hi]
-            for ki in range(k0, k1):
-                r = xb + (hs + ki * dh) * W + lo * sw - pw   # tap (ki, 0) of column lo
-                for kj in range(KW):
-                    xs = x[r + kj * dw:r + kj * dw + (n - 1) * sw + 1]
-                    if ki == k0 and kj == 0:
-                        for j in range(n):
-                            orow[j] = xs[j * sw]
-                    elif sw == 1:
-                        for j in range(n):
-                            v = xs[j]
-                            b = orow[j]
-                            orow[j] = v if (v > b) | (v != v) else b
-                    else:
-                        for j in range(n):
-                            v = xs[j * sw]
-                            b = orow[j]
-                            orow[j] = v if (v > b) | (v != v) else b
+            rs = rb[base:base + (n - 1) * sw + 1]
+            if sw == 1:
+                orow[:] = rs
+            else:
+                for j in range(n):
+                    orow[j] = rs[j * sw]
+            for kj in range(1, KW):
+                rs = rb[base + kj:base + kj + (n - 1) * sw + 1]
+                if sw == 1:
+                    for j in range(n):
+                        orow[j] += rs[j]
+                else:
+                    for j in range(n):
+                        orow[j] += rs[j * sw]
+            for j in range(n):
+                orow[j] = orow[j] / d
 
 
 @njit(**_NOGIL)
 def _maxpool_idx(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
-    """_maxpool with the plane index of every maximum (same visiting order, same rule)."""
+    """Max pooling with the plane index of every maximum: PyTorch's rule (the first valid element
+    starts, then (v > best or v is NaN) takes over), taps visited in the same (ki, kj) order for every
+    output, so the vector loops (one tap at a time over a row of interior outputs) pick exactly the
+    element the scalar rule picks."""
     lo, hi = _inner(pw, sw, dw, KW, W, OW)
     n = hi - lo
     for p in range(p0, p1):
@@ -546,66 +1071,6 @@ def _maxpool_idx(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, 
                             if (v > orow[j]) | (v != v):
                                 orow[j] = v
                                 irow[j] = s0 + j * sw
-
-
-@njit(**_NOGIL)
-def _avgpool(x, out, H, W, KH, KW, sh, sw, ph, pw, OH, OW, count_include_pad, divisor, p0, p1):
-    # sums run over the window in (row, column) order in x's dtype, for the border columns (scalar) as for
-    # the interior ones (whole window inside [0, W)), summed one tap at a time over a row of outputs (vector loops)
-    lo, hi = _inner(pw, sw, 1, KW, W, OW)
-    n = hi - lo
-    for p in range(p0, p1):
-        xb = p * H * W
-        ob = p * OH * OW
-        for oh in range(OH):
-            hs = oh * sh - ph
-            he = min(hs + KH, H + ph)
-            h0 = max(hs, 0)
-            h1 = min(he, H)
-            o = ob + oh * OW
-            for ow in range(OW - n):                       # border columns: clamped windows, scalar
-                c = ow if ow < lo else ow + n
-                ws = c * sw - pw
-                we = min(ws + KW, W + pw)
-                w0 = max(ws, 0)
-                w1 = min(we, W)
-                acc = x[xb + h0 * W + w0]                  # in x's dtype (float32 stays float32, as torch)
-                for ih in range(h0, h1):
-                    r = xb + ih * W
-                    for iw in range(w0, w1):
-                        if ih != h0 or iw != w0:
-                            acc += x[r + iw]
-                if divisor != 0:
-                    d = divisor
-                elif count_include_pad:
-                    d = (he - hs) * (we - ws)
-                else:
-                    d = (h1 - h0) * (w1 - w0)
-                out[o + c] = acc / d
-            if n <= 0:
-                continue
-            orow = out[o + lo:o + hi]
-            for ih in range(h0, h1):
-                r = xb + ih * W + lo * sw - pw
-                for kj in range(KW):
-                    xs = x[r + kj:r + kj + (n - 1) * sw + 1]
-                    if ih == h0 and kj == 0:
-                        for j in range(n):
-                            orow[j] = xs[j * sw]
-                    elif sw == 1:
-                        for j in range(n):
-                            orow[j] += xs[j]
-                    else:
-                        for j in range(n):
-                            orow[j] += xs[j * sw]
-            if divisor != 0:
-                d = divisor
-            elif count_include_pad:
-                d = (he - hs) * KW
-            else:
-                d = (h1 - h0) * KW
-            for j in range(n):
-                orow[j] = orow[j] / d
 
 
 @njit(**_NOGIL)
@@ -667,9 +1132,13 @@ def max_pool2d_kernel(backend, outs, ins, attrs):
         idx = outs[1].reshape(-1)
         _par(lambda p0, p1: _maxpool_idx(xf, of, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1),
              P, res.size * KH * KW)
+    elif sh == 1 and sw == 1 and OW >= _PLANES_MIN_OW:
+        _maxpool_stride1(x, res, KH, KW, ph, pw, dh, dw)
     else:
-        _par(lambda p0, p1: _maxpool(xf, of, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1),
-             P, res.size * KH * KW)
+        def go(p0, p1):
+            rows = _buffer(2 * W, xf.dtype, "row")
+            _maxpool_rows(xf, of, rows[:W], rows[W:], H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1)
+        _par(go, P, res.size * KH * KW)
     _finish(out, res)
 
 
@@ -688,8 +1157,14 @@ def avg_pool2d_kernel(backend, outs, ins, attrs):
     xf, of = x.reshape(-1), res.reshape(-1)
     cip = bool(attrs["count_include_pad"])
     div = int(attrs["divisor_override"] or 0)
-    _par(lambda p0, p1: _avgpool(xf, of, H, W, KH, KW, sh, sw, ph, pw, OH, OW, cip, div, p0, p1),
-         P, res.size * KH * KW)
+    if sh == 1 and sw == 1 and OW >= _PLANES_MIN_OW:
+        _avgpool_stride1(x, res, KH, KW, ph, pw, cip, div)
+        _finish(out, res)
+        return
+    def go(p0, p1):
+        _avgpool_rows(xf, of, _buffer(W, xf.dtype, "row"), H, W, KH, KW, sh, sw, ph, pw, OH, OW, cip, div,
+                      p0, p1)
+    _par(go, P, res.size * KH * KW)
     _finish(out, res)
 
 
