@@ -489,15 +489,19 @@ def _autorange(fn, min_time: float) -> int:
 
 
 def measure_interleaved(fns: dict, repeats: int = 7, min_time: float = 0.02, stat: str = "median") -> dict:
-    """Median seconds per call of each fn, sampling them round-robin (A B C A B C ...) so that load
+    """Median seconds per call of each fn, sampling them round-robin (A B C, B C A, C A B ...) so that load
     from other processes on a shared machine hits every library alike and ratios stay meaningful.
     The fns must already be warmed up."""
     if TINY:
         repeats, min_time = 1, 0.0
     loops = {k: _autorange(f, min_time) for k, f in fns.items()}
     samples: dict = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
+    keys = list(fns)
+    for r in range(repeats):
+        # the order rotates every round: the library timed right after another one is charged for its
+        # leftovers (onnxruntime's and torch's worker threads spin after a call), so each takes every slot
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            f = fns[k]
             n = loops[k]
             t0 = time.perf_counter()
             for _ in range(n):
