@@ -39,6 +39,8 @@ def relu_(input):
 
 
 def relu6(input, inplace=False):
+    if input.dtype.category != 2:  # torch: relu6 is hardtanh(0, 6), which keeps an integer dtype
+        return hardtanh(input, 0.0, 6.0, inplace)
     return _inplace(input, _E("relu6")(input), inplace)
 
 
@@ -242,6 +244,8 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
 # ---------------------------------------------------------------- more losses (composed)
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _nn._legacy_reduction(size_average, reduce, reduction)
+    if input.dtype.category == 2 and target.dtype.category == 2:
+        target = target.to(input.dtype)  # torch: the loss keeps the input's dtype
     return _nn._reduce(_ew.softplus(-target * input), reduction)
 
 

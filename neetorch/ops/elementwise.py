@@ -107,7 +107,7 @@ def _scalar_tensor(v, dt: DType, dev) -> Tensor:
         from ..tensor.creation import full
         try:
             t = full((), v, dtype=dt, device=dev)
-        except OverflowError:
+        except (OverflowError, RuntimeError):
             # an int scalar outside an integer compute dtype wraps like torch (int8 tensor + 1000)
             with np.errstate(over="ignore"):
                 t = full((), np.array(v).astype(dt.np).item(), dtype=dt, device=dev)
@@ -216,6 +216,8 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             ins.append(tensor(a, device=dev))
     metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {})
     if out is not None:
+        from .indexing import _check_no_overlap
+        _check_no_overlap(out)  # torch refuses to write into an expanded (stride-0) output
         if tuple(out.shape) != metas[0].shape:
             raise RuntimeError(f"{op.name}: output with shape {tuple(out.shape)} doesn't match the broadcast shape "
                                f"{metas[0].shape}")
@@ -438,11 +440,31 @@ BINARY = {
     "xlogy": (lambda dt: "f_xlogy({0}, {1})", _float, None, None),
 }
 
+# torch's signatures for these take tensors only: ``torch.maximum(t, 2)`` is a TypeError (use clamp)
+_TENSOR_ONLY = frozenset({"maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "logical_and", "logical_or",
+                          "logical_xor"})
+
+
+def _binary_tensors_only(op):
+    f0 = _binary(op)
+
+    def f(input, other, *, out=None):
+        for nm, a in (("input", input), ("other", other)):
+            if _is_scalar(a):
+                raise TypeError(f"{op.name}(): argument '{nm}' must be Tensor, not {type(a).__name__}")
+        if op.name == "hypot" and result_type(input, other).category != 2:
+            # (checked here, not in the op's dtype rule, so device claims keep integer hypot for the ONNX path)
+            raise TypeError(f"hypot(): not implemented for {result_type(input, other).name} inputs (floating only)")
+        return f0(input, other, out=out)
+    f.__name__, f.__doc__ = f0.__name__, f0.__doc__
+    return f
+
+
 _BIN = {}
 for _n, (_e, _rule, _r, _allow) in BINARY.items():
     _BIN[_n] = define(_n, 2, _e, rule=_rule, ref=_r, allow=_allow)
     if _n not in ("leaky_relu", "trunc_divide"):
-        export(_binary(_BIN[_n]), name=_n)
+        export((_binary_tensors_only if _n in _TENSOR_ONLY else _binary)(_BIN[_n]), name=_n)
 
 def _sub_check(args):
     for x in args:
@@ -457,7 +479,7 @@ for _alias, _n in [("multiply", "mul"), ("subtract", "sub"), ("greater", "gt"), 
                    ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne"), ("max_elementwise", "maximum"),
                    ("arctan2", "atan2")]:
     if _alias != "max_elementwise":
-        export(_binary(_BIN[_n]), name=_alias)
+        export((_binary_tensors_only if _n in _TENSOR_ONLY else _binary)(_BIN[_n]), name=_alias)
 
 
 class IntegerDivisionByZero(ZeroDivisionError, RuntimeError):
@@ -585,6 +607,12 @@ def pow(input, exponent, *, out=None):
         # torch refuses only a *scalar* negative exponent for integer bases (tensors: 0 / 1 / -1 results)
         if result_type(input, exponent).category == 1:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(exponent, (bool, np.bool_)) \
+            and out is None:
+        # torch special-cases a scalar exponent of 1 (a copy) and 0 (ones); other bool powers are refused
+        return input.clone() if exponent else apply(_BIN["eq"], input, input)
+    if result_type(input, exponent) is _dt.bool_:
+        raise TypeError("pow: not implemented for bool tensors (got bool ** bool)")
     return apply(_BIN["pow"], input, exponent, out=out)
 
 
@@ -611,7 +639,7 @@ _elu = define("elu", 4, _fexpr("f_elu{s}({0}, {1}, {2}, {3})"), rule=_float, ref
 _hardtanh = _clamp
 
 
-@export
+@export(method=False)   # Tensor.where(condition, y) is where(condition, self, y): bound in tensor/methods.py
 def where(condition, input=None, other=None, *, out=None):
     """``input`` where ``condition`` else ``other`` (``torch.where``); one argument: ``nonzero`` tuple."""
     if input is None and other is None:
@@ -631,6 +659,14 @@ def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; either bound may be None or a tensor (``torch.clamp``)."""
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    if _is_scalar(min) or _is_scalar(max):  # torch refuses scalar bounds that overflow the result dtype
+        rdt = result_type(*[a for a in (input, min, max) if a is not None])
+        for bound in (min, max):
+            if _is_scalar(bound):
+                _dt.check_scalar(bound, rdt, "clamp")
+    if (min is None or max is None) and isinstance(input, Tensor) and input._dtype is _dt.bool_ and \
+            result_type(input, max if min is None else min) is _dt.bool_:
+        raise RuntimeError("clamp: not implemented for 'Bool'")
     if min is None:
         return apply(_BIN["minimum"], input, max, out=out)
     if max is None:
@@ -653,16 +689,33 @@ def clamp_max(input, max):
 
 @export
 def lerp(input, end, weight):
+    # torch: floating point only, and end (and a tensor weight) must have input's dtype
+    if isinstance(input, Tensor):
+        if input._dtype.category != 2:
+            raise RuntimeError(f"lerp: only floating-point inputs are supported, got {input._dtype.name}")
+        for nm, o in (("end", end), ("weight", weight)):
+            if isinstance(o, Tensor) and o._dtype is not input._dtype:
+                raise RuntimeError(f"lerp: expected dtype {input._dtype.name} for `{nm}` but got dtype {o._dtype.name}")
     return apply(_lerp, input, end, weight)
+
+
+def _int_value(value, *tensors):
+    # torch casts the scalar ``value`` to the (integer) result dtype: addcmul(int, int, int, value=0.5) adds 0
+    if isinstance(value, float) and result_type(*tensors).category != 2:
+        return int(value)
+    return value
 
 
 @export
 def addcmul(input, tensor1, tensor2, *, value=1):
-    return apply(_addcmul, input, tensor1, tensor2, value)
+    return apply(_addcmul, input, tensor1, tensor2, _int_value(value, input, tensor1, tensor2))
 
 
 @export
 def addcdiv(input, tensor1, tensor2, *, value=1):
+    if all(isinstance(t, Tensor) and t._dtype.category != 2 for t in (tensor1, tensor2)):
+        raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported (tensor1 and tensor2 are "
+                           f"{tensor1._dtype.name} and {tensor2._dtype.name}); use input + value * tensor1 / tensor2")
     return apply(_addcdiv, input, tensor1, tensor2, value)
 
 
@@ -677,6 +730,7 @@ def masked_fill(input, mask, value):
             raise RuntimeError(f"masked_fill only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value.ndim} dimension(s).")
         value = value.item()
+    value = _dt.fit_scalar(value, input._dtype, "masked_fill")
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_fill")
     if shape != tuple(input.shape):
         raise RuntimeError(f"masked_fill: mask of shape {tuple(mask.shape)} is not broadcastable to input of shape "
@@ -742,6 +796,13 @@ def celu(input, alpha=1.0, inplace=False):
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if isinstance(input, Tensor) and input._dtype.category != 2:
+        # torch: integer input keeps its dtype (the limits are cast to it); bool is refused
+        if input._dtype is _dt.bool_:
+            raise RuntimeError("Bool inputs not supported for hardtanh")
+        if not input._dtype.is_signed and (min_val < 0 or max_val < 0):
+            raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+        min_val, max_val = int(min_val), int(max_val)
     r = apply(_clamp, input, min_val, max_val)
     return input.copy_(r) if inplace else r
 

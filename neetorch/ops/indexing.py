@@ -394,6 +394,8 @@ def setitem(self: Tensor, index, value) -> None:
     """``self[index] = value``: writes through a view (basic) or scatters (advanced, ``index_put_``)."""
     if 0 in self._data.strides:
         _check_no_overlap(self)
+    if type(value) in (int, float):
+        value = _dt.fit_scalar(value, self._dtype, "setitem")
     key = _fast_key(self, index)
     if key is not None and (type(value) in (int, float, bool) or (
             isinstance(value, Tensor) and value._device.type == "cpu" and value.ndim <= self.ndim)):
@@ -653,7 +655,7 @@ def _index_dim_op(op, input, dim, index, source, mode, alpha=1):
                 raise RuntimeError(f"index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                                    f"{source.ndim} dimension(s).")
             source = source.item()
-        s = _scalar_tensor(source, input._dtype, input._device)
+        s = _scalar_tensor(_dt.fit_scalar(source, input._dtype, op), input._dtype, input._device)
     else:
         if not isinstance(source, Tensor):
             raise TypeError(f"{op}(): source must be a Tensor")
@@ -672,6 +674,14 @@ def _index_dim_op(op, input, dim, index, source, mode, alpha=1):
         s = s.reshape(exp)
     if idx.numel() == 0:
         return input.clone()
+    if mode == "fill":  # torch's index_fill wraps negative indices (index_add / index_copy refuse them)
+        n = x.shape[d]
+        idx = idx + (idx < 0).to(idx._dtype) * n
+        from .registry import _trace_hook
+        if n and _trace_hook[0] is None:
+            lo = int(idx.min())
+            if lo < 0:
+                raise IndexError(f"index_fill(): index {lo - n} is out of bounds for dimension {d} with size {n}")
     r = run(INDEX_REDUCE, [x, idx, s], {"dim": d, "mode": mode, "alpha": alpha})[0]
     return r.reshape(()) if input.ndim == 0 else r
 
@@ -866,6 +876,8 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     k = int(k)
     if not 0 <= k <= n:
         raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {n} along dim {d})")
+    if input._dtype is _dt.bool_:
+        raise RuntimeError("topk(): does not support bool inputs (like torch on the CPU)")
     v, i = run(TOPK, [_nd1(input)], {"k": k, "dim": d, "largest": bool(largest)})
     if input.ndim == 0:
         v, i = v.reshape(()), i.reshape(())
@@ -879,6 +891,8 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     n = (tuple(input.shape) or (1,))[d]
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d} (k={k}, size {n})")
+    if input._dtype is _dt.bool_:
+        raise RuntimeError("kthvalue(): not implemented for bool inputs")
     v, i = sort(input, d)
     if input.ndim == 0:
         return KthResult(v, i)
@@ -923,6 +937,8 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
         inv = inv.reshape(tuple(input.shape))
     else:
         d = wrap_dim(dim, input.ndim, "unique")
+        if any(n == 0 for j, n in enumerate(input.shape) if j != d):
+            raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
         a = _host(input)
         if a.shape[d] == 0:
             count = 0

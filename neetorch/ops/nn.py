@@ -432,6 +432,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("scaled_dot_product_attention: expected query, key and value of at least 2 dims")
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if isinstance(attn_mask, Tensor) and attn_mask._dtype not in (_dt.bool_, _dt.float32, query._dtype):
+        raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float or to match "
+                           f"query dtype, but got attn_mask.dtype: {attn_mask._dtype.name} and query.dtype: "
+                           f"{query._dtype.name}")
     E = query.shape[-1]
     if key.shape[-1] != E:
         raise RuntimeError(f"scaled_dot_product_attention: query and key must have the same embedding size, got "
@@ -773,6 +777,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     def f(a, b):
         d = (a - b).abs()
         return _ew.where(d < delta, d * d * 0.5, (d - 0.5 * delta) * delta)
+    if isinstance(target, Tensor) and input._dtype.category == 2 and target._dtype.category == 2:
+        target = target.to(input._dtype)  # torch: huber_loss keeps the input's dtype
     return _pointwise_loss("huber_loss", input, target, f, reduction, weight)
 
 
@@ -784,6 +790,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"Using a target size ({tuple(target.shape)}) that is different to the input size "
                          f"({tuple(input.shape)}) is deprecated. Please ensure they have the same size.")
     _check_float("binary_cross_entropy", input)
+    if target._dtype is not input._dtype:
+        raise RuntimeError(f"binary_cross_entropy: Found dtype {target._dtype.name} for the target but expected "
+                           f"{input._dtype.name} (the input's dtype)")
     a = input.numpy(force=True)
     if a.size and not bool(((a >= 0) & (a <= 1)).all()):
         raise RuntimeError("all elements of input should be between 0 and 1")
@@ -806,7 +815,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         raise ValueError(f"Target size ({tuple(target.shape)}) must be the same as input size "
                          f"({tuple(input.shape)})")
     _check_float("binary_cross_entropy_with_logits", input)
-    t = target.to(input._dtype)
+    if target._dtype.category != 2:
+        raise RuntimeError(f"binary_cross_entropy_with_logits: result type {input._dtype.name} can't be cast to the "
+                           f"desired output type {target._dtype.name} (the target's dtype)")
+    t = target
     sp = -EXPORTS["logsigmoid"][0](input)  # softplus(-x)
     if pos_weight is not None:
         lw = (pos_weight - 1.0) * t + 1.0
@@ -815,6 +827,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         loss = (1.0 - t) * input + sp
     if weight is not None:
         loss = loss * weight
+    if loss._dtype is not target._dtype:
+        loss = loss.to(target._dtype)  # torch computes into the target's dtype
     return _reduce(loss, reduction)
 
 

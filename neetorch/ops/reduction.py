@@ -15,7 +15,8 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
-from .registry import EXPORTS, Meta, OpDef, export, register, run
+from .registry import EXPORTS, Meta, OpDef, export, register
+from .registry import run as _registry_run
 from .shape_rules import numel, wrap_dim, wrap_dims
 
 _bsum, _bmax, _babs = builtins.sum, builtins.max, builtins.abs
@@ -151,6 +152,15 @@ def _cast(x, dtype):
         return x
     dt = _dt.to_dtype(dtype)
     return x if x._dtype is dt else x.to(dt)
+
+
+def run(op, inputs, attrs, *args, **kw):
+    x = inputs[0]
+    if 0 in x.shape:
+        # an empty view (of a stepped slice, ...) can carry strides the CPU kernel cannot plan: a fresh empty
+        # tensor holds the same (no) values
+        inputs = [x.new_empty(tuple(x.shape))] + list(inputs[1:])
+    return _registry_run(op, inputs, attrs, *args, **kw)
 
 
 def _nonempty(x, dims, op):
@@ -326,10 +336,18 @@ def aminmax(input, *, dim=None, keepdim=False):
 
 
 # ------------------------------------------------------------------ any / all / count_nonzero
+def _no_dim_truth(input):
+    # torch.any/all with dim=() reduce nothing: the truth value of each element, in the result dtype
+    r = input != 0
+    return r.to(_dt.uint8) if input._dtype is _dt.uint8 else r
+
+
 @export
 def any(input, dim=None, keepdim=False):
     """``torch.any``: bool result (uint8 for uint8 input, like torch)."""
     _check(input, "any")
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return _no_dim_truth(input)
     return _reduce(ANY, input, dim, keepdim)
 
 
@@ -337,6 +355,8 @@ def any(input, dim=None, keepdim=False):
 def all(input, dim=None, keepdim=False):
     """``torch.all``: bool result (uint8 for uint8 input, like torch)."""
     _check(input, "all")
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return _no_dim_truth(input)
     return _reduce(ALL, input, dim, keepdim)
 
 

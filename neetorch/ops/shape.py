@@ -466,6 +466,7 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
                 "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
     widths = [(0, 0)] * nd
     x = input
+    crops = []  # reflect: torch pads the original input, then crops the negative sides
     for i in range(k):
         d = nd - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
@@ -473,6 +474,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
         if n + lo + hi < 0:
             raise RuntimeError(f"The input size {n}, plus negative padding {lo} and {hi} resulted in a negative "
                                f"output size, which is invalid. Check dimension {d} of your input.")
+        if mode == "reflect" and (lo < 0 or hi < 0):
+            crops.append((d, max(-lo, 0), max(-hi, 0)))
+            lo, hi = max(lo, 0), max(hi, 0)
         # crop negative padding first
         if lo < 0 or hi < 0:
             s = -lo if lo < 0 else 0
@@ -503,5 +507,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
         raise RuntimeError("pad: cannot fill an integer tensor with NaN")
     v = 0 if value is None else (value.item() if isinstance(value, Tensor) else value)
     if all(w == (0, 0) for w in widths):
-        return x.clone()
-    return run(PAD, [x], {"widths": tuple(widths), "mode": mode, "value": v})[0]
+        r = x.clone() if not crops else x
+    else:
+        r = run(PAD, [x], {"widths": tuple(widths), "mode": mode, "value": v})[0]
+    for d, a, b in crops:
+        r = r.narrow(d, a, r.shape[d] - a - b)
+    return r.contiguous() if crops else r

@@ -109,6 +109,12 @@ def _infer_np(data, dtype) -> np.ndarray:
         raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
     if a.dtype == object:
         raise TypeError(f"tensor(): could not infer dtype of {type(data).__name__} (ragged nested sequence or unsupported element type)")
+    if a.dtype.kind == "u" and not isinstance(data, np.generic) and not _contains_np_int(data):
+        raise RuntimeError(f"tensor(): Overflow when unpacking long long (value {int(a.max())} does not fit in int64)")
+    if dtype is not None and dtype.category == 1 and a.size and a.dtype.kind in "iuf" and not _contains_np_int(data) \
+            and not _contains_np_float(data):
+        for v in (a.min(), a.max()):   # torch refuses Python values that overflow an explicit dtype
+            _dt.check_scalar(v.item(), dtype, "tensor()")
     if dtype is None:
         if a.dtype.kind == "f":
             hasnp = _contains_np_float(data)
@@ -214,6 +220,8 @@ def _new(shape, dtype, device, fill) -> Tensor:
     data = b.empty(shape, dt)
     t = Tensor._make(data, dev, dt)
     if fill is not None:
+        if not isinstance(fill, (int, float)) or fill not in (0, 1):
+            fill = _dt.fit_scalar(fill, dt, "full")   # torch refuses values that overflow dt
         b.fill_(data, fill)
     return t
 
@@ -267,6 +275,15 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     start, end, step = vals
+    n_float = None
+    if dtype is not None and _dt.to_dtype(dtype).category != 2:
+        # torch casts start, end and step to the integer type first (arange(0, 1, 0.25, dtype=int): step 0);
+        # the length is computed from the cast values for int64, from the original ones for other integer types
+        if _dt.to_dtype(dtype) is not _dt.int64:
+            if step != 0 and (end - start) / step >= 0:
+                n_float = int(np.ceil((end - start) / step))
+        else:
+            start, end, step = int(start), int(end), int(step)
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
     if (end - start) / step < 0:
@@ -276,12 +293,13 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         dtype = _dt.int64 if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals) \
             else _dt.get_default_dtype()
     dt = _dt.to_dtype(dtype)
-    n = int(np.ceil((end - start) / step))
+    n = -((start - end) // step) if dt.category != 2 else int(np.ceil((end - start) / step))
+    if n_float is not None:
+        n = n_float
     if dt.category == 2:
         # computed in float64 like torch's CPU kernel, then rounded to dt
         a = (start + np.arange(n, dtype=np.float64) * step).astype(dt.np)
     else:
-        # torch casts start and step to the integer type first (arange(0, 1, 0.25, dtype=int) is all zeros)
         a = (int(start) + np.arange(n, dtype=np.int64) * int(step)).astype(dt.np)
     return _wrap_host(a, dt, _resolve_device(device))
 

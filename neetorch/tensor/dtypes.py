@@ -192,3 +192,41 @@ def from_numpy_dtype(nd) -> DType:
     except KeyError:
         raise TypeError(f"numpy dtype {nd} has no neetorch equivalent; supported: "
                         f"{', '.join(x.name for x in ALL_DTYPES)}") from None
+
+
+def scalar_overflows(v, dt: DType) -> bool:
+    """True when torch refuses to convert the Python scalar ``v`` to ``dt`` (``c10::overflows``): fill values,
+    masked_fill/index_fill/setitem values, clamp bounds. Arithmetic with a scalar wraps instead."""
+    if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt.name == "float16":
+        return False   # torch.full(..., 1e6, dtype=float16) gives inf rather than an error
+    if isinstance(v, (int, np.integer)):
+        v = int(v)
+        hi = int(np.iinfo(dt.np).max) if dt.category == 1 else float(np.finfo(dt.np).max)
+        if dt.category == 1 and not dt.is_signed:
+            return v > hi or (v < 0 and -v > hi)   # unsigned: negatives wrap (two's complement) when -v <= max
+        lo = int(np.iinfo(dt.np).min) if dt.category == 1 else -hi
+        return v < lo or v > hi
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if dt.category == 2 and (v != v or v in (float("inf"), float("-inf"))):
+            return False
+        if v != v:
+            return True
+        info = np.iinfo(dt.np) if dt.category == 1 else np.finfo(dt.np)
+        return v < float(info.min) or v > float(info.max)
+    return False
+
+
+def check_scalar(v, dt: DType, op: str):
+    """Raise torch's error when the scalar ``v`` cannot be converted to ``dt`` without overflow."""
+    if scalar_overflows(v, dt):
+        raise RuntimeError(f"{op}: value {v!r} cannot be converted to type {dt.name} without overflow")
+    return v
+
+
+def fit_scalar(v, dt: DType, op: str):
+    """``v`` checked like :func:`check_scalar`, with negative ints wrapped for unsigned ``dt`` (torch: uint8 -1 -> 255)."""
+    check_scalar(v, dt, op)
+    if dt.category == 1 and not dt.is_signed and isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v < 0:
+        return int(v) + (1 << (8 * dt.itemsize))
+    return v

@@ -17,6 +17,10 @@ _VIEW_METHODS = ["view", "reshape", "permute", "transpose", "squeeze", "unsqueez
                  "broadcast_to", "hsplit", "vsplit"]
 
 
+# in-place ops torch still runs on expanded (stride-0) tensors (deprecated there, with a warning)
+_OVERLAP_OK = frozenset({"masked_fill", "index_fill", "index_put"})
+
+
 def _inplace(fn, name):
     def f(self, *args, **kw):
         r = fn(self, *args, **kw)
@@ -28,7 +32,10 @@ def _inplace(fn, name):
         if r._dtype is not self._dtype and not ew._can_cast(r._dtype, self._dtype):
             raise RuntimeError(f"{name}_: result type {r._dtype.name.capitalize()} can't be cast to the desired "
                                f"output type {self._dtype.name.capitalize()}")
-        self.copy_(r)
+        if name in _OVERLAP_OK:
+            self._assign(r)
+        else:
+            self.copy_(r)  # refuses an expanded (internally overlapping) self, like torch
         return self
     f.__name__ = name + "_"
     return f
@@ -55,13 +62,17 @@ def install() -> None:
                     has_out = False
                 setattr(Tensor, name + "_", _ew_inplace(fn, name) if has_out else _inplace(fn, name))
     for extra in ("add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "clamp",
-                  "clamp_min", "clamp_max", "round", "lerp", "addcmul", "addcdiv", "where", "masked_fill", "atan2",
+                  "clamp_min", "clamp_max", "round", "lerp", "addcmul", "addcdiv", "masked_fill", "atan2",
                   "hypot", "copysign", "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
                   "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "xlogy",
                   "subtract", "multiply", "divide", "clip", "eq", "ne", "lt", "le", "gt", "ge"):
         if extra in EXPORTS and not hasattr(Tensor, extra + "_"):
             fn = EXPORTS[extra][0]
             setattr(Tensor, extra + "_", _inplace(fn, extra))
+    # torch: ``x.where(condition, y)`` is ``torch.where(condition, x, y)`` (self is the value, not the condition)
+    Tensor.where = lambda self, condition, y: ew.where(condition, self, y)
+    if not hasattr(Tensor, "type_as"):
+        Tensor.type_as = lambda self, other: self.to(other.dtype)
     from ..trace.tracer import _traced_view
     for name in _VIEW_METHODS:
         if not hasattr(Tensor, name):

@@ -337,6 +337,11 @@ class Tensor:
 
     def copy_(self, src, non_blocking=False) -> "Tensor":
         """Copy ``src`` (broadcast to this tensor's shape, cast to its dtype) into this tensor."""
+        from ..ops.indexing import _check_no_overlap
+        _check_no_overlap(self)  # torch: writing through an expanded (stride-0) view is refused
+        return self._assign(src)
+
+    def _assign(self, src) -> "Tensor":
         from .creation import as_tensor_like
         src = as_tensor_like(src, self)
         if src._device != self._device:
@@ -346,10 +351,10 @@ class Tensor:
         return self
 
     def fill_(self, value) -> "Tensor":
-        return self.copy_(value)
+        return self._assign(value)   # torch allows fill_/zero_ on expanded views (every element gets value)
 
     def zero_(self) -> "Tensor":
-        return self.copy_(0)
+        return self._assign(0)
 
     def new_tensor(self, data, dtype=None, device=None):
         from .creation import tensor

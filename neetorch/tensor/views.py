@@ -100,9 +100,27 @@ def view(t: Tensor, *shape) -> Tensor:
     return make_view(t, new, st)
 
 
+_bany = any
+
+
 def _view_dtype(t: Tensor, dt) -> Tensor:
     if dt.itemsize != t._dtype.itemsize:
-        raise RuntimeError(f"view(dtype): {t._dtype.name} -> {dt.name} needs equal element sizes")
+        # torch: the last dim (stride 1) is rescaled, e.g. (2, 3) float32 -> (2, 6) float16
+        if t.ndim == 0:
+            raise RuntimeError(f"view(dtype): self.dim() cannot be 0 when viewing {t._dtype.name} as {dt.name} "
+                               f"(different element sizes)")
+        ratio = dt.itemsize // t._dtype.itemsize
+        if ratio > 1 and (t.storage_offset() % ratio or _bany(st % ratio for st in _strides(t)[:-1])):
+            raise RuntimeError(f"view(dtype): the storage offset ({t.storage_offset()}) and the strides "
+                               f"{tuple(_strides(t))} must be divisible by {ratio} to view {t._dtype.name} as {dt.name}")
+        if t._device.type == "cpu" and (t._data.strides[-1] == t._dtype.itemsize or t.shape[-1] == 1):
+            try:
+                return Tensor._make(t._data.view(dt.np), t._device, dt)
+            except ValueError as e:
+                raise RuntimeError(f"view(dtype): cannot view {t._dtype.name} {tuple(t.shape)} with strides "
+                                   f"{tuple(_strides(t))} as {dt.name}: {e}") from None
+        raise RuntimeError(f"view(dtype): {t._dtype.name} -> {dt.name} needs equal element sizes, or a last dim "
+                           f"of stride 1 on the cpu (shape {tuple(t.shape)}, strides {tuple(_strides(t))})")
     if t._device.type == "cpu":
         return Tensor._make(t._data.view(dt.np), t._device, dt)
     bk = t._backend()
