@@ -660,7 +660,7 @@ SHAPE_FNS = [
     ("tril", lambda L, a: a.tril()), ("tril_neg", lambda L, a: a.tril(-1)), ("triu_k", lambda L, a: a.triu(2)),
     ("triu_noncontig", lambda L, a: a.transpose(1, 2).triu(1)), ("tril_1d", lambda L, a: a[0, 0].tril()),
     ("roll", lambda L, a: a.roll(2, 1)), ("roll_neg", lambda L, a: a.roll(-7, 2)), ("roll_flat", lambda L, a: a.roll(3)),
-    ("roll_multi", lambda L, a: a.roll((1, 2), (0, 2))), ("flip", lambda L, a: a.flip(0, 2)),
+    ("roll_multi", lambda L, a: a.roll((1, 2), (0, 2))), ("roll_repeat_dim", lambda L, a: a.roll((1, -3, 2), (0, 0, 2))), ("flip", lambda L, a: a.flip(0, 2)),
     ("fliplr", lambda L, a: L.fliplr(a)), ("repeat", lambda L, a: a.repeat(2, 1, 3)),
     ("repeat_more", lambda L, a: a.repeat(2, 1, 1, 2)), ("repeat_less", lambda L, a: a.repeat(2, 1)),
     ("repeat_interleave", lambda L, a: a.repeat_interleave(2, 1)),
@@ -1257,13 +1257,15 @@ def test_more_regressions(f, args):
     check(f, *args)
 
 
-@pytest.mark.xfail(reason="max_pool window lying entirely in the padding (dilation > 1) returns uninitialized memory "
-                          "instead of -inf: bug in devices/cpu/kernels/conv.py (_maxpool_rows), owned elsewhere",
-                   strict=False)
 def test_max_pool_window_all_padding():
+    # regression: a window lying entirely in the padding (dilation > 1) read uninitialized memory (and, for
+    # the index path, out of bounds); torch gives -inf and the index of the window's first in-range row/column
     check(lambda L: _F(L).max_pool1d(L.tensor([[[1.0]], [[2.0]]]), 2, 3, 1, 2), )
+    check(lambda L: _F(L).max_pool1d(L.tensor([[[1.0]], [[2.0]]]), 2, 3, 1, 2, return_indices=True), )
     check(lambda L, a: _F(L).max_pool2d(a, (4, 2), (2, 2), (2, 1), (2, 2)),
           _rng.standard_normal((2, 1, 7, 1)).astype(np.float32))
+    check(lambda L, a: _F(L).max_pool2d(a, 3, 2, 1, 3, return_indices=True),
+          _rng.standard_normal((1, 2, 1, 5)).astype(np.float32))
 
 
 SORTING = [

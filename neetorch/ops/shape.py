@@ -206,7 +206,10 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     ds = tuple(wrap_dim(d, input.ndim, "roll") for d in ds)
     if input.ndim == 0 or input.numel() == 0:
         return input.clone()
-    pairs = [(d, s % input.shape[d]) for d, s in zip(ds, sh)]
+    total: dict = {}
+    for d, s in zip(ds, sh):          # a dim named twice rolls by the sum of its shifts (torch)
+        total[d] = total.get(d, 0) + s
+    pairs = [(d, s % input.shape[d]) for d, s in total.items()]
     pairs = [(d, s) for d, s in pairs if s]
     if not pairs:
         return input.clone()

@@ -769,6 +769,8 @@ def _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, ws):
     j0 = 0 if ws >= 0 else (-ws + dw - 1) // dw
     j1 = min(KW, (W - ws + dw - 1) // dw)
     bi = (hs + k0 * dh) * W + ws + j0 * dw
+    if k0 >= k1 or j0 >= j1:     # the window lies in the padding (dilation > 1): -inf, torch's index
+        return -np.inf, bi
     best = x[xb + bi]
     for ki in range(k0, k1):
         r = (hs + ki * dh) * W + ws
@@ -816,6 +818,11 @@ def _maxpool_rows(x, out, rb, hb, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, 
         for oh in range(OH):
             hs = oh * sh - ph
             k0, k1 = _taps(hs, dh, KH, H)
+            o = ob + oh * OW
+            if k0 >= k1:             # every window of this row lies in the padding (dilation > 1)
+                for c in range(OW):
+                    out[o + c] = -np.inf
+                continue
             # 0-based loops over views (no negative-index wraparound checks: vector loops)
             r = xb + (hs + k0 * dh) * W
             rb[:] = x[r:r + W]
@@ -826,11 +833,13 @@ def _maxpool_rows(x, out, rb, hb, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, 
                     v = xs[j]
                     b = rb[j]
                     rb[j] = v if (v > b) | (v != v) else b
-            o = ob + oh * OW
             for ow in range(OW - n):                       # border columns: clamped windows, scalar
                 c = ow if ow < lo else ow + n
                 ws = c * sw - pw
                 j0, j1 = _taps(ws, dw, KW, W)
+                if j0 >= j1:                               # the window lies in the padding
+                    out[o + c] = -np.inf
+                    continue
                 best = rb[ws + j0 * dw]
                 for kj in range(j0 + 1, j1):
                     v = rb[ws + kj * dw]
@@ -1053,6 +1062,11 @@ def _maxpool_idx(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, 
                 out[o + c] = best
                 idx[o + c] = bi
             if n <= 0:
+                continue
+            if k0 >= k1:             # every window of this row lies in the padding
+                for c in range(lo, hi):
+                    out[o + c] = -np.inf
+                    idx[o + c] = (hs + k0 * dh) * W + c * sw - pw
                 continue
             orow = out[o + lo:o + hi]
             irow = idx[o + lo:o + hi]
