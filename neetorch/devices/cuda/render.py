@@ -33,8 +33,8 @@ __all__ = [
     "launch",
     "launch_group",
     "meta_struct",
-    "prepare",
     "preamble",
+    "prepare",
     "render_group",
     "run_strided",
 ]
@@ -55,7 +55,7 @@ def _meta_decl(nops: int) -> tuple[str, str]:
     return name, f"#ifndef NEE_META{k}\n#define NEE_META{k}\ntypedef struct {{ llong v[{k}]; }} {name};\n#endif\n"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def meta_struct(nops: int):
     """The numpy structured dtype matching ``nee_meta{4 + 5 * nops}`` (passed by value)."""
     return np.dtype({"names": ["v"], "formats": [(np.int64, (4 + 5 * nops,))]})
