@@ -891,7 +891,7 @@ def _pad(backend, outs, ins, attrs):
         elif mode == "circular":
             pairs = [(region(0, lo), region(n, lo)), (region(lo + n, hi), region(lo, hi))]
         else:
-            raise NotImplementedError(f"cuda pad: mode {mode!r}")
+            raise ValueError(f"pad: unknown mode {mode!r} (constant, reflect, replicate, circular)")
         for dst, src in pairs:
             if dst.size:
                 backend.copy_(dst, src)
