@@ -225,40 +225,27 @@ def prepare(backend, op, args, ins, meta):
     their first element, so the meta holds no offsets and is the same for every call); the closure
     allocates the output and launches.  None for cases left to the general path."""
     from ...ops import registry
-    from ...ops.elementwise import _layout_ids, _scalar_tensor
+    from ...ops.elementwise import _scalar_tensor
     from ...tensor.tensor import Tensor
+    from ..common import prepared_layout
     from . import CUDAArray
     odt = meta.dtype
-    shape = tuple(meta.shape)
-    n = 1
-    for s in shape:
-        n *= s
-    if n == 0:
-        return None
-    datas = [t._data for t in ins]
-    contig, c = [], 1
-    for s in reversed(shape):
-        contig.append(c)
-        c *= max(s, 1)
-    contig = tuple(reversed(contig))
-    cshape, cstrides = layout.collapse(shape, [list(contig)] + [_broadcast(shape, a) for a in datas])
-    if len(cshape) > layout.MAX_RANK:
+    p = prepared_layout(backend.device, args, ins, meta, _broadcast)
+    if p is None:
         return None
     try:
-        kern = get_kernel(backend, op, [_dt.from_numpy_dtype(a.dtype) for a in datas], odt)
+        kern = get_kernel(backend, op, [_dt.from_numpy_dtype(a.dtype) for a in p.datas], odt)
     except NotImplementedError:
         return None
     backend._check_dtype(odt.np, op.name)
-    shape4, strides4 = layout.pad4(cshape, cstrides)
-    m = layout.meta(shape4, strides4, [0] * (1 + len(datas)))
+    shape4, strides4 = layout.pad4(p.cshape, p.cstrides)
+    m = layout.meta(shape4, strides4, [0] * (1 + len(p.datas)))
     if shape4[0] == shape4[1] == shape4[2] == 1:
         m[0] = 0      # the 1-D path
-    mv = m.view(meta_struct(1 + len(datas)))
-    grid, block = (min((n + BLOCK - 1) // BLOCK, MAX_BLOCKS),), (BLOCK,)
-    kinds = [None if isinstance(a, Tensor) else t._dtype for a, t in zip(args, ins)]
+    mv = m.view(meta_struct(1 + len(p.datas)))
+    grid, block = (min((p.n + BLOCK - 1) // BLOCK, MAX_BLOCKS),), (BLOCK,)
+    shape, kinds, out_sig = p.shape, p.kinds, p.out_sig
     device, make, on, cp_empty, onp = backend.device, Tensor._make, backend.on(), backend.cp.empty, odt.np
-    out_key = (odt, device, shape, tuple(s * odt.itemsize for s in contig), True)
-    out_sig = _layout_ids.setdefault(out_key, len(_layout_ids))
     prof_active = registry._profiler._active
 
     def plan(args):

@@ -295,21 +295,15 @@ def prepare(backend, op, args, ins, meta):
     the closure allocates the output, patches the operands' element offsets (not part of the layout key)
     into the meta and enqueues.  Returns None for cases left to the general path."""
     from ...ops import registry
-    from ...ops.elementwise import _layout_ids, _scalar_tensor
+    from ...ops.elementwise import _scalar_tensor
     from ...tensor.tensor import Tensor
-    from . import CLArray, _contig
+    from ..common import prepared_layout
+    from . import CLArray
     odt = meta.dtype
-    shape = tuple(meta.shape)
-    n = 1
-    for s in shape:
-        n *= s
-    if n == 0:
+    p = prepared_layout(backend.device, args, ins, meta, _broadcast)
+    if p is None:
         return None
-    datas = [t._data for t in ins]
-    strides = [list(_contig(shape))] + [_broadcast(shape, a) for a in datas]
-    cshape, cstrides = layout.collapse(shape, strides)
-    if len(cshape) > layout.MAX_RANK:
-        return None
+    shape, n, datas, cshape, cstrides = p.shape, p.n, p.datas, p.cshape, p.cstrides
     try:
         kern = get_kernel(backend, op, [_dt.from_numpy_dtype(a.dtype) for a in datas], odt)
     except NotImplementedError:
@@ -335,15 +329,14 @@ def prepare(backend, op, args, ins, meta):
         def go(bufs, m):
             backend.enqueue_exact(fk, n, bufs, m, L3)
     # per argument: None for a tensor, else the dtype of the cached 0-d tensor a Python scalar becomes
-    kinds = [None if isinstance(a, Tensor) else t._dtype for a, t in zip(args, ins)]
+    kinds = p.kinds
     offpos = [4 + 5 * (k + 1) + 4 for k in range(len(ins))]
     device = backend.device
     make = Tensor._make
     alloc = backend._alloc
     backend._check_dtype(odt.np, op.name)
-    onp, ost, nbytes = odt.np, _contig(shape), n * odt.itemsize
-    out_key = (odt, device, shape, tuple(s * odt.itemsize for s in _contig(shape)), True)
-    out_sig = _layout_ids.setdefault(out_key, len(_layout_ids))
+    onp, ost, nbytes = odt.np, p.contig, n * odt.itemsize
+    out_sig = p.out_sig
     prof_active = registry._profiler._active
 
     def plan(args):
