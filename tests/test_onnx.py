@@ -112,6 +112,29 @@ def test_torch_transformer_encoder_matches_onnxruntime(tmp_path):
         np.testing.assert_allclose(got, enc(torch.from_numpy(x)).numpy(), rtol=1e-4, atol=1e-4)
 
 
+def test_declared_dynamic_dim_that_the_model_bakes_in_still_runs(tmp_path):
+    """The exporter declares seq dynamic but bakes seq 10 into a Reshape: the jit's probe trace at the
+    bucket's other size fails; the call at the model's own size must still run (specialized per exact
+    shape), as it does in onnxruntime, and a size the model cannot take gets the node's error."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 1, enable_nested_tensor=False)
+    enc.eval()
+    path = _export(torch, enc, torch.randn(2, 10, 16), {"x": {0: "batch", 1: "seq"}}, tmp_path / "enc.onnx")
+    sess = nx.InferenceSession(path)
+    ref = _ort(open(path, "rb").read())
+    rng = np.random.default_rng(2)
+    for shape in ((2, 10, 16), (3, 10, 16)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = sess.run(None, {"x": x})
+        (want,) = ref.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert sess._jit.stats["bucket_probe_failures"] >= 1 and sess._jit.stats["bucket_specializations"] == 0
+    with pytest.raises(Exception, match="Reshape"):
+        sess.run(None, {"x": rng.standard_normal((2, 12, 16)).astype(np.float32)})
+
+
 # ------------------------------------------------------------------ validation errors
 def test_unsupported_ops_refused_up_front_listing_all(tmp_path):
     m = _model([helper.make_node("Relu", ["x"], ["a"], name="ok"),

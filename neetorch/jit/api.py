@@ -102,7 +102,8 @@ class JitFunction:
         self._fast: dict = {}      # all-tensor positional calls: flat key -> entry (see __call__)
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "traces": 0, "cache_hits": 0, "kernels_compiled": 0, "trace_seconds": 0.0,
-                      "specializations": 0, "bucket_specializations": 0}
+                      "specializations": 0, "bucket_specializations": 0,
+                      "bucket_probe_failures": 0}
         functools.update_wrapper(self, fn, updated=())
 
     def __get__(self, obj, objtype=None):
@@ -168,8 +169,18 @@ class JitFunction:
             at_top = all(n == wide[(k, d)][1] for k, d, n in dyn)
             other = {kd: (lo if at_top else hi) for kd, (lo, hi) in wide.items()}
             a2, k2 = self._with_sizes(args, kwargs, other)
-            g2 = self._optimize(a2, k2)
-            if _structure(g2) == _structure(g):
+            try:
+                g2 = self._optimize(a2, k2)
+            except Exception as e:
+                # the function does not run at the bucket's other sizes (a size baked in: e.g. an
+                # exported model reshaping to a constant sequence length); the call's own sizes
+                # traced fine, so it specializes per exact shape instead of failing the call
+                g2 = None
+                self.stats["bucket_probe_failures"] += 1
+                if _env.DEBUG >= 1:
+                    print(f"[neetorch] jit {self.name}: not shape-polymorphic (trace at sizes {other} failed: "
+                          f"{type(e).__name__}: {e}); specializing per exact shape", file=sys.stderr)
+            if g2 is not None and _structure(g2) == _structure(g):
                 polymorphic = True
                 if not at_top:
                     g = g2
