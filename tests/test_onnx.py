@@ -325,3 +325,24 @@ def test_session_options_intra_op_num_threads():
             nx.InferenceSession(_relu_model().SerializeToString(), types.SimpleNamespace(intra_op_num_threads=-2))
     finally:
         nee.set_num_threads(before)
+
+
+def test_expand_then_div_follows_inputs_under_jit():
+    """F.normalize as torch exports it (ReduceL2, Clip, Shape, Expand, Div): the Expand lowering copies
+    (contiguous) the broadcast norm; that copy must be a graph node (it once froze to the trace's
+    placeholder zeros: inf everywhere)."""
+    m = _model([helper.make_node("ReduceL2", ["x"], ["n"], axes=[-1], keepdims=1),
+                helper.make_node("Clip", ["n", "eps"], ["c"]),
+                helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Expand", ["c", "s"], ["e"]),
+                helper.make_node("Div", ["x", "e"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 5, 7])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 5, 7])],
+               [numpy_helper.from_array(np.array(1e-12, np.float32), "eps")])
+    sess = nx.InferenceSession(m)
+    rng = np.random.default_rng(3)
+    for b in (3, 3, 4):
+        x = rng.standard_normal((b, 5, 7)).astype(np.float32)
+        want = x / np.maximum(np.sqrt((x.astype(np.float64) ** 2).sum(-1, keepdims=True)), 1e-12)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+    assert sess.info["mode"] == "jit"

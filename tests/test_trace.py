@@ -1,4 +1,6 @@
 """Tracer and graph IR: recording, printing, validation, replay, untraceable code."""
+import re
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,23 @@ def test_untraceable_mutation_is_refused(mutate):
         return y
     with pytest.raises(TraceError, match="in-place assignment is not traced"):
         trace(f, nee.ones(3))
+
+
+@pytest.mark.parametrize("expr", [
+    lambda x: x.t().contiguous() * 2,                 # a copy of a non-contiguous view
+    lambda x: (x * 1.0).t().clone() + 1,
+    lambda x: x[:1].expand(3, 4).contiguous() / (x * x + 1),
+    lambda x: x.detach() * 3 + x.data,                # same storage, same value
+    lambda x: x.to(nee.float32, copy=True) - x.mean(),
+], ids=["contiguous", "clone", "expand_contiguous", "detach_data", "to_copy"])
+def test_copies_and_aliases_are_traced_not_frozen(expr):
+    """clone()/contiguous()/detach()/.data inside a traced function follow the inputs on every call
+    (they once became constants holding the first call's values: silent wrong answers)."""
+    f = nee.jit(expr)
+    for seed in (0, 1, 2):
+        nee.manual_seed(seed)
+        x = nee.randn(3, 4)
+        np.testing.assert_allclose(f(x).numpy(), expr(x).numpy(), rtol=1e-6, atol=1e-6)
+    text = str(trace(expr, nee.randn(3, 4)))
+    # only the scalar literals are constants; no tensor-sized constant holds a traced value
+    assert not re.search(r"float32\[\d[^\]]*\] = const", text), text

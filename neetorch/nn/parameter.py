@@ -33,7 +33,7 @@ class Parameter(Tensor):
     @property
     def data(self) -> Tensor:
         """The parameter's values as a plain tensor sharing its storage."""
-        return Tensor._make(self._data, self._device, self._dtype)
+        return self._alias()
 
     @data.setter
     def data(self, value) -> None:

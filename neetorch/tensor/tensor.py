@@ -306,6 +306,11 @@ class Tensor:
         return self if self.is_contiguous() else self.clone()
 
     def clone(self, memory_format=None) -> "Tensor":
+        if _READ_HOOK[0] is not None:  # a trace is running: the copy must be a node, not a constant
+            from ..trace.tracer import traced_copy
+            r = traced_copy(self)
+            if r is not None:
+                return r
         b = self._backend()
         out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
         b.copy_(out._data, self._data)
@@ -314,7 +319,15 @@ class Tensor:
     @property
     def data(self) -> "Tensor":
         """The same storage as a plain tensor (``torch.Tensor.data``)."""
-        return Tensor._make(self._data, self._device, self._dtype)
+        return self._alias()
+
+    def _alias(self) -> "Tensor":
+        """A new tensor object over the same storage; under a trace it stands for the same value."""
+        t = Tensor._make(self._data, self._device, self._dtype)
+        if _READ_HOOK[0] is not None:
+            from ..trace.tracer import alias
+            alias(self, t)
+        return t
 
     @data.setter
     def data(self, other: "Tensor") -> None:
@@ -326,7 +339,7 @@ class Tensor:
         self._sig = self._flat = None
 
     def detach(self) -> "Tensor":
-        return Tensor._make(self._data, self._device, self._dtype)
+        return self._alias()
 
     def detach_(self):
         return self

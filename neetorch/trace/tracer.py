@@ -97,6 +97,24 @@ def is_tracing() -> bool:
     return getattr(_active, "tracer", None) is not None
 
 
+def traced_copy(t):
+    """``t.clone()`` while tracing: a copy node (a same-dtype cast) in the graph, so the copy
+    follows the inputs on every call; None outside a trace or inside an op's own composition."""
+    if getattr(_active, "tracer", None) is None or registry._depth[0] != 0:
+        return None
+    from ..ops.elementwise import _cast
+    return registry.run(_cast, [t], {"dtype": t._dtype}, [registry.Meta(tuple(t._data.shape), t._dtype)])[0]
+
+
+def alias(src, new) -> None:
+    """``new`` shares ``src``'s storage (``detach()``, ``.data``): under a trace it is the same value."""
+    tr = getattr(_active, "tracer", None)
+    if tr is not None:
+        e = tr.values.get(id(src))
+        if e is not None and e[1] is src:
+            tr.bind(new, e[0])
+
+
 def _user_frame() -> str:
     for fr in reversed(traceback.extract_stack()[:-1]):
         if "/neetorch/" not in fr.filename.replace("\\", "/"):
