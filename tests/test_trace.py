@@ -146,3 +146,25 @@ def test_copies_and_aliases_are_traced_not_frozen(expr):
     text = str(trace(expr, nee.randn(3, 4)))
     # only the scalar literals are constants; no tensor-sized constant holds a traced value
     assert not re.search(r"float32\[\d[^\]]*\] = const", text), text
+
+
+def test_view_that_copies_is_recomputed_each_call():
+    """reshape of a transposed intermediate is a copy, not a view: the executable must not memoize it
+    like a view of the arena (it once returned the first call's values: MultiheadAttention and
+    TransformerEncoderLayer under @nee.jit gave wrong answers from the second call on)."""
+    w = nee.randn(16, 16)
+
+    def f(a):
+        return (a * 2).transpose(1, 2).reshape(2, 7, 16) @ w
+
+    j = nee.jit(f)
+    for seed in range(3):
+        nee.manual_seed(seed)
+        a = nee.randn(2, 4, 7, 4)
+        np.testing.assert_allclose(j(a).numpy(), f(a).numpy(), rtol=1e-5, atol=1e-5)
+    nee.manual_seed(0)
+    layer = nee.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    jl = nee.jit(layer)
+    for _ in range(3):
+        x = nee.randn(2, 7, 16)
+        np.testing.assert_allclose(jl(x).numpy(), layer(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -317,7 +317,10 @@ class Executable:
                     memo = None
                 r = fn(args[0], *vargs, *args[1:], **kwargs)
                 rs = r if isinstance(r, (tuple, list)) else (r,)
-                if memo is not None and not any(getattr(a, "requires_grad", False) for a in args):
+                if memo is not None and not any(getattr(a, "requires_grad", False) for a in args) \
+                        and all(_same_storage(t._data, args[0]._data) for t in rs):
+                    # (a view op that had to copy, e.g. reshape of a transposed tensor, is made anew
+                    # every call: its result does not follow the argument's storage)
                     memo[0], memo[1] = args, tuple(rs)
                 for i, t in zip(outs, rs):
                     env[i] = t
@@ -411,3 +414,16 @@ class Executable:
     @property
     def num_kernels(self) -> int:
         return sum(1 for s in self.steps if s[0] != "view")
+
+
+def _same_storage(a, b) -> bool:
+    """Whether device array ``a`` is a view of ``b``'s memory (False when it can't be told)."""
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and np.may_share_memory(a, b)
+    sa, sb = getattr(a, "storage", None), getattr(b, "storage", None)   # OpenCL arrays, plugins
+    if sa is not None:
+        return sa is sb
+    ma, mb = getattr(getattr(a, "a", None), "data", None), getattr(getattr(b, "a", None), "data", None)
+    if ma is not None and mb is not None:                                # CUDA (cupy) arrays
+        return getattr(ma, "mem", None) is not None and ma.mem is getattr(mb, "mem", None)
+    return False
