@@ -38,6 +38,9 @@ def main(argv=None) -> int:
             feed[arg.name] = given[arg.name]
             continue
         shape = [d if isinstance(d, int) else 1 for d in (arg.shape or [])]
+        if arg.type == "tensor(string)":
+            feed[arg.name] = rng.integers(0, 4, shape).astype(str).astype(object)
+            continue
         dt = ONNX_TO_NP.get(arg.elem_type, np.dtype(np.float32))
         if dt.kind == "f":
             feed[arg.name] = rng.standard_normal(shape).astype(dt)

@@ -3,7 +3,8 @@
 ``prepare(model, device="CPU", jit=True)`` (device: "CPU", "CUDA", "OpenCL", any neetorch device type,
 optionally ``:index``) returns a :class:`NeeBackendRep` whose
 ``run(inputs)`` takes a list (positional, in model input order) or a dict of arrays;
-``run_node`` builds a one-node model from the inputs' types and runs it eagerly.
+``run_node`` builds a one-node model from the inputs' types and runs it eagerly.  String inputs
+(numpy str / bytes / object arrays) are ``tensor(string)``: see :class:`~neetorch.onnx.InferenceSession`.
 """
 from __future__ import annotations
 
@@ -69,12 +70,17 @@ class NeeBackend(Backend):
         vis = []
         for name, x in zip([i for i in node.input if i], inputs):
             x = np.asarray(x)
-            vis.append(helper.make_tensor_value_info(name, np_to_onnx[x.dtype], x.shape))
+            et = onnx.TensorProto.STRING if x.dtype.kind in "OSU" else np_to_onnx.get(x.dtype)
+            if et is None:
+                raise TypeError(f"run_node: input {name!r} has numpy dtype {x.dtype.name}, which has no ONNX type")
+            vis.append(helper.make_tensor_value_info(name, et, x.shape))
         outs = []
         for k, name in enumerate(node.output):
             if outputs_info and k < len(outputs_info):
                 dt, shp = outputs_info[k]
-                outs.append(helper.make_tensor_value_info(name, np_to_onnx[np.dtype(dt)], shp))
+                dt = np.dtype(dt)
+                et = onnx.TensorProto.STRING if dt.kind in "OSU" else np_to_onnx[dt]
+                outs.append(helper.make_tensor_value_info(name, et, shp))
             else:
                 outs.append(helper.make_empty_tensor_value_info(name))
         g = helper.make_graph([node], "run_node", vis, outs)

@@ -16,14 +16,18 @@ trace raise ``TraceError`` and the session runs the program eagerly instead.
 Types neetorch has no dtype for are carried in a wider one (uint16 -> int32,
 uint32/uint64 -> int64, bfloat16 -> float32) and cast back to the declared ONNX type on
 the way out.
+
+Strings are not a nee dtype: a string value is a numpy object array on the host, and a node
+reading or writing one is a *host node* run by ``ops_string.HOST_OPS`` (eagerly, numpy);
+:meth:`Program.segments` cuts such a graph into host and traceable numeric segments.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .loader import ONNX_TO_NP, UnsupportedModelError, OnnxError
+from .loader import ONNX_TO_NP, OnnxError, UnsupportedModelError
 
-__all__ = ["OPS", "op", "Ctx", "Program", "NodeView", "unsupported_nodes", "LoweringError"]
+__all__ = ["OPS", "Ctx", "LoweringError", "NodeView", "Program", "Segment", "op", "unsupported_nodes"]
 
 OPS: dict = {}
 
@@ -89,13 +93,14 @@ EMPTY = _Empty()
 
 class NodeView:
     """A NodeProto with its attributes decoded (``attrs``), for the op functions."""
-    __slots__ = ("proto", "op_type", "name", "inputs", "outputs", "attrs", "key")
+    __slots__ = ("attrs", "host", "inputs", "key", "name", "op_type", "outputs", "proto")
 
-    def __init__(self, proto):
+    def __init__(self, proto, host=False):
         from onnx import helper
         self.proto = proto
         self.op_type = proto.op_type
         self.key = op_key(proto)
+        self.host = host  # reads or writes strings: runs on the host (ops_string.HOST_OPS)
         self.name = proto.name or f"{proto.op_type}({', '.join(proto.output)})"
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
@@ -164,16 +169,30 @@ def op_key(n) -> str:
 
 def load_op_modules() -> None:
     """Import every module that fills :data:`OPS` (one list: lowering, checks and ``supported_ops``)."""
-    from . import ops_control, ops_math, ops_ml, ops_nn, ops_signal, ops_tensor, ops_vision  # noqa: F401
+    from . import ops_control, ops_math, ops_ml, ops_nn, ops_signal, ops_string, ops_tensor, ops_vision  # noqa: F401
 
 
 def unsupported_nodes(graph, opset: int | None = None) -> list:
     """[(op_type, node name)] of every node (subgraphs included) with no lowering."""
     load_op_modules()
+    from .ops_string import HOST_OPS, is_host_node, string_values
     bad = []
 
-    def walk(g):
+    def walk(g, nested=False):
+        strings = string_values(g)
         for n in g.node:
+            if is_host_node(n, strings):
+                # a node on strings runs on the host: it needs a HOST_OPS entry, and no subgraph around or in it
+                fn = HOST_OPS.get(op_key(n))
+                sub = any(a.type == a.GRAPH or len(a.graphs) for a in n.attribute)
+                if fn is None or sub or nested:
+                    t = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+                    where = " inside a control-flow subgraph" if nested and fn is not None and not sub else ""
+                    num = OPS.get(op_key(n))  # the numeric op's own refusal says more (ops_ml: string labels)
+                    why = num.unsupported_reason(n) if fn is None and hasattr(num, "unsupported_reason") else None
+                    bad.append((f"{t} with {why}" if why else f"{t} on string tensors{where}",
+                                n.name or f"<unnamed {n.op_type} -> {', '.join(n.output)}>"))
+                continue
             fn = OPS.get(op_key(n))
             # an op function may refuse some forms of its op up front (ops_ml: string attributes)
             why = fn.unsupported_reason(n) if fn is not None and hasattr(fn, "unsupported_reason") else None
@@ -183,25 +202,32 @@ def unsupported_nodes(graph, opset: int | None = None) -> list:
                             n.name or f"<unnamed {n.op_type} -> {', '.join(n.output)}>"))
             for a in n.attribute:
                 if a.type == a.GRAPH:
-                    walk(a.g)
+                    walk(a.g, True)
                 for sg in a.graphs:
-                    walk(sg)
+                    walk(sg, True)
     walk(graph)
     return bad
 
 
 class Program:
-    """A lowered ONNX graph: ``program(*input_tensors) -> tuple of output tensors``."""
+    """A lowered ONNX graph: ``program(*input_tensors) -> tuple of output tensors``.
+
+    String values (``ops_string``) are numpy object arrays on the host: string initializers stay numpy,
+    and every node reading or writing a string is a host node (``NodeView.host``), run by
+    ``ops_string.HOST_OPS``.  :meth:`segments` splits such a graph into host and traceable parts."""
 
     def __init__(self, graph, initializers: dict, device, opset: int, output_types=None):
         load_op_modules()
+        from .ops_string import as_strings, is_host_node, string_values
         self.graph = graph
         self.ctx = Ctx(device, opset, self)
         self.input_names = [i.name for i in graph.input if i.name not in initializers]
         self.output_names = [o.name for o in graph.output]
-        # initializers become nee tensors on the device: constants in every trace
-        self.consts = {k: self.ctx.const(v) for k, v in initializers.items()}
-        self.nodes = [NodeView(n) for n in graph.node]
+        self.strings = string_values(graph)
+        # initializers become nee tensors on the device: constants in every trace (strings stay numpy)
+        self.consts = {k: (as_strings(v, f"initializer {k!r}") if v.dtype.kind in "OSU" else self.ctx.const(v))
+                       for k, v in initializers.items()}
+        self.nodes = [NodeView(n, is_host_node(n, self.strings)) for n in graph.node]
         self.__name__ = graph.name or "onnx_graph"
         self._declared = {}
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -209,6 +235,11 @@ class Program:
                 self._declared[vi.name] = vi.type.tensor_type.elem_type
         for t in graph.initializer:
             self._declared[t.name] = t.data_type
+
+    @property
+    def host_nodes(self) -> list:
+        """The names of the nodes that run on the host (they read or write strings)."""
+        return [n.name for n in self.nodes if n.host]
 
     def declared_np(self, name):
         """The declared ONNX element type of a value, as numpy (None if unknown)."""
@@ -221,6 +252,117 @@ class Program:
             env[name] = t
         run_nodes(self.ctx, self.nodes, env)
         return tuple(env[n] for n in self.output_names)
+
+    def segments(self) -> list | None:
+        """None for a graph without host nodes; else the graph as a list of :class:`Segment`, in run order,
+        alternating ``"host"`` (string nodes, run eagerly on numpy) and ``"nee"`` (numeric nodes: one traceable
+        function each, for ``nee.jit``).  Nodes computing only constants (Constant, shape arithmetic on
+        initializers, string constants) are evaluated here, once, into :attr:`consts`, so they split nothing.
+        Each node goes to the earliest segment of its kind after the segments of its producers: a model
+        whose strings are only at its start and/or end (string inputs mapped to numbers, class labels mapped
+        back to strings) becomes host / nee / host."""
+        if not any(n.host for n in self.nodes):
+            return None
+        static = set(self.consts)
+        pre, rest = [], []
+        for n in self.nodes:
+            refs = [i for i in n.inputs if i] + sorted(_outer_refs(n.proto))
+            if (all(i in static for i in refs) and not _has_subgraph(n.proto)
+                    and not n.op_type.startswith(("Random", "Bernoulli", "Multinomial", "Dropout"))):
+                pre.append(n)
+                static.update(o for o in n.outputs if o)
+            else:
+                rest.append(n)
+        if pre:
+            env = run_nodes(self.ctx, pre, dict(self.consts))
+            for n in pre:
+                for o in n.outputs:
+                    if o:
+                        self.consts[o] = env[o]
+        seg_of, placed = {}, []
+        for n in rest:
+            kind = 0 if n.host else 1  # segment k runs host nodes when k is even
+            lo = 0
+            for i in [i for i in n.inputs if i] + sorted(_outer_refs(n.proto)):
+                if i in seg_of:
+                    p = seg_of[i]
+                    lo = max(lo, p if p % 2 == kind else p + 1)
+            k = lo if lo % 2 == kind else lo + 1
+            placed.append((k, n))
+            for o in n.outputs:
+                if o:
+                    seg_of[o] = k
+        groups: dict = {}
+        for k, n in placed:
+            groups.setdefault(k, []).append(n)
+        order = sorted(groups)
+        uses: dict = {}  # value -> segments reading it
+        for k, n in placed:
+            for i in [i for i in n.inputs if i] + sorted(_outer_refs(n.proto)):
+                uses.setdefault(i, set()).add(k)
+        out = []
+        for k in order:
+            nodes = groups[k]
+            made = {o for n in nodes for o in n.outputs if o}
+            ins = []
+            for n in nodes:
+                for i in [i for i in n.inputs if i] + sorted(_outer_refs(n.proto)):
+                    if i not in made and i not in self.consts and i not in ins:
+                        ins.append(i)
+            outs = [o for n in nodes for o in n.outputs
+                    if o and (o in self.output_names or any(u != k for u in uses.get(o, ())))]
+            out.append(Segment(self, "host" if k % 2 == 0 else "nee", nodes, ins, outs, len(out)))
+        return out
+
+
+def _has_subgraph(proto) -> bool:
+    return any(a.type == a.GRAPH or len(a.graphs) for a in proto.attribute)
+
+
+def _outer_refs(proto) -> set:
+    """Names a node's subgraphs read from the enclosing scopes (used there, defined nowhere inside)."""
+    if not _has_subgraph(proto):
+        return set()
+    used, defined = set(), set()
+
+    def walk(g):
+        defined.update(i.name for i in g.input)
+        defined.update(t.name for t in g.initializer)
+        for n in g.node:
+            used.update(i for i in n.input if i)
+            defined.update(o for o in n.output if o)
+            for a in n.attribute:
+                if a.type == a.GRAPH:
+                    walk(a.g)
+                for sg in a.graphs:
+                    walk(sg)
+    for a in proto.attribute:
+        if a.type == a.GRAPH:
+            walk(a.g)
+        for sg in a.graphs:
+            walk(sg)
+    return used - defined
+
+
+class Segment:
+    """Consecutive nodes of one kind of a split graph (:meth:`Program.segments`): ``kind`` is ``"host"``
+    (string nodes, eager on numpy) or ``"nee"`` (numeric nodes); ``segment(*values)`` runs its nodes on
+    the values named ``inputs`` (plus the program's constants) and returns those named ``outputs``
+    (what later segments and the graph's outputs read).  A ``"nee"`` segment is what ``nee.jit`` traces."""
+
+    def __init__(self, program, kind, nodes, inputs, outputs, index):
+        self.program, self.kind, self.nodes = program, kind, nodes
+        self.inputs, self.outputs = inputs, outputs
+        self.__name__ = f"{program.__name__}_{kind}{index}"
+
+    def __call__(self, *values):
+        env = dict(self.program.consts)
+        env.update(zip(self.inputs, values))
+        run_nodes(self.program.ctx, self.nodes, env)
+        return tuple(env[n] for n in self.outputs)
+
+    def __repr__(self):
+        return f"<Segment {self.__name__}: {len(self.nodes)} node(s), {len(self.inputs)} in, {len(self.outputs)} out>"
 
 
 def run_nodes(ctx, nodes, env):
@@ -237,20 +379,30 @@ def run_nodes(ctx, nodes, env):
 
 
 def _run_nodes(ctx, nodes, env):
+    from .ops_string import HOST_OPS, is_string
     for n in nodes:
         ctx.scope = env
-        fn = OPS.get(n.key)
-        if fn is None:
-            raise UnsupportedModelError(f"no lowering for op {n.op_type} (node {n.name})")
         args = [env[i] if i else None for i in n.inputs]
+        host = n.host
+        if not host and any(is_string(a) for a in args):
+            # a string value the declared types did not announce (no value_info): a host op if one exists
+            if n.key not in HOST_OPS:
+                which = [i for i, a in zip(n.inputs, args) if is_string(a)]
+                raise LoweringError(f"node {n.name} ({n.op_type}): input(s) {which} are string tensors; "
+                                    f"{n.op_type} on strings is not supported")
+            host = True
+        fn = (HOST_OPS if host else OPS).get(n.key)
+        if fn is None:
+            raise UnsupportedModelError(f"no lowering for op {n.op_type}{' on strings' if host else ''} "
+                                        f"(node {n.name})")
         for i, a in zip(n.inputs, args):
             if i and a is None:
                 raise LoweringError(f"node {n.name} ({n.op_type}): input {i!r} is not defined")
         try:
             res = fn(ctx, n, *args)
-        except (OnnxError,) as e:
+        except OnnxError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             from ..trace.tracer import TraceError
             if isinstance(e, TraceError):
                 raise

@@ -19,8 +19,9 @@ traces and compiles under ``nee.jit`` like any other graph:
 
 Semantics follow ONNX's reference implementations (``onnx/reference/ops/aionnxml/``,
 ``op_tfidf_vectorizer.py``); where the reference and onnxruntime differ the choice is noted.
-String tensors (string class labels, string keys, ZipMap) are refused with an error naming the
-node: neetorch has no string dtype.
+String tensors are not nee tensors: LabelEncoder with string keys or values, CategoryMapper and
+OneHotEncoder over strings run on the host (``ops_string``, numpy); string class labels and ZipMap are
+refused with an error naming the node.
 """
 from __future__ import annotations
 
@@ -236,10 +237,10 @@ def _nee_of(dt):
     return getattr(nee, np.dtype(dt).name)
 
 
-@_refuses("keys_strings", "values_strings", "keys_tensor", "values_tensor")
 @op("ai.onnx.ml:LabelEncoder")
 def _label_encoder(ctx, node, x):
-    """Numeric keys and values (floats, int64s, or tensors of them); string ones are refused."""
+    """Numeric keys and values (floats, int64s, or tensors of them); a node with string keys or values is a
+    host node (``ops_string.is_host_node``) and runs ``ops_string``'s LabelEncoder instead."""
     kt, vt = _arr(node.get("keys_tensor")), _arr(node.get("values_tensor"))
     keys = kt if kt is not None else (_arr(node.get("keys_int64s"), np.int64) if node.get("keys_int64s")
                                       else _arr(node.get("keys_floats"), np.float32))
@@ -252,7 +253,7 @@ def _label_encoder(ctx, node, x):
     else:
         values, default = _arr(node.get("values_floats"), np.float32), node.get("default_float", -0.0)
     if keys is None or values is None or keys.dtype == object or values.dtype == object:
-        raise _err(node, "string keys/values are not supported (neetorch has no string dtype)")
+        raise _err(node, "string keys/values reached the numeric LabelEncoder (they run on the host: ops_string)")
     if keys.size != values.size:
         raise _err(node, f"{keys.size} keys but {values.size} values")
     return _lookup(ctx, x, keys.reshape(-1), values.reshape(-1), default, node)

@@ -8,7 +8,15 @@ import numpy as np
 from ..tensor.creation import from_numpy as _from_numpy
 from ..tensor.tensor import Tensor as _Tensor
 from ..trace.tracer import TraceError as _TraceError
-from .loader import ONNX_TO_NP, InvalidInputError, UnsupportedModelError, default_opset, load_model, tensor_to_numpy
+from .loader import (
+    ONNX_TO_NP,
+    InvalidInputError,
+    OnnxError,
+    UnsupportedModelError,
+    default_opset,
+    load_model,
+    tensor_to_numpy,
+)
 from .lowering import EMPTY, Program, carry_np, unsupported_nodes
 
 __all__ = ["InferenceSession", "NodeArg"]
@@ -62,6 +70,11 @@ class InferenceSession:
     the lowered graph eagerly.  ``info`` says how the model runs.  ``sess_options`` may be an
     ``onnxruntime.SessionOptions`` or any object with ``intra_op_num_threads``: a count > 0 sets
     neetorch's (process-wide) CPU thread count (``nee.set_num_threads``); other options are ignored.
+
+    String tensors (``tensor(string)``) are numpy object arrays of ``str`` on the host: ``run()`` takes
+    numpy str / bytes / object arrays for them and returns object arrays, as onnxruntime does.  The
+    nodes that read or write strings run on the host (``ops_string``), the numeric rest compiled
+    (``Program.segments``); ``host_nodes``, ``info["host"]`` and :meth:`placement_summary` name them.
     """
 
     def __init__(self, model, sess_options=None, providers=None, device=None, *, jit=True, buckets="pow2",
@@ -96,7 +109,7 @@ class InferenceSession:
             if vi.name in inits:
                 continue
             et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
-            if et is not None and carry_np(ONNX_TO_NP.get(et, np.dtype(object))) is None:
+            if et is not None and et != _STRING and carry_np(ONNX_TO_NP.get(et, np.dtype(object))) is None:
                 raise UnsupportedModelError(f"input {vi.name!r} has type {_type_string(vi.type)}, which neetorch "
                                             f"cannot hold")
             self._inputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
@@ -119,8 +132,48 @@ class InferenceSession:
                     dynamic[i] = dims
         self.info = {"mode": "jit" if jit else "eager", "fallback_reason": None, "notes": notes,
                      "dynamic": {self._inputs[i].name: d for i, d in dynamic.items()}, "opset": self.opset}
-        self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__) \
-            if jit else None
+        # string values: the nodes on strings run on the host (numpy), the numeric rest in traced segments
+        self._segments = self._program.segments()
+        #: names of the nodes that run on the host because they read or write strings ([] for none)
+        self.host_nodes = self._program.host_nodes
+        self._seg_jits = []
+        if self._segments is not None:
+            self._jit = None
+            self._init_segments(nee, jit, buckets)
+        else:
+            self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__) \
+                if jit else None
+
+    def _init_segments(self, nee, jit, buckets):
+        """A graph with string values runs as host / nee segments (``Program.segments``): each numeric segment
+        gets its own ``nee.jit`` (dims declared symbolic in the model are dynamic), each host segment runs
+        eagerly on numpy; ``info["host"]`` and :meth:`placement_summary` say which nodes ran on the host."""
+        declared = {}
+        g = self._program.graph
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            d = _dims(vi.type)
+            if d is not None:
+                declared[vi.name] = d
+        for seg in self._segments:
+            if seg.kind != "nee" or not jit:
+                self._seg_jits.append(None)
+                continue
+            dyn = {}
+            for i, name in enumerate(seg.inputs):
+                dims = tuple(k for k, d in enumerate(declared.get(name) or ()) if not isinstance(d, int))
+                if dims:
+                    dyn[i] = dims
+            self._seg_jits.append(nee.jit(seg, dynamic=dyn, buckets=buckets, name=seg.__name__))
+        kinds = [f"{s.kind}({len(s.nodes)})" for s in self._segments]
+        n_host = len(self.host_nodes)
+        self.info["host"] = (f"{n_host} node(s) on string tensors run on the host (numpy), not compiled: "
+                             f"{_names(self.host_nodes)}; segments: {' -> '.join(kinds) or 'none'}")
+        if jit:
+            self.info["mode"] = "jit+host" if any(s.kind == "nee" for s in self._segments) else "host"
+        from .. import _env
+        if _env.DEBUG >= 1:
+            import sys
+            print(f"[neetorch] onnx {self._program.__name__}: {self.info['host']}", file=sys.stderr)
 
     # ------------------------------------------------------------ onnxruntime API
     def get_inputs(self):
@@ -136,8 +189,8 @@ class InferenceSession:
         return ["NeetorchExecutionProvider"]
 
     def _input_plan(self):
-        """Per input, what a call checks: (NodeArg, expected numpy dtype or None, its carry dtype, rank or
-        None, [(dim, size)] fixed sizes, kind: 0 tensor, 1 optional, 2 sequence)."""
+        """Per input, what a call checks: (NodeArg, expected numpy dtype or None (object: strings), its carry
+        dtype, rank or None, [(dim, size)] fixed sizes, kind: 0 tensor, 1 optional, 2 sequence)."""
         plan = []
         for a in self._inputs:
             want = ONNX_TO_NP.get(a.elem_type) if a.elem_type is not None else None
@@ -167,7 +220,10 @@ class InferenceSession:
                 if isinstance(v, list) and kind == 2:
                     out.append([self._to_tensor(a, np.asarray(x)) for x in v])
                     continue
-            arr = v if isinstance(v, np.ndarray) else np.asarray(v)
+            if a.elem_type == _STRING and kind == 0:
+                arr = self._to_strings(a, v)
+            else:
+                arr = v if isinstance(v, np.ndarray) else np.asarray(v)
             if want is not None and arr.dtype != want:
                 raise InvalidInputError(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
                                         f"{arr.dtype.name}")
@@ -180,12 +236,25 @@ class InferenceSession:
                     if shape[k] != d:
                         raise InvalidInputError(f"input {a.name!r}: dim {k} must be {d}, got shape "
                                                 f"{list(shape)} (expected {a.shape})")
-            if carry is not None and carry == want and arr.flags.c_contiguous and arr.flags.writeable \
+            if a.elem_type == _STRING and kind == 0:
+                out.append(arr)  # strings stay numpy, on the host
+            elif carry is not None and carry == want and arr.flags.c_contiguous and arr.flags.writeable \
                     and self._on_cpu:
                 out.append(_from_numpy(arr))  # the common case: zero-copy
             else:
                 out.append(self._to_tensor(a, arr))
         return out
+
+    def _to_strings(self, a, v):
+        """A string input as a numpy object array of str (numpy str / bytes / object arrays accepted)."""
+        from .ops_string import as_strings
+        try:
+            return as_strings(v, f"input {a.name!r}")
+        except TypeError as e:
+            dt = getattr(v, "dtype", None)
+            got = f"numpy {dt.name}" if dt is not None else type(v).__name__
+            raise InvalidInputError(f"input {a.name!r}: expected {a.type} (a numpy str array or object array of "
+                                    f"str), got {got}: {e}") from None
 
     def _to_tensor(self, a, arr):
         c = carry_np(arr.dtype)
@@ -203,6 +272,8 @@ class InferenceSession:
                                         f"{e}") from None
 
     def _call(self, tensors):
+        if self._segments is not None:
+            return self._run_segments(tensors)
         if self._jit is not None and all(isinstance(t, _Tensor) for t in tensors):
             try:
                 return self._jit(*tensors)
@@ -212,9 +283,39 @@ class InferenceSession:
                 self._jit = None
         return self._program(*tensors)
 
+    def _run_segments(self, values):
+        env = dict(zip(self._program.input_names, values))
+        for k, (seg, jf) in enumerate(zip(self._segments, self._seg_jits)):
+            args = [env[n] if n in env else self._program.consts[n] for n in seg.inputs]
+            if jf is not None and all(isinstance(t, _Tensor) for t in args):
+                try:
+                    outs = jf(*args)
+                except _TraceError as e:
+                    self._seg_jits[k] = None
+                    self.info["fallback_reason"] = f"jit trace of {seg.__name__} failed, running it eagerly: {e}"
+                    outs = seg(*args)
+            else:
+                outs = seg(*args)
+            if not isinstance(outs, tuple):
+                outs = (outs,)
+            env.update(zip(seg.outputs, outs))
+        consts = self._program.consts
+        return tuple(env[n] if n in env else consts[n] for n in self._program.output_names)
+
     def placement_summary(self) -> str:
         """What ran where in the compiled graphs run so far (ops per device, transfers, fallbacks);
-        ``"eager"`` when the model runs uncompiled."""
+        ``"eager"`` when the model runs uncompiled; a model with string values first lists the nodes
+        that ran on the host."""
+        if self._segments is not None:
+            from ..jit.placement import summarize
+            parts = [f"host (numpy, string tensors): {len(self.host_nodes)} node(s): {_names(self.host_nodes)}"]
+            for seg, jf in zip(self._segments, self._seg_jits):
+                if seg.kind == "nee":
+                    if jf is None:
+                        parts.append(f"{seg.__name__}: eager ({len(seg.nodes)} node(s))")
+                    else:
+                        parts.extend(f"{seg.__name__}: {x}" for x in summarize(jf))
+            return "\n".join(parts)
         if self._jit is None:
             return "eager: " + self.info.get("fallback_reason", "jit disabled")
         from ..jit.placement import summarize
@@ -250,6 +351,8 @@ class InferenceSession:
     def _persistent_roots(self, tensors):
         """ids of the buffers an output must not share: the inputs' and the model's constants'."""
         Tensor = _Tensor
+        if self._segments is not None:
+            return {None}  # host values and segment outputs: every output is copied
         if self._jit is not None and self._jit.stats["specializations"] != self._seen_specs:
             # constants the trace made (folded values, Constant nodes) live in the jitted graph
             self._seen_specs = self._jit.stats["specializations"]
@@ -271,6 +374,11 @@ class InferenceSession:
             return None
         if isinstance(t, (list, tuple)):  # a sequence
             return [self._to_numpy(x, NodeArg(arg.name, None, "", None), keep) for x in t]
+        if isinstance(t, np.ndarray):  # strings (host values)
+            if t.dtype != object or (arg.elem_type and arg.elem_type != _STRING):
+                raise OnnxError(f"output {arg.name!r}: declared {arg.type}, the model computed "
+                                f"{'strings' if t.dtype == object else t.dtype.name}")
+            return np.array(t, dtype=object, copy=True)
         a = t.numpy(force=True)
         want = ONNX_TO_NP.get(arg.elem_type) if arg.elem_type else None
         if want is not None and a.dtype != want:
@@ -280,6 +388,13 @@ class InferenceSession:
             return np.array(a, copy=True)
         keep.add(r)  # a second output on the same buffer gets its own copy
         return a
+
+
+_STRING = 8  # onnx.TensorProto.STRING
+
+
+def _names(names, k=8):
+    return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
 
 
 def _root_id(x):
