@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 
-from ..tensor.tensor import Tensor
-from .registry import Meta, OpDef, export, register, run
-from .linalg import _CAP
+import numpy as np
+
 from ..tensor import dtypes as _dt
+from ..tensor.tensor import Tensor
+from .linalg import _CAP
+from .registry import Meta, OpDef, export, register, run
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d",
            "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
@@ -409,7 +411,7 @@ def _check_pool_out(x4, nd, attrs, ceil):
 
 
 def _max_pool(nd, op, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    msg = (f"non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
+    msg = ("non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
            f"max_pool1d() Expected 2D or 3D input tensor, but got {_lst(input.shape)}")
     x, unb = _as4d(input, nd, op, msg)
     _float_check(x, op)
@@ -445,7 +447,7 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
 
 
 def _avg_pool(nd, op, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    msg = (f"non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
+    msg = ("non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
            f"avg_pool1d() Expected 2D or 3D input tensor, but got {_lst(input.shape)}")
     x, unb = _as4d(input, nd, op, msg)
     _float_check(x, op)
@@ -533,9 +535,10 @@ _NEEDS = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
 @export(method=False)
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resample (N, C, W) / (N, C, H, W) input (``torch.nn.functional.interpolate``).
+    """Resample (N, C, W) / (N, C, H, W) / (N, C, D, H, W) input (``torch.nn.functional.interpolate``).
 
-    Modes: nearest, nearest-exact, linear (3-D), bilinear (4-D), area.  With ``scale_factor``
+    Modes: nearest, nearest-exact (3-, 4-, 5-D), linear (3-D), bilinear and bicubic (4-D), trilinear (5-D),
+    area (3-, 4-, 5-D; 5-D through nn.functional.adaptive_avg_pool3d).  With ``scale_factor``
     (and no ``recompute_scale_factor``) the source index uses 1/scale_factor, as PyTorch does;
     with ``size`` it uses in/out.
     """
@@ -594,9 +597,21 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             return adaptive_avg_pool1d(input, output_size)
         if dim == 2:
             return adaptive_avg_pool2d(input, output_size)
+        # 3-D: the adaptive pooling of nn.functional (defined there, resolved when first used)
+        from ..nn import functional as _nnf
+        pool3d = getattr(_nnf, "adaptive_avg_pool3d", None)
+        if pool3d is None:
+            raise NotImplementedError("interpolate: mode 'area' on 5-D input needs adaptive_avg_pool3d, which this "
+                                      "build of neetorch.nn.functional does not define")
+        return pool3d(input, output_size)
     if mode in _NEEDS and input.ndim != _NEEDS[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_NEEDS[mode]}D input")
-    if dim > 2 or mode in ("bicubic", "trilinear"):
+    if scales is not None and mode in ("linear", "bilinear", "trilinear"):
+        # PyTorch's linear modes copy a dim whose size does not change, whatever the scale factor says
+        scales = tuple(None if o == n else sc for o, n, sc in zip(output_size, input.shape[2:], scales))
+    if mode in ("bicubic", "trilinear") or (dim == 3 and mode in ("nearest", "nearest-exact")):
+        return _resample_separable(input, output_size, scales, mode, bool(align_corners))
+    if dim > 2:
         raise NotImplementedError(f"interpolate: mode {mode!r} on {input.ndim}-D input is not supported yet")
     if mode not in ("nearest", "nearest-exact"):
         _float_check(input, f"upsample_{mode}")
@@ -608,6 +623,85 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     else:
         r = run(UP_BILINEAR2D, [x], {"size": sz, "scales": sc, "align_corners": bool(align_corners)})[0]
     return r.squeeze(2) if dim == 1 else r
+
+
+# Bicubic, trilinear and 3-D nearest resampling are compositions: one index_select per tap and spatial dim
+# (indices and weights are constants computed here, in the compute dtype, with PyTorch's formulas), so they
+# run on every device that has index_select and elementwise ops and fuse under @nee.jit.
+_CUBIC_A = -0.75
+
+
+def _src_scale(n_in, n_out, scale, align_corners, f):
+    """PyTorch's area_pixel_compute_scale in the compute dtype ``f`` (a numpy scalar type)."""
+    if align_corners:
+        return f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
+    if scale is not None and scale > 0:
+        return f(1.0 / scale)
+    return f(n_in) / f(n_out)
+
+
+def _src_index(n_in, n_out, scale, align_corners, cubic, f):
+    s = _src_scale(n_in, n_out, scale, align_corners, f)
+    d = np.arange(n_out).astype(f)
+    if align_corners:
+        return s * d
+    src = s * (d + f(0.5)) - f(0.5)
+    return src if cubic else np.maximum(src, f(0))
+
+
+def _guard(src, n_in, f):
+    """(floor index clamped to the last one, fraction clamped to [0, 1]): guard_index_and_lambda."""
+    i = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    lam = np.clip(src - i.astype(f), f(0), f(1)).astype(f)
+    return i, lam
+
+
+def _taps(mode, n_in, n_out, scale, align_corners, f):
+    """[(source indices, weights or None)] per tap along one spatial dim."""
+    if mode in ("nearest", "nearest-exact"):
+        s = f(1.0 / scale) if scale is not None and scale > 0 else f(n_in) / f(n_out)
+        d = np.arange(n_out).astype(f)
+        src = np.floor((d + f(0.5)) * s) if mode == "nearest-exact" else np.floor(d * s)
+        return [(np.minimum(src.astype(np.int64), n_in - 1), None)]
+    if mode == "trilinear":
+        i0, lam = _guard(_src_index(n_in, n_out, scale, align_corners, False, f), n_in, f)
+        i1 = i0 + (i0 < n_in - 1)
+        return [(i0, (f(1) - lam).astype(f)), (i1, lam)]
+    i, t = _guard(_src_index(n_in, n_out, scale, align_corners, True, f), n_in, f)
+    A = f(_CUBIC_A)
+
+    def cc1(x):
+        return ((A + f(2)) * x - (A + f(3))) * x * x + f(1)
+
+    def cc2(x):
+        return ((A * x - f(5) * A) * x + f(8) * A) * x - f(4) * A
+    w = [cc2(t + f(1)), cc1(t), cc1(f(1) - t), cc2((f(1) - t) + f(1))]
+    return [(np.clip(i - 1 + k, 0, n_in - 1), w[k].astype(f)) for k in range(4)]
+
+
+def _resample_separable(input, output_size, scales, mode, align_corners):
+    if input._dtype.category != 2:
+        raise RuntimeError(f"\"upsample_{mode}\" not implemented for '{_CAP[input._dtype.name]}' (floating point "
+                           f"inputs only)")
+    from ..tensor.creation import tensor
+    odt = input._dtype
+    cdt = _dt.float32 if odt is _dt.float16 else odt
+    f = cdt.np.type
+    y = input if odt is cdt else input.to(cdt)
+    dev, nd = input.device, input.ndim
+    # the last spatial dim first: PyTorch blends each row along W, then those rows along H (then D)
+    for j in reversed(range(nd - 2)):
+        d = 2 + j
+        taps = _taps(mode, input.shape[d], output_size[j], None if scales is None else scales[j], align_corners, f)
+        wshape = (output_size[j],) + (1,) * (nd - 1 - d)
+        acc = None
+        for idx, w in taps:
+            v = y.index_select(d, tensor(idx, dtype=_dt.int64, device=dev))
+            if w is not None:
+                v = v * tensor(w.reshape(wshape), dtype=cdt, device=dev)
+            acc = v if acc is None else acc + v
+        y = acc
+    return y if odt is cdt else y.to(odt)
 
 
 @export(method=False)
