@@ -342,5 +342,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
+from .functional_extra import *  # noqa: E402,F401,F403  (3-D conv/pool, grid_sample, embedding_bag, more losses)
+
 __all__ = [n for n in list(globals()) if not n.startswith("_") and callable(globals()[n])
            and n not in ("annotations", "importlib", "math", "Tensor")]

@@ -13,6 +13,9 @@ from .pooling import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
+from .rnn import *  # noqa: F401,F403
+from .volumetric import *  # noqa: F401,F403
+from .extra import *  # noqa: F401,F403
 
 from . import activation as _a, pooling as _p, shape as _s, loss as _l, transformer as _t  # noqa: E402
 
@@ -21,4 +24,6 @@ __all__ = ["Module", "RemovableHandle", "Sequential", "ModuleList", "ModuleDict"
            "ConvTranspose2d", "LayerNorm", "GroupNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "InstanceNorm1d", "InstanceNorm2d", "Embedding", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
            "AlphaDropout"] + _a.__all__ + _p.__all__ + _s.__all__ + _l.__all__ + _t.__all__
-del _a, _p, _s, _l, _t
+from . import rnn as _r, volumetric as _v, extra as _x  # noqa: E402
+__all__ += _r.__all__ + _v.__all__ + _x.__all__
+del _a, _p, _s, _l, _t, _r, _v, _x

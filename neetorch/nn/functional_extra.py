@@ -1,0 +1,768 @@
+"""More of ``torch.nn.functional``, composed from existing ops (so each traces, compiles under ``@nee.jit`` and runs
+on every device that runs its parts).  Exported into ``neetorch.nn.functional``.
+
+3-D convolution and pooling reuse the 2-D ops:
+
+* ``conv3d``: the depth taps are folded into the channels: the depth-padded input is viewed as sliding depth
+  windows (``Tensor.unfold``), copied once to (N*OD, C*KD, H, W), and one ``conv2d`` with the weight reshaped to
+  (O, C/groups*KD, KH, KW) computes every output depth slice (KD times the input's memory for the copy).
+* ``conv_transpose3d``: one ``conv_transpose2d`` over (H, W) whose output channels carry the depth taps, then the
+  depth taps are summed into place by ``fold`` (col2im along depth), cropped by the depth padding.
+* max / average / adaptive pooling are separable (a 3-D window's max is the max over depth of the (H, W) maxima;
+  PyTorch's average divisor is a product of per-dimension factors), so each is a 2-D pool over (H, W) followed by a
+  2-D pool with a (KD, 1) window over (depth, H*W); indices are recombined into PyTorch's flat D*H*W indices.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ops import conv as _c
+from ..ops import nn as _nn
+from ..ops.linalg import _CAP
+from ..tensor import creation as _cr
+from ..tensor import dtypes as _dt
+from ..tensor.tensor import Tensor
+
+__all__ = ["conv3d", "conv_transpose3d", "max_pool3d", "max_pool3d_with_indices", "avg_pool3d",
+           "adaptive_avg_pool3d", "adaptive_max_pool3d", "adaptive_max_pool3d_with_indices",
+           "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "lp_pool3d",
+           "local_response_norm", "max_unpool1d", "max_unpool2d", "max_unpool3d", "affine_grid", "grid_sample",
+           "embedding_bag", "pdist", "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
+           "triplet_margin_with_distance_loss"]
+
+
+def _lst(shape) -> str:
+    return str(list(shape))
+
+
+def _t3(v, name, op):
+    return _c._tuple(v, 3, name, op)
+
+
+def _check_float(x, op):
+    if x._dtype.category != 2:
+        raise RuntimeError(f"\"{op}\" not implemented for '{_CAP[x._dtype.name]}'")
+
+
+# ---------------------------------------------------------------- 3-D convolution
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-D cross-correlation over (N, C, D, H, W) or (C, D, H, W) input (``torch.nn.functional.conv3d``)."""
+    name = "conv3d"
+    if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
+        raise TypeError(f"{name}(): argument 'input' and 'weight' must be Tensors")
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to {name}, but got input of size: "
+                           f"{_lst(input.shape)}")
+    unbatched = input.ndim == 4
+    x = input.unsqueeze(0) if unbatched else input
+    if weight.ndim != 5:
+        raise RuntimeError(f"Expected 5-dimensional weight for 5-dimensional input {_lst(x.shape)}, but got "
+                           f"{weight.ndim}-dimensional weight of size {_lst(weight.shape)} instead")
+    if x._dtype is not weight._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
+    _check_float(x, name)
+    groups = int(groups)
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    Co, Cg, KD, KH, KW = weight.shape
+    if Co % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                           f"got weight of size [{_lst(weight.shape)}] instead")
+    N, C, D, H, W = x.shape
+    if C != Cg * groups:
+        raise RuntimeError(f"Given groups={groups}, weight of size {_lst(weight.shape)}, expected input{_lst(x.shape)} "
+                           f"to have {Cg * groups} channels, but got {C} channels instead")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != Co):
+        raise RuntimeError(f"Given weight of size {_lst(weight.shape)}, expected bias to be 1-dimensional with {Co} "
+                           f"elements, but got bias of size {_lst(bias.shape)} instead")
+    st = _t3(stride, "stride", name)
+    dil = _t3(dilation, "dilation", name)
+    if any(s <= 0 for s in st):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d <= 0 for d in dil):
+        raise RuntimeError("dilation should be greater than zero")
+    ks = (KD, KH, KW)
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [(0, 0)] * 3
+        elif padding == "same":
+            if any(s != 1 for s in st):
+                raise RuntimeError("padding='same' is not supported for strided convolutions")
+            pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(ks, dil)]
+        else:
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
+    else:
+        p = _t3(padding, "padding", name)
+        if any(v < 0 for v in p):
+            raise RuntimeError("negative padding is not supported")
+        pads = [(v, v) for v in p]
+    padded = [n + a + b for n, (a, b) in zip((D, H, W), pads)]
+    eff = [d * (k - 1) + 1 for k, d in zip(ks, dil)]
+    if any(pn < e for pn, e in zip(padded, eff)):
+        raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
+                           f"({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input size")
+    from . import functional as F
+    (pd0, pd1), (ph0, ph1), (pw0, pw1) = pads
+    sym_hw = ph0 == ph1 and pw0 == pw1
+    if pd0 or pd1 or not sym_hw:
+        hw = (0, 0, 0, 0) if sym_hw else (pw0, pw1, ph0, ph1)
+        x = F.pad(x, hw + (pd0, pd1))
+    pad2 = (ph0, pw0) if sym_hw else (0, 0)
+    OD = (x.shape[2] - eff[0]) // st[0] + 1
+    win = x.unfold(2, eff[0], st[0])                       # (N, C, OD, H', W', effKD)
+    if dil[0] > 1:
+        win = win[..., ::dil[0]]                           # (N, C, OD, H', W', KD)
+    cols = win.permute(0, 2, 1, 5, 3, 4).reshape(N * OD, C * KD, x.shape[3], x.shape[4])
+    y = F.conv2d(cols, weight.reshape(Co, Cg * KD, KH, KW), bias, st[1:], pad2, dil[1:], groups)
+    y = y.reshape(N, OD, Co, y.shape[2], y.shape[3]).permute(0, 2, 1, 3, 4).contiguous()
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """3-D transposed convolution (``torch.nn.functional.conv_transpose3d``); weight (Cin, Cout/groups, KD, KH, KW)."""
+    name = "conv_transpose3d"
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"Expected 4D (unbatched) or 5D (batched) input to {name}, but got input of size: "
+                           f"{_lst(input.shape)}")
+    unbatched = input.ndim == 4
+    x = input.unsqueeze(0) if unbatched else input
+    if weight.ndim != 5:
+        raise RuntimeError(f"Expected 5-dimensional weight for {name}, but got weight of size {_lst(weight.shape)}")
+    if x._dtype is not weight._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
+    _check_float(x, name)
+    groups = int(groups)
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    Cin, Cog, KD, KH, KW = weight.shape
+    if Cin % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                           f"got weight of size [{_lst(weight.shape)}] instead")
+    if x.shape[1] != Cin:
+        raise RuntimeError(f"Given transposed=1, weight of size {_lst(weight.shape)}, expected input{_lst(x.shape)} to "
+                           f"have {Cin} channels, but got {x.shape[1]} channels instead")
+    Cout = Cog * groups
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != Cout):
+        raise RuntimeError(f"Given transposed=1, weight of size {_lst(weight.shape)}, expected bias to be "
+                           f"1-dimensional with {Cout} elements, but got bias of size {_lst(bias.shape)} instead")
+    st = _t3(stride, "stride", name)
+    pad = _t3(padding, "padding", name)
+    opad = _t3(output_padding, "output_padding", name)
+    dil = _t3(dilation, "dilation", name)
+    if any(s <= 0 for s in st):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d <= 0 for d in dil):
+        raise RuntimeError("dilation should be greater than zero")
+    if any(p < 0 for p in pad):
+        raise RuntimeError("negative padding is not supported")
+    for o, s, d in zip(opad, st, dil):
+        if o < 0 or (o >= s and o >= d):
+            raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got "
+                               f"output_padding={list(opad)} stride={list(st)} dilation={list(dil)}")
+    N, _, D, H, W = x.shape
+    outs = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
+            for n, s, p, d, k, o in zip((D, H, W), st, pad, dil, (KD, KH, KW), opad)]
+    if any(o <= 0 for o in outs):
+        raise RuntimeError(f"Given input size per channel: ({D} x {H} x {W}). Calculated output size per channel: "
+                           f"({' x '.join(map(str, outs))}). Output size is too small")
+    from . import functional as F
+    # (H, W): one 2-D transposed conv per input depth slice, the depth taps riding in the output channels
+    x2 = x.permute(0, 2, 1, 3, 4).reshape(N * D, Cin, H, W)
+    y = F.conv_transpose2d(x2, weight.reshape(Cin, Cog * KD, KH, KW), None, st[1:], pad[1:], opad[1:], groups,
+                           dil[1:])
+    OH, OW = y.shape[2], y.shape[3]
+    # depth: out[j] = sum over (d, kd) with j = d*sd + kd*dd of y[d, kd]  -> col2im along depth (fold)
+    cols = y.reshape(N, D, Cout, KD, OH, OW).permute(0, 2, 4, 5, 3, 1).reshape(N, Cout * OH * OW * KD, D)
+    full = (D - 1) * st[0] + dil[0] * (KD - 1) + 1
+    z = F.fold(cols, (full, 1), (KD, 1), (dil[0], 1), 0, (st[0], 1))   # (N, Cout*OH*OW, full, 1)
+    z = z.reshape(N, Cout, OH, OW, full).permute(0, 1, 4, 2, 3)
+    OD = outs[0]
+    take = min(OD, full - pad[0])
+    z = z.narrow(2, pad[0], take)
+    if take < OD:  # output_padding beyond the full extent: positions no input reaches
+        z = F.pad(z, (0, 0, 0, 0, 0, OD - take))
+    if bias is not None:
+        z = z + bias.reshape(1, Cout, 1, 1, 1)
+    else:
+        z = z.contiguous()
+    return z.squeeze(0) if unbatched else z
+
+
+# ---------------------------------------------------------------- 3-D pooling (separable over 2-D pools)
+def _as5d(input, op, msg):
+    if input.ndim not in (4, 5):
+        raise RuntimeError(msg)
+    unbatched = input.ndim == 4
+    x = input.unsqueeze(0) if unbatched else input
+    _check_float(x, op)
+    return x, unbatched
+
+
+def _pool3d_args(op, kernel_size, stride, padding, dilation):
+    ks = _t3(kernel_size, "kernel_size", op)
+    st = ks if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else \
+        _t3(stride, "stride", op)
+    pad = _t3(padding, "padding", op)
+    dil = _t3(dilation, "dilation", op)
+    if any(k <= 0 for k in ks):
+        raise RuntimeError(f"{op}: kernel_size must be greater than zero, but got {ks}")
+    if any(s <= 0 for s in st):
+        raise RuntimeError(f"{op}: stride must be greater than zero, but got {st}")
+    if any(d <= 0 for d in dil):
+        raise RuntimeError(f"{op}: dilation must be greater than zero, but got {dil}")
+    for p, k, d in zip(pad, ks, dil):
+        if p < 0 or p > ((k - 1) * d + 1) // 2:
+            raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, but got pad={p}, "
+                               f"kernel_size={k} and dilation={d}")
+    return ks, st, pad, dil
+
+
+def _check_pool3d_out(op, x, ks, st, pad, dil, ceil):
+    osz = [_c._pool_out(n, k, p, s, d, ceil) for n, k, p, s, d in zip(x.shape[2:], ks, pad, st, dil)]
+    if any(o < 1 for o in osz):
+        C = x.shape[1]
+        raise RuntimeError(f"{op}: Given input size: ({C}x{'x'.join(map(str, x.shape[2:]))}). Calculated output "
+                           f"size: ({C}x{'x'.join(map(str, osz))}). Output size is too small")
+    return osz
+
+
+def _combine_indices(i_hw, i_d, N, C, D, H, W, OHW):
+    """Flat D*H*W indices from the (H, W) stage's indices ``i_hw`` (N, C*D, OH, OW) and the depth stage's
+    indices ``i_d`` (N, C, OD, OH*OW), which index the (D, OH*OW) plane."""
+    d = i_d // OHW
+    hw = i_hw.reshape(N, C, D, OHW).take_along_dim(d, 2)
+    return d * (H * W) + hw
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """3-D max pooling over (N, C, D, H, W) or (C, D, H, W) (``torch.nn.functional.max_pool3d``)."""
+    op = "max_pool3d"
+    x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
+                              f"{_lst(input.shape)}")
+    ks, st, pad, dil = _pool3d_args(op, kernel_size, stride, padding, dilation)
+    _check_pool3d_out(op, x, ks, st, pad, dil, ceil_mode)
+    N, C, D, H, W = x.shape
+    r = _c.max_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], dil[1:], ceil_mode, return_indices)
+    r, i_hw = r if return_indices else (r, None)
+    OH, OW = r.shape[2], r.shape[3]
+    r2 = _c.max_pool2d(r.reshape(N, C, D, OH * OW), (ks[0], 1), (st[0], 1), (pad[0], 0), (dil[0], 1), ceil_mode,
+                       return_indices)
+    r2, i_d = r2 if return_indices else (r2, None)
+    OD = r2.shape[2]
+    out = r2.reshape(N, C, OD, OH, OW)
+    if not return_indices:
+        return out.squeeze(0) if unb else out
+    idx = _combine_indices(i_hw, i_d, N, C, D, H, W, OH * OW).reshape(N, C, OD, OH, OW)
+    return (out.squeeze(0), idx.squeeze(0)) if unb else (out, idx)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """3-D average pooling (``torch.nn.functional.avg_pool3d``)."""
+    op = "avg_pool3d"
+    x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
+                              f"{_lst(input.shape)}")
+    ks, st, pad, _ = _pool3d_args(op, kernel_size, stride, padding, 1)
+    if divisor_override is not None and int(divisor_override) == 0:
+        raise RuntimeError("divisor must be not zero")
+    _check_pool3d_out(op, x, ks, st, pad, (1, 1, 1), ceil_mode)
+    N, C, D, H, W = x.shape
+    dv = None if divisor_override is None else 1   # sums in both stages, one division at the end
+    r = _c.avg_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], ceil_mode, count_include_pad, dv)
+    OH, OW = r.shape[2], r.shape[3]
+    r = _c.avg_pool2d(r.reshape(N, C, D, OH * OW), (ks[0], 1), (st[0], 1), (pad[0], 0), ceil_mode,
+                      count_include_pad, dv)
+    r = r.reshape(N, C, r.shape[2], OH, OW)
+    if divisor_override is not None:
+        r = r / float(int(divisor_override))
+    return r.squeeze(0) if unb else r
+
+
+def _adaptive3d(op, input, output_size, mode, return_indices=False):
+    x, unb = _as5d(input, op, f"{op}(): Expected 4D or 5D tensor, but got {_lst(input.shape)}")
+    osz = tuple(output_size) if isinstance(output_size, (list, tuple)) else (output_size,) * 3
+    if len(osz) == 1:
+        osz = osz * 3
+    if len(osz) != 3:
+        raise RuntimeError(f"{op}: output_size must be 3, but got {len(osz)}")
+    osz = tuple(int(i) if o is None else int(o) for o, i in zip(osz, x.shape[2:]))
+    if any(o < 0 for o in osz):
+        raise RuntimeError(f"{op}: elements of output_size must be greater than or equal to 0 but received {osz}")
+    for d in range(2, 5):
+        if x.shape[d] == 0:
+            raise RuntimeError(f"{op}(): Expected input to have non-zero size for non-batch dimensions, but input has "
+                               f"sizes {_lst(input.shape)} with dimension {d - 1 + input.ndim - 4} being empty")
+    N, C, D, H, W = x.shape
+    OD, OH, OW = osz
+    if mode == "avg":
+        r = _c.adaptive_avg_pool2d(x.reshape(N, C * D, H, W), (OH, OW))
+        r = _c.adaptive_avg_pool2d(r.reshape(N, C, D, OH * OW), (OD, OH * OW)).reshape(N, C, OD, OH, OW)
+        return r.squeeze(0) if unb else r
+    r, i_hw = _c.adaptive_max_pool2d(x.reshape(N, C * D, H, W), (OH, OW), True)
+    r, i_d = _c.adaptive_max_pool2d(r.reshape(N, C, D, OH * OW), (OD, OH * OW), True)
+    r = r.reshape(N, C, OD, OH, OW)
+    if not return_indices:
+        return r.squeeze(0) if unb else r
+    idx = _combine_indices(i_hw, i_d, N, C, D, H, W, OH * OW).reshape(N, C, OD, OH, OW)
+    return (r.squeeze(0), idx.squeeze(0)) if unb else (r, idx)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Adaptive 3-D average pooling (``torch.nn.functional.adaptive_avg_pool3d``); None keeps a size."""
+    return _adaptive3d("adaptive_avg_pool3d", input, output_size, "avg")
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Adaptive 3-D max pooling (``torch.nn.functional.adaptive_max_pool3d``)."""
+    return _adaptive3d("adaptive_max_pool3d", input, output_size, "max", return_indices)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=True):
+    return adaptive_max_pool3d(input, output_size, True)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    return _c.adaptive_max_pool1d(input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    return _c.adaptive_max_pool2d(input, output_size, True)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """3-D power-average pooling (``torch.nn.functional.lp_pool3d``): ``(sum x^p)^(1/p)`` over each window."""
+    from . import functional as F
+    kd, kh, kw = _t3(kernel_size, "kernel_size", "lp_pool3d")
+    p = float(norm_type)
+    out = avg_pool3d(input.pow(p), (kd, kh, kw), stride, 0, ceil_mode)
+    return (out.sign() * F.relu(out.abs())).mul(kd * kh * kw).pow(1.0 / p)
+
+
+# ---------------------------------------------------------------- normalization
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Local response normalization across channels (``torch.nn.functional.local_response_norm``):
+    ``x / (k + alpha * mean over the size-channel window of x^2)^beta``."""
+    from . import functional as F
+    if input.ndim < 3:
+        raise ValueError(f"local_response_norm: Expected 3D or higher dimensionality input (got {input.ndim} "
+                         f"dimensions)")
+    size = int(size)
+    if size <= 0:
+        raise ValueError(f"local_response_norm: size must be positive, got {size}")
+    if input.numel() == 0:
+        return input
+    N, C = input.shape[0], input.shape[1]
+    div = (input * input).reshape(N, 1, C, -1)
+    div = F.pad(div, (0, 0, size // 2, (size - 1) // 2))
+    div = _c.avg_pool2d(div, (size, 1), 1).reshape(input.shape)
+    return input / (div * alpha + k).pow(beta)
+
+
+# ---------------------------------------------------------------- unpooling
+def _max_unpool(nd, op, input, indices, kernel_size, stride, padding, output_size):
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{op}: Expected {nd + 1}D or {nd + 2}D input, but got input of size {_lst(input.shape)}")
+    if tuple(indices.shape) != tuple(input.shape):
+        raise RuntimeError(f"{op}: Expected shape of indices to be same as that of the input tensor "
+                           f"({_lst(input.shape)}) but got indices tensor with shape: {_lst(indices.shape)}")
+    if indices._dtype is not _dt.int64:
+        raise RuntimeError(f"{op}: Expected indices to be of type Long, got {indices._dtype}")
+    ks = _c._tuple(kernel_size, nd, "kernel_size", op)
+    st = ks if stride is None else _c._tuple(stride, nd, "stride", op)
+    pad = _c._tuple(padding, nd, "padding", op)
+    sp = tuple(input.shape[-nd:])
+    default = [(n - 1) * s + k - 2 * p for n, s, k, p in zip(sp, st, ks, pad)]
+    if output_size is None:
+        osz = default
+    else:
+        osz = [int(v) for v in (output_size.tolist() if isinstance(output_size, Tensor) else output_size)]
+        if len(osz) == nd + 2 or (len(osz) == nd + 1 and input.ndim == nd + 1):
+            osz = osz[len(osz) - nd:]
+        if len(osz) != nd:
+            raise ValueError(f"{op}: output_size should be a sequence containing {nd} or {nd + 2} elements, but it "
+                             f"has a length of '{len(osz)}'")
+        for d in range(nd):
+            lo, hi = default[d] - st[d], default[d] + st[d]
+            if not lo < osz[d] < hi:
+                raise ValueError(f'{op}: invalid output_size "{osz}" (dim {d} must be between {lo} and {hi})')
+    unb = input.ndim == nd + 1
+    x = input.unsqueeze(0) if unb else input
+    ix = indices.unsqueeze(0) if unb else indices
+    N, C = x.shape[0], x.shape[1]
+    total = math.prod(osz)
+    out = _cr.zeros(N, C, total, dtype=x._dtype, device=x._device)
+    out = out.scatter(2, ix.reshape(N, C, -1), x.reshape(N, C, -1)).reshape(N, C, *osz)
+    return out.squeeze(0) if unb else out
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Partial inverse of max_pool1d (``torch.nn.functional.max_unpool1d``): values placed at ``indices``, zeros
+    elsewhere."""
+    return _max_unpool(1, "max_unpool1d", input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Partial inverse of max_pool2d (``torch.nn.functional.max_unpool2d``)."""
+    return _max_unpool(2, "max_unpool2d", input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """Partial inverse of max_pool3d (``torch.nn.functional.max_unpool3d``)."""
+    return _max_unpool(3, "max_unpool3d", input, indices, kernel_size, stride, padding, output_size)
+
+
+# ---------------------------------------------------------------- spatial transformers
+def _base_coords(n, align_corners, dtype, device):
+    if n <= 1:
+        return _cr.zeros(max(n, 0), dtype=dtype, device=device)
+    r = _cr.linspace(-1.0, 1.0, n, dtype=dtype, device=device)
+    return r if align_corners else r * ((n - 1) / n)
+
+
+def affine_grid(theta, size, align_corners=None):
+    """Sampling grid for :func:`grid_sample` from a batch of affine matrices (``torch.nn.functional.affine_grid``):
+    theta (N, 2, 3) with size (N, C, H, W) -> (N, H, W, 2); theta (N, 3, 4) with size (N, C, D, H, W) ->
+    (N, D, H, W, 3)."""
+    align_corners = bool(align_corners) if align_corners is not None else False
+    if not isinstance(theta, Tensor) or theta._dtype.category != 2:
+        raise ValueError(f"Expected theta to have floating point type, but got {getattr(theta, 'dtype', theta)}")
+    size = [int(s) for s in size]
+    if len(size) == 4:
+        if theta.ndim != 3 or tuple(theta.shape[1:]) != (2, 3):
+            raise ValueError(f"Expected a batch of 2D affine matrices of shape Nx2x3 for size {size}. Got "
+                             f"{_lst(theta.shape)}.")
+        spatial = size[2:]
+    elif len(size) == 5:
+        if theta.ndim != 3 or tuple(theta.shape[1:]) != (3, 4):
+            raise ValueError(f"Expected a batch of 3D affine matrices of shape Nx3x4 for size {size}. Got "
+                             f"{_lst(theta.shape)}.")
+        spatial = size[2:]
+    else:
+        raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                                  f"respectively. Got size {size}.")
+    if min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    if theta.shape[0] != size[0]:
+        raise ValueError(f"affine_grid: theta has batch size {theta.shape[0]} but size[0] is {size[0]}")
+    dt, dev = theta._dtype, theta._device
+    nd = len(spatial)
+    # base[..., :] = (x, y[, z], 1), x varying along the last spatial dim
+    comps = []
+    for i in range(nd):
+        n = spatial[nd - 1 - i]
+        c = _base_coords(n, align_corners, dt, dev)
+        shape = [1] * nd
+        shape[nd - 1 - i] = n
+        comps.append(c.reshape(shape).expand(*spatial))
+    comps.append(_cr.ones(*spatial, dtype=dt, device=dev))
+    from ..ops.shape import stack
+    base = stack(comps, -1).reshape(1, -1, nd + 1)
+    grid = base.matmul(theta.transpose(1, 2))          # (N, prod(spatial), nd)
+    return grid.reshape(size[0], *spatial, nd)
+
+
+def _reflect(coord, twice_low, twice_high):
+    if twice_low == twice_high:
+        return coord * 0.0
+    lo = twice_low / 2.0
+    span = (twice_high - twice_low) / 2.0
+    c = (coord - lo).abs()
+    extra = c.fmod(span)
+    flips = (c / span).floor()
+    even = flips.fmod(2.0) == 0
+    from ..ops.elementwise import where
+    return where(even, extra + lo, span - extra + lo)
+
+
+def _source_coord(coord, size, padding_mode, align_corners):
+    if align_corners:
+        c = (coord + 1.0) / 2.0 * (size - 1)
+    else:
+        c = ((coord + 1.0) * size - 1.0) / 2.0
+    if padding_mode == "border":
+        c = c.clamp(0.0, size - 1)
+    elif padding_mode == "reflection":
+        c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
+        c = c.clamp(0.0, size - 1)
+    return c
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) locations in [-1, 1] (x, y), or (N, C, D, H, W) at
+    (N, Do, Ho, Wo, 3) locations (x, y, z) (``torch.nn.functional.grid_sample``); modes 'bilinear' (trilinear for
+    5-D) and 'nearest', padding 'zeros', 'border' and 'reflection'.  Built from ``gather``: one gather per tap (4 for
+    bilinear, 8 for trilinear, 1 for nearest)."""
+    from ..ops.elementwise import where
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
+                         f"got: '{mode}'")
+    if mode == "bicubic":
+        raise NotImplementedError("grid_sample: mode='bicubic' is not implemented in neetorch (use 'bilinear' or "
+                                  "'nearest')")
+    if padding_mode not in ("zeros", "border", "reflection"):
+        raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+                         f"'reflection', but got: '{padding_mode}'")
+    align_corners = bool(align_corners) if align_corners is not None else False
+    if input.ndim not in (4, 5):
+        raise RuntimeError(f"grid_sample(): expected 4D or 5D input and grid with same number of dimensions, but got "
+                           f"input with sizes {_lst(input.shape)} and grid with sizes {_lst(grid.shape)}")
+    nd = input.ndim - 2
+    if grid.ndim != input.ndim or grid.shape[-1] != nd or grid.shape[0] != input.shape[0]:
+        want = ", ".join([str(input.shape[0])] + ["D_out", "H_out", "W_out"][3 - nd:] + [str(nd)])
+        raise RuntimeError(f"grid_sample(): expected grid of shape [{want}] for input {_lst(input.shape)}, but got "
+                           f"grid of size {_lst(grid.shape)}")
+    if input._dtype is not grid._dtype:
+        raise RuntimeError(f"grid_sample(): expected input and grid to have the same dtype, but input has "
+                           f"{input._dtype} and grid has {grid._dtype}")
+    _check_float(input, "grid_sample")
+    N, C = input.shape[0], input.shape[1]
+    sizes = tuple(input.shape[2:])                      # (H, W) or (D, H, W)
+    out_sp = tuple(grid.shape[1:-1])
+    L = math.prod(out_sp)
+    # source coordinates per spatial dim, in the input's dim order; grid's last axis is (x, y[, z])
+    coords = [_source_coord(grid.select(-1, nd - 1 - k), sizes[k], padding_mode, align_corners) for k in range(nd)]
+    flat = input.reshape(N, C, math.prod(sizes))
+    zero = _cr.zeros((), dtype=input._dtype, device=input._device)
+
+    def tap(idx):
+        """Values at integer coordinates (float tensors holding ints, one per dim), zero outside the input."""
+        inb = None
+        lin = None
+        for c, n in zip(idx, sizes):
+            ok = (c >= 0) & (c <= n - 1)
+            inb = ok if inb is None else inb & ok
+            cc = c.clamp(0, n - 1)
+            lin = cc if lin is None else lin * n + cc
+        lin = lin.to(_dt.int64).reshape(N, 1, L)
+        v = flat.gather(2, lin.expand(N, C, L)).reshape(N, C, *out_sp)
+        return where(inb.unsqueeze(1), v, zero)
+
+    if mode == "nearest":
+        return tap([c.round() for c in coords])        # round half to even, like PyTorch's nearbyint
+    lo = [c.floor() for c in coords]
+    out = None
+    for corner in range(2 ** nd):
+        idx, w = [], None
+        for k in range(nd):
+            hi = (corner >> (nd - 1 - k)) & 1
+            idx.append(lo[k] + 1.0 if hi else lo[k])
+            wk = coords[k] - lo[k] if hi else lo[k] + 1.0 - coords[k]
+            w = wk if w is None else w * wk
+        term = tap(idx) * w.unsqueeze(1)
+        out = term if out is None else out + term
+    return out
+
+
+# ---------------------------------------------------------------- embeddings
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """Sums, means or maxes of bags of embeddings (``torch.nn.functional.embedding_bag``).
+
+    2-D ``input`` (B, L): each row is a bag.  1-D ``input`` with ``offsets`` (B or B+1 with ``include_last_offset``):
+    bag b is ``input[offsets[b]:offsets[b+1]]``.  Bag membership is computed from the offsets as tensors (no value is
+    read on the host), so the function traces; the reduction is a (B, n) membership matrix times the gathered
+    embeddings (max: a masked max over (B, n, D)).  Empty bags give zeros, ``padding_idx`` entries are skipped."""
+    from ..ops.elementwise import where
+    from . import functional as F
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got '{mode}'")
+    if weight.ndim != 2:
+        raise ValueError(f"embedding_bag: weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
+    if input._dtype not in (_dt.int64, _dt.int32):
+        raise ValueError(f"embedding_bag: expected input to be an integer tensor (Long or Int), got {input._dtype}")
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{mode}'). Please open a feature request "
+                                      f"on GitHub.")
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ValueError(f"embedding_bag: embedding_bag: If per_sample_weights ({_lst(per_sample_weights.shape)})"
+                             f" is not None, then it must have the same shape as the input ({_lst(input.shape)})")
+    num_w = weight.shape[0]
+    if padding_idx is not None:
+        padding_idx = int(padding_idx)
+        if not -num_w <= padding_idx < num_w:
+            raise AssertionError(f"embedding_bag: padding_idx must be within the number of embeddings, got "
+                                 f"{padding_idx} for {num_w} embeddings")
+        if padding_idx < 0:
+            padding_idx += num_w
+    dt, dev = weight._dtype, weight._device
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             "fixed length sequences. However, found offsets of type Tensor")
+        B, L = input.shape
+        emb = F.embedding(input, weight, max_norm=max_norm, norm_type=norm_type)      # (B, L, D)
+        keep = None if padding_idx is None else (input != padding_idx)
+        if per_sample_weights is not None:
+            emb = emb * per_sample_weights.unsqueeze(-1).to(dt)
+        if mode == "max":
+            if keep is None:
+                return emb.amax(1) if L > 0 else _cr.zeros(B, weight.shape[1], dtype=dt, device=dev)
+            neg = _cr.full((), float("-inf"), dtype=dt, device=dev)
+            if L == 0:
+                return _cr.zeros(B, weight.shape[1], dtype=dt, device=dev)
+            m = where(keep.unsqueeze(-1), emb, neg).amax(1)
+            return where(keep.any(1).unsqueeze(-1), m, _cr.zeros((), dtype=dt, device=dev))
+        if keep is not None:
+            emb = emb * keep.unsqueeze(-1).to(dt)
+        s = emb.sum(1)
+        if mode == "sum":
+            return s
+        cnt = keep.sum(1).to(dt) if keep is not None else _cr.full((), float(L), dtype=dt, device=dev)
+        return s / cnt.clamp(min=1.0).unsqueeze(-1) if keep is not None else (s / max(L, 1))
+    if input.ndim != 1:
+        raise ValueError(f"embedding_bag: input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    if offsets.ndim != 1:
+        raise ValueError(f"offsets has to be a 1D Tensor, but got Tensor of dimension {offsets.ndim}")
+    n = input.shape[0]
+    B = offsets.shape[0] - (1 if include_last_offset else 0)
+    if B < 0:
+        raise ValueError("embedding_bag: include_last_offset=True needs at least one offset")
+    pos = _cr.arange(n, device=dev)
+    # bag of each position: (number of offsets <= pos) - 1; positions past the last offset (include_last_offset)
+    # get bag B and belong to no bag
+    seg = (pos.unsqueeze(1) >= offsets.to(_dt.int64).unsqueeze(0)).sum(1) - 1                   # (n,)
+    member = seg.unsqueeze(0) == _cr.arange(B, device=dev).unsqueeze(1)                           # (B, n)
+    if padding_idx is not None:
+        member = member & (input != padding_idx).unsqueeze(0)
+    emb = F.embedding(input, weight, max_norm=max_norm, norm_type=norm_type)                      # (n, D)
+    if per_sample_weights is not None:
+        emb = emb * per_sample_weights.unsqueeze(-1).to(dt)
+    if mode == "max":
+        neg = _cr.full((), float("-inf"), dtype=dt, device=dev)
+        if n == 0:
+            return _cr.zeros(B, weight.shape[1], dtype=dt, device=dev)
+        m = where(member.unsqueeze(-1), emb.unsqueeze(0), neg).amax(1)                         # (B, D)
+        return where(member.any(1).unsqueeze(-1), m, _cr.zeros((), dtype=dt, device=dev))
+    s = member.to(dt).matmul(emb)
+    if mode == "sum":
+        return s
+    return s / member.sum(1).to(dt).clamp(min=1.0).unsqueeze(-1)
+
+
+# ---------------------------------------------------------------- distances
+def pdist(input, p=2):
+    """Pairwise p-norm distances between the rows of (N, M) ``input``, the upper triangle row by row
+    (``torch.nn.functional.pdist``): N*(N-1)/2 values."""
+    from .. import linalg
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    _check_float(input, "pdist")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    n = input.shape[0]
+    if n < 2:
+        return _cr.zeros(0, dtype=input._dtype, device=input._device)
+    import numpy as np
+    rows, cols = np.triu_indices(n, 1)   # from the shape only: a constant under tracing
+    a = input.index_select(0, _cr.tensor(rows.astype(np.int64), device=input._device))
+    b = input.index_select(0, _cr.tensor(cols.astype(np.int64), device=input._device))
+    return linalg.vector_norm(a - b, float(p), -1)
+
+
+# ---------------------------------------------------------------- losses
+def _reduction(size_average, reduce, reduction):
+    return _nn._legacy_reduction(size_average, reduce, reduction)
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean"):
+    """Multi-class hinge loss (``torch.nn.functional.multi_margin_loss``):
+    ``sum_{j != y} max(0, margin - x[y] + x[j])^p * w[y] / C`` per sample."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    if input.ndim not in (1, 2) or input.numel() == 0:
+        raise RuntimeError(f"multi_margin_loss: Expected non-empty vector or matrix with optional 0-dim batch size, "
+                           f"but got: {_lst(input.shape)}")
+    x = input if input.ndim == 2 else input.unsqueeze(0)
+    t = target.reshape(-1)
+    N, C = x.shape
+    if t.shape[0] != N:
+        raise RuntimeError(f"multi_margin_loss: inconsistent target size: {_lst(target.shape)} for input of size: "
+                           f"{_lst(input.shape)}")
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != C):
+        raise RuntimeError(f"multi_margin_loss: inconsistent weight size, expected {[C]} but got "
+                           f"{_lst(weight.shape)}")
+    t = t.to(_dt.int64)
+    xy = x.gather(1, t.unsqueeze(1))
+    z = (x - xy + margin).clamp(min=0.0)
+    if p == 2:
+        z = z * z
+    if weight is not None:
+        z = z * weight.index_select(0, t).unsqueeze(1)
+    not_y = _cr.arange(C, device=x._device).unsqueeze(0) != t.unsqueeze(1)
+    loss = (z * not_y.to(z._dtype)).sum(1) / C
+    if input.ndim == 1:
+        loss = loss.reshape(())
+    return _nn._reduce(loss, reduction)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Multi-label hinge loss (``torch.nn.functional.multilabel_margin_loss``): ``target`` holds class indices,
+    ended by the first -1; per sample ``sum_{j in targets, k not in targets} max(0, 1 - (x[j] - x[k])) / C``."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if input.ndim not in (1, 2) or tuple(target.shape) != tuple(input.shape):
+        raise RuntimeError(f"multilabel_margin_loss: inconsistent target size: {_lst(target.shape)} for input of "
+                           f"size: {_lst(input.shape)}")
+    x = input if input.ndim == 2 else input.unsqueeze(0)
+    t = (target if target.ndim == 2 else target.unsqueeze(0)).to(_dt.int64)
+    C = x.shape[1]
+    valid = (t >= 0).to(_dt.int64).cumprod(1) > 0                               # before the first -1
+    tc = t.clamp(min=0)
+    classes = _cr.arange(C, device=x._device)
+    is_target = ((tc.unsqueeze(2) == classes.reshape(1, 1, C)) & valid.unsqueeze(2)).any(1)    # (N, C)
+    xy = x.gather(1, tc)                                                          # (N, C): x[target[j]]
+    terms = (1.0 - xy.unsqueeze(2) + x.unsqueeze(1)).clamp(min=0.0)               # (N, j, k)
+    mask = valid.unsqueeze(2) & (~is_target).unsqueeze(1)
+    loss = (terms * mask.to(x._dtype)).sum((1, 2)) / C
+    if input.ndim == 1:
+        loss = loss.reshape(())
+    return _nn._reduce(loss, reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """``-mean_c(y log sigmoid(x) + (1 - y) log sigmoid(-x))`` per sample
+    (``torch.nn.functional.multilabel_soft_margin_loss``)."""
+    from . import functional as F
+    reduction = _reduction(size_average, reduce, reduction)
+    loss = -(target * F.logsigmoid(input) + (1 - target) * F.logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    C = input.shape[-1] if input.ndim > 0 else 1
+    loss = loss.sum(dim=input.ndim - 1) / C if input.ndim > 0 else loss
+    return _nn._reduce(loss, reduction)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0,
+                                      swap=False, reduction="mean"):
+    """``max(d(a, p) - d(a, n) + margin, 0)`` with any distance (``torch.nn.functional.
+    triplet_margin_with_distance_loss``); default distance: ``pairwise_distance``."""
+    from . import functional as F
+    if margin <= 0:
+        raise ValueError(f"triplet_margin_with_distance_loss: expected margin to be greater than 0, got {margin} "
+                         f"instead")
+    if not (anchor.ndim == positive.ndim == negative.ndim):
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+                           f"{negative.ndim}D inputs")
+    dist = distance_function if distance_function is not None else F.pairwise_distance
+    dp = dist(anchor, positive)
+    dn = dist(anchor, negative)
+    if swap:
+        dn = _nn_minimum(dn, dist(positive, negative))
+    return _nn._reduce((dp - dn + margin).clamp(min=0.0), reduction)
+
+
+def _nn_minimum(a, b):
+    from ..ops.registry import EXPORTS
+    return EXPORTS["minimum"][0](a, b)
+
