@@ -168,3 +168,25 @@ def test_view_that_copies_is_recomputed_each_call():
     for _ in range(3):
         x = nee.randn(2, 7, 16)
         np.testing.assert_allclose(jl(x).numpy(), layer(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_nested_results_keep_their_structure_under_jit():
+    """A module returning (output, (h, c)) (LSTM), a pair with None (MultiheadAttention with
+    need_weights=False), lists and dicts: jit returns the same structure the eager call does."""
+    nee.manual_seed(0)
+    lstm = nee.nn.LSTM(4, 6, num_layers=2, batch_first=True).eval()
+    j = nee.jit(lstm)
+    for _ in range(2):
+        x = nee.randn(2, 5, 4)
+        (o, (h, c)), (o2, (h2, c2)) = j(x), lstm(x)
+        for a, b in ((o, o2), (h, h2), (c, c2)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    mha = nee.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = nee.randn(1, 3, 8)
+    out, w = nee.jit(lambda x: mha(x, x, x, need_weights=False))(x)
+    assert w is None and out.shape == (1, 3, 8)
+    r = nee.jit(lambda x: {"a": x + 1, "b": [x * 2, None]})(x)
+    assert isinstance(r, dict) and isinstance(r["b"], list) and r["b"][1] is None
+    np.testing.assert_allclose(r["b"][0].numpy(), x.numpy() * 2)
+    with pytest.raises(TraceError, match=r"returned tuple\(Tensor, int\)"):
+        nee.jit(lambda x: (x, 3))(x)

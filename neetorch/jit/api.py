@@ -274,10 +274,11 @@ class JitFunction:
                                         detail="jit")
                 exe, g = entry
                 outs = exe(*args)
-                return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
+                if getattr(g, "_tree", None) is None:
+                    return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
+                return tracer.pack_outputs(g, outs)
         exe, g = self._executable(args, kwargs)
-        outs = exe(*tracer._tensors((args, kwargs)))
-        return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
+        return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
 
     def graph(self, *args, **kwargs):
         """The optimized, fused graph for these arguments."""

@@ -248,6 +248,8 @@ def _template(obj, tensors: list):
         return tuple(_template(x, tensors) for x in obj)
     if isinstance(obj, list):
         return [_template(x, tensors) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _template(v, tensors) for k, v in obj.items()}
     return obj
 
 
@@ -258,7 +260,18 @@ def _fill(obj, tensors: list):
         return tuple(_fill(x, tensors) for x in obj)
     if isinstance(obj, list):
         return [_fill(x, tensors) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _fill(v, tensors) for k, v in obj.items()}
     return obj
+
+
+def pack_outputs(graph, outs):
+    """The traced function's result from the graph's flat outputs: one tensor, a tuple of them, or
+    the nested tuples/lists/dicts (with non-tensor leaves such as None) the function returned."""
+    tree = getattr(graph, "_tree", None)
+    if tree is not None:
+        return _fill(tree, list(outs))
+    return outs[0] if getattr(graph, "_single", False) and len(outs) == 1 else tuple(outs)
 
 
 def _traced_getitem(fn):
@@ -415,11 +428,12 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
     _tensor_mod._READ_HOOK[0] = tr.on_read
     try:
         result = fn(*example_args, **example_kwargs)
-        outs = result if isinstance(result, (tuple, list)) else (result,)
+        outs: list = []
+        tree = _template(result, outs)
+        if not outs or not _only_tensors_and_none(tree):
+            raise TraceError(f"traced function returned {_describe(result)}; graph outputs are tensors, or "
+                             f"tuples/lists/dicts of tensors (None allowed)")
         for o in outs:
-            if not isinstance(o, Tensor):
-                raise TraceError(f"traced function returned {type(o).__name__}; only tensors (or tuples of them) "
-                                 f"can be graph outputs")
             tr.graph.outputs.append(tr.value_of(o))
     finally:
         registry._trace_hook[0] = prev
@@ -427,7 +441,25 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
         _tensor_mod._READ_HOOK[0] = None
         _active.tracer = None
     tr.graph._single = not isinstance(result, (tuple, list))
+    flat = isinstance(result, tuple) and all(isinstance(x, Tensor) for x in result)
+    tr.graph._tree = None if isinstance(result, Tensor) or flat else tree
     return tr.graph.validate()
+
+
+def _only_tensors_and_none(tree) -> bool:
+    if isinstance(tree, (tuple, list)):
+        return all(_only_tensors_and_none(x) for x in tree)
+    if isinstance(tree, dict):
+        return all(_only_tensors_and_none(x) for x in tree.values())
+    return tree is None or isinstance(tree, _Slot)
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, (tuple, list)):
+        return f"{type(obj).__name__}({', '.join(_describe(x) for x in obj)})"
+    if isinstance(obj, dict):
+        return "dict(" + ", ".join(f"{k}={_describe(v)}" for k, v in obj.items()) + ")"
+    return type(obj).__name__
 
 
 def _tensors(obj):
@@ -462,5 +494,4 @@ def run_graph(graph: Graph, *inputs):
             rs = registry.run(n.op, args, n.attrs)
         for v, t in zip(n.outputs, rs):
             env[v] = t
-    outs = [env[o] for o in graph.outputs]
-    return outs[0] if getattr(graph, "_single", False) and len(outs) == 1 else tuple(outs)
+    return pack_outputs(graph, [env[o] for o in graph.outputs])
