@@ -1,5 +1,6 @@
 """``nee.linalg``: the ``torch.linalg`` names neetorch implements (each is an op from the op table)."""
 from .ops.linalg import matmul, vdot  # noqa: F401
+from .ops.matrix import linalg_cross as cross  # noqa: F401
 from .ops.reduction import vector_norm  # noqa: F401
 
 

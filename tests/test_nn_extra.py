@@ -432,3 +432,24 @@ def test_rrelu():
     slope = y[neg] / xn[neg]
     assert np.all((slope >= 0.1 - 1e-6) & (slope <= 0.3 + 1e-6)) and np.ptp(slope) > 0
     np.testing.assert_array_equal(y[~neg], xn[~neg])
+
+
+@pytest.mark.parametrize("vshape", [(3,), (3, 1), (3, 4)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_gaussian_nll_loss_var_shapes_like_torch(vshape, reduction):
+    rng = np.random.default_rng(0)
+    x, t = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    v = (rng.random(vshape) + 0.1).astype(np.float32)
+    got = nee.nn.functional.gaussian_nll_loss(nee.tensor(x), nee.tensor(t), nee.tensor(v), full=True,
+                                              reduction=reduction)
+    want = torch.nn.functional.gaussian_nll_loss(torch.tensor(x), torch.tensor(t), torch.tensor(v), full=True,
+                                                 reduction=reduction)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_gaussian_nll_loss_errors():
+    x = nee.randn(3, 4)
+    with pytest.raises(ValueError, match="incorrect size"):
+        nee.nn.functional.gaussian_nll_loss(x, x, nee.ones(4))
+    with pytest.raises(ValueError, match="negative"):
+        nee.nn.functional.gaussian_nll_loss(x, x, -nee.ones(3, 4))

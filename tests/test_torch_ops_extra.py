@@ -605,3 +605,11 @@ def test_float16_prod_accumulates_in_float32():
     assert math.isinf(float(torch.from_numpy(x).prod()))   # the torch artifact this documents
     big = np.full(40, 10.0, np.float16)
     assert math.isinf(float(nee.tensor(big).prod())) and math.isinf(float(torch.from_numpy(big).prod()))
+
+
+def test_linalg_cross_default_dim_is_last():
+    a, b = np.random.default_rng(1).standard_normal((2, 3, 3)).astype(np.float32), \
+        np.random.default_rng(2).standard_normal((2, 3, 3)).astype(np.float32)
+    got = nee.linalg.cross(nee.tensor(a), nee.tensor(b))
+    np.testing.assert_allclose(got.numpy(), torch.linalg.cross(torch.tensor(a), torch.tensor(b)).numpy(),
+                               rtol=1e-5, atol=1e-6)

@@ -275,6 +275,23 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
 
 
 def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """``torch.nn.functional.gaussian_nll_loss``: ``var`` may lack input's last dim or have it as 1."""
+    from ..tensor import creation as _creation
+    from ..tensor.tensor import Tensor
+    if not isinstance(var, Tensor):
+        var = _creation.full(tuple(input.shape), float(var), dtype=input.dtype, device=input.device)
+    ishape, vshape = tuple(input.shape), tuple(var.shape)
+    if vshape != ishape:
+        if ishape[:-1] == vshape:
+            var = var.unsqueeze(-1)
+        elif not (ishape[:-1] == vshape[:-1] and vshape[-1:] == (1,)):
+            raise ValueError(f"gaussian_nll_loss: var is of incorrect size {list(vshape)} for input of size "
+                             f"{list(ishape)}")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"gaussian_nll_loss: {reduction} is not a valid value for reduction")
+    from ..trace import tracer as _tracer
+    if not _tracer.is_tracing() and bool((var < 0).any()):
+        raise ValueError("gaussian_nll_loss: var has negative entry/entries")
     v = _ew.clamp_min(var, eps)
     loss = 0.5 * (v.log() + (input - target) * (input - target) / v)
     if full:
