@@ -346,7 +346,8 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
     if out.dtype == np.float16:
         tmp = np.empty(out.shape, np.float32)
         reduce_into(kind, x, tmp, red, idx)
-        np.copyto(out, tmp, casting="unsafe")
+        with np.errstate(over="ignore"):   # float32 -> float16 overflow is inf, as in torch (no warning)
+            np.copyto(out, tmp, casting="unsafe")
         return
     kshape = tuple(1 if d in red else n for d, n in enumerate(x.shape))
     o = out.reshape(kshape)
@@ -572,7 +573,8 @@ def _scan(backend, outs, ins, attrs):
     if out.dtype == np.float16:
         tmp = np.empty(out.shape, np.float32)
         _scan(backend, [tmp] + list(outs[1:]), [x], attrs)
-        np.copyto(out, tmp, casting="unsafe")
+        with np.errstate(over="ignore"):
+            np.copyto(out, tmp, casting="unsafe")
         return
     x = np.ascontiguousarray(x)
     d = attrs["dim"]
