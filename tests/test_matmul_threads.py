@@ -116,6 +116,7 @@ def test_blas_is_single_threaded_inside_and_restored(monkeypatch):
     seen = []
     real = L._gemm
     monkeypatch.setattr(L, "_gemm", lambda o, a, b: (seen.append(threads.blas_threads()), real(o, a, b)))
+    monkeypatch.setattr(L, "_ROWS_ON", False)     # the one-row product below goes to BLAS's gemv
     before = L._set_threads_local(3)
     old = threads.get_num_threads()
     try:

@@ -2,9 +2,9 @@
 diag/diag_embed/diagflat, meshgrid, narrow_copy and nn-style pad.  Differential against torch."""
 import numpy as np
 import pytest
+from conftest import assert_close, noncontig, to_np
 
 import neetorch as nee
-from conftest import assert_close, noncontig, to_np
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

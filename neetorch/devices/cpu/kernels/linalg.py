@@ -1,5 +1,9 @@
 """CPU kernels for matrix products: BLAS (numpy's OpenBLAS); einsum through ``np.einsum``.
 
+float32/float64 products with at most ``ROWS_MAX`` rows (a decoder step's linears, attention
+against a KV cache) or one column run through a small LLVM kernel that streams the matrix in
+memory order, every matrix of a batch in one GIL-free call (see "few-row products" below).
+
 On 2+ threads, float32/float64 products from ``DRV_MNK`` multiply-adds run through
 ``gemm_driver``: one GIL-free native call cuts the product into blocks (columns or rows of a
 2-D product, whole matrices of a batch) and runs one ``cblas_?gemm`` (``?gemv`` for one row or
@@ -37,9 +41,7 @@ def _blasable(a: np.ndarray) -> bool:
         return True
     if (s1 == isz or n1 == 1) and s0 % isz == 0 and s0 >= max(n1, 1) * isz:
         return True
-    if (s0 == isz or n0 == 1) and s1 % isz == 0 and s1 >= max(n0, 1) * isz:
-        return True
-    return False
+    return (s0 == isz or n0 == 1) and s1 % isz == 0 and s1 >= max(n0, 1) * isz
 
 
 def _prep(a: np.ndarray) -> np.ndarray:
@@ -94,6 +96,8 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     if k == 0:
         out.fill(0)
         return
+    if (out.shape[-2] <= ROWS_MAX or out.shape[-1] == 1) and _rows_product(out, a, b):
+        return
     mnk = out.size * k
     if mnk >= DRV_MNK and threads.NUM_THREADS > 1 and _drv_ok[0] is not False and \
             (out.shape[-1] > 1 and out.shape[-2] > 1 or mnk * out.itemsize >= DRV_GEMV_BYTES):
@@ -129,6 +133,455 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         return
     with threads.serial_blas():
         _matmul_into(out, a, b)
+
+
+# ------------------------------------------------------------------ few-row products (memory order)
+# A product with a few rows (a decoder's one-token step: x (1, K) @ W (K, N); attention's
+# q (B, H, 1, dh) @ k^T and p @ v) does ROWS_MAX multiply-adds or fewer per matrix element it
+# reads: it is bound by how fast the matrix streams in from memory, not by flops.  OpenBLAS's gemv
+# reads four or more rows of the matrix at once (one stream per row); with rows of ~1.5 KB those
+# streams are too short for the hardware prefetcher: a (1536, 384) float32 weight streamed at
+# ~9.5 GB/s where a (384, 1536) one of the same size reached ~14.  The kernel here reads the
+# matrix in memory order, one row at a time: for ``b`` row-major (unit stride along N) it adds
+# x[r, k] * b[k, :] into the output rows (kept in L1), for ``b`` column-major (a weight's ``.T``,
+# unit stride along K) it takes one dot product per row of b^T.  All matrices of a batch run in the
+# same native call (broadcast batches by stride 0, transposed operands by their strides: nothing
+# is copied).  A product with one output column, (n, k) @ (k, 1), is the same loop on the
+# transposed problem.  The kernel is LLVM IR (_rows_ir, compiled once per dtype into llvm_render's
+# disk cache) called through llvm_call's builtin trampoline (GIL released); its descriptor
+# (sizes, element strides) depends only on the layout and is made once per layout (_rows_plans).
+# Measured on the shared 2-core box (same process, interleaved, median of 15 rounds through the
+# ONNX GPT step's 24 one-row products, 42.5 MB of weights, so they come from memory; load ~5):
+# 1.95 ms (21.8 GB/s) vs 2.91 for BLAS with row-major weights, 2.08 vs 3.45 with transposed ones;
+# the whole step 0.81-0.92x of the BLAS path's time (bench/onnx_vs_ort.py --models gpt_step).
+ROWS_MAX = int(os.environ.get("NEE_MATMUL_ROWS_MAX", "4"))
+_ROWS_ON = os.environ.get("NEE_MATMUL_ROWS", "1") not in ("0", "")
+# matrices with shorter contiguous runs stay with BLAS, whose gemv does several short row updates
+# at once: rows of a row-major b under ROWS_MIN_N elements (p @ v with 16-wide heads, 12 x 2049:
+# 69 vs 32 us; 32-wide 16-21 vs 18-19 at 513, mixed at 2049; from 64 as fast or faster: 230 vs 364
+# us at 12 x 2049 x 64), dot products (column-major b) under ROWS_MIN_K (four at a time here, q @ k^T
+# with 32-wide heads 16 vs 23 us at 12 x 513, 16-wide 20 vs 34; 8-wide 36 vs 23 at 2049)
+ROWS_MIN_N = 64
+ROWS_MIN_K = 16
+# 2-4 rows only from this many bytes of matrix: this loop re-reads the output rows (from L1) for
+# every row of b where BLAS's gemm keeps a tile of them in registers, so on a matrix already in
+# cache it is 1.5-3x slower (4 x 384 x 384: 41 vs 14 us); a matrix of an L2 and up is more likely
+# streamed from memory, where it is 1.7-2.5x faster (the GPT step's weights with 2 rows: 3.1 vs
+# 5.4 ms, 4 rows 4.6 vs 6.3 ms)
+ROWS_MULTI_MIN_BYTES = 1 << 20
+# row-major b with rows of this many elements and up: four rows per pass (one load and store of
+# the output row per four; long rows are long enough streams for the prefetcher): 4096 x 4096
+# float32 19-20 GB/s vs 15.5 one row at a time, while 1536 x 384 fell from 15.5 to 10 GB/s
+ROWS_PASS4_FROM = 4096
+_ROWS_DT = {_F32: 0, np.dtype(np.float64): 1}
+_rows_fns: list = [None, None]
+_rows_plans: dict = {}
+
+
+def _rows_ir(t: str) -> str:
+    """LLVM IR of the few-row kernel for element type ``t`` (float or double):
+    ``kernel(desc, y, x, w)``, the pointers as llvm_call passes them (the arrays' data)."""
+    fm = "reassoc nsz arcp contract"   # not nnan/ninf: NaN and inf propagate as in BLAS
+    hdr = "define internal void"
+    # the inner loops take noalias pointers (the caller checked that out overlaps no input; x
+    # and w are only read), so they vectorize without runtime overlap checks
+    inner = f"""
+{hdr} @zero({t}* noalias %y, i64 %n) noinline {{
+entry:
+  br label %c
+c:
+  %i = phi i64 [ 0, %entry ], [ %i1, %b ]
+  %m = icmp slt i64 %i, %n
+  br i1 %m, label %b, label %e
+b:
+  %p = getelementptr inbounds {t}, {t}* %y, i64 %i
+  store {t} 0.0, {t}* %p
+  %i1 = add nsw i64 %i, 1
+  br label %c
+e:
+  ret void
+}}
+
+; y[0:n] += a * w[0:n]
+{hdr} @axpy({t}* noalias %y, {t}* noalias readonly %w, {t} %a, i64 %n) noinline {{
+entry:
+  br label %c
+c:
+  %i = phi i64 [ 0, %entry ], [ %i1, %b ]
+  %m = icmp slt i64 %i, %n
+  br i1 %m, label %b, label %e
+b:
+  %wp = getelementptr inbounds {t}, {t}* %w, i64 %i
+  %wv = load {t}, {t}* %wp
+  %yp = getelementptr inbounds {t}, {t}* %y, i64 %i
+  %yv = load {t}, {t}* %yp
+  %pr = fmul {fm} {t} %a, %wv
+  %s = fadd {fm} {t} %yv, %pr
+  store {t} %s, {t}* %yp
+  %i1 = add nsw i64 %i, 1
+  br label %c
+e:
+  ret void
+}}
+
+; y[0:n] += (a0 w0 + a1 w1) + (a2 w2 + a3 w3): four rows w0..w3 = w + k * ld
+{hdr} @axpy4({t}* noalias %y, {t}* noalias readonly %w, i64 %ld, {t} %a0, {t} %a1, {t} %a2, {t} %a3,
+              i64 %n) noinline {{
+entry:
+  %w1 = getelementptr inbounds {t}, {t}* %w, i64 %ld
+  %w2 = getelementptr inbounds {t}, {t}* %w1, i64 %ld
+  %w3 = getelementptr inbounds {t}, {t}* %w2, i64 %ld
+  br label %c
+c:
+  %i = phi i64 [ 0, %entry ], [ %i1, %b ]
+  %m = icmp slt i64 %i, %n
+  br i1 %m, label %b, label %e
+b:
+  %p0 = getelementptr inbounds {t}, {t}* %w, i64 %i
+  %v0 = load {t}, {t}* %p0
+  %p1 = getelementptr inbounds {t}, {t}* %w1, i64 %i
+  %v1 = load {t}, {t}* %p1
+  %p2 = getelementptr inbounds {t}, {t}* %w2, i64 %i
+  %v2 = load {t}, {t}* %p2
+  %p3 = getelementptr inbounds {t}, {t}* %w3, i64 %i
+  %v3 = load {t}, {t}* %p3
+  %q0 = fmul {fm} {t} %a0, %v0
+  %q1 = fmul {fm} {t} %a1, %v1
+  %q2 = fmul {fm} {t} %a2, %v2
+  %q3 = fmul {fm} {t} %a3, %v3
+  %s01 = fadd {fm} {t} %q0, %q1
+  %s23 = fadd {fm} {t} %q2, %q3
+  %s = fadd {fm} {t} %s01, %s23
+  %yp = getelementptr inbounds {t}, {t}* %y, i64 %i
+  %yv = load {t}, {t}* %yp
+  %r = fadd {fm} {t} %yv, %s
+  store {t} %r, {t}* %yp
+  %i1 = add nsw i64 %i, 1
+  br label %c, !llvm.loop !0
+e:
+  ret void
+}}
+
+"""
+    dot = f"""
+; sum x[0:n] * w[0:n]
+define internal {t} @NAME({t}* noalias readonly %x, {t}* noalias readonly %w, i64 %n) noinline {{
+entry:
+  br label %c
+c:
+  %i = phi i64 [ 0, %entry ], [ %i1, %b ]
+  %acc = phi {t} [ 0.0, %entry ], [ %acc1, %b ]
+  %m = icmp slt i64 %i, %n
+  br i1 %m, label %b, label %e
+b:
+  %xp = getelementptr inbounds {t}, {t}* %x, i64 %i
+  %xv = load {t}, {t}* %xp
+  %wp = getelementptr inbounds {t}, {t}* %w, i64 %i
+  %wv = load {t}, {t}* %wp
+  %pr = fmul {fm} {t} %xv, %wv
+  %acc1 = fadd {fm} {t} %acc, %pr
+  %i1 = add nsw i64 %i, 1
+  br label %cMD
+e:
+  ret {t} %acc
+}}
+"""
+    # the long rows' loops are interleaved (4 vectors per step: more loads in flight, 1.4x on the
+    # GPT step's weights); short ones (attention's 32-element rows) are not, or they would run in
+    # the remainder loops: axpy4 (used for rows of up to 64) and dots (dot products of up to 64)
+    inner += dot.replace("NAME", "dot").replace("MD", "") + dot.replace("NAME", "dots").replace("MD", ", !llvm.loop !0")
+    inner += '!0 = distinct !{!0, !1}\n!1 = !{!"llvm.loop.interleave.count", i32 1}\n'
+    inner += f"""
+; y[0], y[yn], y[2 yn], y[3 yn] = the dot products of x[0:n] with w, w + ld, w + 2 ld, w + 3 ld
+{hdr} @dot4({t}* noalias readonly %x, {t}* noalias readonly %w, i64 %ld, i64 %n, {t}* noalias %y,
+            i64 %yn) noinline {{
+entry:
+  %w1 = getelementptr inbounds {t}, {t}* %w, i64 %ld
+  %w2 = getelementptr inbounds {t}, {t}* %w1, i64 %ld
+  %w3 = getelementptr inbounds {t}, {t}* %w2, i64 %ld
+  br label %c
+c:
+  %i = phi i64 [ 0, %entry ], [ %i1, %b ]
+  %a0 = phi {t} [ 0.0, %entry ], [ %b0, %b ]
+  %a1 = phi {t} [ 0.0, %entry ], [ %b1, %b ]
+  %a2 = phi {t} [ 0.0, %entry ], [ %b2, %b ]
+  %a3 = phi {t} [ 0.0, %entry ], [ %b3, %b ]
+  %m = icmp slt i64 %i, %n
+  br i1 %m, label %b, label %e
+b:
+  %xp = getelementptr inbounds {t}, {t}* %x, i64 %i
+  %xv = load {t}, {t}* %xp
+  %p0 = getelementptr inbounds {t}, {t}* %w, i64 %i
+  %v0 = load {t}, {t}* %p0
+  %p1 = getelementptr inbounds {t}, {t}* %w1, i64 %i
+  %v1 = load {t}, {t}* %p1
+  %p2 = getelementptr inbounds {t}, {t}* %w2, i64 %i
+  %v2 = load {t}, {t}* %p2
+  %p3 = getelementptr inbounds {t}, {t}* %w3, i64 %i
+  %v3 = load {t}, {t}* %p3
+  %q0 = fmul {fm} {t} %xv, %v0
+  %b0 = fadd {fm} {t} %a0, %q0
+  %q1 = fmul {fm} {t} %xv, %v1
+  %b1 = fadd {fm} {t} %a1, %q1
+  %q2 = fmul {fm} {t} %xv, %v2
+  %b2 = fadd {fm} {t} %a2, %q2
+  %q3 = fmul {fm} {t} %xv, %v3
+  %b3 = fadd {fm} {t} %a3, %q3
+  %i1 = add nsw i64 %i, 1
+  br label %c, !llvm.loop !0
+e:
+  %y1 = getelementptr inbounds {t}, {t}* %y, i64 %yn
+  %y2 = getelementptr inbounds {t}, {t}* %y1, i64 %yn
+  %y3 = getelementptr inbounds {t}, {t}* %y2, i64 %yn
+  store {t} %a0, {t}* %y
+  store {t} %a1, {t}* %y1
+  store {t} %a2, {t}* %y2
+  store {t} %a3, {t}* %y3
+  ret void
+}}
+"""
+    # the outer loops: counters in allocas (promoted to registers by the optimizer)
+    ctr: list = []
+    body: list = []
+    uid = [0]
+
+    def fresh(p):
+        uid[0] += 1
+        return f"{p}{uid[0]}"
+
+    def loop(n, emit, step=1, start="0"):
+        i = fresh("i")
+        ctr.append(f"  %{i}.a = alloca i64")
+        body.append(f"  store i64 {start}, i64* %{i}.a\n  br label %{i}.c\n{i}.c:\n  %{i} = load i64, i64* %{i}.a")
+        if step == 1:
+            body.append(f"  %{i}.m = icmp slt i64 %{i}, {n}")
+        else:
+            body.append(f"  %{i}.l = add nsw i64 %{i}, {step}\n  %{i}.m = icmp sle i64 %{i}.l, {n}")
+        body.append(f"  br i1 %{i}.m, label %{i}.b, label %{i}.e\n{i}.b:")
+        emit(f"%{i}")
+        body.append(f"  %{i}.n = add nsw i64 %{i}, {step}\n  store i64 %{i}.n, i64* %{i}.a\n  br label %{i}.c\n{i}.e:")
+        return i
+
+    def gep(base, *terms):
+        """&base[sum of products]: terms are (a, b) pairs multiplied, or single values."""
+        acc = None
+        for tm in terms:
+            if isinstance(tm, tuple):
+                v = fresh("m")
+                body.append(f"  %{v} = mul nsw i64 {tm[0]}, {tm[1]}")
+                tm = f"%{v}"
+            if acc is None:
+                acc = tm
+            else:
+                v = fresh("o")
+                body.append(f"  %{v} = add nsw i64 {acc}, {tm}")
+                acc = f"%{v}"
+        v = fresh("p")
+        body.append(f"  %{v} = getelementptr inbounds {t}, {t}* %{base}, i64 {acc or 0}")
+        return f"%{v}"
+
+    def load(ptr):
+        v = fresh("v")
+        body.append(f"  %{v} = load {t}, {t}* {ptr}")
+        return f"%{v}"
+
+    names = ["mode", "nb", "R", "K", "N", "yb", "yr", "yn", "xb", "xr", "xk", "wb", "wk", "wn", "pass4"]
+    # mode 0: w row-major; out rows zeroed, then x[r, k] * w[k, :] added one row of w at a time, or
+    # four when the descriptor says so (rows of up to 64 elements: adjacent in memory, still one
+    # stream; rows from ROWS_PASS4_FROM: long streams each, the output row loaded once per four)
+    def m0_batch(bi):
+        loop("%R", lambda r: body.append(f"  call void @zero({t}* {gep('y', (bi, '%yb'), (r, '%yr'))}, i64 %N)"))
+        k4 = fresh("k4")
+        body.append(f"  %{k4}.s = icmp eq i64 %pass4, 1\n  br i1 %{k4}.s, label %{k4}.t, label %{k4}.f\n{k4}.t:")
+
+        def four(k):
+            wrow = gep("w", (bi, "%wb"), (k, "%wk"))
+
+            def one(r):
+                xo = gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk"))
+                xs = [load(xo)]
+                for q in (1, 2, 3):
+                    xs.append(load(gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk"), (q, "%xk"))))
+                yo = gep("y", (bi, "%yb"), (r, "%yr"))
+                body.append(f"  call void @axpy4({t}* {yo}, {t}* {wrow}, i64 %wk, {t} {xs[0]}, {t} {xs[1]}, "
+                            f"{t} {xs[2]}, {t} {xs[3]}, i64 %N)")
+            loop("%R", one)
+        ki = loop("%K", four, step=4)
+        body.append(f"  br label %{k4}.j\n{k4}.f:\n  br label %{k4}.j\n{k4}.j:")
+        body.append(f"  %{k4}.k0 = phi i64 [ %{ki}, %{ki}.e ], [ 0, %{k4}.f ]")
+
+        def single(k):
+            wrow = gep("w", (bi, "%wb"), (k, "%wk"))
+
+            def one(r):
+                xv = load(gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk")))
+                yo = gep("y", (bi, "%yb"), (r, "%yr"))
+                body.append(f"  call void @axpy({t}* {yo}, {t}* {wrow}, {t} {xv}, i64 %N)")
+            loop("%R", one)
+        loop("%K", single, start=f"%{k4}.k0")
+
+    # mode 1: w column-major (x unit-stride along k): one dot product per (n, r), the row of w^T
+    # read once from memory and reused from cache for the other rows of x
+    def m1_batch(bi):
+        # short dot products (K <= 64): four rows of w^T per call, sharing x's loads and the call
+        q4 = fresh("q4")
+        body.append(f"  br i1 %shortk, label %{q4}.t, label %{q4}.f\n{q4}.t:")
+
+        def four(n):
+            wrow = gep("w", (bi, "%wb"), (n, "%wn"))
+
+            def one(r):
+                xo = gep("x", (bi, "%xb"), (r, "%xr"))
+                yo = gep("y", (bi, "%yb"), (r, "%yr"), (n, "%yn"))
+                body.append(f"  call void @dot4({t}* {xo}, {t}* {wrow}, i64 %wn, i64 %K, {t}* {yo}, i64 %yn)")
+            loop("%R", one)
+        ni = loop("%N", four, step=4)
+        body.append(f"  br label %{q4}.j\n{q4}.f:\n  br label %{q4}.j\n{q4}.j:")
+        body.append(f"  %{q4}.n0 = phi i64 [ %{ni}, %{ni}.e ], [ 0, %{q4}.f ]")
+
+        def col(n):
+            wrow = gep("w", (bi, "%wb"), (n, "%wn"))
+
+            def one(r):
+                xo = gep("x", (bi, "%xb"), (r, "%xr"))
+                v = fresh("d")
+                body.append(f"  %{v} = call {t} %dotf({t}* {xo}, {t}* {wrow}, i64 %K)")
+                yo = gep("y", (bi, "%yb"), (r, "%yr"), (n, "%yn"))
+                body.append(f"  store {t} %{v}, {t}* {yo}")
+            loop("%R", one)
+        loop("%N", col, start=f"%{q4}.n0")
+
+    ft = f"{t} ({t}*, {t}*, i64)*"
+    body.append(f"  %shortk = icmp sle i64 %K, 64\n  %dotf = select i1 %shortk, {ft} @dots, {ft} @dot")
+    body.append("  %is0 = icmp eq i64 %mode, 0\n  br i1 %is0, label %mode0, label %mode1\nmode0:")
+    loop("%nb", m0_batch)
+    body.append("  br label %done\nmode1:")
+    loop("%nb", m1_batch)
+    body.append("  br label %done\ndone:\n  ret void")
+    loads = "".join(f"  %{nm}.p = getelementptr i64, i64* %d, i64 {q}\n  %{nm} = load i64, i64* %{nm}.p\n"
+                    for q, nm in enumerate(names))
+    main = ('define void @"kernel"(i8* %dp, i8* %yp, i8* %xp, i8* %wp) {\nentry:\n'
+            + "\n".join(ctr) + "\n"
+            + f"  %d = bitcast i8* %dp to i64*\n  %y = bitcast i8* %yp to {t}*\n  %x = bitcast i8* %xp to {t}*\n"
+            + f"  %w = bitcast i8* %wp to {t}*\n" + loads + "\n".join(body) + "\n}\n")
+    return inner + main
+
+
+def _rows_kernel(dt_index: int):
+    """The llvm_call caller of the few-row kernel for float32 (0) or float64 (1), compiled on
+    first use (llvm_render's disk cache keeps the machine code across processes)."""
+    fn = _rows_fns[dt_index]
+    if fn is None:
+        import hashlib
+
+        from .. import llvm_call, llvm_render
+        text = _rows_ir(("float", "double")[dt_index])
+        key = "rowsmm_" + hashlib.sha1(f"{text}|interleave".encode()).hexdigest()[:16]
+        fn = _rows_fns[dt_index] = llvm_call.make(llvm_render.compile_ir(key, lambda: text, True), 4)
+    return fn
+
+
+def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    """out = a @ b through the few-row kernel when the layout suits it; False: not taken."""
+    if not _ROWS_ON:
+        return False
+    key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
+           threads.NUM_THREADS)
+    plan = _rows_plans.get(key)
+    if plan is None:
+        plan = _rows_plan(out, a, b)
+        if len(_rows_plans) > 4096:
+            _rows_plans.clear()
+        _rows_plans[key] = plan
+    if plan is False:
+        return False
+    # an output over an input: the kernel writes as it reads (numpy's path copies)
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return False
+    fn, desc, swap, nbytes = plan
+    if nbytes and threads.NUM_THREADS > 1 and nbytes >= min(DRV_GEMV_BYTES, PAR_BYTES):
+        # one matrix of the size the multi-threaded paths split across cores (gemm_driver from
+        # DRV_GEMV_BYTES, the pool from PAR_BYTES): theirs (4096 x 4096 float32 row-major streamed
+        # at 26 GB/s on 2 threads vs 20 for this loop on one; splitting this loop through the pool
+        # was no faster on the loaded 2-core box)
+        return False
+    if swap:
+        fn(desc, out, b, a)
+    else:
+        fn(desc, out, a, b)
+    return True
+
+
+def _distinct_elements(x: np.ndarray) -> bool:
+    """True when no two elements of x share memory (an output the kernel may write in any order)."""
+    dims = sorted((abs(s), n) for n, s in zip(x.shape, x.strides) if n > 1)
+    span = x.itemsize
+    for s, n in dims:
+        if s < span:
+            return False
+        span = s * n
+    return True
+
+
+def _elem_strides(x: np.ndarray, bst, isz: int):
+    """(batch, row, col) element strides of x's matrices (batch byte stride ``bst``), or None
+    when one is negative or not a whole number of elements."""
+    st = (bst, x.strides[-2], x.strides[-1])
+    if any(s < 0 or s % isz for s in st):
+        return None
+    return tuple(s // isz for s in st)
+
+
+def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """(kernel, descriptor, swap, bytes of the matrix when there is one, else 0) for
+    ``out = a @ b``, or False (the other paths)."""
+    dti = _ROWS_DT.get(out.dtype)
+    if dti is None or a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2:
+        return False
+    isz = out.itemsize
+    R, N = out.shape[-2], out.shape[-1]
+    K = a.shape[-1]
+    if a.shape[-2] != R or b.shape[-2] != K or b.shape[-1] != N:
+        return False
+    bshape = out.shape[:-2]
+    if np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) != bshape:
+        return False
+    nb = 1
+    for n in bshape:
+        nb *= n
+    so, sa, sb = _batch_stride(out, bshape), _batch_stride(a, bshape), _batch_stride(b, bshape)
+    if so is None or sa is None or sb is None or not _distinct_elements(out):
+        return False
+    eo, ea, eb = _elem_strides(out, so, isz), _elem_strides(a, sa, isz), _elem_strides(b, sb, isz)
+    if eo is None or ea is None or eb is None:
+        return False
+    swap = False
+    if R > ROWS_MAX:
+        # (n, k) @ (k, 1): out^T = b^T @ a^T, one row
+        if N != 1:
+            return False
+        swap = True
+        R, N = 1, R
+        eo = (eo[0], eo[2], eo[1])
+        ea, eb = (eb[0], eb[2], eb[1]), (ea[0], ea[2], ea[1])
+    # x = a (batch, R, K), w = b (batch, K, N), y = out (batch, R, N)
+    yb, yr, yn = eo
+    xb, xr, xk = ea
+    wb, wk, wn = eb
+    rowmajor = (wn == 1 or N == 1) and (yn == 1 or N == 1)
+    colmajor = (wk == 1 or K == 1) and (xk == 1 or K == 1)
+    if colmajor and (N == 1 or not rowmajor):
+        mode = 1        # (one output column: a dot product along K, not K one-element updates)
+    elif rowmajor:
+        mode = 0
+    else:
+        return False
+    if (N < ROWS_MIN_N if mode == 0 else K < ROWS_MIN_K) or (R > 1 and K * N * isz < ROWS_MULTI_MIN_BYTES):
+        return False
+    desc = np.array([mode, nb, R, K, N, yb, yr, yn, xb, xr, xk, wb, wk, wn, int(N <= 64 or N >= ROWS_PASS4_FROM)],
+                    np.int64)
+    desc.flags.writeable = False      # shared by every call with this layout
+    return _rows_kernel(dti), desc, swap, (K * N * isz if nb == 1 else 0)
 
 
 # ------------------------------------------------------------------ the native split (gemm_driver)
