@@ -98,11 +98,167 @@ def test_product_used_twice_or_broadcast_is_not_fused():
 def test_blocked_gemm_and_epilogue(monkeypatch):
     from neetorch.devices.cpu.kernels import fused
     monkeypatch.setattr(fused, "BLOCK_BYTES", 1024)      # blocks of 256 rows
+    monkeypatch.setattr(fused, "IN_BLOCK_EPILOGUE", [False])   # the Python blocks, not the driver's
     w, b = nee.randn(24, 16), nee.randn(24)
     f = nee.jit(lambda x, r: F.gelu(F.linear(x, w, b)) + r)
     x, r = nee.randn(2, 700, 16), nee.randn(700, 1)
     _close(f(x, r), f.eager(x, r), rtol=1e-5, atol=1e-5)
     assert _kernels(f, x, r) == ["matmul+fused[add+gelu+add]"]
+
+
+@pytest.fixture
+def in_block(monkeypatch):
+    """Counts the products whose elementwise epilogue ran inside the GEMM driver's blocks
+    (fused._InBlockEpilogue) and those that fell back to the separate launch."""
+    from neetorch.devices.cpu import elementwise, gemm_driver
+    from neetorch.devices.cpu.kernels import fused
+    if elementwise.RENDERER != "llvm" or not gemm_driver.available():
+        pytest.skip("no in-block epilogues: NEE_CPU_RENDERER=numba or no GEMM driver here")
+    monkeypatch.setattr(fused, "IN_BLOCK_EPILOGUE", [True])
+    seen = {"native": 0, "fallback": 0}
+    for cls in (fused._InBlockEpilogue, fused._InBlockRows):
+        def spy(self, outs, ins, real=cls.__call__):
+            r = real(self, outs, ins)
+            seen["native" if r else "fallback"] += 1
+            return r
+        monkeypatch.setattr(cls, "__call__", spy)
+    return seen
+
+
+@pytest.fixture(params=[1, 2, 3])
+def nthreads(request, monkeypatch):
+    """1-3 threads, with every float product split across them (the driver's thresholds at 0)."""
+    from neetorch.devices.cpu.kernels import linalg
+    monkeypatch.setattr(linalg, "DRV_MNK", 0)
+    monkeypatch.setattr(linalg, "DRV_GEMV_BYTES", 0)
+    monkeypatch.setattr(linalg, "_plans", {})
+    old = nee.get_num_threads()
+    nee.set_num_threads(request.param)
+    yield request.param
+    nee.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", ["rows", "cols", "batched", "noncontig", "bcast_residual"])
+def test_epilogue_in_gemm_blocks_matches_eager(in_block, nthreads, dtype, case):
+    """The epilogue run by the GEMM driver on each block (row blocks, column blocks, whole matrices
+    of a batch) == eager, at odd sizes, on 1-3 threads; float64 too."""
+    dt = getattr(nee, dtype)
+    if case == "batched":      # (B, n, k) @ (B, k, m): blocks are matrices (or parts of them)
+        a, b2, r = nee.randn(3, 37, 19, dtype=dt), nee.randn(3, 19, 53, dtype=dt), nee.randn(53, dtype=dt)
+        f = nee.jit(lambda a, b2, r: F.gelu(a @ b2) * r)
+        args = (a, b2, r)
+    else:
+        rows, k, n = {"rows": (301, 17, 33), "cols": (37, 19, 203), "noncontig": (45, 16, 71),
+                      "bcast_residual": (2 * 29, 23, 47)}[case]
+        w, bias = nee.randn(n, k, dtype=dt), nee.randn(n, dtype=dt)
+        x = nee.randn(rows, k, dtype=dt)
+        if case == "noncontig":
+            x = nee.randn(k, rows, dtype=dt).t()          # a transposed (column-major) activation
+        res = nee.randn(rows, 1, dtype=dt) if case == "bcast_residual" else nee.randn(rows, n, dtype=dt)
+        f = nee.jit(lambda x, res: F.gelu(F.linear(x, w, bias)) + res)
+        args = (x, res)
+    for _ in range(2):    # the plan is made by the first call, reused by the second
+        tol = 1e-5 if dtype == "float32" else 1e-12
+        _close(f(*args), f.eager(*args), rtol=tol, atol=tol)
+        args = tuple(nee.randn(*t.shape, dtype=dt) if t.ndim > 1 else t for t in args)
+    assert in_block["native"] == 2 and in_block["fallback"] == 0
+
+
+def test_epilogue_in_gemm_blocks_several_outputs_and_fallbacks(in_block, nthreads, monkeypatch):
+    """An epilogue with two outputs (one bool) in the blocks; the separate launch (same results)
+    when the driver is off, for a matrix-vector product below the split size, and with the switch off."""
+    from neetorch.devices.cpu.kernels import fused, linalg
+    w = nee.randn(40, 27)
+
+    def fn(x):
+        y = x @ w + 1.0
+        return y.relu(), y > 0
+    f = nee.jit(fn)
+    x = nee.randn(33, 40)
+    _close(f(x), f.eager(x))
+    assert in_block == {"native": 1, "fallback": 0}
+    monkeypatch.setenv("NEE_MATMUL_DRIVER", "0")
+    g = nee.jit(fn)
+    _close(g(x), g.eager(x))
+    assert in_block == {"native": 1, "fallback": 1}
+    monkeypatch.delenv("NEE_MATMUL_DRIVER")
+    monkeypatch.setattr(linalg, "DRV_GEMV_BYTES", 1 << 30)
+    v = nee.jit(lambda x: F.relu(x @ w) + 1)
+    x1 = nee.randn(1, 40)
+    _close(v(x1), v.eager(x1))
+    assert in_block == {"native": 1, "fallback": 2}
+    monkeypatch.setattr(fused, "IN_BLOCK_EPILOGUE", [False])     # the switch off: not even tried
+    u = nee.jit(lambda x: F.relu(x @ w) - 1)
+    _close(u(x), u.eager(x))
+    assert in_block == {"native": 1, "fallback": 2}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_prologue_in_gemm_blocks_matches_eager(in_block, nthreads, dtype):
+    """Softmax / log_softmax / layer_norm after a product run by the GEMM driver on each block's
+    whole rows (the matrices of a batch, row blocks; a product the driver cuts into column blocks
+    is re-cut into rows) == eager, at odd sizes on 1-3 threads; too few rows to re-cut: the
+    separate launch."""
+    dt = getattr(nee, dtype)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    mask = nee.tensor(np.tril(np.ones((37, 37), bool)))
+    q, k = nee.randn(1, 3, 37, 16, dtype=dt), nee.randn(1, 3, 37, 16, dtype=dt)
+    for fn in (F.softmax, F.log_softmax):
+        f = nee.jit(lambda q, k, fn=fn: fn(nee.where(mask, (q @ k.transpose(-2, -1)) * 0.25, float("-inf")), dim=-1))
+        _close(f(q, k), f.eager(q, k), rtol=tol, atol=tol)
+        q2 = nee.randn(1, 3, 37, 16, dtype=dt)
+        _close(f(q2, k), f.eager(q2, k), rtol=tol, atol=tol)
+    assert in_block == {"native": 4, "fallback": 0}
+    w, g, bb = nee.randn(24, 40, dtype=dt), nee.randn(40, dtype=dt), nee.randn(40, dtype=dt)
+
+    def res_norm(x, r):                  # the residual sum is an output too
+        y = x @ w + r
+        return y, F.layer_norm(y, (40,), g, bb)
+    f = nee.jit(res_norm)
+    x, r = nee.randn(45, 24, dtype=dt), nee.randn(45, 40, dtype=dt)     # 45 rows > 40 cols: row blocks
+    _close(f(x, r), f.eager(x, r), rtol=tol, atol=tol)
+    assert in_block == {"native": 5, "fallback": 0}
+    g.mul_(2.0)                          # the norm's weight is read in place at every call
+    _close(f(x, r), f.eager(x, r), rtol=tol, atol=tol)
+    w2 = nee.randn(24, 64, dtype=dt)
+    g2 = nee.jit(lambda x: F.layer_norm(x @ w2 + 1.0, (64,)))
+    x = nee.randn(40, 24, dtype=dt)       # 40 rows < 64 cols: the driver's column blocks, re-cut into rows
+    _close(g2(x), g2.eager(x), rtol=tol, atol=tol)
+    assert in_block == {"native": 7, "fallback": 0}
+    x, r = nee.randn(20, 24, dtype=dt), nee.randn(20, 40, dtype=dt)     # 20 rows: too few to re-cut
+    _close(f(x, r), f.eager(x, r), rtol=tol, atol=tol)
+    if nthreads == 1:      # one block: whole rows
+        assert in_block == {"native": 8, "fallback": 0}
+    else:
+        assert in_block == {"native": 7, "fallback": 1}
+
+
+def test_in_block_epilogues_from_concurrent_threads(in_block, nthreads):
+    """Python threads running jitted products with in-block epilogues at once: one job holds the
+    driver, the others run their blocks themselves (each with its own operands); all exact."""
+    import threading
+    w, bias = nee.randn(48, 40), nee.randn(40)
+    mask = nee.tensor(np.tril(np.ones((33, 33), bool)))
+    f = nee.jit(lambda x, r: F.gelu(x @ w + bias) + r)
+    g = nee.jit(lambda q: F.softmax(nee.where(mask, q @ q.transpose(-2, -1), float("-inf")), dim=-1))
+    errors = []
+
+    def work(seed):
+        try:
+            for _ in range(15):
+                x, r, q = nee.randn(61, 48), nee.randn(61, 40), nee.randn(2, 33, 8)
+                _close(f(x, r), f.eager(x, r))
+                _close(g(q), g.eager(q))
+        except Exception as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+    ths = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert not errors, errors[0]
+    assert in_block["native"] == 90 and in_block["fallback"] == 0
 
 
 # ------------------------------------------------------------------ reduction prologues

@@ -279,3 +279,57 @@ def test_public_ops_at_default_thresholds(monkeypatch, dtype):
         assert driven and all(k[6] == np.dtype(dtype) for k in driven)
     finally:
         threads.set_num_threads(old)
+
+
+@pytest.mark.parametrize("split", [0, 1])
+@pytest.mark.parametrize("nthreads", [1, 3])
+def test_epilogue_runs_on_every_block_once(split, nthreads):
+    """with_epilogue: an elementwise kernel (out = 2 * product + row) runs on each block, at the
+    block's offset in every operand (an output inside a larger array, a broadcast row), once."""
+    from neetorch.devices.cpu import elementwise as ew
+    from neetorch.devices.cpu import llvm_render
+    kern, _ = ew.load_group("test_epi", "axpy", ["float32", "float32"], ["float32"],
+                            ["t0 = np.float32(v0 * np.float32(2.0) + v1)"], ["t0"])
+    if not isinstance(kern, llvm_render.LLVMKernel):
+        pytest.skip("NEE_CPU_RENDERER=numba: no LLVM kernel")
+    addr = llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, ()),
+                                  lambda: llvm_render.render_ir(kern.name, *kern.pieces, variant=()))
+    a, b, row = _r(45, 19), _r(19, 77), _r(77)
+    acc = np.full((45, 77), np.nan, np.float32)
+    big = np.full((50, 80), np.nan, np.float32)       # the output: big[3:48, 2:79]
+    d = G.plan(acc, a, b, nthreads, 5, split, 16, 4)
+    assert d is not None and d[G.D_NTASKS] > 1
+    table = np.array([[0, 80, 1, 3 * 80 + 2],      # output: (batch, row, col) strides, offset
+                      [0, 77, 1, 0],               # the product
+                      [0, 0, 1, 0]], np.int64)     # the row, broadcast over rows
+    de = G.with_epilogue(d, addr, table)
+    assert d[G.D_EPI] == 0 and de[G.D_EPI] == addr and not de.flags.writeable
+    G.epilogue_caller(3)(de, a, b, acc, big, acc, row)
+    ref = 2 * (a.astype(np.float64) @ b) + row
+    np.testing.assert_allclose(big[3:48, 2:79], ref, rtol=1e-4, atol=1e-4)
+    mask = np.ones(big.shape, bool)
+    mask[3:48, 2:79] = False
+    assert np.isnan(big[mask]).all(), "written outside the output"
+    with pytest.raises(ValueError, match="operand table"):
+        G.with_epilogue(d, addr, np.zeros((3, 3), np.int64))
+    with pytest.raises(ValueError, match="operand table"):
+        G.with_epilogue(d, addr, np.zeros((G.MAX_EPI_OPS + 1, 4), np.int64))
+
+
+def test_row_epilogue_refuses_blocks_that_cut_rows_and_bad_meta():
+    a, b = _r(20, 8), _r(8, 64)
+    out = np.empty((20, 64), np.float32)
+    cols = G.plan(out, a, b, 2, 2, 1, 16, 16)       # two column blocks: rows cut in half
+    rows = G.plan(out, a, b, 2, 2, 0, 1, 4)
+    meta = np.zeros(5 + 4 * 2, np.int64)
+    meta[2], meta[3] = 20, 64
+    with pytest.raises(ValueError, match="column blocks"):
+        G.with_row_epilogue(cols, 1, meta, 4)
+    d = G.with_row_epilogue(rows, 1, meta, 4)
+    assert d[G.D_EKIND] == 1 and d[G.D_EMLEN] == meta.size and d[G.D_ENOPS] == 4
+    bad = meta.copy()
+    bad[3] = 63
+    with pytest.raises(ValueError, match="product's M, N"):
+        G.with_row_epilogue(rows, 1, bad, 4)
+    with pytest.raises(ValueError, match="meta must be"):
+        G.with_row_epilogue(rows, 1, meta.astype(np.int32), 4)

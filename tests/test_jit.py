@@ -296,3 +296,34 @@ def test_jit_cast_node_types_itself(dst):
     ref = x.numpy().astype(dst) * np.array(2, dst)
     assert out.dtype.name == dst and f.stats["traces"] == 1
     np.testing.assert_array_equal(out.numpy(), ref)
+
+
+def test_copying_reshape_of_an_intermediate_is_a_copy_into_a_reused_buffer(monkeypatch):
+    """Attention's heads merged back (transpose then reshape: a copy) copy into one buffer per
+    step instead of replaying the view; fresh values every call, and a result returned to the
+    caller (or aliased by one) is never that reused buffer."""
+    from neetorch.devices.cpu import CPUBackend
+    w = nee.randn(8, 8)
+
+    def merge(x):                       # (2, 5, 24) -> heads (2, 3, 5, 8) @ w -> back (2, 5, 24)
+        h = x.reshape(2, 5, 3, 8).transpose(1, 2) @ w
+        return h.transpose(1, 2).reshape(2, 5, 24) * 2
+
+    def merge_out(x):                   # the copying reshape's result is returned (through a view)
+        h = x.reshape(2, 5, 3, 8).transpose(1, 2) @ w
+        return h.transpose(1, 2).reshape(2, 5, 24)[0]
+
+    f, g = nee.jit(merge), nee.jit(merge_out)
+    xs = [nee.randn(2, 5, 24) for _ in range(3)]
+    _close(f(xs[0]), merge(xs[0]))
+    _close(g(xs[0]), merge_out(xs[0]))
+    copies = []
+    real = CPUBackend.copy_
+    monkeypatch.setattr(CPUBackend, "copy_", lambda self, d, s: (copies.append(d.shape), real(self, d, s)))
+    outs = [f(x) for x in xs]
+    assert copies == [], "the copying reshape was replayed"
+    outs_g = [g(x) for x in xs]
+    assert len(copies) == 3, "a returned reshape must be made anew each call"
+    for x, o, og in zip(xs, outs, outs_g):
+        _close(o, merge(x))
+        _close(og, merge_out(x))

@@ -27,6 +27,13 @@ on ``pause`` and then yielding the core at each check, then sleep on a futex.  O
 time: a caller that finds the driver busy (another thread's product, a nested call) runs its
 blocks itself, serially, without waiting.
 
+A descriptor can carry an epilogue (:func:`with_epilogue`: an llvm_render elementwise kernel;
+:func:`with_row_epilogue`: a row kernel, softmax / norms, where blocks hold whole rows): whoever
+runs a block runs the kernel on that block of its operands right after the block's BLAS call,
+while the block is in its cache (kernels/fused.py, jit matmul epilogues).  Its operand pointers
+come with the call (:func:`epilogue_caller`: an entry point per operand count that puts them in an
+array on its stack, published with the job like A, B, C).
+
 Linux x86-64 / aarch64 with the ILP64 ``scipy_openblas64_`` numpy ships only; :func:`available`
 is False elsewhere (or when the self-test fails) and callers keep their pool path.  After
 ``fork`` the child gets a fresh state; its workers start on its first product.
@@ -44,7 +51,8 @@ import time
 
 import numpy as np
 
-__all__ = ["SPIN_US", "available", "gemm", "plan", "run", "workers"]
+__all__ = ["SPIN_US", "available", "epilogue_caller", "gemm", "plan", "run", "with_epilogue", "with_row_epilogue",
+           "workers"]
 
 # worker spin after a job before sleeping on the futex: the products of a layer come tens of µs
 # apart, and a futex wake-up costs ~20-60 µs on this box
@@ -63,16 +71,156 @@ _BLASSET = 41   # openblas_set_num_threads_local (0: none)
 _SGEMV, _DGEMV = 42, 43
 _WTASKS = 44    # blocks run by workers (a statistic)
 _DSEQ, _CWAIT = 48, 49   # futex word a caller waiting for a worker's last block sleeps on; 1 while it does
+_JOB_E = 28     # the published job's epilogue operand pointers (i8**; null: none)
+_MAIN = 29      # address of the driver's main function (the entry points call it)
 _NSTATE = 56
 
 # descriptor slots
 D_MODE, D_ARG, D_DTYPE, D_M, D_N, D_K, D_LDA, D_LDB, D_LDC, D_TA, D_TB = range(11)
 D_NB, D_SA, D_SB, D_SC, D_SPLIT, D_NCH, D_ALIGN, D_NTASKS, D_NWORK = range(11, 20)
-NDESC = 24
+# epilogue (:func:`with_epilogue`): kernel address (0: none), address of its operand table, operand count
+D_EPI, D_EMETA, D_ENOPS = 20, 21, 22
+# its kind (0: elementwise, 1: row kernel, :func:`with_row_epilogue`) and a row kernel's meta length
+D_EKIND, D_EMLEN = 23, 24
+NDESC = 28
+MAX_EPI_OPS = 12
+_META_WORDS = max(4 + 5 * MAX_EPI_OPS, 5 + 4 * MAX_EPI_OPS)
 NO_TRANS, TRANS = 111, 112
 MAX_TASKS = (1 << 20) - 1
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+def _epilogue_ir() -> str:
+    """The end of ``nee_task``: with an epilogue in the descriptor, its elementwise kernel runs on the
+    block just computed (the block's rows, or columns, of every operand), by the thread that computed
+    it, while the block is in its cache.
+
+    The kernel is one of llvm_render's elementwise kernels: ``kernel(op0, ..., opK-1, meta)`` with meta
+    = 4 dims then (4 strides, offset) per operand, in elements.  The operand table (D_EMETA) gives per
+    operand (batch stride, row stride, column stride, offset) in elements over the descriptor's
+    (batch, M, N) product; the block's meta is (1, 1, rows, cols) with (0, 0, row stride, column
+    stride, offset of the block's first element)."""
+    ptr = "i8*"
+    calls = []
+    for k in range(1, MAX_EPI_OPS + 1):
+        loads = "".join(f"  %ep{k}_{i}.p = getelementptr i8*, i8** %E, i64 {i}\n"
+                        f"  %ep{k}_{i} = load i8*, i8** %ep{k}_{i}.p\n" for i in range(k))
+        sig = ", ".join([ptr] * k + ["i64*"])
+        args = ", ".join([f"i8* %ep{k}_{i}" for i in range(k)] + ["i64* %mp"])
+        calls.append(f"ec{k}:\n{loads}  %ef{k} = inttoptr i64 %ef to void ({sig})*\n"
+                     f"  call void %ef{k}({args})\n  br label %out\n")
+    cases = " ".join(f"i64 {k}, label %ec{k}" for k in range(1, MAX_EPI_OPS + 1))
+    return f"""epi:
+  %efp = getelementptr i64, i64* %d, i64 {D_EPI}
+  %ef = load i64, i64* %efp
+  %hase = icmp ne i64 %ef, 0
+  br i1 %hase, label %epi_go, label %out
+epi_go:
+  %E = bitcast i8* %Ei to i8**
+  %emp = getelementptr i64, i64* %d, i64 {D_EMETA}
+  %emi = load i64, i64* %emp
+  %em = inttoptr i64 %emi to i64*
+  %enp = getelementptr i64, i64* %d, i64 {D_ENOPS}
+  %nops = load i64, i64* %enp
+  %ekp = getelementptr i64, i64* %d, i64 {D_EKIND}
+  %ek = load i64, i64* %ekp
+  %isrow = icmp eq i64 %ek, 1
+  br i1 %isrow, label %rows_go, label %ew_go
+{_row_epilogue_ir()}ew_go:
+  %mp = getelementptr [{_META_WORDS} x i64], [{_META_WORDS} x i64]* %meta, i64 0, i64 0
+  store i64 1, i64* %mp
+  %mp1 = getelementptr i64, i64* %mp, i64 1
+  store i64 1, i64* %mp1
+  %mp2 = getelementptr i64, i64* %mp, i64 2
+  store i64 %M2, i64* %mp2
+  %mp3 = getelementptr i64, i64* %mp, i64 3
+  store i64 %N2, i64* %mp3
+  %ro = select i1 %rows, i64 %s, i64 0
+  %co = select i1 %rows, i64 0, i64 %s
+  br label %eloop
+eloop:
+  %k = phi i64 [ 0, %ew_go ], [ %k1, %eloop ]
+  %k4 = mul i64 %k, 4
+  %esbp = getelementptr i64, i64* %em, i64 %k4
+  %esb = load i64, i64* %esbp
+  %esmp = getelementptr i64, i64* %esbp, i64 1
+  %esm = load i64, i64* %esmp
+  %esnp = getelementptr i64, i64* %esbp, i64 2
+  %esn = load i64, i64* %esnp
+  %eofp = getelementptr i64, i64* %esbp, i64 3
+  %eof = load i64, i64* %eofp
+  %eo1 = mul i64 %bi, %esb
+  %eo2 = mul i64 %ro, %esm
+  %eo3 = mul i64 %co, %esn
+  %eo4 = add i64 %eof, %eo1
+  %eo5 = add i64 %eo4, %eo2
+  %eo6 = add i64 %eo5, %eo3
+  %k5 = mul i64 %k, 5
+  %mb = add i64 %k5, 4
+  %mq0 = getelementptr i64, i64* %mp, i64 %mb
+  store i64 0, i64* %mq0
+  %mq1 = getelementptr i64, i64* %mq0, i64 1
+  store i64 0, i64* %mq1
+  %mq2 = getelementptr i64, i64* %mq0, i64 2
+  store i64 %esm, i64* %mq2
+  %mq3 = getelementptr i64, i64* %mq0, i64 3
+  store i64 %esn, i64* %mq3
+  %mq4 = getelementptr i64, i64* %mq0, i64 4
+  store i64 %eo6, i64* %mq4
+  %k1 = add i64 %k, 1
+  %emore = icmp ult i64 %k1, %nops
+  br i1 %emore, label %eloop, label %ecall
+ecall:
+  switch i64 %nops, label %out [ {cases} ]
+{''.join(calls)}"""
+
+
+def _row_epilogue_ir() -> str:
+    """A row kernel (llvm_render.render_rows_ir: ``kernel(ops..., w, b, tmp, meta)``, meta = r0, r1,
+    B, N, eps, then (sa, sb, 1, off) per operand: row r = a*B + b of an operand starts at off +
+    a*sa + b*sb) on the block's whole rows: the template meta (D_EMETA, D_EMLEN words, B = M) with
+    r0, r1 = the block's rows, numbered bi*M + row; tmp, a row scratch of N elements, on the stack."""
+    calls = []
+    for k in range(1, MAX_EPI_OPS + 1):
+        loads = "".join(f"  %rp{k}_{i}.p = getelementptr i8*, i8** %E, i64 {i}\n"
+                        f"  %rp{k}_{i} = load i8*, i8** %rp{k}_{i}.p\n" for i in range(k))
+        sig = ", ".join(["i8*"] * (k + 1) + ["i64*"])
+        args = ", ".join([f"i8* %rp{k}_{i}" for i in range(k)] + ["i8* %rtmp", "i64* %rmp"])
+        calls.append(f"rc{k}:\n{loads}  %rf{k} = inttoptr i64 %ef to void ({sig})*\n"
+                     f"  call void %rf{k}({args})\n  br label %rdone\n")
+    cases = " ".join(f"i64 {k}, label %rc{k}" for k in range(1, MAX_EPI_OPS + 1))
+    return f"""rows_go:
+  %rmp = getelementptr [{_META_WORDS} x i64], [{_META_WORDS} x i64]* %meta, i64 0, i64 0
+  %rlp = getelementptr i64, i64* %d, i64 {D_EMLEN}
+  %rlen = load i64, i64* %rlp
+  br label %rcopy
+rcopy:
+  %rj = phi i64 [ 0, %rows_go ], [ %rj1, %rcopy ]
+  %rsrc = getelementptr i64, i64* %em, i64 %rj
+  %rv = load i64, i64* %rsrc
+  %rdst = getelementptr i64, i64* %rmp, i64 %rj
+  store i64 %rv, i64* %rdst
+  %rj1 = add i64 %rj, 1
+  %rmore = icmp ult i64 %rj1, %rlen
+  br i1 %rmore, label %rcopy, label %rset
+rset:
+  %rbase = mul i64 %bi, %M
+  %rs = select i1 %rows, i64 %s, i64 0
+  %rn = select i1 %rows, i64 %len, i64 %M
+  %r0 = add i64 %rbase, %rs
+  %r1 = add i64 %r0, %rn
+  store i64 %r0, i64* %rmp
+  %rmp1 = getelementptr i64, i64* %rmp, i64 1
+  store i64 %r1, i64* %rmp1
+  %rtb = mul i64 %N, 8
+  %rsave = call i8* @llvm.stacksave()
+  %rtmp = alloca i8, i64 %rtb, align 64
+  switch i64 %nops, label %rdone [ {cases} ]
+{''.join(calls)}rdone:
+  call void @llvm.stackrestore(i8* %rsave)
+  br label %out
+"""
 
 
 def _ir() -> str:
@@ -88,8 +236,9 @@ def _ir() -> str:
                 f"  %{name} = load i64, i64* %{name}.p\n")
 
     task = f"""
-define internal void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %t) {{
+define internal void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i8* %Ei, i64 %t) {{
 entry:
+  %meta = alloca [{_META_WORDS} x i64]
 {slot('nch', '%d', D_NCH)}{slot('dt', '%d', D_DTYPE)}{slot('M', '%d', D_M)}{slot('N', '%d', D_N)}\
 {slot('K', '%d', D_K)}{slot('lda', '%d', D_LDA)}{slot('ldb', '%d', D_LDB)}{slot('ldc', '%d', D_LDC)}\
 {slot('ta', '%d', D_TA)}{slot('tb', '%d', D_TB)}{slot('sA', '%d', D_SA)}{slot('sB', '%d', D_SB)}\
@@ -171,14 +320,14 @@ v32:
   %sv = inttoptr i64 %svi to {gemv_s}
   call void %sv(i32 101, i32 %v_tr, i64 %v_rows, i64 %v_cols, float 1.0, i8* %v_mat, i64 %v_ld, i8* %v_x, \
 i64 %v_incx, float 0.0, i8* %C2, i64 %v_incy)
-  br label %out
+  br label %epi
 v64:
   %dvp = getelementptr i64, i64* %st, i64 {_DGEMV}
   %dvi = load i64, i64* %dvp
   %dv = inttoptr i64 %dvi to {gemv_d}
   call void %dv(i32 101, i32 %v_tr, i64 %v_rows, i64 %v_cols, double 1.0, i8* %v_mat, i64 %v_ld, i8* %v_x, \
 i64 %v_incx, double 0.0, i8* %C2, i64 %v_incy)
-  br label %out
+  br label %epi
 gemm:
   %ta32 = trunc i64 %ta to i32
   %tb32 = trunc i64 %tb to i32
@@ -189,15 +338,15 @@ f32:
   %sg = inttoptr i64 %sgi to {gemm_s}
   call void %sg(i32 101, i32 %ta32, i32 %tb32, i64 %M2, i64 %N2, i64 %K, float 1.0, i8* %A2, i64 %lda, \
 i8* %B2, i64 %ldb, float 0.0, i8* %C2, i64 %ldc)
-  br label %out
+  br label %epi
 f64:
   %dgp = getelementptr i64, i64* %st, i64 {_DGEMM}
   %dgi = load i64, i64* %dgp
   %dg = inttoptr i64 %dgi to {gemm_d}
   call void %dg(i32 101, i32 %ta32, i32 %tb32, i64 %M2, i64 %N2, i64 %K, double 1.0, i8* %A2, i64 %lda, \
 i8* %B2, i64 %ldb, double 0.0, i8* %C2, i64 %ldc)
-  br label %out
-out:
+  br label %epi
+{_epilogue_ir()}out:
   ret void
 }}
 
@@ -249,7 +398,7 @@ define internal void @nee_yield(i64* %st) {{
     seq32 = (f"  %sq64 = getelementptr i64, i64* %st, i64 {_SEQ}\n"
              "  %seq = bitcast i64* %sq64 to i32*\n")
     main = f"""
-define void @"kernel"(i8* %sti, i8* %di, i8* %A, i8* %B, i8* %C) {{
+define void @"kernel"(i8* %sti, i8* %di, i8* %A, i8* %B, i8* %C, i8* %Ei) {{
 entry:
   %st = bitcast i8* %sti to {i64p}
   %d = bitcast i8* %di to {i64p}
@@ -293,7 +442,7 @@ serial:
   %more = icmp ult i64 %i, %ntasks
   br i1 %more, label %serial_body, label %restore
 serial_body:
-  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %i)
+  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i8* %Ei, i64 %i)
   %i1 = add i64 %i, 1
   br label %serial
 
@@ -312,6 +461,9 @@ publish:
   %jc = getelementptr i64, i64* %st, i64 {_JOB_C}
   %jcv = ptrtoint i8* %C to i64
   store i64 %jcv, i64* %jc
+  %je = getelementptr i64, i64* %st, i64 {_JOB_E}
+  %jev = ptrtoint i8* %Ei to i64
+  store i64 %jev, i64* %je
   store atomic i64 0, i64* %donep seq_cst, align 8
   %w0 = load atomic i64, i64* %wordp seq_cst, align 8
   %g0 = lshr i64 %w0, 40
@@ -333,7 +485,7 @@ work:
   %got = icmp sge i64 %t, 0
   br i1 %got, label %work_body, label %wait
 work_body:
-  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i64 %t)
+  call void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i8* %Ei, i64 %t)
   %x = atomicrmw add i64* %donep, i64 1 seq_cst
   br label %work
 wait:
@@ -415,9 +567,12 @@ wrun:
   %jc2 = getelementptr i64, i64* %st, i64 {_JOB_C}
   %jci = load i64, i64* %jc2
   %jcp = inttoptr i64 %jci to i8*
+  %je2 = getelementptr i64, i64* %st, i64 {_JOB_E}
+  %jei = load i64, i64* %je2
+  %jep = inttoptr i64 %jei to i8*
   %jntp = getelementptr i64, i64* %jdp, i64 {D_NTASKS}
   %jnt = load i64, i64* %jntp
-  call void @nee_task(i64* %st, i64* %jdp, i8* %jap, i8* %jbp, i8* %jcp, i64 %wt)
+  call void @nee_task(i64* %st, i64* %jdp, i8* %jap, i8* %jbp, i8* %jcp, i8* %jep, i64 %wt)
   %wtp = getelementptr i64, i64* %st, i64 {_WTASKS}
   %y2 = atomicrmw add i64* %wtp, i64 1 monotonic
   %y = atomicrmw add i64* %donep, i64 1 seq_cst
@@ -484,6 +639,8 @@ wwoke:
 }}
 
 declare i64 @llvm.readcyclecounter()
+declare i8* @llvm.stacksave()
+declare void @llvm.stackrestore(i8*)
 {'declare void @llvm.x86.sse2.pause()' if os.uname().machine == 'x86_64' else ''}
 """
     return task + main
@@ -518,11 +675,49 @@ def _blas_fns():
 
 
 def _compile():
-    from . import llvm_call, llvm_render
+    """Compile the driver; returns the address of its main function (``kernel(st, d, A, B, C, E)``)."""
+    from . import llvm_render
     text = _ir()
     key = "gemmdrv_" + hashlib.sha1(text.encode()).hexdigest()[:16]
-    addr = llvm_render.compile_ir(key, lambda: text)
-    return llvm_call.make(addr, 5)
+    return llvm_render.compile_ir(key, lambda: text)
+
+
+def _entry_ir(nops: int) -> str:
+    """An entry point taking the product's arrays and ``nops`` epilogue operands (the builtin passes
+    each array's data pointer): it puts the operands' pointers in an array on its stack (the job's
+    E, read by the workers while the caller waits in the main function for the job's blocks) and
+    calls the driver's main function, whose address is in the state."""
+    eargs = "".join(f", i8* %e{i}" for i in range(nops))
+    lines = [f'define void @"kernel"(i8* %st, i8* %d, i8* %A, i8* %B, i8* %C{eargs}) {{']
+    if nops:
+        lines.append(f"  %arr = alloca [{nops} x i8*]")
+        for i in range(nops):
+            lines += [f"  %p{i} = getelementptr [{nops} x i8*], [{nops} x i8*]* %arr, i64 0, i64 {i}",
+                      f"  store i8* %e{i}, i8** %p{i}"]
+        lines.append(f"  %E = bitcast [{nops} x i8*]* %arr to i8*")
+        ev = "%E"
+    else:
+        ev = "null"
+    lines += ["  %sti = bitcast i8* %st to i64*",
+              f"  %mp = getelementptr i64, i64* %sti, i64 {_MAIN}",
+              "  %m = load i64, i64* %mp",
+              "  %f = inttoptr i64 %m to void (i8*, i8*, i8*, i8*, i8*, i8*)*",
+              f"  call void %f(i8* %st, i8* %d, i8* %A, i8* %B, i8* %C, i8* {ev})",
+              "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+_entries: dict = {}     # nops -> builtin f(state, desc, A, B, C, *epilogue operands)
+
+
+def _entry(nops: int):
+    f = _entries.get(nops)
+    if f is None:
+        from . import llvm_call, llvm_render
+        text = _entry_ir(nops)
+        key = f"gemmdrv_entry{nops}_" + hashlib.sha1(text.encode()).hexdigest()[:16]
+        f = _entries[nops] = llvm_call.make(llvm_render.compile_ir(key, lambda: text), 5 + nops)
+    return f
 
 
 def _new_state(fns, tpu):
@@ -535,6 +730,9 @@ def _new_state(fns, tpu):
     st[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
     st[_SPIN] = int(SPIN_US * tpu)
     st[_SPIN_PAUSE] = int(min(SPIN_PAUSE_US, SPIN_US) * tpu)
+    old = _state[0]
+    if old is not None:
+        st[_MAIN] = old[_MAIN]
     _st.update(buf=buf, fns=fns, tpu=tpu)
     _state[0] = st
     return st
@@ -547,10 +745,10 @@ def _tsc_per_us() -> float:
     z = np.zeros(1)
     best = None
     for _ in range(3):
-        _drv[0](z, d, z, z, z)
+        _drv[0](_state[0], d, z, z, z)
         c0, t0 = int(d[D_ARG]), time.perf_counter()
         time.sleep(0.002)
-        _drv[0](z, d, z, z, z)
+        _drv[0](_state[0], d, z, z, z)
         c1, t1 = int(d[D_ARG]), time.perf_counter()
         r = (c1 - c0) / ((t1 - t0) * 1e6)
         best = r if best is None else min(best, r)
@@ -573,8 +771,11 @@ def _init() -> bool:
     if fns is None:
         return False
     try:
-        _drv[0] = _compile()
-        _new_state(fns, _tsc_per_us())
+        main = _compile()
+        _drv[0] = _entry(0)
+        st = _new_state(fns, 1.0)
+        st[_MAIN] = main
+        _new_state(fns, _tsc_per_us())[_MAIN] = main
         # self-test: a product cut in uneven row blocks (published to a worker), against numpy
         rng = np.random.default_rng(0)
         a = rng.standard_normal((37, 19)).astype(np.float32)
@@ -630,6 +831,67 @@ def run(desc: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None
         n, _st["respawn"] = _st["respawn"], 0
         _ensure_workers(n)
     _drv[0](_state[0], desc, a, b, out)
+
+
+def with_epilogue(desc: np.ndarray, kernel_addr: int, table: np.ndarray) -> np.ndarray:
+    """A copy of ``desc`` whose blocks each run an elementwise kernel (llvm_render's calling
+    convention: ``kernel(op0, ..., opK-1, meta)``) right after their product, on the thread that
+    computed them.  ``table`` (int64, K x 4, C-contiguous; kept alive by the caller as long as the
+    descriptor is used) gives each operand's (batch stride, row stride, column stride, offset) in
+    its own elements over the descriptor's (batch, M, N) product: the block's part of operand k
+    is what the kernel sees.  Run it with :func:`epilogue_caller` (K operand arrays, in order)."""
+    table = np.asarray(table)
+    k = table.shape[0]
+    if not 1 <= k <= MAX_EPI_OPS or table.dtype != np.int64 or table.shape != (k, 4) or \
+            not table.flags.c_contiguous:
+        raise ValueError(f"gemm_driver.with_epilogue: operand table must be int64 (K, 4), 1 <= K <= "
+                         f"{MAX_EPI_OPS}, C-contiguous; got {table.dtype} {table.shape}")
+    d = desc.copy()
+    d[D_EPI], d[D_EMETA], d[D_ENOPS] = int(kernel_addr), table.ctypes.data, k
+    d.flags.writeable = False
+    return d
+
+
+# the row epilogue's scratch row lives on the running thread's stack (64 KiB: any thread's stack holds it)
+MAX_ROW_BYTES = 1 << 16
+
+
+def with_row_epilogue(desc: np.ndarray, kernel_addr: int, meta: np.ndarray, nops: int) -> np.ndarray:
+    """A copy of ``desc`` whose blocks each run a row kernel (llvm_render.render_rows_ir's calling
+    convention, ``kernel(op0, ..., opK-1, tmp, meta)``: the operands, the weight and bias last) on
+    the block's rows right after their product.  ``meta`` (int64, C-contiguous; kept alive by the
+    caller) is the launch's meta (llvm_render.row_meta) with B = the descriptor's M: the driver
+    sets r0, r1 to the block's rows, numbered ``batch * M + row``.  The blocks must hold whole
+    rows (row blocks or whole matrices); ``tmp`` is N elements of 8 bytes on the stack.  Run it with
+    :func:`epilogue_caller` (``nops`` operand arrays, in order)."""
+    meta = np.asarray(meta)
+    if not 1 <= nops <= MAX_EPI_OPS or meta.dtype != np.int64 or meta.ndim != 1 or \
+            not 5 <= meta.size <= _META_WORDS or not meta.flags.c_contiguous:
+        raise ValueError(f"gemm_driver.with_row_epilogue: meta must be int64, 1-D, 5..{_META_WORDS} words, "
+                         f"1 <= nops <= {MAX_EPI_OPS}; got {meta.dtype} {meta.shape}, nops={nops}")
+    if desc[D_SPLIT] != 0 and desc[D_NCH] != 1:
+        raise ValueError("gemm_driver.with_row_epilogue: the product is cut into column blocks (rows not whole)")
+    if meta[2] != desc[D_M] or meta[3] != desc[D_N] or desc[D_N] * 8 > MAX_ROW_BYTES:
+        raise ValueError(f"gemm_driver.with_row_epilogue: meta B, N = {int(meta[2])}, {int(meta[3])}; the "
+                         f"product's M, N = {int(desc[D_M])}, {int(desc[D_N])} (N at most {MAX_ROW_BYTES // 8})")
+    d = desc.copy()
+    d[D_EPI], d[D_EMETA], d[D_ENOPS], d[D_EKIND], d[D_EMLEN] = int(kernel_addr), meta.ctypes.data, nops, 1, meta.size
+    d.flags.writeable = False
+    return d
+
+
+def epilogue_caller(nops: int):
+    """``f(desc, a, b, out, *operands)``: :func:`run` for a descriptor of :func:`with_epilogue`
+    with ``nops`` operands (numpy arrays; their data pointers are what the table's offsets are
+    relative to)."""
+    entry = _entry(nops)
+
+    def call(desc, a, b, out, *ops):
+        if _st["respawn"]:
+            n, _st["respawn"] = _st["respawn"], 0
+            _ensure_workers(n)
+        entry(_state[0], desc, a, b, out, *ops)
+    return call
 
 
 def _shutdown():
