@@ -355,6 +355,10 @@ class Tensor:
         return self._assign(src)
 
     def _assign(self, src) -> "Tensor":
+        if _READ_HOOK[0] is not None:   # a trace is running: the write becomes a rebinding of the value
+            from ..trace.tracer import traced_assign
+            if traced_assign(self, src):
+                return self
         from .creation import as_tensor_like
         src = as_tensor_like(src, self)
         if src._device != self._device:

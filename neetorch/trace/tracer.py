@@ -106,6 +106,33 @@ def traced_copy(t):
     return registry.run(_cast, [t], {"dtype": t._dtype}, [registry.Meta(tuple(t._data.shape), t._dtype)])[0]
 
 
+def traced_assign(dst, src) -> bool:
+    """``dst.copy_(src)`` / ``fill_`` / an in-place op's write-back while tracing: ``dst`` is rebound
+    to ``src`` broadcast to its shape and cast to its dtype (checked like any in-place update);
+    False when no trace is running or neither tensor is traced (an eager copy then)."""
+    from ..tensor.tensor import Tensor
+    tr = getattr(_active, "tracer", None)
+    if tr is None or registry._depth[0] != 0:
+        return False
+    if not (tr.is_traced(dst) or (isinstance(src, Tensor) and tr.is_traced(src))):
+        return False
+    tr.check_inplace_target(dst, "copy_")
+    from ..tensor.creation import as_tensor_like
+    r = as_tensor_like(src, dst)
+    if r._device != dst._device:
+        r = r.to(dst._device)
+    if tuple(r.shape) != tuple(dst.shape):
+        r = r.expand(tuple(dst.shape))
+    if r._dtype is not dst._dtype:
+        r = r.to(dst._dtype)
+    if r is dst:
+        return True
+    if not tr.is_traced(r):
+        r = r.clone()   # a constant source: materialize it as the new value (not an alias of the constant)
+    tr.bind(dst, tr.value_of(r))
+    return True
+
+
 def alias(src, new) -> None:
     """``new`` shares ``src``'s storage (``detach()``, ``.data``): under a trace it is the same value."""
     tr = getattr(_active, "tracer", None)
@@ -127,6 +154,7 @@ class Tracer:
         self.graph = Graph(name)
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
+        self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
         self.meta = meta
         self.fake_roots: dict[int, Any] = {}   # id(placeholder buffer) -> buffer (kept alive)
 
@@ -192,17 +220,34 @@ class Tracer:
             return  # a computation on constants only: its result is a constant too
         if out is not None:
             for o in out:
-                if id(o) in self.view_values or (self.values.get(id(o)) or (None, None))[1] is not o:
-                    raise TraceError(f"{op.name}: an in-place op writes into a view or a tensor made outside the "
-                                     f"traced function at {_user_frame()}; in-place updates are traced only on "
-                                     f"tensors the function itself created — use the out-of-place op")
+                self.check_inplace_target(o, op.name)
         node = self.graph.add_node(op, [self.value_of(t) for t in inputs], attrs, metas)
         for t, v in zip(outputs, node.outputs):
             self.bind(t, v)
 
+    def check_inplace_target(self, o, what: str) -> None:
+        """An in-place update is traced by rebinding the tensor to the new value: refused where that
+        would differ from eager (an input the caller sees mutated, a view or a tensor with views
+        sharing its memory, a tensor made outside the function)."""
+        e = self.values.get(id(o))
+        if e is None or e[1] is not o or id(o) in self.view_values:
+            raise TraceError(f"{what}: an in-place op writes into a view or a tensor that is not a traced value "
+                             f"(made outside the traced function, or by a factory such as empty/zeros inside it) "
+                             f"at {_user_frame()}; in-place updates are traced only on values the function "
+                             f"computed — use the out-of-place op")
+        if e[0].kind == "input":
+            raise TraceError(f"{what}: an in-place op writes into an input of the traced function at "
+                             f"{_user_frame()} (the caller would not see the update); compute the new value "
+                             f"out of place and return it")
+        if id(o) in self.view_bases:
+            raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
+                             f"{_user_frame()} (the views would not see the update in the graph); take the "
+                             f"views after the update or use the out-of-place op")
+
     def on_view(self, name, fn, base, args, kwargs, result):
         if not self.is_traced(base):
             return
+        self.view_bases[id(base)] = base
         op = ViewOp(name, fn)
         rs = result if isinstance(result, (tuple, list)) else (result,)
         metas = [Meta(tuple(r.shape), r.dtype) for r in rs]
@@ -305,6 +350,9 @@ def _replay_getitem(base, tmpl, *index_tensors):
 def _guard_mutation(fn, what):
     def mutate(self, *args, **kwargs):
         tr = getattr(_active, "tracer", None)
+        if tr is not None and registry._depth[0] == 0 and what in _ASSIGNS and \
+                traced_assign(self, 0 if what == "zero_" else args[0] if args else kwargs.get("src", kwargs.get("value"))):
+            return self
         if tr is not None and registry._depth[0] == 0 and tr.is_traced(self):
             raise TraceError(f"{what} writes into a traced tensor at {_user_frame()}: in-place assignment is not "
                              f"traced; use an out-of-place op (nee.where, masked_fill, index_put, scatter) instead")
@@ -312,6 +360,9 @@ def _guard_mutation(fn, what):
     mutate.__wrapped__ = fn
     mutate.__name__ = getattr(fn, "__name__", what)
     return mutate
+
+
+_ASSIGNS = frozenset({"copy_", "fill_", "zero_"})
 
 
 def _traced_view(name, fn):
