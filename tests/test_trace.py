@@ -218,3 +218,21 @@ def test_nested_results_keep_their_structure_under_jit():
     np.testing.assert_allclose(r["b"][0].numpy(), x.numpy() * 2)
     with pytest.raises(TraceError, match=r"returned tuple\(Tensor, int\)"):
         nee.jit(lambda x: (x, 3))(x)
+
+
+@pytest.mark.parametrize("f", [
+    lambda x, y: x.sum(0) + y,                       # int64 0-d + int32 tensor: the 0-d operand is cast to int32
+    lambda x, y: nee.maximum(x.sum(0).abs(), y),
+    lambda x, y: y.float() * x.argmax(0),             # int64 0-d * float tensor
+], ids=["sum_add", "maximum", "argmax_mul"])
+def test_zero_dim_operands_cast_for_promotion_stay_in_the_graph(f):
+    """A 0-d operand cast to the op's compute dtype (PyTorch promotion) once became a constant holding
+    the trace's placeholder (integer placeholders are ones): x.sum(0) + y gave 1 + y."""
+    j = nee.jit(f)
+    for seed in range(3):
+        nee.manual_seed(seed)
+        x = nee.randint(-5, 6, (7,), dtype=nee.int32)
+        y = nee.randint(-5, 6, (1,), dtype=nee.int32)
+        e, r = f(x, y), j(x, y)
+        assert r.dtype == e.dtype
+        np.testing.assert_array_equal(r.numpy(), e.numpy())

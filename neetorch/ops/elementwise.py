@@ -131,7 +131,7 @@ def layout_id(t: Tensor) -> int:
 
 
 def _cast_0d(t: Tensor, dt: DType) -> Tensor:
-    if t._device.type == "cpu":
+    if t._device.type == "cpu" and _trace_hook[0] is None:   # (while tracing: a cast node, not a constant)
         with np.errstate(over="ignore", invalid="ignore"):
             return Tensor._make(np.asarray(t._data.astype(dt.np, casting="unsafe")), t._device, dt)
     return cast(t, dt)
