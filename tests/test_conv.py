@@ -59,7 +59,10 @@ CONV2D = [  # (x shape, w shape, kwargs)
 
 @pytest.mark.parametrize("xs,ws,kw", CONV2D)
 def test_conv2d(xs, ws, kw):
-    x, w, b = rnd(*xs), rnd(*ws), rnd(ws[0])
+    # weights scaled to unit-variance outputs (as a network's): the tolerances are absolute at 1e-4, and the
+    # Winograd F(4x4, 3x3) path (3x3 stride-1 convs with many tiles) is off the direct sum by ~5e-6 of the
+    # outputs' scale in float32
+    x, w, b = rnd(*xs), rnd(*ws) / float(np.sqrt(np.prod(ws[1:]))), rnd(ws[0])
     close(C.conv2d(N(x), N(w), N(b), **kw), F.conv2d(T(x), T(w), T(b), **kw))
     close(nee.conv2d(N(x), N(w), None, **kw), F.conv2d(T(x), T(w), None, **kw))
 
@@ -84,7 +87,7 @@ def test_conv2d_thread_counts(nthreads):
     try:
         for xs, ws, kw in [((1, 16, 64, 64), (8, 16, 3, 3), dict(padding=1)), ((5, 4, 9, 9), (6, 4, 3, 3), dict()),
                            ((2, 8, 40, 40), (8, 1, 3, 3), dict(groups=8, padding=1))]:
-            x, w = rnd(*xs), rnd(*ws)
+            x, w = rnd(*xs), rnd(*ws) / float(np.sqrt(np.prod(ws[1:])))
             close(C.conv2d(N(x), N(w), **kw), F.conv2d(T(x), T(w), **kw))
     finally:
         nee.set_num_threads(old)

@@ -29,6 +29,7 @@ def spy(monkeypatch):
     """Counts the calls of the padded-rows conv path, forced here for every case (the dispatch rule,
     which keeps small and 1x1 / 3x3-strided convs on im2col, has its own test below)."""
     monkeypatch.setattr(K, "_wide_pays", lambda *a, **k: True)
+    monkeypatch.setattr(K, "_WINO_FORCE", ["0"])          # not the Winograd path (3x3 stride 1)
     calls = []
     orig = K._conv_wide
 
@@ -206,3 +207,179 @@ def test_depthwise_padded_planes_match_torch(monkeypatch, nthreads, dt, tol):
     # a non-contiguous input
     x = RNG.standard_normal((1, 8, 16, 12)).astype(dt).transpose(0, 1, 3, 2)
     _check(x, _data((1, 1, 1, 1), (8, 1, 3, 3), dt)[1], None, 1, 1, 1, 8, tol)
+
+
+# ---------------------------------------------------------------- Winograd F(m x m, 3 x 3)
+@pytest.fixture
+def wino(monkeypatch):
+    """Counts the Winograd path's calls (their tile size m); the rule is replaced per test."""
+    calls = []
+    orig = K._conv_winograd
+
+    def wrapped(x, w, b, res, m, pt, pl):
+        calls.append(m)
+        return orig(x, w, b, res, m, pt, pl)
+    monkeypatch.setattr(K, "_conv_winograd", wrapped)
+    return calls
+
+
+def _check_scaled(x, w, b, s, p, tol):
+    """Against torch in float64, to a tolerance relative to the outputs' scale (Winograd's error is one of
+    the transformed sums, not of each output: outputs near zero get the same absolute error)."""
+    t = [None if a is None else torch.from_numpy(np.ascontiguousarray(a)).double() for a in (x, w, b)]
+    want = F.conv2d(*t, s, p).numpy()
+    got = C.conv2d(nee.from_numpy(x), nee.from_numpy(w), None if b is None else nee.from_numpy(b), s, p).numpy()
+    assert got.dtype == x.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * float(np.abs(want).max()),
+                               err_msg=str((x.shape, w.shape, p)))
+
+
+WINO_CASES = [  # (x shape, output channels, padding): odd sizes (clipped last tiles), several images, no padding
+    ((1, 5, 17, 23), 6, 1), ((2, 3, 9, 8), 4, 1), ((3, 7, 7, 7), 5, 1), ((1, 4, 3, 3), 2, 2), ((1, 6, 12, 10), 3, 0),
+    ((1, 8, 5, 14), 9, 1), ((2, 16, 14, 14), 24, 1),
+]
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("dt,tol", [(np.float32, None), (np.float64, 1e-12)])
+def test_conv2d_winograd_matches_torch(wino, monkeypatch, nthreads, m, dt, tol):
+    monkeypatch.setattr(K, "_WINO_FORCE", [str(m)])
+    # float32: F(2) keeps the direct sum's accuracy, F(4) (points 0, +-1, +-2) loses a few bits
+    tol = tol or {2: 2e-6, 4: 2e-5}[m]
+    for xs, o, p in WINO_CASES:
+        for bias in (True, False):
+            x, w, b = _data(xs, (o, xs[1], 3, 3), dt, bias)
+            _check_scaled(x, w, b, 1, p, tol)
+    assert wino == [m] * (2 * len(WINO_CASES))
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_conv2d_winograd_bands(wino, monkeypatch, nthreads, m):
+    # images whose transformed tiles exceed the budget go in bands of tile rows (here 1-3 per band)
+    from neetorch.devices.cpu.kernels import winograd as W
+    monkeypatch.setattr(K, "_WINO_FORCE", [str(m)])
+    monkeypatch.setattr(K, "_WINO_BANDS", [True])
+    first_rows = []
+    orig = W.input_tiles
+    monkeypatch.setattr(W, "input_tiles", lambda *a: first_rows.append(a[10]) or orig(*a))
+    for budget in (1, 3 * 36 * 6 * 8 * 8):
+        monkeypatch.setattr(K, "_WINO_BAND_BYTES", budget)
+        for xs, o, p in [((2, 6, 23, 29), 5, 1), ((1, 3, 17, 9), 4, 0), ((1, 4, 30, 26), 7, 1)]:
+            for bias in (True, False):
+                _check_scaled(*_data(xs, (o, xs[1], 3, 3), np.float64, bias), 1, p, 1e-12)
+    assert wino == [m] * 12
+    assert max(first_rows) > 0 and len(first_rows) > 12           # bands of tile rows ran
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_conv2d_winograd_pads_layouts_half(wino, monkeypatch, m):
+    monkeypatch.setattr(K, "_WINO_FORCE", [str(m)])
+    # asymmetric ONNX-style (top, bottom, left, right) pads
+    x, w, b = _data((1, 4, 13, 16), (6, 4, 3, 3), np.float64)
+    for pads in ((0, 2, 1, 0), (2, 0, 0, 1), (1, 1, 0, 2), (0, 0, 2, 2)):
+        pt, pb, pl, pr = pads
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        want = F.conv2d(torch.from_numpy(xp), torch.from_numpy(w), torch.from_numpy(b)).numpy()
+        out = np.empty(want.shape, np.float64)
+        K.conv2d_kernel(None, [out], [x, w, b], {"stride": (1, 1), "padding": pads, "dilation": (1, 1),
+                                                "groups": 1})
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12, err_msg=str(pads))
+    # non-contiguous inputs and weights
+    base = RNG.standard_normal((2, 10, 22, 18))
+    wt = RNG.standard_normal((3, 3, 10, 12)).transpose(3, 2, 0, 1) / 10
+    for xx in (base.transpose(0, 1, 3, 2), base[:, ::2, 1:, ::2], base[::-1, :, ::-1]):
+        _check_scaled(xx, wt[:, :xx.shape[1]], None, 1, 1, 1e-12)
+    # float16: computed in float32, rounded once
+    x, w, b = _data((1, 6, 15, 17), (8, 6, 3, 3), np.float16)
+    got = C.conv2d(nee.from_numpy(x), nee.from_numpy(w), nee.from_numpy(b), 1, 1).numpy()
+    assert got.dtype == np.float16
+    want = F.conv2d(*(torch.from_numpy(a.astype(np.float32)) for a in (x, w, b)), 1, 1)
+    np.testing.assert_allclose(got.astype(np.float32), want.numpy(), rtol=1e-2, atol=1e-2)
+    assert wino == [m] * 8
+
+
+def test_conv2d_winograd_weight_cache(wino, monkeypatch):
+    # the transformed weights are cached per weight buffer and recomputed when its contents change in place
+    from neetorch.devices.cpu.kernels import winograd as W
+    monkeypatch.setattr(K, "_WINO_FORCE", ["4"])
+    W.clear_cache()
+    x, w, b = _data((1, 8, 12, 12), (8, 8, 3, 3), np.float64)
+    _check_scaled(x, w, b, 1, 1, 1e-12)
+    assert len(W._cache) == 1
+    w[3, 2, 1, 0] += 1.0                       # in place: same buffer, new contents
+    w[7] *= -2
+    _check_scaled(x, w, b, 1, 1, 1e-12)
+    assert len(W._cache) == 1
+    u = W.weights(w, 4)
+    np.testing.assert_allclose(u, W.transform_weights(w, 4), rtol=0, atol=0)
+    assert W.weights(w, 4) is u                # unchanged: the cached U
+    # weights changed on two calls in a row (being trained) go to the GEMM paths for good
+    w[0, 0, 0, 0] += 1.0
+    _check_scaled(x, w, b, 1, 1, 1e-12)        # changed once: transformed again
+    w[0, 0, 0, 0] += 1.0
+    _check_scaled(x, w, b, 1, 1, 1e-12)        # twice: direct
+    assert W.weights(w, 4) is None
+    W.clear_cache()
+    # least recently used entries go past the byte budget
+    monkeypatch.setattr(W, "_CACHE_BYTES", 3 * (w.nbytes + u.nbytes))
+    ws = [w.copy() for _ in range(5)]
+    for ww in ws:
+        W.weights(ww, 4)
+    assert len(W._cache) == 3 and W._cache_bytes[0] == 3 * (w.nbytes + u.nbytes)
+    # an entry goes when the memory of its weights is freed
+    del ws[-1], ww
+    assert len(W._cache) == 2 and W._cache_bytes[0] == 2 * (w.nbytes + u.nbytes)
+    W.clear_cache()
+    assert wino == [4, 4, 4]
+
+
+def test_winograd_transforms_are_correlation():
+    # A^T [(G g G^T) * (B^T d B)] A is the (m x m) valid correlation of the (m + 2)^2 tile d with g
+    from neetorch.devices.cpu.kernels import winograd as W
+    for m in (2, 4):
+        d = RNG.standard_normal((m + 2, m + 2))
+        g = RNG.standard_normal((3, 3))
+        got = W.AT[m] @ ((W.G[m] @ g @ W.G[m].T) * (W.BT[m] @ d @ W.BT[m].T)) @ W.AT[m].T
+        want = np.array([[np.sum(d[i:i + 3, j:j + 3] * g) for j in range(m)] for i in range(m)])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_winograd_rule():
+    # only 3x3 stride-1 undilated ungrouped float32/float64 convolutions
+    f32 = np.dtype(np.float32)
+    ok = (1, 64, 56, 56, 192, 1, 3, 3, 1, 1, 1, 1, 56, 56, f32)
+    assert K._winograd_m(*ok) == 4
+    for i, v in ((5, 2), (6, 5), (8, 2), (10, 2)):              # groups, a 5x3 kernel, stride 2, dilation 2
+        args = list(ok)
+        args[i] = v
+        if i == 6:
+            args[7] = 3
+        assert K._winograd_m(*args) == 0, i
+    assert K._winograd_m(*ok[:-1], np.dtype(np.int32)) == 0
+    # the cost rule (N, C, O, OH, OW): F(4) on large planes, Winograd on 12x12-14x14 with a few hundred
+    # channels (F(2) and F(4) within ~6% of each other there), the direct GEMM where the transformed weights
+    # (16/9 or 4x the weights, read from memory) cost more than the multiply-adds they save (7x7 planes) and
+    # for a few channels
+    assert K._winograd_rule(1, 64, 192, 56, 56) == 4
+    assert K._winograd_rule(1, 128, 128, 28, 28) == 4
+    assert K._winograd_rule(1, 192, 256, 14, 14) in (2, 4)
+    assert K._winograd_rule(1, 512, 512, 12, 12) == 4
+    assert K._winograd_rule(1, 512, 512, 7, 7) == 0
+    assert K._winograd_rule(1, 192, 320, 7, 7) == 0
+    assert K._winograd_rule(1, 3, 64, 224, 224) == 0
+    assert K._winograd_rule(8, 512, 512, 7, 7) == 4            # a batch: the reads of U amortized over its tiles
+
+
+def test_im2col_gathered_equals_im2col():
+    # small planes: the columns gathered from the zero-padded input are im2col's, element for element
+    for (P, H, W), (KH, KW), (sh, sw), (ph, pw), (dh, dw) in [
+            ((3, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1)), ((2, 14, 13), (3, 3), (2, 2), (1, 1), (1, 1)),
+            ((2, 9, 11), (3, 2), (2, 1), (1, 2), (2, 1)), ((1, 5, 6), (5, 5), (1, 1), (2, 2), (1, 1)),
+            ((4, 8, 8), (1, 3), (3, 2), (0, 1), (1, 2)), ((1, 3, 4), (3, 3), (1, 1), (2, 0), (1, 1))]:
+        x = RNG.standard_normal((P, H, W)).astype(np.float32)
+        OH = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1
+        OW = (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
+        want = K.im2col(x, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW).reshape(-1)
+        got = np.full(want.size, np.nan, np.float32)
+        K._im2col_gathered(x, got, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW)
+        np.testing.assert_array_equal(got, want)

@@ -7,13 +7,18 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 
 * conv2d: 1x1 -> GEMMs on the NCHW buffers (no im2col; strided: on the subsampled input, one
   strided copy); depthwise -> one multiply-add per tap over the whole zero-padded plane
-  (_depthwise_wide), else a direct row loop; otherwise, where it pays (_wide_pays: stride-1
+  (_depthwise_wide), else a direct row loop; 3x3 stride 1 where the cost rule (_winograd_rule) picks
+  it -> Winograd F(2x2 or 4x4, 3x3) (kernels/winograd.py: transformed weights cached per weight
+  buffer, input tiles transformed, alpha^2 GEMMs per block of output channels, each block's output
+  transformed at once); otherwise, where it pays (_wide_pays: stride-1
   kernels of few output channels per padded column, the 7x7 stride-2 stem), "padded rows": the
   input zero-padded (split into its stride phases), each (channel, tap) column row ONE contiguous
   copy, the GEMM over padded-width output rows, compacted (+ bias) per tile (_conv_wide); else
-  im2col + GEMM per tile.  Tiles are bands of output rows (or groups of images), the threads
-  claiming whole tiles, or one tile's im2col split over planes and its GEMM over blocks.  Every
-  GEMM runs with single-threaded BLAS, split across neetorch's pool (_gemms).
+  im2col + GEMM per tile (on output planes up to _GATHER_MAX_OW wide, the columns gathered from the
+  zero-padded input, one loop per (channel, tap)).  Tiles are bands of output rows (or groups of
+  images), the threads claiming whole tiles, or one tile's im2col split over planes and its GEMM
+  over blocks.  Every GEMM runs with single-threaded BLAS, split across the cores by gemm_driver
+  or neetorch's pool (_gemms).
 * conv_transpose2d: GEMM into columns + col2im (the adjoint of im2col).
 * max/avg pooling: stride 1 -> whole padded planes, the window's rows then its columns, each one
   contiguous pass (_maxpool_planes, _sumpool_planes); otherwise per output row, the window's rows
@@ -23,12 +28,14 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 from numba import njit
 
 from .. import kernel, threads
+from . import winograd
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -81,15 +88,94 @@ def _run_jobs(jobs) -> None:
         np.matmul(a, b, out=o)
 
 
+# GEMMs split across cores go through gemm_driver when it is available (as kernels/linalg.py's products):
+# one GIL-free native call whose workers claim the blocks, ~2 us of overhead against the pool's tens (on
+# the shared 2-core box under load ~3-5 the conv A/B was within its noise; the pool's hand-off cost is what
+# this removes on a quiet machine).  Plans are cached per layout.
+_drv = [None]            # gemm_driver module, or False (unavailable / NEE_MATMUL_DRIVER=0)
+_drv_plans: dict = {}
+
+
+def _driver():
+    if _drv[0] is None:
+        ok = False
+        if os.environ.get("NEE_MATMUL_DRIVER", "1") not in ("0", ""):
+            from .. import gemm_driver
+            ok = gemm_driver if gemm_driver.available() else False
+        _drv[0] = ok
+    return _drv[0]
+
+
+def _drv_gemm(o, a, b, nt) -> bool:
+    """o = a @ b (2-D, or 3-D batches with one byte stride each; a stride-0 batch for a shared matrix)
+    split over nt threads by gemm_driver; False (nothing written) when it cannot take the layout."""
+    drv = _driver()
+    if not drv:
+        return False
+    key = (o.shape, o.strides, a.shape, a.strides, b.shape, b.strides, o.dtype.char, a.dtype.char, b.dtype.char,
+           nt)
+    d = _drv_plans.get(key)
+    if d is None:
+        if o.ndim == 3:
+            nb = o.shape[0]
+            blocks = 1 if nb >= _BLOCKS_PER_THREAD * nt else -(-_BLOCKS_PER_THREAD * nt // nb)
+        else:
+            blocks = _BLOCKS_PER_THREAD * nt
+        R, M = o.shape[-2], o.shape[-1]
+        if M >= R:
+            d = drv.plan(o, a, b, nt, blocks, 1, _COL_ALIGN, _COL_ALIGN)
+        else:
+            d = drv.plan(o, a, b, nt, blocks, 0, 1, 16)
+        if d is None:
+            d = False
+        if len(_drv_plans) > 4096:
+            _drv_plans.clear()
+        _drv_plans[key] = d
+    if d is False:
+        return False
+    drv.run(d, a, b, o)
+    return True
+
+
+def _stacked(jobs):
+    """The jobs as one batched (o, a, b) of 3-D strided views when they step through memory uniformly, else
+    None."""
+    o0, a0, b0 = jobs[0]
+    if len(jobs) == 1:
+        return o0, a0, b0
+    if any(x.ndim != 2 for job in jobs for x in job):
+        return None
+    out = []
+    for k, x0 in enumerate((o0, a0, b0)):
+        x1 = jobs[1][k]
+        if x1.shape != x0.shape or x1.strides != x0.strides:
+            return None
+        step = x1.__array_interface__["data"][0] - x0.__array_interface__["data"][0]
+        base = x0.__array_interface__["data"][0]
+        for i, job in enumerate(jobs):
+            x = job[k]
+            if x.shape != x0.shape or x.strides != x0.strides or x.__array_interface__["data"][0] != base + i * step:
+                return None
+        if step < 0 or (step == 0 and k == 0):
+            return None
+        out.append(np.lib.stride_tricks.as_strided(x0, (len(jobs),) + x0.shape, (step,) + x0.strides))
+    return tuple(out)
+
+
 def _gemms(jobs) -> None:
     """o = a @ b for every (o, a, b): 2-D views (``o`` BLAS-compatible: unit inner stride) or C-contiguous
-    batches.  Serial BLAS; across the pool when large: a few 2-D products are cut into row or column
-    blocks (whichever re-packs the smaller operand) for about _BLOCKS_PER_THREAD blocks per thread, many
-    products are dealt out in runs of consecutive ones."""
+    batches.  Serial BLAS; across the cores when large: through gemm_driver (_drv_gemm) when the jobs form
+    one (batched) product it takes, else the pool: a few 2-D products are cut into row or column blocks
+    (whichever re-packs the smaller operand) for about _BLOCKS_PER_THREAD blocks per thread, many products
+    are dealt out in runs of consecutive ones."""
     nt = threads.NUM_THREADS
     flops = 0.0
     for o, a, _ in jobs:
         flops += 2.0 * o.size * a.shape[-1]
+    if nt > 1 and flops >= _PAR_FLOPS:
+        st = _stacked(jobs)
+        if st is not None and _drv_gemm(st[0], st[1], st[2], nt):
+            return
     with threads.serial_blas():
         if nt <= 1 or flops < _PAR_FLOPS:
             _run_jobs(jobs)
@@ -231,6 +317,44 @@ def _col2im(col, x, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
                             xs[j * sw] += cs[j]
 
 
+@njit(**_NOGIL)
+def _gather_cols(xp, col, off, HWp, Wp, KH, KW, dh, dw, L, p0, p1):
+    """col[(p, ki, kj), t] = xp[p * HWp + ki*dh * Wp + kj*dw + off[t]] for planes [p0, p1) of the zero-padded
+    input xp (off[t]: output t's top-left tap in its plane): one gather loop of L per (plane, tap)."""
+    for p in range(p0, p1):
+        for ki in range(KH):
+            for kj in range(KW):
+                d = ((p * KH + ki) * KW + kj) * L
+                cs = col[d:d + L]
+                xs = xp[p * HWp + ki * dh * Wp + kj * dw:]
+                for t in range(L):
+                    cs[t] = xs[off[t]]
+
+
+# im2col's cost is per output row (~20 ns of loop and border handling per row of 7-14): on planes narrower
+# than this the columns are gathered from the zero-padded input instead, one loop over the whole output
+# plane per (channel, tap)
+_GATHER_MAX_OW = 32
+_offsets: dict = {}
+
+
+def _im2col_gathered(x3, col, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, parallel=True) -> None:
+    """col (P, KH*KW, OH*OW) flat of x3 (P, H, W) contiguous: the input zero-padded, then gathered."""
+    P = x3.shape[0]
+    Hp, Wp = (OH - 1) * sh + (KH - 1) * dh + 1, (OW - 1) * sw + (KW - 1) * dw + 1
+    key = (OH, OW, sh, sw, Wp)
+    off = _offsets.get(key)
+    if off is None:
+        off = _offsets[key] = ((np.arange(OH) * sh * Wp)[:, None] + np.arange(OW) * sw).reshape(-1)
+    xp = _buffer(P * Hp * Wp, x3.dtype, "pad")
+    L = OH * OW
+
+    def go(p0, p1):
+        _pad_planes(x3[p0:p1], xp[p0 * Hp * Wp:p1 * Hp * Wp].reshape(p1 - p0, Hp, Wp), ph, pw)
+        _gather_cols(xp, col, off, Hp * Wp, Wp, KH, KW, dh, dw, L, p0, p1)
+    _par(go, P, P * KH * KW * L if parallel else 0, _IM2COL_PAR)
+
+
 def im2col(x: np.ndarray, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, oh0=0, oh1=None, col=None) -> np.ndarray:
     """x (P, H, W) contiguous -> columns (P, KH*KW, (oh1-oh0)*OW) for output rows [oh0, oh1)."""
     P, H, W = x.shape
@@ -308,6 +432,7 @@ def conv2d_kernel(backend, outs, ins, attrs):
     OH, OW = out.shape[2], out.shape[3]
     Og = O // G
     L = OH * OW
+    wu = _winograd_u(x, w, G, attrs, OH, OW, w is ins[1]) if Cg else None
     if Cg == 0:
         res[...] = 0
     elif KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
@@ -333,6 +458,11 @@ def conv2d_kernel(backend, outs, ins, attrs):
             xf = x.reshape(-1)
             _par(lambda q0, q1: _depthwise(xf, wf, bf, of, C, O, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW,
                                            b is not None, q0, q1), N * O, res.size * KH * KW)
+        _finish(out, res)
+        return
+    elif wu is not None:
+        # 3x3 stride 1 where the cost rule picks Winograd F(m x m, 3 x 3) (kernels/winograd.py)
+        _conv_winograd(x, wu[1], b, res, wu[0], pt, pl)
         _finish(out, res)
         return
     elif _wide_pays(OH, OW, KH, KW, sh, sw, dh, dw, Og, Cg * KH * KW):
@@ -387,11 +517,16 @@ def _conv_tiles(x, wg, res, G, Og, K, geo):
             return [(o[i, 0], wg[0], cg[i, 0]) for i in range(n1 - n0)]
         return [(o[i], wg, cg[i]) for i in range(n1 - n0)]                 # (G, Og, L) batches
 
+    gather = OW <= _GATHER_MAX_OW and all(r0 == 0 and r1 == OH for _, _, r0, r1 in tiles)
+
     def tile(t):
         n0, n1, r0, r1 = tiles[t[0]]
         col = _buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype)
-        _im2col(xf[n0 * C * plane:n1 * C * plane], col, H, W, KH, KW, sh, sw, pt, pl, dh, dw, r0, r1, OW,
-                0, (n1 - n0) * C)
+        if gather:
+            _im2col_gathered(x[n0:n1].reshape(-1, H, W), col, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, False)
+        else:
+            _im2col(xf[n0 * C * plane:n1 * C * plane], col, H, W, KH, KW, sh, sw, pt, pl, dh, dw, r0, r1, OW,
+                    0, (n1 - n0) * C)
         _run_jobs(gemm_jobs(n0, n1, r0, r1, col))
 
     if whole:
@@ -399,9 +534,161 @@ def _conv_tiles(x, wg, res, G, Og, K, geo):
             threads.run_parallel(tile, [(i, i + 1) for i in range(len(tiles))])
         return
     for n0, n1, r0, r1 in tiles:
-        col = im2col(x[n0:n1].reshape(-1, H, W), KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, r0, r1,
-                     col=_buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype))
+        if gather:
+            col = _buffer((n1 - n0) * C * KH * KW * L, x.dtype)
+            _im2col_gathered(x[n0:n1].reshape(-1, H, W), col, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW)
+        else:
+            col = im2col(x[n0:n1].reshape(-1, H, W), KH, KW, sh, sw, pt, pl, dh, dw, OH, OW, r0, r1,
+                         col=_buffer((n1 - n0) * C * KH * KW * (r1 - r0) * OW, x.dtype))
         _gemms(gemm_jobs(n0, n1, r0, r1, col.reshape(-1)))
+
+
+# ---------------------------------------------------------------- Winograd (kernels/winograd.py)
+_WINO_FORCE = [os.environ.get("NEE_CONV_WINOGRAD", "")]     # "" (cost rule), "0" (off), "2" / "4" (forced)
+
+
+def _winograd_u(x, w, G, attrs, OH, OW, kept=True):
+    """(m, U: the transformed weights) when this convolution takes the Winograd path, else None.  ``kept``:
+    w is the caller's array, not a copy made for this call (a copy, e.g. float16 weights widened, would be
+    transformed again on every call: the GEMM paths then, unless NEE_CONV_WINOGRAD forces a tile size)."""
+    N, C, H, W = x.shape
+    O, _, KH, KW = w.shape
+    sh, sw = attrs["stride"]
+    dh, dw = attrs["dilation"]
+    m = _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, x.dtype)
+    if not m or not (kept or _WINO_FORCE[0] in ("2", "4")):
+        return None
+    U = winograd.weights(w, m)
+    return None if U is None else (m, U)
+
+
+def _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, dt) -> int:
+    """The Winograd tile size (2 or 4) for this convolution, or 0 (the GEMM paths)."""
+    if KH != 3 or KW != 3 or sh != 1 or sw != 1 or dh != 1 or dw != 1 or G != 1 or dt not in _NO_BIAS:
+        return 0
+    f = _WINO_FORCE[0]
+    if f in ("2", "4"):
+        return int(f)
+    if f == "0":
+        return 0
+    return _winograd_rule(N, C, O, OH, OW, dt.itemsize)
+
+
+# The cost rule: single-thread time estimates (both paths split over threads alike): the GEMMs' multiply-adds
+# at a rate per path, the weights read from memory (a model's weights do not stay in cache from one run to
+# the next: the Winograd path reads U, alpha^2/9 times the weights, plus the weights and their cached copy
+# for the staleness check), im2col per column element, the Winograd tile transforms per transformed element;
+# Winograd only where estimated at least _WINO_MARGIN of the direct time.  The constants were fitted to the
+# 120 3x3 stride-1 convs of the nine ONNX light models, each timed in its model (1 thread, CPU time, min of
+# 3 runs) direct / F(2) / F(4): the rule's picks sum to 130.9 ms against 127.7 for the best pick of every
+# conv, 177.9 all direct.  E.g. (us) 64->192 on 56x56 8055 / 5580 / 3632, 192->256 on 14x14 2131 / 1767 /
+# 1879, 512->512 on 12x12 9133 / 7231 / 6176, 192->320 on 7x7 881 / 1216 / 1788.
+_GEMM_FLOPS = 100e9          # direct (im2col / padded-rows) GEMMs
+_WINO_FLOPS = 80e9           # the alpha^2 Winograd GEMMs (fewer columns)
+_MEM_BW = 15e9
+_IM2COL_NS = 0.3e-9
+_WINO_TR_NS = 1.2e-9
+_WINO_MARGIN = 0.95
+
+
+def _winograd_rule(N, C, O, OH, OW, isz=4) -> int:
+    L = N * OH * OW
+    w = O * C
+    best = 2.0 * w * 9 * L / _GEMM_FLOPS + 9 * w * isz / _MEM_BW + C * 9 * L * _IM2COL_NS
+    pick = 0
+    for m in (2, 4):
+        a2 = (m + 2) * (m + 2)
+        nt = N * -(-OH // m) * -(-OW // m)
+        t = 2.0 * a2 * w * nt / _WINO_FLOPS + (a2 + 18) * w * isz / _MEM_BW + a2 * (C + O) * nt * _WINO_TR_NS
+        if t < best * _WINO_MARGIN:
+            best, pick = t, m
+    return pick
+
+
+# output channels per block of the Winograd GEMM + output transform: the block's products stay in cache
+# for the transform (BLAS runs these (64 x C) @ (C x tiles) products at full speed, ~105 GFLOP/s single-
+# threaded, down to ~90 at 16 rows)
+_WINO_BLOCK = 64
+
+
+# transformed input tiles of a band (bytes): an image whose V is larger can go in bands of tile rows, each
+# thread taking whole bands (input transform, GEMMs, output transform in cache), where that moves fewer
+# bytes than the output-channel blocks (each band reads all of U, each block all of V: VGG-19's 64->64 3x3
+# on 224x224 has a 0.6 MB U and a 29 MB V, its 512->512 on 28x28 a 38 MB U and a 3.6 MB V)
+_WINO_BAND_BYTES = 1 << 20
+_WINO_BANDS = [None]          # None: the fewer bytes; True / False: bands whenever V is over budget / never
+
+
+def _conv_winograd(x, U, b, res, m, pt, pl):
+    """Convolution by Winograd F(m x m, 3 x 3) with the transformed weights U (alpha^2, O, C).  Images whose
+    transformed tiles fit _WINO_BAND_BYTES (all images at once): the input tiles transformed over the
+    planes (V: alpha^2, C, tiles), then per block of output channels the alpha^2 GEMMs U[xi, block] @ V[xi]
+    and at once the block's output transform (+ bias), both phases split over the pool in chunks the
+    threads claim.  Larger images: bands of tile rows, each thread taking whole bands (no join between
+    the phases).  Serial BLAS throughout."""
+    N, C, H, W = x.shape
+    O = U.shape[1]
+    OH, OW = res.shape[2], res.shape[3]
+    dt = x.dtype
+    a2 = (m + 2) * (m + 2)
+    th, tw = -(-OH // m), -(-OW // m)
+    xf, rf = x.reshape(-1), res.reshape(-1)
+    nt = threads.NUM_THREADS
+    par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
+    want = nt * _BLOCKS_PER_THREAD if par else 1
+    bias = b if b is not None else _NO_BIAS[dt]
+    # blocks of output channels: multiples of 16 rows, enough for every thread to claim a few
+    nb = max(-(-O // _WINO_BLOCK), min(want, -(-O // 16)))
+    blocks = threads.split(O, nb, 16 if O >= 16 * nb else 1)
+    band = max(1, _WINO_BAND_BYTES // (a2 * C * tw * dt.itemsize))
+    if par:
+        band = min(band, -(-N * th // want))          # a few bands per thread
+    bands = [(n, t0, min(th, t0 + band)) for n in range(N) for t0 in range(0, th, band)]
+    # memory passes: every band reads all of U, every block of output channels all of V
+    u_bytes, v_bytes = U.nbytes, a2 * C * N * th * tw * dt.itemsize
+    fewer = len(bands) * u_bytes + v_bytes < u_bytes + len(blocks) * v_bytes
+    if band < th and (fewer if _WINO_BANDS[0] is None else _WINO_BANDS[0]):
+
+        def run_band(c):
+            for n, t0, t1 in bands[c[0]:c[1]]:
+                nb = (t1 - t0) * tw
+                V = _buffer(a2 * C * nb, dt, "wino_v")
+                winograd.input_tiles(xf, V, _buffer(((t1 - t0) * m + 2) * (tw * m + 2), dt, "wino_xp"),
+                                     _buffer(a2 * nb, dt, "wino_t"), m, C, H, W, pt, pl, t0, t1 - t0, tw, nb, 0,
+                                     n * C, (n + 1) * C)
+                Mb = _buffer(a2 * O * nb, dt, "wino_m")
+                np.matmul(U, V.reshape(a2, C, nb), out=Mb.reshape(a2, O, nb))
+                winograd.output_tiles(Mb, rf[n * O * OH * OW:], _buffer(m * (m + 2) * nb, dt, "wino_t"), bias,
+                                      b is not None, m, O, O, 0, OH, OW, t0, t1 - t0, tw, nb, 0, 0, O)
+        with threads.serial_blas():
+            if par:
+                threads.run_parallel(run_band, [(i, i + 1) for i in range(len(bands))])
+            else:
+                run_band((0, len(bands)))
+        return
+    NT = N * th * tw
+    V = _buffer(a2 * C * NT, dt, "wino_v")
+    plane = (th * m + 2) * (tw * m + 2)
+
+    def inp(c):
+        winograd.input_tiles(xf, V, _buffer(plane, dt, "wino_xp"), _buffer(a2 * th * tw, dt, "wino_t"), m, C, H, W,
+                             pt, pl, 0, th, tw, NT, th * tw, c[0], c[1])
+    V3 = V.reshape(a2, C, NT)
+
+    def outp(c):
+        for o0, o1 in blocks[c[0]:c[1]]:
+            ob = o1 - o0
+            Mb = _buffer(a2 * ob * NT, dt, "wino_m")
+            np.matmul(U[:, o0:o1], V3, out=Mb.reshape(a2, ob, NT))
+            winograd.output_tiles(Mb, rf, _buffer(m * (m + 2) * th * tw, dt, "wino_t"), bias, b is not None, m, ob,
+                                  O, o0, OH, OW, 0, th, tw, NT, th * tw, 0, N * ob)
+    with threads.serial_blas():
+        if not par:
+            inp((0, N * C))
+            outp((0, len(blocks)))
+            return
+        threads.run_parallel(inp, threads.split(N * C, want))
+        threads.run_parallel(outp, [(i, i + 1) for i in range(len(blocks))])
 
 
 # ---------------------------------------------------------------- convolution over padded rows
