@@ -236,3 +236,25 @@ def test_zero_dim_operands_cast_for_promotion_stay_in_the_graph(f):
         e, r = f(x, y), j(x, y)
         assert r.dtype == e.dtype
         np.testing.assert_array_equal(r.numpy(), e.numpy())
+
+
+def test_layer_norm_over_a_dynamic_axis_is_exact_at_every_size():
+    """A fused prologue + layer_norm over the dynamic axis: its size lives inside the fused op; the
+    bucket's executable (planned at the bucket's top) once ran with the top's row length: a crash or a
+    wrong answer for every other size of the bucket. Such graphs now specialize per size."""
+    F = nee.nn.functional
+
+    def f(x):
+        x = x.argmax(0).float() + x
+        return F.layer_norm(x, (x.shape[-1],))
+
+    j = nee.jit(f, dynamic={0: 1})
+    for n in (50, 60, 64, 33, 50):
+        x = nee.randn(9, n)
+        np.testing.assert_allclose(j(x).numpy(), f(x).numpy(), rtol=1e-5, atol=1e-5)
+    assert j.stats["bucket_specializations"] == 0
+    g = nee.jit(lambda x: (x * 2).softmax(-1), dynamic={0: 1})   # softmax's row length is the shape's: one bucket
+    for n in (33, 50, 64):
+        x = nee.randn(9, n)
+        np.testing.assert_allclose(g(x).numpy(), (x * 2).softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
+    assert g.stats["specializations"] == 1 and g.stats["bucket_specializations"] == 1

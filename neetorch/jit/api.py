@@ -87,8 +87,17 @@ def _structure(g) -> tuple:
     for n in g.nodes:
         for o in n.outputs:
             num[o] = len(num)
-        nodes.append((n.name, tuple(num[a] for a in n.inputs), repr(sorted(n.attrs.items()))))
+        nodes.append((n.name, tuple(num[a] for a in n.inputs), repr(sorted(n.attrs.items())), _inner(n.op)))
     return (len(g.inputs), tuple(consts), tuple(nodes), tuple(num[o] for o in g.outputs))
+
+
+def _inner(op) -> tuple:
+    """The attributes of the nodes inside a fused op (a layer_norm's size ``n`` over a dynamic
+    axis lives there, not on the fused node): part of the structure a polymorphism check compares."""
+    parts = getattr(op, "nodes", None) or getattr(op, "parts", None)
+    if not parts:
+        return ()
+    return tuple((p.name, repr(sorted(p.attrs.items())), _inner(p.op)) for p in parts)
 
 
 class JitFunction:
