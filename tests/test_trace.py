@@ -258,3 +258,22 @@ def test_layer_norm_over_a_dynamic_axis_is_exact_at_every_size():
         x = nee.randn(9, n)
         np.testing.assert_allclose(g(x).numpy(), (x * 2).softmax(-1).numpy(), rtol=1e-5, atol=1e-6)
     assert g.stats["specializations"] == 1 and g.stats["bucket_specializations"] == 1
+
+
+def test_control_flow_on_a_size_that_flips_inside_a_bucket_is_not_bucketed():
+    """``if x.shape[0] <= x.shape[1]`` flips between sizes 9 and 16 of the bucket (9, 16]: the first call
+    (12) and a probe at the top (16) agree, the bottom (9) does not; probing both ends keeps the
+    function from sharing one executable across the bucket (it returned an (11, 11) result at n = 9)."""
+    F = nee.nn.functional
+
+    def f(x):
+        x = F.pad(x, (0, 0, 1, 1))
+        x = x @ x.t() if x.shape[0] <= x.shape[1] else x.t() @ x
+        return x.logsumexp(-1, keepdim=True) - x
+
+    j = nee.jit(f, dynamic={0: 1})
+    for n in (12, 9, 16, 5):
+        x = nee.randn(9, n)
+        e, r = f(x), j(x)
+        assert r.shape == e.shape
+        np.testing.assert_allclose(r.numpy(), e.numpy(), rtol=1e-4, atol=1e-4)

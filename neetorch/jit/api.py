@@ -173,26 +173,37 @@ class JitFunction:
         g = self._optimize(args, kwargs, on_stage)
         wide = {(k, d): self.buckets(n) for k, d, n in dyn}
         if try_bucket and any(lo < hi for lo, hi in wide.values()):
-            # trace again at other sizes of the bucket: if nothing but sizes changed, one
-            # executable, planned at the bucket's largest sizes, serves the whole bucket
-            at_top = all(n == wide[(k, d)][1] for k, d, n in dyn)
-            other = {kd: (lo if at_top else hi) for kd, (lo, hi) in wide.items()}
-            a2, k2 = self._with_sizes(args, kwargs, other)
-            try:
-                g2 = self._optimize(a2, k2)
-            except Exception as e:
-                # the function does not run at the bucket's other sizes (a size baked in: e.g. an
-                # exported model reshaping to a constant sequence length); the call's own sizes
-                # traced fine, so it specializes per exact shape instead of failing the call
-                g2 = None
-                self.stats["bucket_probe_failures"] += 1
-                if _env.DEBUG >= 1:
-                    print(f"[neetorch] jit {self.name}: not shape-polymorphic (trace at sizes {other} failed: "
-                          f"{type(e).__name__}: {e}); specializing per exact shape", file=sys.stderr)
-            if g2 is not None and _structure(g2) == _structure(g):
-                polymorphic = True
-                if not at_top:
-                    g = g2
+            # trace again at the bucket's ends: if nothing but sizes changed, one executable,
+            # planned at the bucket's largest sizes, serves the whole bucket.  Both ends: Python
+            # control flow on a size (``if x.shape[0] <= x.shape[1]``) that flips inside the bucket
+            # differs between them (a probe at one other size missed a flip below the call's size)
+            base = _structure(g)
+            top = g
+            polymorphic = True
+            for end in (0, 1):
+                probe = {kd: b[end] for kd, b in wide.items()}
+                if all(probe[(k, d)] == n for k, d, n in dyn):
+                    continue    # the call's own sizes
+                a2, k2 = self._with_sizes(args, kwargs, probe)
+                try:
+                    g2 = self._optimize(a2, k2)
+                except Exception as e:
+                    # the function does not run at the bucket's other sizes (a size baked in: e.g. an
+                    # exported model reshaping to a constant sequence length); the call's own sizes
+                    # traced fine, so it specializes per exact shape instead of failing the call
+                    self.stats["bucket_probe_failures"] += 1
+                    if _env.DEBUG >= 1:
+                        print(f"[neetorch] jit {self.name}: not shape-polymorphic (trace at sizes {probe} "
+                              f"failed: {type(e).__name__}: {e}); specializing per exact shape", file=sys.stderr)
+                    polymorphic = False
+                    break
+                if _structure(g2) != base:
+                    polymorphic = False
+                    break
+                if end == 1:
+                    top = g2
+            if polymorphic:
+                g = top
         devs = {t.device for t in tracer._tensors((args, kwargs))} or {None}
         from ..devices import device
         dev = next(iter(devs)) or device(_env.DEFAULT_DEVICE)
