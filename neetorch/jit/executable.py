@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from operator import is_ as _is
 
 import numpy as np
 
@@ -251,14 +252,29 @@ class Executable:
             cached.append(self._buffer(o, arena) if o in self.plan.offsets and dev.type == "cpu" else None)
         if all(t is not None for t in cached):
             res = (cached, [t._data for t in cached])
-            return lambda: res
-        makers = [(lambda t=t: t) if t is not None else (lambda o=o: self._buffer(o, arena))
+
+            def make():
+                return res
+            make.fixed = res    # the same Tensors and arrays every call
+            return make
+        makers = [(lambda t=t: t) if t is not None else self._fresh_maker(o, arena)
                   for t, o in zip(cached, outputs)]
 
         def make():
             ts = [m() for m in makers]
             return ts, [t._data for t in ts]
         return make
+
+    def _fresh_maker(self, o, arena):
+        """A function making a new Tensor for output ``o`` (not in the arena: a graph output) each
+        call, what _buffer does with the device, backend and shape looked up once."""
+        dev = o.device
+        dev = self.device if dev is self.device or dev == self.device else _device(dev)
+        if self.plan.offsets.get(o) is not None and dev.type == "cpu":
+            return lambda: self._buffer(o, arena)
+        be = self.backend if dev is self.device else get_backend(dev)
+        empty, shape, dt, make = be.empty, tuple(o.shape), o.dtype, Tensor._make
+        return lambda: make(empty(shape, dt), dev, dt)
 
     def _fast_step(self, step, ins, outs, arena):
         kind, n = step[0], step[1]
@@ -267,6 +283,20 @@ class Executable:
             make = self._out_maker(n.outputs, arena)
             if kind == "kernel":
                 kern, be, check = step[2], step[3], n.op.check
+                binder = None
+                if check is None and be.device.type == "cpu" and \
+                        (n.op.name in ("matmul", "layer_norm", "rms_norm") or
+                         getattr(kern, "__name__", None) == "ew_" + n.op.name):
+                    # the CPU kernels of matmul and the single elementwise ops (devices/cpu: _ew_kernel)
+                    # are bound like the fused steps (kernels/fused.py bind_kernel)
+                    from ..devices.cpu.kernels.fused import bind_kernel
+                    op = n.op
+
+                    def binder(arrs, xs):
+                        return bind_kernel(op, arrs, xs, attrs)
+                if binder is not None:
+                    run = _bound_runner(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, make, ins, outs)
+                    return run
 
                 def run(env):
                     args = [env[i] for i in ins]
@@ -277,21 +307,21 @@ class Executable:
                     for i, t in zip(outs, ts):
                         env[i] = t
             elif kind == "fused":
-                launch, kern = step[3].launch_group, step[2]
+                launch, kern, be = step[3].launch_group, step[2], step[3]
+                binder = None
+                if be.device.type == "cpu" and not any(o.dtype.name == "float16" for o in n.outputs):
+                    from ..devices.cpu.kernels.fused import _bind_strided
 
-                def run(env):
-                    ts, arrs = make()
-                    launch(kern, arrs, [env[i]._data for i in ins])
-                    for i, t in zip(outs, ts):
-                        env[i] = t
+                    def binder(arrs, xs, kern=kern):
+                        # launch_group's copies (float16, an input overlapping an output) are
+                        # not bound: those layouts keep the launch
+                        if any(x.dtype == np.float16 or any(np.may_share_memory(o, x) for o in arrs) for x in xs):
+                            return None
+                        return _bind_strided(kern, arrs, xs)
+                run = _bound_runner(lambda arrs, xs: launch(kern, arrs, xs), binder, make, ins, outs)
             else:
                 prun = step[2]
-
-                def run(env):
-                    ts, arrs = make()
-                    prun(arrs, [env[i]._data for i in ins])
-                    for i, t in zip(outs, ts):
-                        env[i] = t
+                run = _bound_runner(prun, getattr(prun, "bind", None), make, ins, outs)
             return run
         if kind == "view":
             fn, vargs, kwargs = n.op.fn, attrs["args"], dict(attrs["kwargs"])
@@ -314,6 +344,12 @@ class Executable:
 
             def run(env):
                 nonlocal memo, copy_ok, copier
+                if memo is not None and memo[0] is not None:   # the common case first: the same view
+                    last = memo[0]
+                    if env[i0] is last[0] and (not rest or all(map(_is, [env[i] for i in rest], last[1:]))):
+                        for i, t in zip(outs, memo[1]):
+                            env[i] = t
+                        return
                 if copier is not None:
                     t = env[i0]
                     x = t._data
@@ -447,6 +483,83 @@ class Executable:
 
 
 _COPYING_RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
+
+# a step whose input layouts keep changing stops being re-bound after this many bindings
+_MAX_BINDS = 8
+
+
+def _layouts(arrays):
+    return [(type(x), x.shape, x.strides, x.dtype) for x in arrays]
+
+
+def _bound_runner(prun, binder, make, ins, outs):
+    """The fast-path runner of a step launching ``prun(out arrays, input arrays)``.
+
+    With a ``binder`` (``binder(outs, ins)`` -> ``f(outs, ins)`` valid for arrays of the same layouts,
+    or None; see kernels/fused.py's ``bind``), the step is bound after its first run at a layout: the
+    analysis that depends only on the layouts (plans, metas, scratch buffers, machine-code callers)
+    is then done once, and each call passes the arrays straight to the kernels.  The guard: the
+    same array objects as the bound call (arena buffers, constants: always) or arrays of the same
+    layouts (type, shape, strides, dtype: a caller's new inputs, fresh output buffers); anything
+    else runs ``prun`` and binds anew (at most _MAX_BINDS times).  ``f`` returning False (the
+    thread count changed) does the same."""
+    if binder is None:
+        def run(env):
+            ts, arrs = make()
+            prun(arrs, [env[i]._data for i in ins])
+            for i, t in zip(outs, ts):
+                env[i] = t
+        return run
+    # bound f, its input arrays, its output arrays, the layouts of both, bindings made
+    state = [None, None, None, None, 0]
+    o0 = outs[0] if len(outs) == 1 else None
+    fixed = getattr(make, "fixed", None)
+    if fixed is not None and o0 is not None:
+        # the common step: one arena output (the same Tensor every call)
+        t0, arrs0 = fixed[0][0], fixed[1]
+
+        def run(env):
+            xs = [env[i]._data for i in ins]
+            f = state[0]
+            if f is not None:
+                if (all(map(_is, xs, state[1])) or _layouts(xs) == state[3][0]) and f(arrs0, xs):
+                    state[1] = xs
+                    env[o0] = t0
+                    return
+                state[0] = state[1] = state[2] = state[3] = None
+            prun(arrs0, xs)
+            if state[4] < _MAX_BINDS:
+                state[4] += 1
+                f = binder(arrs0, xs)
+                if f is not None:
+                    state[0], state[1], state[2], state[3] = f, xs, arrs0, (_layouts(xs), _layouts(arrs0))
+            env[o0] = t0
+        return run
+
+    def run(env):
+        ts, arrs = make()
+        xs = [env[i]._data for i in ins]
+        f = state[0]
+        if f is not None:
+            if (all(map(_is, xs, state[1])) or _layouts(xs) == state[3][0]) and \
+                    (arrs is state[2] or _layouts(arrs) == state[3][1]) and f(arrs, xs):
+                state[1] = xs
+                if o0 is not None:
+                    env[o0] = ts[0]
+                else:
+                    for i, t in zip(outs, ts):
+                        env[i] = t
+                return
+            state[0] = state[1] = state[2] = state[3] = None
+        prun(arrs, xs)
+        if state[4] < _MAX_BINDS:
+            state[4] += 1
+            f = binder(arrs, xs)
+            if f is not None:
+                state[0], state[1], state[2], state[3] = f, xs, arrs, (_layouts(xs), _layouts(arrs))
+        for i, t in zip(outs, ts):
+            env[i] = t
+    return run
 
 
 def _reshape_copier(src, rs):
