@@ -273,10 +273,10 @@ class JitFunction:
         if not _enabled[0] or tracer.is_tracing():
             return self.fn(*args, **kwargs)
         self.stats["calls"] += 1
-        if not kwargs and not self.dynamic:
+        if not kwargs:
             # the common call, all positional tensors: a flat key of (shape, dtype, device) per
-            # argument maps to the entry the full guard key found the first time (the full key is
-            # a function of exactly these)
+            # argument maps to the entry the full guard key found the first time (the full key,
+            # bucketed or exact, is a function of exactly these)
             fk = []
             for a in args:
                 if not isinstance(a, Tensor):
@@ -286,6 +286,8 @@ class JitFunction:
                 fk = tuple(fk)
                 entry = self._fast.get(fk)
                 if entry is None:
+                    if len(self._fast) >= 4096:   # many distinct sizes of a dynamic dim: start over
+                        self._fast.clear()
                     entry = self._fast[fk] = self._executable(args, kwargs)
                 else:
                     self.stats["cache_hits"] += 1
