@@ -333,3 +333,67 @@ def test_row_epilogue_refuses_blocks_that_cut_rows_and_bad_meta():
         G.with_row_epilogue(rows, 1, bad, 4)
     with pytest.raises(ValueError, match="meta must be"):
         G.with_row_epilogue(rows, 1, meta.astype(np.int32), 4)
+
+
+_FIRST_USE = r"""
+import sys, threading, time
+import numpy as np
+import llvmlite.binding as llvm
+from neetorch.devices.cpu import gemm_driver as G, llvm_render
+made = []
+real = llvm.create_mcjit_compiler
+
+def slow(*args, **kw):          # widens the window two first users once both fell into
+    made.append(threading.get_ident())
+    time.sleep(0.05)
+    return real(*args, **kw)
+llvm.create_mcjit_compiler = slow
+bar = threading.Barrier(4)
+res = []
+
+def first_use(k):
+    bar.wait()
+    if k == 0:                   # the driver's own first use: compile, self-test, a product
+        a = np.arange(40 * 30, dtype=np.float32).reshape(40, 30) / 100
+        b = np.ones((30, 50), np.float32)
+        o = np.empty((40, 50), np.float32)
+        ok = G.available() and G.gemm(o, a, b, 2, 4, None, 16, 4) and np.allclose(o, a @ b, rtol=1e-5)
+        res.append(("driver", bool(ok)))
+    else:
+        res.append(("machine", llvm_render._machine()))
+ths = [threading.Thread(target=first_use, args=(k,)) for k in range(4)]
+[t.start() for t in ths]
+[t.join() for t in ths]
+tms = {id(r[1]) for r in res if r[0] == "machine"}
+print(len(made), len(tms), [r[1] for r in res if r[0] == "driver"])
+sys.exit(0 if len(made) == 1 and len(tms) == 1 and res and all(r[1] for r in res if r[0] == "driver") else 1)
+"""
+
+
+def test_first_llvm_use_from_threads_makes_one_engine(tmp_path):
+    """Threads making the process's first LLVM kernels at once (the driver's init among them) share
+    one MCJIT engine: each used to create its own and the replaced engine was freed with the machine
+    code loaded into it (segfaults and std::bad_alloc in scripts whose threads' first calls overlap).
+    A fresh process: the engine is made once per process."""
+    import subprocess
+    env = dict(os.environ, NEE_CACHE_DIR=os.environ.get("NEE_CACHE_DIR", str(tmp_path)))
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _FIRST_USE], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+
+
+def test_plan_refuses_shapes_its_blocks_would_run_past():
+    """A batch of an operand shorter than the output's (its blocks would read past the operand's end),
+    a 4-D product (it would compute the first matrix only), mismatched inner dims and a stride-0
+    output batch (every block writing one matrix): a ValueError naming the shapes, not a plan."""
+    out = np.empty((4, 8, 6), np.float32)
+    with pytest.raises(ValueError, match=r"out\(4, 8, 6\) = a\(2, 8, 5\) @ b\(5, 6\)"):
+        G.plan(out, _r(2, 8, 5), _r(5, 6), 2, 4)
+    with pytest.raises(ValueError, match="gemm_driver.plan"):
+        G.plan(np.empty((2, 4, 8, 6), np.float32), _r(2, 4, 8, 5), _r(2, 4, 5, 6), 2, 4)
+    with pytest.raises(ValueError, match="gemm_driver.plan"):
+        G.plan(np.empty((8, 6), np.float32), _r(8, 5), _r(4, 6), 2, 4)
+    with pytest.raises(ValueError, match="stride-0 batch"):
+        G.plan(np.broadcast_to(np.empty((1, 8, 6), np.float32), (4, 8, 6)), _r(4, 8, 5), _r(5, 6), 2, 4)
+    d = G.plan(out, _r(1, 8, 5), _r(4, 5, 6), 2, 4)      # a batch of 1 is shared: fine
+    assert d is not None and d[G.D_SA] == 0

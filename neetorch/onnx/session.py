@@ -5,7 +5,9 @@ import time
 
 import numpy as np
 
+from ..devices import device as nee_device
 from ..tensor.creation import from_numpy as _from_numpy
+from ..tensor.tensor import _READ_HOOK
 from ..tensor.tensor import Tensor as _Tensor
 from ..trace.tracer import TraceError as _TraceError
 from .loader import (
@@ -18,6 +20,7 @@ from .loader import (
     tensor_to_numpy,
 )
 from .lowering import EMPTY, Program, carry_np, unsupported_nodes
+from .optimize import fold_affine, fold_enabled
 
 __all__ = ["InferenceSession", "NodeArg"]
 
@@ -69,7 +72,10 @@ class InferenceSession:
     (symbolic input dims become dynamic dims with shape buckets).  ``jit=False`` runs
     the lowered graph eagerly.  ``info`` says how the model runs.  ``sess_options`` may be an
     ``onnxruntime.SessionOptions`` or any object with ``intra_op_num_threads``: a count > 0 sets
-    neetorch's (process-wide) CPU thread count (``nee.set_num_threads``); other options are ignored.
+    neetorch's (process-wide) CPU thread count (``nee.set_num_threads``); ``graph_optimization_level ==
+    ORT_DISABLE_ALL`` (or ``NEE_ONNX_FOLD=0``) turns off :func:`~neetorch.onnx.optimize.fold_affine`, which
+    folds per-channel BatchNormalization / Mul / Add by constants into the preceding Conv / Gemm / MatMul
+    weights (``info["folded"]``: how many nodes, None when off); other options are ignored.
 
     String tensors (``tensor(string)``) are numpy object arrays of ``str`` on the host: ``run()`` takes
     numpy str / bytes / object arrays for them and returns object arrays, as onnxruntime does.  The
@@ -103,6 +109,8 @@ class InferenceSession:
             p = providers[0] if isinstance(providers[0], str) else providers[0][0]
             device = "cuda" if "CUDA" in p else "cpu"
         self.device = nee.device(device or "cpu")
+        # Conv/Gemm/MatMul + per-channel BatchNormalization/Mul/Add by constants: folded into the weights
+        folded = fold_affine(m, base_dir) if fold_enabled(sess_options) else None
         inits = {t.name: tensor_to_numpy(t, base_dir) for t in g.initializer}
         self._inputs = []
         for vi in g.input:
@@ -131,7 +139,8 @@ class InferenceSession:
                 if dims:
                     dynamic[i] = dims
         self.info = {"mode": "jit" if jit else "eager", "fallback_reason": None, "notes": notes,
-                     "dynamic": {self._inputs[i].name: d for i, d in dynamic.items()}, "opset": self.opset}
+                     "dynamic": {self._inputs[i].name: d for i, d in dynamic.items()}, "opset": self.opset,
+                     "folded": folded}
         # string values: the nodes on strings run on the host (numpy), the numeric rest in traced segments
         self._segments = self._program.segments()
         #: names of the nodes that run on the host because they read or write strings ([] for none)
@@ -211,7 +220,8 @@ class InferenceSession:
             missing = [k for k in names if k not in input_feed]
             raise InvalidInputError(f"missing input(s) {missing}; the model's inputs are {names}")
         out = []
-        for a, want, carry, rank, fixed, kind in self._plan:
+        fast = self._fast_inputs()
+        for (a, want, carry, rank, fixed, kind), fdt in zip(self._plan, fast):
             v = input_feed[a.name]
             if kind:
                 if v is None and a.type.startswith("optional("):
@@ -238,12 +248,25 @@ class InferenceSession:
                                                 f"{list(shape)} (expected {a.shape})")
             if a.elem_type == _STRING and kind == 0:
                 out.append(arr)  # strings stay numpy, on the host
-            elif carry is not None and carry == want and arr.flags.c_contiguous and arr.flags.writeable \
-                    and self._on_cpu:
-                out.append(_from_numpy(arr))  # the common case: zero-copy
+            elif fdt is not None and arr.flags.c_contiguous and arr.flags.writeable:
+                # the common case: zero-copy (what from_numpy checks, the dtype and a C-contiguous
+                # layout, is checked above)
+                out.append(_Tensor._make(arr, fast[-1], fdt))
             else:
                 out.append(self._to_tensor(a, arr))
         return out
+
+    def _fast_inputs(self):
+        """Per input, the neetorch dtype of a zero-copy input (a CPU session, an expected numpy dtype
+        neetorch holds as is) or None; the CPU device last.  Made on the first call."""
+        f = getattr(self, "_fast_in", None)
+        if f is None:
+            from ..tensor.dtypes import from_numpy_dtype
+            f = [from_numpy_dtype(want) if carry is not None and carry == want and self._on_cpu
+                 and a.elem_type != _STRING and not kind else None
+                 for a, want, carry, rank, fixed, kind in self._plan] + [nee_device("cpu")]
+            self._fast_in = f
+        return f
 
     def _to_strings(self, a, v):
         """A string input as a numpy object array of str (numpy str / bytes / object arrays accepted)."""
@@ -344,9 +367,29 @@ class InferenceSession:
         # with something that outlives this call (an input, a model constant) or with another output
         keep = self._persistent_roots(tensors)
         res = []
+        want = self._out_dtypes()
         for i in idx:
-            res.append(self._to_numpy(outs[i], self._outputs[i], keep))
+            t = outs[i]
+            a = t._data if type(t) is _Tensor and t._device.type == "cpu" else None
+            if type(a) is np.ndarray and a.dtype == want[i] and None not in keep and _READ_HOOK[0] is None:
+                # the common output (a CPU tensor of the declared dtype): _to_numpy's last steps
+                r = _root_id(a)
+                if r in keep or r is None:
+                    a = np.array(a, copy=True)
+                else:
+                    keep.add(r)   # a second output on the same buffer gets its own copy
+                res.append(a)
+            else:
+                res.append(self._to_numpy(t, self._outputs[i], keep))
         return res
+
+    def _out_dtypes(self):
+        """Per output, the numpy dtype its declared elem type asks for (None: undeclared / strings)."""
+        w = getattr(self, "_out_np", None)
+        if w is None:
+            w = self._out_np = [ONNX_TO_NP.get(o.elem_type) if o.elem_type and o.elem_type != _STRING else None
+                                for o in self._outputs]
+        return w
 
     def _persistent_roots(self, tensors):
         """ids of the buffers an output must not share: the inputs' and the model's constants'."""

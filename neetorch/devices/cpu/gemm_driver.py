@@ -945,6 +945,16 @@ def plan(out: np.ndarray, a: np.ndarray, b: np.ndarray, nthreads: int, blocks: i
 def _plan_2d(out, a, b, nthreads, blocks, split, align, min_block):
     M, K = a.shape[-2], a.shape[-1]
     N = b.shape[-1]
+    # the blocks read and write where these shapes say: a batch of ``a`` shorter than ``out``'s would
+    # be read past its end, a 4-D product computed as its first matrix
+    nb = out.shape[0] if out.ndim == 3 else 1
+    if not (2 <= out.ndim <= 3 and 2 <= a.ndim <= out.ndim and 2 <= b.ndim <= out.ndim) or \
+            b.shape[-2] != K or out.shape[-2:] != (M, N) or \
+            any(x.ndim == 3 and x.shape[0] not in (1, nb) for x in (a, b)):
+        raise ValueError(f"gemm_driver.plan: out{tuple(out.shape)} = a{tuple(a.shape)} @ b{tuple(b.shape)}: "
+                         f"expected 2-D matrices, or 3-D with one batch dim (out's, or 1 in an operand)")
+    if out.ndim == 3 and nb > 1 and out.strides[0] == 0:
+        raise ValueError("gemm_driver.plan: out has a stride-0 batch dim (every block would write the same matrix)")
     if out.strides[-1] != out.itemsize and N > 1:
         return None
     la = _layout(a, M, K)

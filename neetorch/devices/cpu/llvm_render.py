@@ -745,15 +745,20 @@ def _distinct(text: str, group, *loop_ids) -> str:
 def _machine():
     tm = _state.get("tm")
     if tm is None:
-        _, llvm = _init()
-        cpu = llvm.get_host_cpu_name()
-        feats = llvm.get_host_cpu_features().flatten()
-        tm = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=feats, opt=3,
-                                                                     codemodel="jitdefault")
-        _state["tm"] = tm
-        _state["cpu_key"] = hashlib.sha1(f"{cpu}|{feats}".encode()).hexdigest()[:12]
-        _state["cpu"] = cpu
-        _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        # once, under the lock: threads making their first kernels at once each made an engine, and
+        # the one replaced was freed with the machine code loaded into it (segfaults, std::bad_alloc)
+        with _lock:
+            tm = _state.get("tm")
+            if tm is None:
+                _, llvm = _init()
+                cpu = llvm.get_host_cpu_name()
+                feats = llvm.get_host_cpu_features().flatten()
+                tm = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=feats, opt=3,
+                                                                             codemodel="jitdefault")
+                _state["cpu_key"] = hashlib.sha1(f"{cpu}|{feats}".encode()).hexdigest()[:12]
+                _state["cpu"] = cpu
+                _state["engine"] = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+                _state["tm"] = tm      # last: a thread seeing it finds the engine
     return tm
 
 
