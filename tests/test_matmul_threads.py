@@ -231,3 +231,36 @@ def test_jit_from_two_threads():
     for t in ts:
         t.join()
     assert not errors, errors[0]
+
+
+def test_set_num_threads_while_another_thread_runs_pooled_work():
+    """set_num_threads shuts the pool down; a thread submitting to it at that moment got
+    RuntimeError('cannot schedule new futures after shutdown'): it now does the chunks itself."""
+    import threading
+
+    from neetorch.devices.cpu import threads as T
+    before = T.get_num_threads()
+    stop, errs, seen = [False], [], []
+
+    def switch():
+        i = 0
+        while not stop[0]:
+            nee.set_num_threads(2 + i % 2)
+            i += 1
+
+    def work():
+        try:
+            for _ in range(2000):
+                got = []
+                T.run_parallel(got.append, [0, 1, 2])
+                seen.append(sorted(got) == [0, 1, 2])
+        except Exception as e:  # noqa: BLE001
+            errs.append(repr(e))
+
+    t1, t2 = threading.Thread(target=switch), threading.Thread(target=work)
+    t1.start(), t2.start()
+    t2.join()
+    stop[0] = True
+    t1.join()
+    nee.set_num_threads(before)
+    assert not errs and len(seen) == 2000 and all(seen)

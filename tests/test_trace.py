@@ -277,3 +277,35 @@ def test_control_flow_on_a_size_that_flips_inside_a_bucket_is_not_bucketed():
         e, r = f(x), j(x)
         assert r.shape == e.shape
         np.testing.assert_allclose(r.numpy(), e.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_traces_in_several_threads_at_once_each_record_their_own_ops():
+    """The tracer's hooks are process-wide: a trace finishing first once unhooked another thread's
+    running trace, whose graph then kept placeholder values (wrong results, silently)."""
+    import threading
+    bad, errs = [], []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        try:
+            for i in range(15):
+                f = nee.jit(lambda a, b: (a @ b).relu() * 2.0 + 1.0)   # a new function: traced on its first call
+                a = nee.tensor(rng.standard_normal((8, 5)).astype(np.float32))
+                b = nee.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+                want = np.maximum(a.numpy() @ b.numpy(), 0) * 2 + 1
+                if not np.allclose(f(a, b).numpy(), want, atol=1e-5):
+                    bad.append((k, i))
+                # eager ops of this thread while others trace run for real
+                if not np.allclose((a * 3).numpy(), a.numpy() * 3):
+                    bad.append(("eager", k, i))
+        except Exception as e:  # noqa: BLE001
+            errs.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs and not bad
+    from neetorch.ops import registry
+    assert registry._trace_hook[0] is None and registry._meta_run[0] is None   # all unhooked at the end

@@ -470,13 +470,8 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
     for t in _tensors((example_args, example_kwargs)):
         if not tr.is_traced(t):
             tr.bind(t, tr.graph.add_input(tuple(t.shape), t.dtype, t.device))
-    from ..tensor import tensor as _tensor_mod
     _active.tracer = tr
-    prev = registry._trace_hook[0]
-    prev_meta = registry._meta_run[0]
-    registry._trace_hook[0] = tr.on_op
-    registry._meta_run[0] = tr.meta_run if meta else None
-    _tensor_mod._READ_HOOK[0] = tr.on_read
+    _install_hooks()
     try:
         result = fn(*example_args, **example_kwargs)
         outs: list = []
@@ -487,14 +482,61 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
         for o in outs:
             tr.graph.outputs.append(tr.value_of(o))
     finally:
-        registry._trace_hook[0] = prev
-        registry._meta_run[0] = prev_meta
-        _tensor_mod._READ_HOOK[0] = None
         _active.tracer = None
+        _uninstall_hooks()
     tr.graph._single = not isinstance(result, (tuple, list))
     flat = isinstance(result, tuple) and all(isinstance(x, Tensor) for x in result)
     tr.graph._tree = None if isinstance(result, Tensor) or flat else tree
     return tr.graph.validate()
+
+
+# The registry's and Tensor's hooks are process-wide; traces are per thread.  While any thread
+# traces, the hooks installed are these dispatchers, which hand each event to the calling thread's
+# own tracer (none: the op runs eagerly, unrecorded).  Installed by the first trace to start and
+# removed by the last to finish (a trace once restored the hooks it found on entry: with traces in
+# two threads, the first to finish unhooked the other mid-trace, whose graph then silently kept
+# placeholder values).
+_hook_lock = threading.Lock()
+_hook_users = [0]
+
+
+def _dispatch_on_op(op, inputs, attrs, metas, outputs, out):
+    tr = getattr(_active, "tracer", None)
+    if tr is not None:
+        tr.on_op(op, inputs, attrs, metas, outputs, out)
+
+
+def _dispatch_meta_run(op, inputs, attrs, metas, out):
+    tr = getattr(_active, "tracer", None)
+    if tr is None or not tr.meta:
+        return None
+    return tr.meta_run(op, inputs, attrs, metas, out)
+
+
+def _dispatch_on_read(t, what):
+    tr = getattr(_active, "tracer", None)
+    if tr is not None:
+        tr.on_read(t, what)
+
+
+def _install_hooks() -> None:
+    from ..tensor import tensor as _tensor_mod
+    with _hook_lock:
+        if _hook_users[0] == 0:
+            registry._trace_hook[0] = _dispatch_on_op
+            registry._meta_run[0] = _dispatch_meta_run
+            _tensor_mod._READ_HOOK[0] = _dispatch_on_read
+        _hook_users[0] += 1
+
+
+def _uninstall_hooks() -> None:
+    from ..tensor import tensor as _tensor_mod
+    with _hook_lock:
+        _hook_users[0] -= 1
+        if _hook_users[0] == 0:
+            registry._trace_hook[0] = None
+            registry._meta_run[0] = None
+            _tensor_mod._READ_HOOK[0] = None
 
 
 def _only_tensors_and_none(tree) -> bool:

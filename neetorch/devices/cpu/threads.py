@@ -177,7 +177,10 @@ def run_parallel(fn, chunks) -> None:
     job = _Job(fn, chunks)
     pool = _get_pool()
     for _ in range(min(NUM_THREADS, n) - 1):
-        pool.submit(job.work)
+        try:
+            pool.submit(job.work)
+        except RuntimeError:   # set_num_threads (another thread) shut this pool down: the caller
+            break              # claims the remaining chunks itself
     job.work()
     job.done.wait()
     if job.error is not None:
