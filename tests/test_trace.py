@@ -309,3 +309,16 @@ def test_traces_in_several_threads_at_once_each_record_their_own_ops():
     assert not errs and not bad
     from neetorch.ops import registry
     assert registry._trace_hook[0] is None and registry._meta_run[0] is None   # all unhooked at the end
+
+
+def test_a_device_move_inside_a_traced_function_is_refused_with_the_way_out():
+    """``.cpu()`` / ``.to(device)`` of a traced tensor is not a graph node (placement decides devices):
+    refused naming the devices and the line, not reported as a data read."""
+    try:
+        x = nee.randn(3, 4).to("opencl")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no OpenCL device: {e}")
+    with pytest.raises(TraceError, match=r"moving a traced tensor from opencl:0 to cpu .* move the results after"):
+        nee.jit(lambda t: (t * 2).cpu() + 1)(x)
+    y = nee.jit(lambda t: t * 2)(x).cpu() + 1   # the way out
+    np.testing.assert_allclose(y.numpy(), x.cpu().numpy() * 2 + 1, rtol=1e-6)

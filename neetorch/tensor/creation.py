@@ -446,6 +446,10 @@ def _transfer(t: Tensor, dev) -> Tensor:
     from ..devices import get_backend
     if t._device == dev:
         return t
+    from .tensor import _READ_HOOK
+    if _READ_HOOK[0] is not None:
+        from ..trace.tracer import refuse_transfer
+        refuse_transfer(t, dev)
     host = t.numpy(force=True)
     if dev.type == "cpu":
         return Tensor._make(np.array(host, copy=True, order="C") if t._device.type == "cpu" else host, dev, t._dtype)

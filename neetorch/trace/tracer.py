@@ -133,6 +133,16 @@ def traced_assign(dst, src) -> bool:
     return True
 
 
+def refuse_transfer(t, dev) -> None:
+    """``t.to(device)`` / ``t.cpu()`` of a traced tensor inside a traced function: refused with the way
+    out (placement decides devices for the whole graph; a transfer the function asks for is not a node)."""
+    tr = getattr(_active, "tracer", None)
+    if tr is not None and registry._depth[0] == 0 and (tr.is_traced(t) or tr.is_fake(t)):
+        raise TraceError(f"moving a traced tensor from {t.device} to {dev} inside a traced function at "
+                         f"{_user_frame()} is not supported: pass the inputs on the device the function should "
+                         f"run on and move the results after the call")
+
+
 def alias(src, new) -> None:
     """``new`` shares ``src``'s storage (``detach()``, ``.data``): under a trace it is the same value."""
     tr = getattr(_active, "tracer", None)
