@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from .. import functional as F
 from .conv import _ConvNd, _ConvTransposeNd, _ntuple
-from .module import Module
+from .extra import _LPPoolNd
 from .normalization import _InstanceNorm
+from .pooling import _AdaptivePoolNd, _AvgPoolNd, _MaxPoolNd
 from .shape import _ConstantPadNd, _PadNd
 
 __all__ = ["Conv3d", "ConvTranspose3d", "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d", "AdaptiveMaxPool3d",
@@ -50,90 +51,35 @@ class ConvTranspose3d(_ConvTransposeNd):
                                   self.groups, self.dilation)
 
 
-class MaxPool3d(Module):
-    __constants__ = ["kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode"]
-
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices: bool = False,
-                 ceil_mode: bool = False):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if (stride is not None) else kernel_size
-        self.padding = padding
-        self.dilation = dilation
-        self.return_indices = return_indices
-        self.ceil_mode = ceil_mode
-
+class MaxPool3d(_MaxPoolNd):
     def forward(self, input):
         return F.max_pool3d(input, self.kernel_size, self.stride, self.padding, self.dilation,
                             ceil_mode=self.ceil_mode, return_indices=self.return_indices)
 
-    def extra_repr(self) -> str:
-        return ("kernel_size={kernel_size}, stride={stride}, padding={padding}, dilation={dilation}, "
-                "ceil_mode={ceil_mode}".format(**self.__dict__))
 
-
-class AvgPool3d(Module):
-    __constants__ = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
-
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 divisor_override=None):
-        super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride if (stride is not None) else kernel_size
-        self.padding = padding
-        self.ceil_mode = ceil_mode
-        self.count_include_pad = count_include_pad
-        self.divisor_override = divisor_override
-
+class AvgPool3d(_AvgPoolNd):
     def forward(self, input):
         return F.avg_pool3d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                             self.count_include_pad, self.divisor_override)
 
-    def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
-
-class AdaptiveAvgPool3d(Module):
-    def __init__(self, output_size):
-        super().__init__()
-        self.output_size = output_size
-
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
     def forward(self, input):
         return F.adaptive_avg_pool3d(input, self.output_size)
 
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
 
-
-class AdaptiveMaxPool3d(Module):
+class AdaptiveMaxPool3d(_AdaptivePoolNd):
     def __init__(self, output_size, return_indices: bool = False):
-        super().__init__()
-        self.output_size = output_size
+        super().__init__(output_size)
         self.return_indices = return_indices
 
     def forward(self, input):
         return F.adaptive_max_pool3d(input, self.output_size, self.return_indices)
 
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
 
-
-class LPPool3d(Module):
-    __constants__ = ["norm_type", "kernel_size", "stride", "ceil_mode"]
-
-    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
-        super().__init__()
-        self.norm_type = norm_type
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.ceil_mode = ceil_mode
-
+class LPPool3d(_LPPoolNd):
     def forward(self, input):
         return F.lp_pool3d(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
-
-    def extra_repr(self) -> str:
-        return "norm_type={norm_type}, kernel_size={kernel_size}, stride={stride}, ceil_mode={ceil_mode}".format(
-            **self.__dict__)
 
 
 class InstanceNorm3d(_InstanceNorm):
