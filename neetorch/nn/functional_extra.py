@@ -198,25 +198,6 @@ def _as5d(input, op, msg):
     return x, unbatched
 
 
-def _pool3d_args(op, kernel_size, stride, padding, dilation):
-    ks = _t3(kernel_size, "kernel_size", op)
-    st = ks if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else \
-        _t3(stride, "stride", op)
-    pad = _t3(padding, "padding", op)
-    dil = _t3(dilation, "dilation", op)
-    if any(k <= 0 for k in ks):
-        raise RuntimeError(f"{op}: kernel_size must be greater than zero, but got {ks}")
-    if any(s <= 0 for s in st):
-        raise RuntimeError(f"{op}: stride must be greater than zero, but got {st}")
-    if any(d <= 0 for d in dil):
-        raise RuntimeError(f"{op}: dilation must be greater than zero, but got {dil}")
-    for p, k, d in zip(pad, ks, dil):
-        if p < 0 or p > ((k - 1) * d + 1) // 2:
-            raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, but got pad={p}, "
-                               f"kernel_size={k} and dilation={d}")
-    return ks, st, pad, dil
-
-
 def _check_pool3d_out(op, x, ks, st, pad, dil, ceil):
     osz = [_c._pool_out(n, k, p, s, d, ceil) for n, k, p, s, d in zip(x.shape[2:], ks, pad, st, dil)]
     if any(o < 1 for o in osz):
@@ -239,7 +220,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     op = "max_pool3d"
     x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
                               f"{_lst(input.shape)}")
-    ks, st, pad, dil = _pool3d_args(op, kernel_size, stride, padding, dilation)
+    ks, st, pad, dil = _c._pool_args(3, op, kernel_size, stride, padding, dilation)
     _check_pool3d_out(op, x, ks, st, pad, dil, ceil_mode)
     N, C, D, H, W = x.shape
     r = _c.max_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], dil[1:], ceil_mode, return_indices)
@@ -267,7 +248,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     op = "avg_pool3d"
     x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
                               f"{_lst(input.shape)}")
-    ks, st, pad, _ = _pool3d_args(op, kernel_size, stride, padding, 1)
+    ks, st, pad, _ = _c._pool_args(3, op, kernel_size, stride, padding, 1)
     if divisor_override is not None and int(divisor_override) == 0:
         raise RuntimeError("divisor must be not zero")
     _check_pool3d_out(op, x, ks, st, pad, (1, 1, 1), ceil_mode)
