@@ -1010,7 +1010,10 @@ def _argsort(backend, x, d, descending, k=None):
         st[d] = -st[d]
         xs = backend.as_strided(x, x.shape, st, (n - 1) * x.estrides[d])
     with backend.on():
+        # cupy sorts along the last axis and hands back a moved-axis *view* for any other d: the
+        # gather kernel and the strided views below read the indices as contiguous, so copy.
         j = CUDAArray(cp.argsort(xs.a, axis=d))
+    j = _contig(backend, j)
     if descending and n > 1:
         st = list(_cstrides(x.shape))
         off = (n - 1) * st[d]
