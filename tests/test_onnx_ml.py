@@ -443,23 +443,225 @@ def test_tfidf_random(mode):
             _compare(m, {"x": x}, ref=not perm, jit=len(shape) == 2)
 
 
-# ------------------------------------------------------------------------- refusals
-def test_strings_and_zipmap_are_refused_naming_the_op():
-    n = _ml("TreeEnsembleClassifier", ["x"], ["y", "z"], classlabels_strings=["a", "b"], nodes_treeids=[0],
-            nodes_nodeids=[0], nodes_featureids=[0], nodes_modes=["LEAF"], nodes_values=[0.0],
-            nodes_truenodeids=[0], nodes_falsenodeids=[0], class_treeids=[0], class_nodeids=[0], class_ids=[0],
-            class_weights=[1.0], name="forest")
-    m = _model(n, [("x", F32, [2, 1])], [("y", TensorProto.STRING, [2]), ("z", F32, [2, 2])])
-    with pytest.raises(UnsupportedModelError, match="TreeEnsembleClassifier with string attribute.*classlabels_"
-                                                    "strings.*forest"):
-        InferenceSession(m)
-    z = _ml("ZipMap", ["p"], ["m"], classlabels_int64s=[0, 1], name="zm")
-    g = helper.make_graph([z], "g", [helper.make_tensor_value_info("p", F32, [2, 2])],
-                          [helper.make_value_info("m", helper.make_sequence_type_proto(
-                              helper.make_map_type_proto(I64, helper.make_tensor_type_proto(F32, []))))])
+# ------------------------------------------------------------------------- string labels, ZipMap, SVMClassifier
+S = TensorProto.STRING
+
+
+def _same_as_ort(m, feeds, got=None, rtol=1e-5, atol=1e-6):
+    """neetorch's outputs (strings, ints, floats, ZipMap's lists of dicts) equal onnxruntime's."""
+    if got is None:
+        got = InferenceSession(m).run(None, feeds)
+    want = _ort_run(m, feeds)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if isinstance(w, list):
+            assert type(g) is list and len(g) == len(w), k
+            for gd, wd in zip(g, w):
+                assert list(gd) == list(wd) and [type(x) for x in gd] == [type(x) for x in wd], (gd, wd)
+                assert all(type(v) is float for v in gd.values())
+                np.testing.assert_allclose(list(gd.values()), list(wd.values()), rtol=rtol, atol=atol)
+            continue
+        assert g.dtype == w.dtype and g.shape == w.shape, (k, g.dtype, w.dtype, g.shape, w.shape)
+        if w.dtype == object or w.dtype.kind in "iub":
+            assert g.tolist() == w.tolist(), k
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {k}")
+    return got
+
+
+def _labeled(op, labels, extra, F, C, label_attr):
+    """A classifier node (+ ZipMap of its scores) with string or int labels."""
+    strings = isinstance(labels[0], str)
+    attrs = dict(extra, **{("classlabels_strings" if strings else label_attr): labels})
+    nodes = [_ml(op, ["x"], ["y", "z"], name="clf", **attrs),
+             _ml("ZipMap", ["z"], ["zm"], **{("classlabels_strings" if strings else "classlabels_int64s"): labels})]
+    seq = helper.make_sequence_type_proto(helper.make_map_type_proto(S if strings else I64,
+                                                                     helper.make_tensor_type_proto(F32, [])))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["N", F])],
+                          [helper.make_tensor_value_info("y", S if strings else I64, ["N"]),
+                           helper.make_tensor_value_info("z", F32, ["N", C]), helper.make_value_info("zm", seq)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
-    with pytest.raises(UnsupportedModelError, match="ai.onnx.ml.ZipMap.*zm"):
-        InferenceSession(m)
+    m.ir_version = 8
+    return m
+
+
+def test_string_class_labels_tree_and_linear_classifiers():
+    """classlabels_strings: the classifier runs on class indices (jitted), the labels are mapped on the host;
+    the label output is an object array of str, ZipMap's keys are str, as onnxruntime's."""
+    rng = rng_seed(21)
+    at, lv = _random_trees(rng, 4, 4, 3, 3, per_leaf=3)
+    tree = dict(post_transform="SOFTMAX", class_treeids=lv["treeids"], class_nodeids=lv["nodeids"],
+                class_ids=lv["ids"], class_weights=lv["weights"], **at)
+    x = np.nan_to_num(_tree_input(rng, 23, 4), nan=0.5)
+    strs, ints = ["β", "alpha", ""], [7, 3, 9]
+    ms = _labeled("TreeEnsembleClassifier", strs, tree, 4, 3, "classlabels_int64s")
+    s = InferenceSession(ms)
+    got = _same_as_ort(ms, {"x": x}, s.run(None, {"x": x}))
+    assert got[0].dtype == object and s.info["mode"] == "jit+host", s.info
+    assert s.host_nodes == ["clf/labels", "ZipMap(zm)"], s.host_nodes
+    gi = _same_as_ort(_labeled("TreeEnsembleClassifier", ints, tree, 4, 3, "classlabels_int64s"), {"x": x})
+    # the same classes, named differently
+    assert [strs[ints.index(v)] for v in gi[0].tolist()] == got[0].tolist()
+    np.testing.assert_array_equal(gi[1], got[1])
+    # binary gradient-boosting form (one class scored) with string labels
+    at2, lv2 = _random_trees(rng, 3, 4, 3, 1)
+    binary = dict(post_transform="LOGISTIC", base_values=[0.2], class_treeids=lv2["treeids"],
+                  class_nodeids=lv2["nodeids"], class_ids=lv2["ids"], class_weights=lv2["weights"], **at2)
+    _same_as_ort(_labeled("TreeEnsembleClassifier", ["neg", "pos"], binary, 4, 2, "classlabels_int64s"), {"x": x})
+    coef = rng.normal(size=12).tolist()
+    for post in ("NONE", "SOFTMAX", "LOGISTIC"):
+        lin = {"coefficients": coef, "intercepts": [0.1, -0.2, 0.05], "post_transform": post}
+        _same_as_ort(_labeled("LinearClassifier", strs, lin, 4, 3, "classlabels_ints"), {"x": x})
+    # binary: one row of coefficients, two string labels
+    lin = {"coefficients": coef[:4], "intercepts": [0.1], "post_transform": "LOGISTIC"}
+    m = _labeled("LinearClassifier", ["no", "yes"], lin, 4, 2, "classlabels_ints")
+    _same_as_ort(m, {"x": x})
+
+
+def test_zipmap():
+    def model(attr, keys, kt, shape):
+        seq = helper.make_sequence_type_proto(helper.make_map_type_proto(kt, helper.make_tensor_type_proto(F32, [])))
+        g = helper.make_graph([_ml("ZipMap", ["p"], ["m"], name="zm", **{attr: keys})], "g",
+                              [helper.make_tensor_value_info("p", F32, shape)], [helper.make_value_info("m", seq)])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+
+    p = rng_seed(1).random((4, 3)).astype(np.float32)
+    p[1, 2] = np.nan
+    # onnxruntime's maps list their keys in ascending order; a repeated label keeps its last column
+    for keys, kt in ((["b", "é", "a"], S), ([5, -1, 2], I64), (["b", "a", "b"], S), ([4, 4, 1], I64)):
+        attr = "classlabels_strings" if kt == S else "classlabels_int64s"
+        for shape, feeds in ((["N", "C"], (p, p[:0])), ([3], (p[0],))):  # [N, C], no rows, one row [C]
+            m = model(attr, keys, kt, shape)
+            s = InferenceSession(m)
+            assert s.get_outputs()[0].type == f"seq(map({'string' if kt == S else 'int64'},tensor(float)))"
+            for feed in feeds:
+                got = s.run(None, {"p": feed})
+                want = _ort_run(m, {"p": feed})
+                assert len(got[0]) == len(want[0]) == (1 if feed.ndim == 1 else feed.shape[0])
+                for gd, wd in zip(got[0], want[0]):
+                    assert list(gd) == list(wd) and [type(k) for k in gd] == [type(k) for k in wd], (gd, wd)
+                    np.testing.assert_array_equal(list(gd.values()), list(wd.values()))  # NaN included
+    s = InferenceSession(model("classlabels_int64s", [1, 2, 3], I64, ["N", "C"]))
+    with pytest.raises(Exception, match=r"node zm \(ZipMap\): X has 2 columns for 3 class labels"):
+        s.run(None, {"p": p[:, :2]})
+    s = InferenceSession(model("classlabels_int64s", [1, 2, 3], I64, [2, 2, 3]), check=False)
+    with pytest.raises(Exception, match=r"node zm \(ZipMap\): X must be 1-D or 2-D"):
+        s.run(None, {"p": p.reshape(2, 2, 3)})
+
+
+def _svm(rng, C, F, kernel="RBF", proba=False, post="NONE", strings=False, linear=False):
+    vpc = [int(v) for v in rng.integers(1, 4, C)]
+    V, P = sum(vpc), C * (C - 1) // 2
+    at = {"kernel_type": kernel, "kernel_params": [0.3, 0.5, 2.0], "post_transform": post}
+    if linear:
+        at.update(coefficients=rng.normal(size=C * F).tolist(), rho=[float(rng.normal())])
+    else:
+        at.update(vectors_per_class=vpc, support_vectors=rng.normal(size=V * F).tolist(),
+                  coefficients=rng.normal(size=(C - 1) * V).tolist(), rho=rng.normal(size=P).tolist())
+        if proba:
+            at.update(prob_a=(-np.abs(rng.normal(size=P)) - 0.5).tolist(), prob_b=(rng.normal(size=P) * 0.1).tolist())
+    if strings:
+        at["classlabels_strings"] = [f"c{i}é" for i in range(C)]
+    else:
+        at["classlabels_ints"] = [int(v) for v in rng.permutation(10)[:C]]
+    g = helper.make_graph([_ml("SVMClassifier", ["x"], ["y", "z"], name="svm", **at)], "g",
+                          [helper.make_tensor_value_info("x", F32, ["N", F])],
+                          [helper.make_tensor_value_info("y", S if strings else I64, ["N"]),
+                           helper.make_tensor_value_info("z", F32, ["N", None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("C,kernel,proba,post,strings", [
+    (2, "RBF", True, "NONE", True), (2, "POLY", False, "NONE", False), (2, "SIGMOID", False, "LOGISTIC", True),
+    (3, "RBF", True, "NONE", False), (3, "LINEAR", False, "SOFTMAX", True), (4, "POLY", True, "LOGISTIC", True),
+    (4, "RBF", False, "NONE", False)])
+def test_svm_classifier_vs_onnxruntime(C, kernel, proba, post, strings):
+    """SVC mode: one-vs-one votes, pairwise scores or (prob_a) libsvm's probability coupling on the host."""
+    rng = rng_seed(31 + C)
+    m = _svm(rng, C, 3, kernel, proba, post, strings)
+    x = rng.normal(size=(40, 3)).astype(np.float32)
+    s = InferenceSession(m)
+    _same_as_ort(m, {"x": x}, s.run(None, {"x": x}))
+    assert s.info["mode"] == ("jit+host" if proba or strings else "jit"), s.info
+    if proba:
+        assert "svm/probabilities" in s.host_nodes
+
+
+@pytest.mark.parametrize("C,post", [(2, "NONE"), (2, "LOGISTIC"), (3, "SOFTMAX")])
+def test_svm_classifier_linear_mode(C, post):
+    """No support vectors (liblinear): x @ coef.T + rho[0]; binary labels by onnxruntime's rule."""
+    rng = rng_seed(41 + C)
+    m = _svm(rng, C, 3, post=post, strings=C == 3, linear=True)
+    _same_as_ort(m, {"x": rng.normal(size=(30, 3)).astype(np.float32)})
+
+
+def _coupling_one_row(C, r):
+    """onnxruntime's multiclass_probability (ml_common.h) for one row, scalar float32 loops.  (ONNX's reference
+    builds Q's off-diagonal entries with one dot product for a whole row slice, so it differs for 3+ classes.)"""
+    f = np.float32
+    Q = np.zeros((C, C), f)
+    Qp = np.zeros(C, f)
+    p = np.full(C, f(1) / f(C), f)
+    for i in range(C):
+        for j in range(i):
+            Q[i, i] += r[j, i] * r[j, i]
+            Q[i, j] = Q[j, i]
+        for j in range(i + 1, C):
+            Q[i, i] += r[j, i] * r[j, i]
+            Q[i, j] = -r[j, i] * r[i, j]
+    for _ in range(100):
+        pQp = f(0)
+        for i in range(C):
+            Qp[i] = 0
+            for j in range(C):
+                Qp[i] += Q[i, j] * p[j]
+            pQp += p[i] * Qp[i]
+        if max(abs(Qp[i] - pQp) for i in range(C)) < f(0.005) / f(C):
+            break
+        for i in range(C):
+            diff = (-Qp[i] + pQp) / Q[i, i]
+            p[i] += diff
+            pQp = (pQp + diff * (diff * Q[i, i] + f(2) * Qp[i])) / (f(1) + diff) / (f(1) + diff)
+            for j in range(C):
+                Qp[j] = (Qp[j] + diff * Q[i, j]) / (f(1) + diff)
+                p[j] /= f(1) + diff
+    return p
+
+
+def test_svm_coupling_matches_onnxruntimes_algorithm():
+    """The vectorized coupling (all rows at once, each stopping on its own test) against the per-row loop."""
+    from neetorch.onnx.ops_ml import svm_coupling
+    rng = rng_seed(5)
+    for C in (2, 3, 5):
+        v = rng.uniform(0.01, 0.99, size=(20, C, C)).astype(np.float32)
+        up = np.triu(v, 1)
+        r = (up + np.transpose(1 - up, (0, 2, 1)) * (np.tril(np.ones((C, C)), -1) > 0)).astype(np.float32)
+        got = svm_coupling(r)
+        want = np.stack([_coupling_one_row(C, r[i]) for i in range(20)])
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got.sum(1), 1.0, rtol=1e-5)
+
+
+def test_unsupported_label_forms_are_named():
+    at = {"nodes_treeids": [0], "nodes_nodeids": [0], "nodes_featureids": [0], "nodes_modes": ["LEAF"],
+          "nodes_values": [0.0], "nodes_truenodeids": [0], "nodes_falsenodeids": [0], "class_treeids": [0],
+          "class_nodeids": [0], "class_ids": [0], "class_weights": [1.0]}
+    m = _labeled("TreeEnsembleClassifier", ["only"], at, 1, 1, "classlabels_int64s")
+    with pytest.raises(Exception, match=r"node clf \(TreeEnsembleClassifier\): a single string class label"):
+        InferenceSession(m, jit=False).run(None, {"x": np.zeros((2, 1), np.float32)})
+    m = _svm(rng_seed(0), 2, 3, "RBF", False, "SOFTMAX")
+    with pytest.raises(Exception, match=r"node svm \(SVMClassifier\): post_transform 'SOFTMAX' on a binary"):
+        InferenceSession(m, jit=False).run(None, {"x": np.zeros((2, 3), np.float32)})
+    # ops on maps (DictVectorizer, CastMap, ...) are not supported: refused up front, naming the node
+    g = helper.make_graph([_ml("ZipMap", ["p"], ["m"], classlabels_int64s=[0, 1]),
+                           _ml("DictVectorizer", ["m"], ["v"], int64_vocabulary=[0, 1], name="dv")], "g",
+                          [helper.make_tensor_value_info("p", F32, [2, 2])],
+                          [helper.make_tensor_value_info("v", F32, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    with pytest.raises(UnsupportedModelError, match=r"DictVectorizer.*dv"):
+        InferenceSession(m, check=False)
 
 
 def test_bad_trees_raise_naming_the_node():

@@ -244,3 +244,103 @@ def test_wrong_inputs_and_unsupported_ops_are_named():
     from neetorch.onnx import backend
     out = backend.run_node(h.make_node("Equal", ["a", "b"], ["c"]), [np.array(["x", "y"]), np.array(["x", "z"])])
     np.testing.assert_array_equal(out[0], [True, False])
+
+
+def _seq_model(nodes, inputs, outputs, inits=()):
+    """inputs / outputs: (name, "seq" or elem type, shape)."""
+    def vi(n, t, s):
+        if t == "seq":
+            return h.make_value_info(n, h.make_sequence_type_proto(h.make_tensor_type_proto(S, s or [None])))
+        return h.make_tensor_value_info(n, t, s)
+    g = h.make_graph(nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs], initializer=list(inits))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+
+
+def test_sequences_of_strings():
+    """SplitToSequence / SequenceConstruct / At / Insert / Erase / Length / ConcatFromSequence on strings (host
+    nodes: lists of object arrays), a sequence input, and sequence outputs, against onnxruntime and the
+    reference."""
+    i64 = lambda name, v: h.make_tensor(name, T.INT64, [], [v])
+    nodes = [h.make_node("SplitToSequence", ["x"], ["parts"], axis=1, keepdims=0),
+             h.make_node("SplitToSequence", ["x", "two"], ["halves"], axis=1),
+             h.make_node("SequenceAt", ["parts", "m1"], ["last"]),
+             h.make_node("SequenceConstruct", ["last", "w"], ["sc"]),
+             h.make_node("SequenceInsert", ["sc", "w", "zero"], ["ins"]),
+             h.make_node("SequenceErase", ["ins", "one"], ["er"]),
+             h.make_node("SequenceLength", ["er"], ["n"]),
+             h.make_node("ConcatFromSequence", ["parts"], ["stacked"], axis=-1, new_axis=1),
+             h.make_node("ConcatFromSequence", ["halves"], ["cat"], axis=1),
+             h.make_node("ConcatFromSequence", ["inseq"], ["cat_in"], axis=0),
+             h.make_node("SequenceLength", ["inseq"], ["n_in"]),
+             h.make_node("Optional", ["er"], ["opt"]), h.make_node("OptionalHasElement", ["opt"], ["has"]),
+             h.make_node("OptionalGetElement", ["opt"], ["back"])]
+    m = _seq_model(nodes, [("x", S, [2, 3]), ("w", S, [2]), ("inseq", "seq", [None])],
+                   [("er", "seq", [2]), ("n", T.INT64, []), ("stacked", S, [2, 3]), ("cat", S, [2, 3]),
+                    ("halves", "seq", [2, None]), ("cat_in", S, [None]), ("n_in", T.INT64, []),
+                    ("has", T.BOOL, []), ("back", "seq", [2])],
+                   inits=[i64("m1", -1), i64("zero", 0), i64("one", 1), i64("two", 2)])
+    feeds = {"x": np.array([["a", "é", ""], ["d", "e f", "g"]], dtype=object), "w": np.array(["w1", "w2"], dtype=object),
+             "inseq": [np.array(["p", "q"], dtype=object), np.array(["r"], dtype=object)]}
+    sess = no.InferenceSession(m)
+    got = sess.run(None, feeds)
+    assert sess.info["mode"] == "host" and "SplitToSequence" in sess.host_nodes[0], sess.info
+    from onnx.reference import ReferenceEvaluator
+    ort = pytest.importorskip("onnxruntime")
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    for who, want in (("onnxruntime", ort.InferenceSession(m.SerializeToString(), so).run(None, feeds)),
+                      ("reference", ReferenceEvaluator(m).run(None, feeds))):
+        assert len(got) == len(want)
+        k = len(got) - (1 if who == "reference" else 0)  # the reference's OptionalGetElement gives [sequence]
+        for g, w in zip(got[:k], want[:k]):
+            if isinstance(w, list):
+                assert type(g) is list and len(g) == len(w), who
+                _same(g, w, who)
+            else:
+                _same([g], [w], who)
+    assert [a.tolist() for a in got[0]] == [["w1", "w2"], ["w1", "w2"]] and got[1] == 2
+    # wrong input: a numeric sequence element where strings are declared, an out-of-range position
+    with pytest.raises(InvalidInputError, match="inseq"):
+        sess.run(None, dict(feeds, inseq=[np.zeros(2, np.float32)]))
+    bad = _seq_model([h.make_node("SequenceAt", ["s", "p"], ["y"], name="at")], [("s", "seq", None)],
+                     [("y", S, [None])], inits=[i64("p", 5)])
+    with pytest.raises(LoweringError, match=r"node at \(SequenceAt\): position 5 is out of range for a sequence "
+                                            r"of 1"):
+        no.InferenceSession(bad).run(None, {"s": [np.array(["a"], dtype=object)]})
+
+
+def test_cast_string_to_bool_follows_onnxruntime():
+    """The spec leaves string -> bool undefined: onnxruntime reads the leading integer (std::stoull: blanks, a
+    sign, digits, the rest ignored) and tests it for nonzero, and fails on a string without one; the reference
+    instead takes Python's truthiness (every non-empty string is true)."""
+    m = _model([h.make_node("Cast", ["s"], ["b"], to=T.BOOL, name="c")], [("s", S, [6])], [("b", T.BOOL, [6])])
+    feeds = {"s": np.array(["0", "1", " 12", "-0", "0x1", "00"], dtype=object)}
+    _, got = _check(m, feeds, ref=False)
+    assert got[0].tolist() == [False, True, True, False, False, False]
+    with pytest.raises(LoweringError, match=r"node c \(Cast\): cannot cast 'true' to bool"):
+        no.InferenceSession(m).run(None, {"s": np.array(["1", "true", "0", "0", "0", "0"], dtype=object)})
+
+
+def test_array_feature_extractor_on_strings():
+    """classes[argmax]: how sklearn-onnx picks string labels (KNN, MLP, naive Bayes, ...); a 1-D input gives
+    [1, k]."""
+    for shape, idx in (([2, 3], [2, 0, 2]), ([3], [1]), ([2, 1, 3], [0, 2])):
+        x = np.array(["a", "é", "", "d", "e f", "g"][:int(np.prod(shape))], dtype=object).reshape(shape)
+        m = _model([h.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml")],
+                   [("x", S, shape), ("i", T.INT64, [len(idx)])], [("y", S, [None] * max(len(shape), 2))], ml=1)
+        _, got = _check(m, {"x": x, "i": np.array(idx, np.int64)})
+        assert got[0].shape == ((1, len(idx)) if len(shape) == 1 else (*shape[:-1], len(idx)))
+    m = _model([h.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml", name="afe")],
+               [("x", S, [3]), ("i", T.INT64, [1])], [("y", S, [1, 1])], ml=1)
+    with pytest.raises(LoweringError, match=r"node afe \(ArrayFeatureExtractor\): index 3 is out of range"):
+        no.InferenceSession(m).run(None, {"x": np.array(["a", "b", "c"]), "i": np.array([3], np.int64)})
+
+
+def test_category_mapper_int_to_string_lookup():
+    """int64 -> string through the sorted keys (the path neetorch's index -> class label nodes take): absent
+    keys get default_string, a repeated key its last string (as onnxruntime), any input shape."""
+    m = _model([h.make_node("CategoryMapper", ["i"], ["s"], domain="ai.onnx.ml", cats_strings=["a", "b", "é"],
+                            cats_int64s=[5, -2, 5], default_string="?")],
+               [("i", T.INT64, [2, 3])], [("s", S, [2, 3])], ml=1)
+    _, got = _check(m, {"i": np.array([[5, -2, 0], [7, -9, 5]], np.int64)}, ref=False)
+    assert got[0].tolist() == [["é", "b", "?"], ["?", "?", "é"]]

@@ -175,12 +175,13 @@ def load_op_modules() -> None:
 def unsupported_nodes(graph, opset: int | None = None) -> list:
     """[(op_type, node name)] of every node (subgraphs included) with no lowering."""
     load_op_modules()
+    from .ops_ml import expand_nodes  # string class labels / SVM probabilities: + host nodes
     from .ops_string import HOST_OPS, is_host_node, string_values
     bad = []
 
     def walk(g, nested=False):
         strings = string_values(g)
-        for n in g.node:
+        for n in expand_nodes(g.node):
             if is_host_node(n, strings):
                 # a node on strings runs on the host: it needs a HOST_OPS entry, and no subgraph around or in it
                 fn = HOST_OPS.get(op_key(n))
@@ -227,7 +228,8 @@ class Program:
         # initializers become nee tensors on the device: constants in every trace (strings stay numpy)
         self.consts = {k: (as_strings(v, f"initializer {k!r}") if v.dtype.kind in "OSU" else self.ctx.const(v))
                        for k, v in initializers.items()}
-        self.nodes = [NodeView(n, is_host_node(n, self.strings)) for n in graph.node]
+        from .ops_ml import expand_nodes  # string class labels / SVM probabilities: + host nodes
+        self.nodes = [NodeView(n, is_host_node(n, self.strings)) for n in expand_nodes(graph.node)]
         self.__name__ = graph.name or "onnx_graph"
         self._declared = {}
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -379,15 +381,15 @@ def run_nodes(ctx, nodes, env):
 
 
 def _run_nodes(ctx, nodes, env):
-    from .ops_string import HOST_OPS, is_string
+    from .ops_string import HOST_OPS, has_strings
     for n in nodes:
         ctx.scope = env
         args = [env[i] if i else None for i in n.inputs]
         host = n.host
-        if not host and any(is_string(a) for a in args):
+        if not host and any(has_strings(a) for a in args):
             # a string value the declared types did not announce (no value_info): a host op if one exists
             if n.key not in HOST_OPS:
-                which = [i for i, a in zip(n.inputs, args) if is_string(a)]
+                which = [i for i, a in zip(n.inputs, args) if has_strings(a)]
                 raise LoweringError(f"node {n.name} ({n.op_type}): input(s) {which} are string tensors; "
                                     f"{n.op_type} on strings is not supported")
             host = True

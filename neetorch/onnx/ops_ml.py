@@ -20,8 +20,14 @@ traces and compiles under ``nee.jit`` like any other graph:
 Semantics follow ONNX's reference implementations (``onnx/reference/ops/aionnxml/``,
 ``op_tfidf_vectorizer.py``); where the reference and onnxruntime differ the choice is noted.
 String tensors are not nee tensors: LabelEncoder with string keys or values, CategoryMapper and
-OneHotEncoder over strings run on the host (``ops_string``, numpy); string class labels and ZipMap are
-refused with an error naming the node.
+OneHotEncoder over strings run on the host (``ops_string``, numpy).  A classifier with
+``classlabels_strings`` (LinearClassifier, SVMClassifier, TreeEnsembleClassifier) is split by
+:func:`expand_node` into the classifier on class indices (numeric, jitted) and a CategoryMapper
+index -> label on the host, whose string tensor (numpy object array) is the label output, as
+onnxruntime's; ZipMap (``ops_string``) turns scores into a sequence of maps (a Python list of dicts,
+as onnxruntime returns).  SVMClassifier's probabilities (libsvm's pairwise coupling, an iteration with
+a per-row stopping test) run on the host too, after the jitted kernel part (onnxruntime's float32
+arithmetic, so its results match it).
 """
 from __future__ import annotations
 
@@ -74,6 +80,73 @@ def _refuses(*names):
         fn.unsupported_reason = why
         return fn
     return deco
+
+
+# ------------------------------------------------------------------------- string labels, SVM probabilities
+_INT_LABELS = {"LinearClassifier": "classlabels_ints", "SVMClassifier": "classlabels_ints",
+               "TreeEnsembleClassifier": "classlabels_int64s"}
+_STRING_MARK = "_nee_string_labels"  # set on a classifier expand_node relabeled to class indices 0..C-1
+_PAIRWISE_MARK = "_nee_pairwise"     # set on an SVMClassifier whose Y is its pairwise scores (coupled on the host)
+
+
+def _svm_has_proba(attrs) -> bool:
+    """An SVMClassifier in SVC mode (support vectors) with prob_a: its probabilities need the coupling."""
+    pa, vpc = attrs.get("prob_a"), attrs.get("vectors_per_class")
+    return bool(pa is not None and len(pa.floats) and vpc is not None and sum(vpc.ints) > 0)
+
+
+def expand_node(proto) -> list:
+    """The NodeProtos neetorch runs for one NodeProto: ``[proto]``, except
+
+    * a classifier with ``classlabels_strings``: the classifier relabeled to class indices 0..C-1 (numeric,
+      jitted, its label output renamed) + ``CategoryMapper`` index -> label (a host node named
+      ``<node>/labels``) writing the original label output;
+    * an SVMClassifier with probabilities: the classifier writing its pairwise scores + the coupling
+      (``neetorch.internal:SVMProbabilities``, a host node named ``<node>/probabilities``) writing Y.
+    """
+    if proto.domain != "ai.onnx.ml" or proto.op_type not in _INT_LABELS:
+        return [proto]
+    from onnx import NodeProto, helper
+    attrs = {a.name: a for a in proto.attribute}
+    strs = attrs.get("classlabels_strings")
+    labels = [v.decode("utf-8", "replace") for v in strs.strings] if strs is not None else []
+    proba = proto.op_type == "SVMClassifier" and _svm_has_proba(attrs)
+    if not labels and not proba:
+        return [proto]
+    base = proto.name or f"{proto.op_type}({', '.join(proto.output)})"
+    main = NodeProto()
+    main.CopyFrom(proto)
+    main.name = base
+    extra = []
+    if labels:
+        keep = [a for a in main.attribute if a.name not in ("classlabels_strings", _INT_LABELS[proto.op_type])]
+        del main.attribute[:]
+        main.attribute.extend(keep)
+        main.attribute.extend([helper.make_attribute(_INT_LABELS[proto.op_type], list(range(len(labels)))),
+                               helper.make_attribute(_STRING_MARK, 1)])
+        if proto.output and proto.output[0]:
+            idx = proto.output[0] + "__nee_label_index"
+            main.output[0] = idx
+            extra.append(helper.make_node("CategoryMapper", [idx], [proto.output[0]], name=f"{base}/labels",
+                                          domain="ai.onnx.ml", cats_int64s=list(range(len(labels))),
+                                          cats_strings=labels, default_string="_Unused"))
+    if proba:
+        main.attribute.extend([helper.make_attribute(_PAIRWISE_MARK, 1)])
+        if len(proto.output) > 1 and proto.output[1]:
+            pw = proto.output[1] + "__nee_pairwise"
+            main.output[1] = pw
+            pt = attrs.get("post_transform")
+            extra.append(helper.make_node(
+                "SVMProbabilities", [pw], [proto.output[1]], name=f"{base}/probabilities",
+                domain="neetorch.internal", prob_a=list(attrs["prob_a"].floats),
+                prob_b=list(attrs["prob_b"].floats) if "prob_b" in attrs else [],
+                n_classes=len(labels) or len(attrs["classlabels_ints"].ints if "classlabels_ints" in attrs else []),
+                post_transform=pt.s.decode() if pt is not None else "NONE"))
+    return [main] + extra
+
+
+def expand_nodes(nodes) -> list:
+    return [m for n in nodes for m in expand_node(n)]
 
 
 # ------------------------------------------------------------------------- post transforms
@@ -310,7 +383,6 @@ def _linear_regressor(ctx, node, x):
     return _post_transform(node, s, node.get("post_transform", "NONE")).to(nee.float32)
 
 
-@_refuses("classlabels_strings")
 @op("ai.onnx.ml:LinearClassifier")
 def _linear_classifier(ctx, node, x):
     labels = node.get("classlabels_ints")
@@ -331,6 +403,9 @@ def _linear_classifier(ctx, node, x):
     if s.shape[1] > 1:
         am = nee.argmax(s, 1)
         lab = nee.take(ctx.const(np.asarray(labels, np.int64)), am) if labels else am
+    elif node.get(_STRING_MARK):
+        raise _err(node, f"string class labels with one score column ({n_cls} labels, {n_out} row(s) of "
+                         f"coefficients) are not supported")
     else:
         thr = 0.0 if pt == "NONE" else 0.5
         ok = (s >= thr).reshape(-1)
@@ -384,6 +459,170 @@ def _svm_regressor(ctx, node, x):
     if node.get("one_class", 0):
         s = nee.where(s > 0, nee.ones((), dtype=s.dtype), -nee.ones((), dtype=s.dtype))
     return _post_transform(node, s, node.get("post_transform", "NONE")).to(nee.float32)
+
+
+@op("ai.onnx.ml:SVMClassifier")
+def _svm_classifier(ctx, node, x):
+    """onnxruntime's SVMClassifier.  SVC mode (support vectors): K(x, sv) [N, V], the one-vs-one scores
+    ``K @ A + rho`` [N, C(C-1)/2] (A holds both classes' coefficients per pair), one vote per pair (score > 0:
+    the first class), the label of the most votes (the first on ties).  Y: with prob_a the probabilities
+    (the pairwise scores here; :func:`expand_node` adds the coupling on the host), else the pairwise scores
+    after the post transform ([-s, s] for two classes).  Linear mode (no support vectors): scores
+    ``x @ coef.T + rho[0]`` [N, C], the label of the highest (binary: onnxruntime's rule)."""
+    labels = node.get("classlabels_ints")
+    if not labels or len(labels) < 2:
+        raise _err(node, f"needs at least 2 class labels (classlabels_ints / classlabels_strings), got "
+                         f"{len(labels or [])}")
+    C = len(labels)
+    x = _rows(node, x).to(nee.float64)
+    F = x.shape[1]
+    coef = _arr(node.get("coefficients") or [], np.float64)
+    rho = _arr(node.get("rho") or [], np.float64)
+    pa = node.get("prob_a") or []
+    pt = node.get("post_transform", "NONE")
+    vpc = [int(v) for v in node.get("vectors_per_class") or []]
+    V = sum(vpc)
+    lab_t = ctx.const(np.asarray(labels, np.int64))
+    if rho.size == 0:
+        raise _err(node, "rho is empty")
+    if V == 0:  # linear mode (liblinear)
+        if coef.size != C * F:
+            raise _err(node, f"{coef.size} coefficients for {C} classes and {F} features (input shape "
+                             f"{tuple(x.shape)})")
+        s = nee.matmul(x, ctx.const(np.ascontiguousarray(coef.reshape(C, F).T))) + float(rho[0])
+        s = s.to(nee.float32)
+        am = nee.argmax(s, 1)
+        lab = nee.take(lab_t, am)
+        if C == 2 and not pa:
+            mw = nee.amax(s, 1)
+            pos = bool((coef >= 0).all())
+            one = (mw >= 0.5) if pos else (mw > 0)
+            lab = nee.where(one, nee.full((), int(labels[1]), dtype=nee.int64), lab)
+        return lab, _post_transform(node, s.to(nee.float64), pt).to(nee.float32)
+    if len(vpc) != C:
+        raise _err(node, f"vectors_per_class has {len(vpc)} entries for {C} classes")
+    P = C * (C - 1) // 2
+    sv = _arr(node.get("support_vectors") or [], np.float64)
+    if sv.size != V * F:
+        raise _err(node, f"{sv.size} support vector values for {V} vectors of the {F} features of input shape "
+                         f"{tuple(x.shape)}")
+    if coef.size < (C - 1) * V or rho.size < P or (pa and (len(pa) < P or len(node.get("prob_b") or []) < P)):
+        raise _err(node, f"{coef.size} coefficients, {rho.size} rho, {len(pa)} prob_a for {C} classes and {V} "
+                         f"support vectors (need {(C - 1) * V}, {P}, {P})")
+    coef = coef[:(C - 1) * V].reshape(C - 1, V)
+    start = np.concatenate([[0], np.cumsum(vpc)[:-1]]).astype(np.int64)
+    A = np.zeros((V, P))
+    Mi, Mj = np.zeros((P, C)), np.zeros((P, C))
+    e = 0
+    for i in range(C):
+        for j in range(i + 1, C):
+            si, sj = start[i], start[j]
+            A[si:si + vpc[i], e] = coef[j - 1, si:si + vpc[i]]
+            A[sj:sj + vpc[j], e] = coef[i, sj:sj + vpc[j]]
+            Mi[e, i], Mj[e, j] = 1.0, 1.0
+            e += 1
+    K = _svm_kernel(ctx, node, x, sv.reshape(V, F), node.get("kernel_type", "LINEAR"),
+                    *[float(v) for v in (list(node.get("kernel_params") or []) + [0.0, 0.0, 0.0])[:2]],
+                    int((list(node.get("kernel_params") or []) + [0.0, 0.0, 0.0])[2]))
+    s = nee.matmul(K, ctx.const(A)) + ctx.const(rho[:P].reshape(1, P))
+    win = (s > 0).to(nee.float64)
+    votes = nee.matmul(win, ctx.const(Mi)) + nee.matmul(1.0 - win, ctx.const(Mj))
+    lab = nee.take(lab_t, nee.argmax(votes, 1))
+    s = s.to(nee.float32)
+    if node.get(_PAIRWISE_MARK):
+        return lab, s  # expand_node's host node couples them into probabilities
+    if pa:
+        raise _err(node, "prob_a is set but the probability coupling was not added (run the model through "
+                         "neetorch.onnx.InferenceSession)")
+    if C == 2:
+        if pt == "LOGISTIC":  # onnxruntime and the reference: [logistic(-s), logistic(s)]
+            return lab, nee.sigmoid(nee.cat([-s, s], 1).to(nee.float64)).to(nee.float32)
+        if pt != "NONE":
+            # onnxruntime writes [1 - s, s] for SOFTMAX / SOFTMAX_ZERO (and leaves a column unset for PROBIT);
+            # the reference transforms [-s, s]: no answer to follow
+            raise _err(node, f"post_transform {pt!r} on a binary SVMClassifier without probabilities is not "
+                             f"supported (onnxruntime and ONNX's reference disagree; NONE and LOGISTIC are)")
+        return lab, nee.cat([-s, s], 1)
+    return lab, _post_transform(node, s.to(nee.float64), pt).to(nee.float32)
+
+
+def _logistic32(v):
+    a = np.float32(1) / (np.float32(1) + np.exp(-np.abs(v)))
+    return np.where(v < 0, np.float32(1) - a, a).astype(np.float32)
+
+
+def svm_coupling(r: np.ndarray) -> np.ndarray:
+    """libsvm's multiclass probability coupling as onnxruntime runs it (float32, at most 100 sweeps, each
+    row stopping when its max |Qp - pQp| < 0.005 / C), for every row of ``r`` [N, C, C] at once: a row that
+    has stopped gets diff = 0, which leaves it unchanged."""
+    N, C = r.shape[0], r.shape[1]
+    f = np.float32
+    Q = np.zeros((N, C, C), f)
+    for i in range(C):
+        for j in range(i):
+            Q[:, i, i] += r[:, j, i] * r[:, j, i]
+            Q[:, i, j] = Q[:, j, i]
+        for j in range(i + 1, C):
+            Q[:, i, i] += r[:, j, i] * r[:, j, i]
+            Q[:, i, j] = -r[:, j, i] * r[:, i, j]
+    p = np.full((N, C), f(1) / f(C), f)
+    eps = f(0.005) / f(C)
+    active = np.ones(N, bool)
+    Qp = np.zeros((N, C), f)
+    with np.errstate(all="ignore"):
+        for _ in range(100):
+            pQp = np.zeros(N, f)
+            for i in range(C):
+                Qp[:, i] = 0
+                for j in range(C):
+                    Qp[:, i] += Q[:, i, j] * p[:, j]
+                pQp += p[:, i] * Qp[:, i]
+            err = np.zeros(N, f)
+            for i in range(C):
+                err = np.maximum(err, np.abs(Qp[:, i] - pQp))
+            active &= ~(err < eps)
+            if not active.any():
+                break
+            for i in range(C):
+                diff = np.where(active, (-Qp[:, i] + pQp) / Q[:, i, i], f(0)).astype(f)
+                p[:, i] += diff
+                d1 = f(1) + diff
+                pQp = (pQp + diff * (diff * Q[:, i, i] + f(2) * Qp[:, i])) / d1 / d1
+                for j in range(C):
+                    Qp[:, j] = (Qp[:, j] + diff * Q[:, i, j]) / d1
+                    p[:, j] /= d1
+    return p
+
+
+def _svm_probabilities(ctx, node, s):
+    """Pairwise SVM scores [N, C(C-1)/2] -> probabilities [N, C] (Platt's sigmoid per pair, clipped to
+    [1e-7, 1 - 1e-7], coupled by :func:`svm_coupling`), then the post transform; float32 as onnxruntime."""
+    from .ops_string import _np
+    r = np.asarray(_np(s), np.float32)
+    C = int(node.get("n_classes"))
+    pa = np.asarray(node.get("prob_a"), np.float32)
+    pb = np.asarray(node.get("prob_b") or [0.0] * pa.size, np.float32)
+    N = r.shape[0]
+    pr = np.zeros((N, C, C), np.float32)
+    e = 0
+    with np.errstate(all="ignore"):
+        for i in range(C):
+            for j in range(i + 1, C):
+                v = np.float32(1) - _logistic32(r[:, e] * pa[e] + pb[e])
+                v = np.minimum(np.maximum(v, np.float32(1e-7)), np.float32(1) - np.float32(1e-7))
+                pr[:, i, j] = v
+                pr[:, j, i] = np.float32(1) - v
+                e += 1
+    p = svm_coupling(pr)
+    return _post_transform(node, ctx.const(p).to(nee.float64), node.get("post_transform", "NONE")).to(nee.float32)
+
+
+def _register_host_ops():
+    from .ops_string import HOST_OPS
+    HOST_OPS["neetorch.internal:SVMProbabilities"] = _svm_probabilities  # internal: not in OPS / supported_ops()
+
+
+_register_host_ops()
 
 
 # ------------------------------------------------------------------------- tree ensembles
@@ -627,15 +866,16 @@ def _tree_regressor(ctx, node, X):
     return _post_transform(node, out, node.get("post_transform", "NONE")).to(nee.float32)
 
 
-@_refuses("classlabels_strings")
 @op("ai.onnx.ml:TreeEnsembleClassifier")
 def _tree_classifier(ctx, node, X):
     """The reference's scores and labels, binary case included: one class id scored -> [1 - s, s] (NONE,
     PROBIT) or [-s, s] (other post transforms) before the post transform."""
     labels = node.get("classlabels_int64s")
     if not labels:
-        raise _err(node, "classlabels_int64s is empty (string class labels are not supported: neetorch has no "
-                         "string dtype)")
+        raise _err(node, "neither classlabels_int64s nor classlabels_strings is set")
+    if node.get(_STRING_MARK) and len(labels) < 2:
+        raise _err(node, "a single string class label is not supported (the binary form with one label needs "
+                         "int64 labels)")
     forest, slot, _, dt = _legacy_forest(ctx, node, X)
     C = len(labels)
     lw = _leaf_weights(node, slot, "class")

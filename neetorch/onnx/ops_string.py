@@ -8,11 +8,15 @@ through :data:`HOST_OPS` instead of :data:`~neetorch.onnx.lowering.OPS`:
 * the string ops: StringConcat, StringSplit, RegexFullMatch (Python's ``re``: RE2 patterns without
   RE2-only syntax), StringNormalizer, ``Equal`` on strings;
 * classical ML over strings: ``ai.onnx.ml`` LabelEncoder (string keys and/or values, either way),
-  CategoryMapper, OneHotEncoder with ``cats_strings``;
+  CategoryMapper, OneHotEncoder with ``cats_strings``, ArrayFeatureExtractor (sklearn-onnx's
+  ``classes[argmax]``); ZipMap (scores -> a sequence of maps: a Python list of dicts, as onnxruntime);
 * ``Cast`` / ``CastLike`` to and from strings (numbers format as onnxruntime does: ``%.8g``, ``NaN``,
-  ``INF``, ``-INF``; booleans as ``1`` / ``0``);
+  ``INF``, ``-INF``; booleans as ``1`` / ``0``; string -> bool as onnxruntime: the leading integer is nonzero);
 * the data movement a model does on strings: Constant, Identity, Reshape, Flatten, Squeeze,
-  Unsqueeze, Transpose, Concat, Gather, Slice, Expand, Where, Shape, Size.
+  Unsqueeze, Transpose, Concat, Gather, Slice, Expand, Where, Shape, Size;
+* sequences of strings (Python lists of object arrays): SequenceEmpty / Construct / At / Insert / Erase /
+  Length, SplitToSequence, ConcatFromSequence, Optional / OptionalHasElement / OptionalGetElement
+  (SequenceMap and control flow over strings are not supported: refused up front, naming the node).
 
 Where a host node produces a number (Equal -> bool, LabelEncoder -> int64, StringSplit's lengths,
 Shape) it hands a normal nee tensor on the session's device to the rest of the graph; a numeric
@@ -30,12 +34,15 @@ import numpy as np
 
 from .lowering import LoweringError
 
-__all__ = ["HOST_OPS", "STRING_ONLY", "as_strings", "host_op", "is_host_node", "is_string", "string_values"]
+__all__ = ["HOST_OPS", "STRING_ONLY", "as_strings", "has_strings", "host_op", "is_host_node", "is_string",
+           "string_values"]
 
 HOST_OPS: dict = {}
 # ops whose inputs or outputs are always strings: host nodes whatever the declared types say
+# (and ops whose outputs are Python objects, not tensors: ZipMap's sequence of maps; neetorch's internal
+# SVM probability coupling, ``ops_ml``)
 STRING_ONLY = frozenset({"StringConcat", "StringSplit", "RegexFullMatch", "StringNormalizer",
-                         "ai.onnx.ml:CategoryMapper"})
+                         "ai.onnx.ml:CategoryMapper", "ai.onnx.ml:ZipMap", "neetorch.internal:SVMProbabilities"})
 _STRING = 8  # TensorProto.STRING
 
 
@@ -56,11 +63,24 @@ def _err(node, msg):
 
 
 # ------------------------------------------------------------------------- which values / nodes
+def _string_type(tp) -> bool:
+    """tensor(string), seq(tensor(string)) or optional(...) of them."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        return tp.tensor_type.elem_type == _STRING
+    if which == "sequence_type":
+        return _string_type(tp.sequence_type.elem_type)
+    if which == "optional_type":
+        return _string_type(tp.optional_type.elem_type)
+    return False
+
+
 def string_values(graph) -> set:
-    """Names of the values a graph declares as tensor(string) (inputs, value_info, outputs, initializers)."""
+    """Names of the values a graph declares as tensor(string) or seq(tensor(string)) (inputs, value_info,
+    outputs, initializers)."""
     out = set()
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type == _STRING:
+        if _string_type(vi.type):
             out.add(vi.name)
     for t in graph.initializer:
         if t.data_type == _STRING:
@@ -89,6 +109,8 @@ def is_host_node(proto, strings: set) -> bool:
         return _string_attr(proto, ("cats_strings",))
     if key == "Cast":
         return any(a.name == "to" and a.i == _STRING for a in proto.attribute)
+    if key == "SequenceEmpty":
+        return any(a.name == "dtype" and a.i == _STRING for a in proto.attribute)
     if key == "Constant":
         return _string_attr(proto, ("value", "value_strings"))
     return False
@@ -96,6 +118,11 @@ def is_host_node(proto, strings: set) -> bool:
 
 def is_string(v) -> bool:
     return isinstance(v, np.ndarray) and v.dtype == object
+
+
+def has_strings(v) -> bool:
+    """A string tensor, or a sequence (list) holding one."""
+    return is_string(v) or (isinstance(v, list) and any(is_string(x) for x in v))
 
 
 # ------------------------------------------------------------------------- values
@@ -361,8 +388,17 @@ def _category_mapper(ctx, node, x):
     xv = _np(x)
     if xv is None or xv.dtype != np.int64:
         raise _err(node, f"X must be a string or int64 tensor, got {_desc(xv)}")
+    # int64 -> strings, vectorized: the keys sorted (a repeated key keeps its last string, as a dict would),
+    # searchsorted, the default where the key is absent (neetorch's own index -> class label nodes come here)
     table = dict(zip((int(v) for v in ci), cs))
-    return _map(node, xv, table, node.get("default_string", "_Unused"), object, False)
+    keys = np.array(sorted(table), dtype=np.int64)
+    vals = np.empty(keys.size + 1, dtype=object)
+    vals[:keys.size] = [table[k] for k in keys.tolist()]
+    vals[keys.size] = node.get("default_string", "_Unused")
+    if keys.size == 0:
+        return np.full(xv.shape, vals[0], dtype=object)
+    pos = np.minimum(np.searchsorted(keys, xv), keys.size - 1)
+    return np.take(vals, np.where(keys[pos] == xv, pos, keys.size))
 
 
 @host_op("ai.onnx.ml:OneHotEncoder")
@@ -379,6 +415,19 @@ def _one_hot_encoder(ctx, node, x):
         raise _err(node, f"zeros=0 and input value {bad!r} is not one of the categories {cats[:10]}")
     out = (idx[:, None] == np.arange(len(cats))[None, :]).astype(np.float32)
     return _num(ctx, out.reshape(*x.shape, len(cats)))
+
+
+@host_op("ai.onnx.ml:ArrayFeatureExtractor")
+def _array_feature_extractor(ctx, node, x, idx):
+    """``x[..., idx.ravel()]`` on strings (sklearn-onnx picks class labels this way: classes[argmax]); a 1-D
+    input gives one row [1, k], as the numeric op, onnxruntime and the reference."""
+    x = _s(node, x, "X")
+    i = _np(idx).astype(np.int64).reshape(-1)
+    n = x.shape[-1] if x.ndim else 0
+    if ((i < 0) | (i >= n)).any():
+        raise _err(node, f"index {int(i[(i < 0) | (i >= n)][0])} is out of range for the last dim of size {n}")
+    out = np.take(x, i, axis=x.ndim - 1)
+    return _obj(out.reshape(1, i.size) if x.ndim == 1 else out)
 
 
 # ------------------------------------------------------------------------- casts
@@ -428,12 +477,31 @@ def _cast_strings(ctx, node, x, to):
         return out.reshape(a.shape)
     x = _s(node, x, "input")
     dt = onnx_np(to)
-    if dt == np.bool_ or dt.kind == "c":
+    if dt == np.bool_:
+        return _num(ctx, _strings_to_bool(node, x))
+    if dt.kind == "c":
         raise _err(node, f"casting strings to {dt.name} is not supported")
     vals = [_parse_number(node, s, dt) for s in x.reshape(-1).tolist()]
     with np.errstate(all="ignore"):
         a = np.array(vals, dtype=np.float64 if _float_like(dt) else np.int64).astype(dt)
     return _num(ctx, a.reshape(x.shape))
+
+
+_STOULL = re.compile(r"\s*[+-]?([0-9]+)")
+
+
+def _strings_to_bool(node, x) -> np.ndarray:
+    """string -> bool as onnxruntime (the spec leaves it undefined): the leading integer literal, read as
+    C's ``std::stoull`` does (leading blanks, a sign, decimal digits, anything after them ignored), is
+    nonzero; a string without one is an error.  (ONNX's reference instead takes Python's truthiness:
+    every non-empty string is true.)"""
+    out = np.empty(x.size, dtype=bool)
+    for i, v in enumerate(x.reshape(-1).tolist()):
+        m = _STOULL.match(v)
+        if m is None:
+            raise _err(node, f"cannot cast {v[:40]!r} to bool (expected an integer literal, as onnxruntime)")
+        out[i] = int(m.group(1)) != 0
+    return out.reshape(x.shape)
 
 
 @host_op("Cast")
@@ -574,3 +642,152 @@ def _shape(ctx, node, x):
 @host_op("Size")
 def _size(ctx, node, x):
     return _num(ctx, _s(node, x).size, np.int64)
+
+
+# ------------------------------------------------------------------------- sequences of strings
+# A sequence is a Python list (as in ops_control); a sequence of strings is a list of numpy object arrays and
+# its nodes run here.  Not covered on strings: SequenceMap (a subgraph).
+def _seq(node, s, what="input_sequence"):
+    if not isinstance(s, list):
+        raise _err(node, f"{what} must be a sequence, got a {_desc(s)} tensor")
+    for i, x in enumerate(s):
+        if not is_string(x):
+            raise _err(node, f"{what}: element {i} is a {_desc(x)} tensor; a sequence holds one type (string)")
+    return s
+
+
+def _position(node, s, p, insert=False):
+    n = len(s)
+    if p is None:
+        return n if insert else n - 1
+    i = int(_np(p).reshape(-1)[0])
+    hi = n if insert else n - 1
+    if not -n <= i <= hi:
+        raise _err(node, f"position {i} is out of range for a sequence of {n} tensor(s)")
+    return i + n if i < 0 else i
+
+
+@host_op("SequenceEmpty")
+def _seq_empty(ctx, node):
+    return ([],)
+
+
+@host_op("SequenceConstruct")
+def _seq_construct(ctx, node, *xs):
+    return (_seq(node, list(xs), "inputs"),)
+
+
+@host_op("SequenceAt")
+def _seq_at(ctx, node, s, p):
+    s = _seq(node, s)
+    return s[_position(node, s, p)]
+
+
+@host_op("SequenceErase")
+def _seq_erase(ctx, node, s, p=None):
+    s = list(_seq(node, s))
+    if not s:
+        raise _err(node, "cannot erase from an empty sequence")
+    del s[_position(node, s, p)]
+    return (s,)
+
+
+@host_op("SequenceInsert")
+def _seq_insert(ctx, node, s, t, p=None):
+    s = list(_seq(node, s))
+    s.insert(_position(node, s, p, insert=True), _s(node, t, "tensor"))
+    return (s,)
+
+
+@host_op("SequenceLength")
+def _seq_length(ctx, node, s):
+    return _num(ctx, len(_seq(node, s)), np.int64)
+
+
+@host_op("SplitToSequence")
+def _split_to_sequence(ctx, node, x, split=None):
+    x = _s(node, x, "input")
+    if x.ndim == 0:
+        raise _err(node, "input must have rank >= 1")
+    ax = node.get("axis", 0)
+    if not -x.ndim <= ax < x.ndim:
+        raise _err(node, f"axis {ax} is out of range for rank {x.ndim}")
+    ax %= x.ndim
+    n = x.shape[ax]
+    if split is None:
+        parts = np.split(x, n, axis=ax) if n else []
+        if not node.get("keepdims", 1):
+            parts = [np.squeeze(p, ax) for p in parts]
+        return ([p.copy() for p in parts],)
+    sv = _np(split)
+    if sv.ndim == 0:
+        k = int(sv)
+        if k <= 0:
+            raise _err(node, f"split {k} must be positive")
+        sizes = [k] * (n // k) + ([n % k] if n % k else [])
+    else:
+        sizes = [int(v) for v in sv.reshape(-1)]
+        if any(v < 0 for v in sizes) or sum(sizes) != n:
+            raise _err(node, f"split sizes {sizes} do not add up to the {n} elements of axis {ax}")
+    cuts = np.cumsum(sizes)[:-1]
+    return ([p.copy() for p in np.split(x, cuts, axis=ax)],)
+
+
+@host_op("ConcatFromSequence")
+def _concat_from_sequence(ctx, node, s):
+    s = _seq(node, s)
+    if not s:
+        raise _err(node, "cannot concatenate an empty sequence")
+    ax = node.get("axis")
+    new = node.get("new_axis", 0)
+    r = s[0].ndim + (1 if new else 0)
+    if not -r <= ax < r:
+        raise _err(node, f"axis {ax} is out of range for rank {r}")
+    try:
+        return _obj(np.stack(s, ax % r) if new else np.concatenate(s, ax % r))
+    except ValueError as e:
+        raise _err(node, f"shapes {[list(x.shape) for x in s]} do not concatenate on axis {ax}: {e}") from None
+
+
+@host_op("Optional")
+def _optional(ctx, node, x=None):
+    from .lowering import EMPTY
+    return (EMPTY if x is None else x,)
+
+
+@host_op("OptionalHasElement")
+def _optional_has(ctx, node, x=None):
+    from .lowering import EMPTY
+    return _num(ctx, x is not None and x is not EMPTY, np.bool_)
+
+
+@host_op("OptionalGetElement")
+def _optional_get(ctx, node, x):
+    from .lowering import EMPTY
+    if x is EMPTY:
+        raise _err(node, "the optional is empty")
+    return (x,)
+
+
+# ------------------------------------------------------------------------- ZipMap
+@host_op("ai.onnx.ml:ZipMap")
+def _zip_map(ctx, node, x):
+    """Scores [N, C] (or [C]: one row) -> a sequence of N maps {class label: score}, as onnxruntime: a Python
+    list of dicts with int (classlabels_int64s) or str (classlabels_strings) keys and float values, the keys
+    in ascending order (onnxruntime's maps are std::maps), a repeated label taking its last column."""
+    ls, li = node.get("classlabels_strings"), node.get("classlabels_int64s")
+    if bool(ls) == bool(li):
+        raise _err(node, "exactly one of classlabels_strings and classlabels_int64s must be set")
+    keys = list(ls) if ls else [int(v) for v in li]
+    if is_string(x):
+        raise _err(node, "X must be a float tensor, got strings")
+    a = _np(x)
+    if a.ndim not in (1, 2):
+        raise _err(node, f"X must be 1-D or 2-D, got shape {list(a.shape)}")
+    a = a.reshape(1, -1) if a.ndim == 1 else a
+    if a.shape[1] != len(keys):
+        raise _err(node, f"X has {a.shape[1]} columns for {len(keys)} class labels")
+    pos = {k: i for i, k in enumerate(keys)}
+    order = sorted(pos)
+    cols = a[:, [pos[k] for k in order]].astype(np.float64)
+    return ([dict(zip(order, row)) for row in cols.tolist()],)

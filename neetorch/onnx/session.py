@@ -34,6 +34,9 @@ def _type_string(tp) -> str:
         return f"seq({_type_string(tp.sequence_type.elem_type)})"
     if which == "optional_type":
         return f"optional({_type_string(tp.optional_type.elem_type)})"
+    if which == "map_type":  # ZipMap's seq(map(string,tensor(float))), as onnxruntime spells it
+        key = TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return f"map({key},{_type_string(tp.map_type.value_type)})"
     return str(which)
 
 
@@ -228,7 +231,10 @@ class InferenceSession:
                     out.append(EMPTY)
                     continue
                 if isinstance(v, list) and kind == 2:
-                    out.append([self._to_tensor(a, np.asarray(x)) for x in v])
+                    if a.type.endswith("(tensor(string))"):  # a sequence of strings stays numpy, on the host
+                        out.append([self._to_strings(a, x) for x in v])
+                    else:
+                        out.append([self._to_tensor(a, np.asarray(x)) for x in v])
                     continue
             if a.elem_type == _STRING and kind == 0:
                 arr = self._to_strings(a, v)
@@ -415,7 +421,11 @@ class InferenceSession:
     def _to_numpy(self, t, arg, keep=None):
         if t is EMPTY:
             return None
+        if isinstance(t, dict):  # a map (ZipMap's rows): {int or str: float}, as onnxruntime
+            return dict(t)
         if isinstance(t, (list, tuple)):  # a sequence
+            if t and type(t[0]) is dict:  # ZipMap's maps: fresh dicts, fast
+                return [dict(x) for x in t]
             return [self._to_numpy(x, NodeArg(arg.name, None, "", None), keep) for x in t]
         if isinstance(t, np.ndarray):  # strings (host values)
             if t.dtype != object or (arg.elem_type and arg.elem_type != _STRING):
