@@ -300,3 +300,42 @@ def test_batchnorm_training_mode(shape):
     want = ReferenceEvaluator(m).run(None, feed)
     for a, w in zip(got, want):
         np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- ImageDecoder (a host node, Pillow)
+def _image_decoder_model(fmt="RGB"):
+    import onnx
+    from onnx import TensorProto, helper
+    node = helper.make_node("ImageDecoder", ["x"], ["y"], pixel_format=fmt, name="dec")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [None])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [None, None, None])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "P", "L"])
+@pytest.mark.parametrize("fmt", ["RGB", "BGR", "Grayscale"])
+def test_image_decoder_png_modes(mode, fmt):
+    """Lossless PNG round trip: the decoded pixels equal Pillow's own RGB / BGR / L conversion of the image,
+    whatever the file's mode (palette and alpha images come out as 3-channel RGB)."""
+    PIL = pytest.importorskip("PIL.Image")
+    import io
+    rng = np.random.default_rng(3)
+    img = PIL.fromarray(rng.integers(0, 256, (7, 11, 3), dtype=np.uint8)).convert(mode)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    data = np.frombuffer(buf.getvalue(), np.uint8)
+    (y,) = InferenceSession(_image_decoder_model(fmt).SerializeToString()).run(None, {"x": data})
+    if fmt == "Grayscale":
+        want = np.asarray(img.convert("L"))[:, :, None]
+    else:
+        want = np.asarray(img.convert("RGB"))
+        want = want[:, :, ::-1] if fmt == "BGR" else want
+    assert y.dtype == np.uint8 and y.shape == want.shape
+    np.testing.assert_array_equal(y, want)
+
+
+def test_image_decoder_bad_stream_names_node():
+    pytest.importorskip("PIL.Image")
+    sess = InferenceSession(_image_decoder_model().SerializeToString())
+    with pytest.raises(LoweringError, match=r"dec \(ImageDecoder\): cannot decode the 5-byte stream"):
+        sess.run(None, {"x": np.arange(5, dtype=np.uint8)})

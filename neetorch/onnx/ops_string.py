@@ -42,7 +42,8 @@ HOST_OPS: dict = {}
 # (and ops whose outputs are Python objects, not tensors: ZipMap's sequence of maps; neetorch's internal
 # SVM probability coupling, ``ops_ml``)
 STRING_ONLY = frozenset({"StringConcat", "StringSplit", "RegexFullMatch", "StringNormalizer",
-                         "ai.onnx.ml:CategoryMapper", "ai.onnx.ml:ZipMap", "neetorch.internal:SVMProbabilities"})
+                         "ai.onnx.ml:CategoryMapper", "ai.onnx.ml:ZipMap", "neetorch.internal:SVMProbabilities",
+                         "ImageDecoder"})  # ImageDecoder: bytes in, a data-dependent shape out (ops_vision)
 _STRING = 8  # TensorProto.STRING
 
 

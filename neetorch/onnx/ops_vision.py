@@ -1,9 +1,11 @@
-"""ONNX detection / vision ops: RoiAlign, DeformConv, and QLinearConv (a quantized Conv).
+"""ONNX detection / vision ops: RoiAlign, DeformConv, QLinearConv (a quantized Conv), ImageDecoder.
 
 Each lowers to gathers, elementwise math and matmul/conv on nee tensors, vectorized over
 ROIs, channels and output positions.  Semantics follow ONNX's reference implementations
 (``onnx/reference/ops/op_roi_align.py``, ``op_deform_conv.py``, ``op_qlinear_conv.py``),
 including their quirks (RoiAlign's max mode takes the max of the four *weighted* corners).
+ImageDecoder (encoded bytes -> an HWC uint8 image whose shape only the bytes know) is a host node
+decoded with Pillow, as ONNX's reference does.
 """
 from __future__ import annotations
 
@@ -232,3 +234,52 @@ def _qlinear_conv(ctx, node, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, b=None):
         r = r + y_zp.to(nee.float64).reshape(())
     info = np.iinfo(out_dt.np)
     return nee.round(nee.clamp(r, float(info.min), float(info.max))).to(out_dt)
+
+
+# ---------------------------------------------------------------- ImageDecoder (a host node)
+_PIXEL_FORMATS = ("RGB", "BGR", "Grayscale")
+
+
+def _image_decoder(ctx, node, encoded):
+    """``encoded``: a 1-D uint8 tensor holding one image file (any format Pillow reads: JPEG, PNG, BMP,
+    TIFF, WebP, PNM, JPEG 2000 where Pillow was built with it); the output is [H, W, 3] uint8 in RGB or
+    BGR order, or [H, W, 1] for Grayscale (Pillow's ``convert("L")``, ITU-R 601-2 luma, like the
+    reference).  Images that are not RGB (palette, RGBA, CMYK, 16-bit) are converted to RGB first."""
+    import io
+
+    from .ops_string import _np
+    fmt = node.get("pixel_format", "RGB")
+    fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+    if fmt not in _PIXEL_FORMATS:
+        raise LoweringError(f"node {node.name} (ImageDecoder): pixel_format {fmt!r} is not one of "
+                            f"{', '.join(_PIXEL_FORMATS)}")
+    data = _np(encoded)
+    if data is None or data.dtype != np.uint8 or data.ndim != 1:
+        got = "nothing" if data is None else f"a {data.dtype} tensor of shape {list(data.shape)}"
+        raise LoweringError(f"node {node.name} (ImageDecoder): encoded_stream must be a 1-D uint8 tensor, got {got}")
+    try:
+        import PIL.Image
+    except ImportError:
+        raise LoweringError(f"node {node.name} (ImageDecoder): decoding images needs Pillow "
+                            "(python3 -m pip install pillow, or neetorch's [onnx] extra)") from None
+    try:
+        img = PIL.Image.open(io.BytesIO(data.tobytes()))
+        img.load()
+        if fmt == "Grayscale":
+            out = np.asarray(img.convert("L"), dtype=np.uint8)[:, :, None]
+        else:
+            out = np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)
+            if fmt == "BGR":
+                out = out[:, :, ::-1]
+    except (OSError, ValueError, SyntaxError, PIL.Image.DecompressionBombError) as e:
+        raise LoweringError(f"node {node.name} (ImageDecoder): cannot decode the {data.size}-byte stream as an "
+                            f"image: {e}") from None
+    return ctx.const(np.ascontiguousarray(out))
+
+
+def _register_host_ops():
+    from .ops_string import host_op
+    host_op("ImageDecoder")(_image_decoder)
+
+
+_register_host_ops()
