@@ -1,17 +1,134 @@
-"""``nee.linalg``: the ``torch.linalg`` names neetorch implements (each is an op from the op table)."""
-from .ops.linalg import matmul, vdot  # noqa: F401
-from .ops.matrix import linalg_cross as cross  # noqa: F401
-from .ops.reduction import vector_norm  # noqa: F401
+"""``nee.linalg``: the ``torch.linalg`` names neetorch implements (each is an op of the op table, or
+composed from them: see ``ops/lapack.py`` for the decompositions and solvers).
+
+Real dtypes only: ``eig`` / ``eigvals`` (complex results for general matrices) raise and point
+to ``eigh`` / ``eigvalsh``.
+"""
+import math
+
+from .ops.lapack import LinAlgError, _floating, _out, _square, _tensor
+from .ops.lapack import linalg_cholesky as cholesky
+from .ops.lapack import linalg_cholesky_ex as cholesky_ex
+from .ops.lapack import linalg_det as det
+from .ops.lapack import linalg_diagonal as diagonal
+from .ops.lapack import linalg_eig as eig
+from .ops.lapack import linalg_eigh as eigh
+from .ops.lapack import linalg_eigvals as eigvals
+from .ops.lapack import linalg_eigvalsh as eigvalsh
+from .ops.lapack import linalg_inv as inv
+from .ops.lapack import linalg_inv_ex as inv_ex
+from .ops.lapack import linalg_lstsq as lstsq
+from .ops.lapack import linalg_lu as lu
+from .ops.lapack import linalg_lu_factor as lu_factor
+from .ops.lapack import linalg_lu_factor_ex as lu_factor_ex
+from .ops.lapack import linalg_lu_solve as lu_solve
+from .ops.lapack import linalg_matrix_exp as matrix_exp
+from .ops.lapack import linalg_matrix_power as matrix_power
+from .ops.lapack import linalg_matrix_rank as matrix_rank
+from .ops.lapack import linalg_multi_dot as multi_dot
+from .ops.lapack import linalg_pinv as pinv
+from .ops.lapack import linalg_qr as qr
+from .ops.lapack import linalg_slogdet as slogdet
+from .ops.lapack import linalg_solve as solve
+from .ops.lapack import linalg_solve_ex as solve_ex
+from .ops.lapack import linalg_solve_triangular as solve_triangular
+from .ops.lapack import linalg_svd as svd
+from .ops.lapack import linalg_svdvals as svdvals
+from .ops.lapack import linalg_tensorinv as tensorinv
+from .ops.lapack import linalg_tensorsolve as tensorsolve
+from .ops.lapack import linalg_vecdot as vecdot
+from .ops.linalg import matmul, vdot
+from .ops.matrix import linalg_cross as cross
+from .ops.reduction import vector_norm
+
+__all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals",
+           "eigvalsh", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
+           "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
+           "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vdot", "vecdot",
+           "vector_norm"]
+
+_MATRIX_ORDS = ("fro", "nuc", math.inf, -math.inf, 1, -1, 2, -2)
 
 
-def norm(input, ord=None, dim=None, keepdim=False, *, dtype=None):
-    """Vector norm (``ord`` a number or inf) or Frobenius norm (``ord=None``/``'fro'`` over 2 dims)."""
-    if ord in (None, "fro") or isinstance(ord, (int, float)):
-        return vector_norm(input, 2 if ord in (None, "fro") else ord, dim=dim, keepdim=keepdim, dtype=dtype)
-    raise NotImplementedError(f"linalg.norm: ord={ord!r} (matrix norms other than 'fro') is not implemented")
+def norm(input, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.linalg.norm``: a vector norm (1-D ``dim``, or ``ord=None`` over everything), else a matrix norm
+    over 2 dims (``ord`` in 'fro', 'nuc', inf, -inf, 1, -1, 2, -2)."""
+    if dim is not None and not isinstance(dim, (tuple, list)):
+        dim = (dim,)
+    if ord is None:
+        return _out(vector_norm(input, 2, dim=dim, keepdim=keepdim, dtype=dtype), out)
+    if dim is None:
+        if input.ndim not in (1, 2):
+            raise RuntimeError(f"linalg.norm: If dim is not specified but ord is, the input must be 1D or 2D. Got "
+                               f"{input.ndim}D.")
+        dim = tuple(range(input.ndim))
+    if len(dim) == 2:
+        return _out(matrix_norm(input, ord, dim, keepdim, dtype=dtype), out)
+    if isinstance(ord, str):
+        raise TypeError(f"linalg.vector_norm: Expected a number as the order of the norm, got {ord!r}")
+    return _out(vector_norm(input, ord, dim=dim, keepdim=keepdim, dtype=dtype), out)
 
 
-def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None):
-    if ord != "fro":
-        raise NotImplementedError(f"linalg.matrix_norm: ord={ord!r} is not implemented (only 'fro')")
-    return vector_norm(input, 2, dim=dim, keepdim=keepdim, dtype=dtype)
+def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):
+    """``torch.linalg.matrix_norm``: 'fro', 'nuc', inf, -inf, 1, -1, 2, -2 over the two dims ``dim``."""
+    _tensor(input, "linalg.matrix_norm")
+    if input.ndim < 2:
+        raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+    _floating(input, "linalg.matrix_norm")
+    if ord not in _MATRIX_ORDS:
+        raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    if dtype is not None:
+        input = input.to(dtype)
+    d0, d1 = (d % input.ndim for d in dim)
+    if d0 == d1:
+        raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
+    if ord == "fro":
+        return _out(vector_norm(input, 2, dim=(d0, d1), keepdim=keepdim), out)
+    if ord in ("nuc", 2, -2):
+        # the two dims last, then the singular values
+        rest = [d for d in range(input.ndim) if d not in (d0, d1)]
+        s = svdvals(input.permute(rest + [d0, d1]))
+        if ord == "nuc":
+            r = s.sum(-1)
+        elif ord == 2:
+            r = s.amax(-1)
+        else:
+            r = s.amin(-1)
+        if keepdim:
+            r = r.unsqueeze(min(d0, d1)).unsqueeze(max(d0, d1))
+        return _out(r, out)
+    # 1 / inf: the largest (smallest for -1 / -inf) column / row sum of |A|
+    if abs(ord) == math.inf:
+        d0, d1 = d1, d0
+    if not keepdim and d0 < d1:
+        d1 -= 1
+    s = vector_norm(input, 1, dim=(d0,), keepdim=keepdim)
+    return _out(s.amax(d1, keepdim=keepdim) if ord > 0 else s.amin(d1, keepdim=keepdim), out)
+
+
+def cond(A, p=None, *, out=None):
+    """``torch.linalg.cond``: the condition number; p in None/2/-2 (from the singular values, any shape), or
+    'fro', 'nuc', inf, -inf, 1, -1 (square matrices; singular ones give inf)."""
+    _tensor(A, "linalg.cond")
+    if p not in (None,) + _MATRIX_ORDS:
+        raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
+    if A.ndim < 2:
+        raise RuntimeError("linalg.cond: The input tensor A must have at least 2 dimensions.")
+    if p in (None, 2, -2):
+        if A.numel() == 0:
+            return _out(vector_norm(A, 2, dim=(-2, -1)), out)
+        s = svdvals(A)
+        big, small = s.narrow(-1, 0, 1).squeeze(-1), s.narrow(-1, s.shape[-1] - 1, 1).squeeze(-1)
+        return _out(small / big if p == -2 else big / small, out)
+    _square(A, f"linalg.cond(ord={p})")
+    _floating(A, "linalg.inv")
+    if A.numel() == 0:
+        return _out(vector_norm(A, 2, dim=(-2, -1)), out)
+    if p == "nuc":
+        # torch's definition (matrix_norm would see the infinities of a singular matrix's inverse)
+        s = svdvals(A)
+        return _out(s.sum(-1) * s.reciprocal().sum(-1), out)
+    from .ops.registry import EXPORTS
+    inverse, info = inv_ex(A)
+    inverse = EXPORTS["where"][0]((info > 0).unsqueeze(-1).unsqueeze(-1), math.inf, inverse)
+    return _out(matrix_norm(A, p) * matrix_norm(inverse, p), out)
