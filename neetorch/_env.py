@@ -12,6 +12,11 @@ Read where they are used (CPU backend tuning):
 NEE_CPU_RENDERER             llvm (default) | numba: how elementwise/fused/row kernels are built
                              (devices/cpu/elementwise.py).
 NEE_CPU_POOL_BYTES           bytes of large output buffers kept for reuse (default 1 GiB).
+NEE_CONV_DIRECT              unset: cost rule | 0 never | 1 always: direct LLVM conv kernels for float32
+                             (devices/cpu/kernels/conv_direct.py).
+NEE_JIT_CAT                  1 (default) | 0: the jit memory plan writes a cat's inputs straight into
+                             their slices of its output and drops the copy (jit/executable.py plan_cats).
+NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py).
 NEE_MATMUL_PAR_FLOPS         products from this many flops are split over the thread pool (8e6).
 NEE_MATMUL_PAR_BYTES         matrix-vector products split by weight columns from this weight size (4 MiB).
 NEE_MATMUL_BLOCKS_PER_THREAD blocks per thread for split products (4).
@@ -26,6 +31,7 @@ CACHE_DIR = os.environ.get("NEE_CACHE_DIR") or os.path.join(
 STRICT = os.environ.get("NEE_STRICT", "0") not in ("", "0", "false", "False")
 NUM_THREADS = int(os.environ.get("NEE_NUM_THREADS", "0") or 0) or (os.cpu_count() or 1)
 DEFAULT_DEVICE = os.environ.get("NEE_DEVICE", "cpu")
+JIT_CAT = os.environ.get("NEE_JIT_CAT", "1") not in ("0", "false", "False")
 
 # Numba's own cache for neetorch's static kernels (njit(cache=True) in devices/cpu/kernels)
 # lives in the same neetorch cache dir, not beside the installed sources; an explicit

@@ -307,7 +307,8 @@ class JitFunction:
         return self._executable(args, kwargs)[1]
 
     def explain(self, *args, **kwargs) -> str:
-        """The graph after tracing, after each pass and after fusion, the kernels and the memory plan."""
+        """The graph after tracing, after each pass and after fusion, the kernels and the memory plan
+        (with the cats it eliminated: executable.plan_cats)."""
         parts = []
         exe, g = self._specialize(args, kwargs, on_stage=lambda name, g: parts.append(f"== after {name}\n{g}"))
         parts.append(f"== {exe.num_kernels} kernel launches, {len(exe.kernels)} fused kernels")

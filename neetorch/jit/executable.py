@@ -4,17 +4,23 @@ Intermediate buffers are placed in one arena by liveness (a buffer's bytes are r
 once its last reader has run); the arena is allocated once per thread and reused
 across calls.  Graph outputs (and anything a returned view aliases) are never placed
 in the arena.
+
+Cat elimination (:func:`plan_cats`, ``NEE_JIT_CAT=0`` turns it off): an intermediate
+read by a ``cat`` whose slice of the output is one contiguous block (batch-1 NCHW along
+channels) is given that slice as its buffer, so its producer (a conv, a fused group)
+writes it in place and the cat copies nothing; a cat with every input in place has no
+step at all, the others copy only the rest.  Nested cats (DenseNet) share one buffer.
 """
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import is_ as _is
 
 import numpy as np
 
-from .. import profiler
+from .. import _env, profiler
 from ..devices import claim, get_backend
 from ..devices import device as _device
 from ..ops import registry
@@ -25,7 +31,7 @@ from ..trace.ir import Graph, Value
 from ..trace.tracer import ViewOp
 from .fusion import FusedElementwise
 
-__all__ = ["Executable", "MemoryPlan", "plan_memory"]
+__all__ = ["Executable", "MemoryPlan", "plan_cats", "plan_memory"]
 
 _ALIGN = 64
 
@@ -35,11 +41,33 @@ class MemoryPlan:
     offsets: dict            # Value -> byte offset in the arena
     arena_bytes: int         # planned peak of intermediates
     total_bytes: int         # sum of all intermediates (what eager would allocate)
+    # cat elimination (plan_cats): Value -> (cat Node, input position) for every cat input written
+    # straight into its slice of the cat's output; per cat Node with any such input, (positions in
+    # place, input count, bytes in place); None when NEE_JIT_CAT=0
+    placed: dict = field(default_factory=dict)
+    cats: dict | None = field(default_factory=dict)
+    cat_nodes: int = 0       # cat nodes in the graph
+
+    def in_place(self, n) -> list:
+        """The input positions of cat node ``n`` whose producers write into the output's slice."""
+        return [k for k, a in enumerate(n.inputs) if self.placed.get(a) == (n, k)]
 
     def __str__(self):
         saved = 1 - self.arena_bytes / self.total_bytes if self.total_bytes else 0.0
-        return (f"memory plan: {len(self.offsets)} intermediate buffers, arena {self.arena_bytes} B vs "
-                f"{self.total_bytes} B allocated separately ({saved:.0%} saved)")
+        s = (f"memory plan: {len(self.offsets)} intermediate buffers, arena {self.arena_bytes} B vs "
+             f"{self.total_bytes} B allocated separately ({saved:.0%} saved)")
+        if self.cats is None:
+            return s + (f"\ncat elimination: off (NEE_JIT_CAT=0), {self.cat_nodes} cat copies run"
+                        if self.cat_nodes else "")
+        if not self.cat_nodes:
+            return s
+        full = sum(1 for k, n, _ in self.cats.values() if k == n)
+        part = len(self.cats) - full
+        ins = sum(k for k, _, _ in self.cats.values())
+        nbytes = sum(b for _, _, b in self.cats.values())
+        return s + (f"\ncat elimination: {full} of {self.cat_nodes} cats eliminated (no copy step), {part} partly "
+                    f"(the other inputs copied); {ins} cat inputs written in place by their producers, "
+                    f"{nbytes} B of copies saved per run")
 
 
 def _nbytes(v: Value) -> int:
@@ -49,7 +77,61 @@ def _nbytes(v: Value) -> int:
     return n
 
 
-def plan_memory(g: Graph) -> MemoryPlan:
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _is_cpu(v: Value) -> bool:
+    return getattr(v.device, "type", str(v.device).split(":")[0]) == "cpu"
+
+
+def plan_cats(g: Graph, roots: dict, out_roots: set, last: dict) -> dict:
+    """Cat elimination: which cat inputs their producers write straight into the cat's output.
+
+    Returns {Value: (cat Node, input position, output Value, byte offset in that output)}.  An
+    input of ``cat(..., dim=d)`` is placed when its slice is one contiguous block of the output
+    (``prod(out.shape[:d]) == 1``: batch-1 NCHW along channels), it has the output's dtype, and
+    it is an intermediate written by a step into the buffer the plan gives it: produced by a
+    node that is not a view (graph inputs and constants are not), not a graph output nor
+    aliased by one, not already placed in another cat (``cat([a, a])``: the first slot), on
+    the CPU.  Only the CPU: other devices' steps allocate their own buffers (the arena is host
+    memory).  The cat's output must itself be an arena buffer (read, not returned).  A cat
+    output placed into a later cat carries its own placed inputs along (DenseNet's chains
+    ``cat(cat(x0, x1), x2)`` are one buffer).  Nothing is written twice: the graph is SSA (in-place
+    updates are recorded as new values, tracer.traced_assign) and no step writes its inputs, so a
+    placed input read by other nodes keeps its value; plan_memory keeps the output's buffer
+    live from the first placed input's production to the last read of any value inside it."""
+    placed: dict = {}
+    for n in g.nodes:
+        if n.name != "cat" or isinstance(n.op, ViewOp) or len(n.outputs) != 1:
+            continue
+        o = n.outputs[0]
+        d = n.attrs.get("dim")
+        if o in out_roots or o not in last or roots.get(o, o) is not o or not _is_cpu(o) or \
+                not isinstance(d, int) or d < 0 or not all(isinstance(s, int) for s in o.shape) or \
+                _prod(o.shape[:d]) != 1:
+            continue
+        row = _prod(o.shape[d + 1:]) * o.dtype.itemsize
+        pos = 0
+        for k, a in enumerate(n.inputs):
+            nb = a.shape[d] * row
+            p = a.producer
+            if nb and p is not None and not isinstance(p.op, ViewOp) and a not in placed and a not in out_roots \
+                    and a in last and roots.get(a, a) is a and a.dtype == o.dtype and _is_cpu(a) \
+                    and tuple(a.shape[d + 1:]) == tuple(o.shape[d + 1:]):
+                placed[a] = (n, k, o, pos)
+            pos += nb
+    return placed
+
+
+def plan_memory(g: Graph, cats: bool | None = None) -> MemoryPlan:
+    """Offsets in one arena for the graph's intermediates (see the module docs); ``cats``
+    (default: NEE_JIT_CAT, on) places cat inputs inside the cat's output (:func:`plan_cats`)."""
+    if cats is None:
+        cats = _env.JIT_CAT
     root: dict = {}
     for n in g.nodes:
         for o in n.outputs:
@@ -60,11 +142,41 @@ def plan_memory(g: Graph) -> MemoryPlan:
         for a in n.inputs:
             r = root.get(a, a)
             last[r] = i
+    placed = plan_cats(g, root, out_roots, last) if cats else {}
+    # each placed value's outermost cat output (its region's owner) and offset inside it; a region is
+    # allocated when its first value is produced and freed after the last read of any value in it
+    top: dict = {}
+    for a in placed:
+        off, h = 0, a
+        while h in placed:
+            off += placed[h][3]
+            h = placed[h][2]
+        top[a] = (h, off)
+    region_last: dict = {}
+    for a, (h, _) in top.items():
+        region_last[h] = max(region_last.get(h, last[h]), last[a])
+    for h in region_last:
+        top[h] = (h, 0)
     offsets: dict = {}
     free: list = []          # (offset, size) holes
     live: list = []          # (last_use, offset, size)
-    top = 0
+    peak = 0
     total = 0
+
+    def alloc(size):
+        nonlocal peak
+        best = None
+        for k, (off, sz) in enumerate(free):
+            if sz >= size and (best is None or sz < free[best][1]):
+                best = k
+        if best is not None:
+            off, sz = free.pop(best)
+            if sz > size:
+                free.append((off + size, sz - size))
+            return off
+        off = peak
+        peak += size
+        return off
     for i, n in enumerate(g.nodes):
         if not isinstance(n.op, ViewOp):
             for o in n.outputs:
@@ -72,19 +184,18 @@ def plan_memory(g: Graph) -> MemoryPlan:
                     continue
                 size = (_nbytes(o) + _ALIGN - 1) // _ALIGN * _ALIGN
                 total += size
-                best = None
-                for k, (off, sz) in enumerate(free):
-                    if sz >= size and (best is None or sz < free[best][1]):
-                        best = k
-                if best is not None:
-                    off, sz = free.pop(best)
-                    if sz > size:
-                        free.append((off + size, sz - size))
-                else:
-                    off = top
-                    top += size
-                offsets[o] = off
-                live.append((last[o], off, size))
+                t = top.get(o)
+                if t is None:
+                    off = alloc(size)
+                    offsets[o] = off
+                    live.append((last[o], off, size))
+                    continue
+                h, rel = t
+                if h not in offsets:
+                    hsize = (_nbytes(h) + _ALIGN - 1) // _ALIGN * _ALIGN
+                    offsets[h] = alloc(hsize)
+                    live.append((region_last[h], offsets[h], hsize))
+                offsets[o] = offsets[h] + rel
         still = []
         for lu, off, size in live:
             if lu <= i:
@@ -100,7 +211,15 @@ def plan_memory(g: Graph) -> MemoryPlan:
             else:
                 merged.append((off, size))
         free = merged
-    return MemoryPlan(offsets, top, total)
+    cat_info: dict | None = {} if cats else None
+    for a, (n, k, _, _) in placed.items():
+        c = cat_info.setdefault(n, [0, len(n.inputs), 0])
+        c[0] += 1
+        c[2] += _nbytes(a)
+    if cat_info:
+        cat_info = {n: tuple(c) for n, c in cat_info.items()}
+    n_cats = sum(1 for n in g.nodes if n.name == "cat" and not isinstance(n.op, ViewOp))
+    return MemoryPlan(offsets, peak, total, {a: (n, k) for a, (n, k, _, _) in placed.items()}, cat_info, n_cats)
 
 
 class Executable:
@@ -150,6 +269,11 @@ class Executable:
             run, sources = res
             self.kernels.extend(sources)
             return [("pattern", n, run, be)]
+        if n.name == "cat" and self.plan.cats and n in self.plan.cats:
+            # cat elimination (plan_cats): the inputs in place were written into the output's slices
+            # by their producers; the step copies the others (none: no launch on the fast path)
+            inplace = self.plan.in_place(n)
+            return [("cat", n, [k for k in range(len(n.inputs)) if k not in inplace], inplace)]
         return [self._op_step(n)]
 
     def _backend_of(self, n):
@@ -177,9 +301,14 @@ class Executable:
             a = self._local.arena = np.empty(max(self.plan.arena_bytes, 1), np.uint8)
         return a
 
-    def _buffer(self, v: Value, arena, shape=None):
+    def _buffer(self, v: Value, arena, shape=None, unplanned=False):
+        """``v``'s buffer: its arena slot, else a new one.  ``unplanned``: a shape-polymorphic call at
+        other shapes than planned, where a value placed inside a cat's output (plan_cats) would not
+        be at its slice: it gets a buffer of its own and the cat step copies it."""
         shape = v.shape if shape is None else tuple(shape)
         off = self.plan.offsets.get(v)
+        if unplanned and v in self.plan.placed:
+            off = None
         dev = v.device
         dev = self.device if dev is self.device or dev == self.device else _device(dev)
         if off is None or dev.type != "cpu":
@@ -240,6 +369,10 @@ class Executable:
                 step = self._kernel_step(n)
             ins = [slot[a] for a in n.inputs]
             outs = [new_slot(o) for o in n.outputs]
+            if step[0] == "cat" and not step[2]:
+                # every input was written in place: the output is its arena buffer, no step runs
+                template[outs[0]] = self._buffer(n.outputs[0], arena)
+                continue
             runners.append(self._fast_step(step, ins, outs, arena))
         return template, in_slots, runners, [slot[o] for o in g.outputs]
 
@@ -279,6 +412,17 @@ class Executable:
     def _fast_step(self, step, ins, outs, arena):
         kind, n = step[0], step[1]
         attrs = n.attrs
+        if kind == "cat":   # some inputs in place (plan_cats): copy the others into their slices
+            t = self._buffer(n.outputs[0], arena)
+            dsts = _cat_slices(t._data, [a.shape for a in n.inputs], attrs["dim"])
+            pairs = [(ins[k], dsts[k]) for k in step[2] if dsts[k].size]
+            o0, copyto = outs[0], np.copyto
+
+            def run(env):
+                for i, dst in pairs:
+                    copyto(dst, env[i]._data, casting="unsafe")
+                env[o0] = t
+            return run
         if kind in ("kernel", "fused", "pattern"):
             make = self._out_maker(n.outputs, arena)
             if kind == "kernel":
@@ -407,11 +551,15 @@ class Executable:
         for v, t in zip(g.inputs, inputs):
             env[v] = t
         arena = self._arena()
+        # a shape-polymorphic call at other shapes than planned: values placed in a cat's output get
+        # buffers of their own (their slices moved) and the cat copies them
+        un = self.dynamic and bool(self.plan.placed) and \
+            (len(inputs) != len(self._in_shapes) or any(t._data.shape != s for t, s in zip(inputs, self._in_shapes)))
         for step in self.steps:
             kind, n = step[0], step[1]
             if kind == "fused":
                 shape = broadcast_shapes(*[env[a]._data.shape for a in n.inputs]) if self.dynamic else None
-                outs = [self._buffer(o, arena, shape) for o in n.outputs]
+                outs = [self._buffer(o, arena, shape, un) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[3].launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
@@ -427,7 +575,7 @@ class Executable:
                 args = [env[a] for a in n.inputs]
                 if n.op.check is not None:
                     n.op.check(args, n.attrs)
-                outs = [self._buffer(o, arena) for o in n.outputs]
+                outs = [self._buffer(o, arena, None, un) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[2](step[3], [o._data for o in outs], [a._data for a in args], n.attrs)
@@ -443,9 +591,9 @@ class Executable:
                 args = [env[a]._data for a in n.inputs]
                 if self.dynamic:
                     metas = n.op.infer([Meta(a.shape, v.dtype) for a, v in zip(args, n.inputs)], n.attrs)
-                    outs = [self._buffer(o, arena, m.shape) for o, m in zip(n.outputs, metas)]
+                    outs = [self._buffer(o, arena, m.shape, un) for o, m in zip(n.outputs, metas)]
                 else:
-                    outs = [self._buffer(o, arena) for o in n.outputs]
+                    outs = [self._buffer(o, arena, None, un) for o in n.outputs]
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[2]([o._data for o in outs], args)
@@ -457,6 +605,22 @@ class Executable:
                     step[2]([o._data for o in outs], args)
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
+            elif kind == "cat":
+                args = [env[a]._data for a in n.inputs]
+                o = n.outputs[0]
+                t = self._buffer(o, arena, _infer_cat_shape(args, n.attrs["dim"]), un)
+                copy = range(len(args)) if un else step[2]   # unplanned: nothing was written in place
+                dsts = _cat_slices(t._data, [a.shape for a in args], n.attrs["dim"])
+                t0 = time.perf_counter()
+                nbytes = 0
+                for k in copy:
+                    if dsts[k].size:
+                        np.copyto(dsts[k], args[k], casting="unsafe")
+                        nbytes += 2 * dsts[k].nbytes
+                if nbytes and profiler.timing_enabled():
+                    profiler.record("cat", "kernel", o.device, t0, time.perf_counter() - t0, nbytes,
+                                    detail=str(o.shape))
+                env[o] = t
             elif kind == "view":
                 r = n.op.fn(env[n.inputs[0]], *n.attrs["args"], *[env[a] for a in n.inputs[1:]],
                             **dict(n.attrs["kwargs"]))
@@ -469,7 +633,7 @@ class Executable:
                     metas = n.op.infer([Meta(t._data.shape, t._dtype) for t in args], n.attrs)
                 else:
                     metas = [Meta(o.shape, o.dtype) for o in n.outputs]
-                outs = [self._buffer(o, arena, m.shape) for o, m in zip(n.outputs, metas)]
+                outs = [self._buffer(o, arena, m.shape, un) for o, m in zip(n.outputs, metas)]
                 res = registry.run(n.op, args, n.attrs, metas, out=outs)
                 for o, t in zip(n.outputs, res):
                     env[o] = t
@@ -479,10 +643,26 @@ class Executable:
 
     @property
     def num_kernels(self) -> int:
-        return sum(1 for s in self.steps if s[0] != "view")
+        return sum(1 for s in self.steps if s[0] != "view" and not (s[0] == "cat" and not s[2]))
 
 
 _COPYING_RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
+
+
+def _infer_cat_shape(arrays, d) -> tuple:
+    shape = list(arrays[0].shape)
+    shape[d] = sum(a.shape[d] for a in arrays)
+    return tuple(shape)
+
+
+def _cat_slices(out, shapes, d) -> list:
+    """The views of ``out`` that a cat along ``d`` of inputs of ``shapes`` writes each input to."""
+    res = []
+    pos = 0
+    for s in shapes:
+        res.append(out[(slice(None),) * d + (slice(pos, pos + s[d]),)])
+        pos += s[d]
+    return res
 
 # a step whose input layouts keep changing stops being re-bound after this many bindings
 _MAX_BINDS = 8
