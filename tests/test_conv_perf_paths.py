@@ -30,6 +30,7 @@ def spy(monkeypatch):
     which keeps small and 1x1 / 3x3-strided convs on im2col, has its own test below)."""
     monkeypatch.setattr(K, "_wide_pays", lambda *a, **k: True)
     monkeypatch.setattr(K, "_WINO_FORCE", ["0"])          # not the Winograd path (3x3 stride 1)
+    monkeypatch.setattr(K.conv_direct, "MODE", ["0"])     # nor the direct kernel (tests/test_conv_direct.py)
     calls = []
     orig = K._conv_wide
 
@@ -213,6 +214,7 @@ def test_depthwise_padded_planes_match_torch(monkeypatch, nthreads, dt, tol):
 @pytest.fixture
 def wino(monkeypatch):
     """Counts the Winograd path's calls (their tile size m); the rule is replaced per test."""
+    monkeypatch.setattr(K.conv_direct, "MODE", ["0"])     # not the direct kernel (tests/test_conv_direct.py)
     calls = []
     orig = K._conv_winograd
 

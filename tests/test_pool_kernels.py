@@ -1,6 +1,7 @@
-"""The vectorized CPU pooling kernels (interior columns one tap at a time, clamped border columns scalar)
-against torch.nn.functional: odd sizes, padding, ceil_mode, strides 1/2/3, dilation, ties and NaNs (exact
-indices), non-contiguous inputs, planes split over threads, float64 / float16."""
+"""The CPU pooling kernels (kernels/conv.py: _pool_planes, whole padded phase planes, rows then columns;
+_pool_global, whole-plane windows; _maxpool_idx_planes, with indices) against torch.nn.functional: odd sizes,
+padding, ceil_mode, count_include_pad, divisor_override, strides 1/2/3, dilation, ties and NaNs (exact
+indices), -inf, batches, non-contiguous inputs, planes split over threads, float64 / float16."""
 import itertools
 
 import numpy as np
@@ -82,7 +83,7 @@ def test_non_contiguous_and_float64():
 
 
 def test_threaded_planes_and_float16():
-    # (2, 24, 64, 64) x 9 taps is over the 1M-element threshold: planes are split over the thread pool
+    # larger planes (the ones below: every call split over the pool), a NaN, float16 in and out
     x = RNG.standard_normal((2, 24, 64, 64)).astype(np.float32)
     x[0, 5, 10, 11] = np.nan
     _check_max(x, 3, 2, 1, 1, False)
@@ -101,6 +102,46 @@ def test_threaded_planes_and_float16():
     want = F.avg_pool2d(torch.from_numpy(h.astype(np.float32)), 3, 1, 1).numpy()
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-3, atol=2e-3)
 
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_planes_split_batches_and_global_windows(monkeypatch, nthreads):
+    """Every call split over the pool (small ones too), batches of images, -inf and NaN inputs, and windows
+    covering whole planes (global pooling: one reduction per plane, _pool_global)."""
+    from neetorch.devices.cpu import threads
+    from neetorch.devices.cpu.kernels import conv as K
+    monkeypatch.setattr(K, "_PLANES_PAR_NS", 0)
+    glob = []
+    orig = K._pool_global
+    monkeypatch.setattr(K, "_pool_global", lambda *a: glob.append(1) or orig(*a))
+    old = threads.get_num_threads()
+    threads.set_num_threads(nthreads)
+    try:
+        x = RNG.standard_normal((3, 5, 9, 11)).astype(np.float32)
+        x[1, 2, 4, 5] = np.nan
+        x[2, 0] = -np.inf
+        for k, s, p, d, ceil in [(3, 2, 1, 1, True), (3, 1, 1, 1, False), (2, 3, 0, 2, True),
+                                 ((4, 2), 2, (2, 1), 1, True)]:
+            _check_max(x, k, s, p, d, ceil)
+        for k, s, p, ceil, cip, div in [(3, 2, 1, True, False, None), (3, 1, 1, False, True, None),
+                                        (2, 3, 1, True, True, 7), ((5, 3), (3, 1), (2, 0), True, False, None)]:
+            got = C.avg_pool2d(nee.from_numpy(x), k, s, p, ceil, cip, div).numpy()
+            want = F.avg_pool2d(torch.from_numpy(x), k, s, p, ceil, cip, div).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert not glob
+        for shape, dt in [((2, 3, 7, 7), np.float32), ((1, 2, 1, 3), np.float32), ((1, 4, 13, 5), np.float64),
+                          ((2, 2, 2, 1), np.float64)]:
+            g = RNG.standard_normal(shape).astype(dt)
+            g[0, 0, 0, -1] = np.nan
+            _check_max(g, shape[2:], 1, 0, 1, False)
+            for div in (None, 3):
+                got = C.avg_pool2d(nee.from_numpy(g), shape[2:], 1, 0, False, True, div).numpy()
+                assert got.dtype == dt
+                want = F.avg_pool2d(torch.from_numpy(g), shape[2:], 1, 0, False, True, div).numpy()
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        assert len(glob) >= 4 * 3                   # one call per chunk of planes
+    finally:
+        threads.set_num_threads(old)
 
 # ---------------------------------------------------------------- conv2d GEMM paths (kernels/conv.py)
 CONV_CASES = [  # (x shape, w shape, stride, padding, dilation, groups): the path each one takes

@@ -5,9 +5,14 @@ flat buffer, with all sizes and parameters passed as runtime ints, so there is o
 compiled specialization per float dtype (float32, float64) and none per shape.
 Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 
+* conv2d, float32 (one group, AVX-512F): first the direct kernel (kernels/conv_direct.py: LLVM IR
+  register-tiled micro-kernels over the zero-padded phase planes, weights packed once per weight
+  buffer) where its cost rule picks it: every conv but the unpadded 1x1 ones and those the Winograd
+  rule takes; NEE_CONV_DIRECT=0 turns it off, =1 takes every float32 conv it can.  Otherwise:
 * conv2d: 1x1 -> GEMMs on the NCHW buffers (no im2col; strided: on the subsampled input, one
-  strided copy); depthwise -> one multiply-add per tap over the whole zero-padded plane
-  (_depthwise_wide), else a direct row loop; 3x3 stride 1 where the cost rule (_winograd_rule) picks
+  strided copy); depthwise -> one fused pass per input plane: padded and split into its stride
+  phases in a per-thread buffer, all taps in one vector loop over padded-width rows, compacted
+  (_depthwise_fused), else a direct row loop; 3x3 stride 1 where the cost rule (_winograd_rule) picks
   it -> Winograd F(2x2 or 4x4, 3x3) (kernels/winograd.py: transformed weights cached per weight
   buffer, input tiles transformed, alpha^2 GEMMs per block of output channels, each block's output
   transformed at once); otherwise, where it pays (_wide_pays: stride-1
@@ -20,10 +25,16 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
   over blocks.  Every GEMM runs with single-threaded BLAS, split across the cores by gemm_driver
   or neetorch's pool (_gemms).
 * conv_transpose2d: GEMM into columns + col2im (the adjoint of im2col).
-* max/avg pooling: stride 1 -> whole padded planes, the window's rows then its columns, each one
-  contiguous pass (_maxpool_planes, _sumpool_planes); otherwise per output row, the window's rows
-  into a row buffer, then the interior columns one tap at a time over it (vector loops), the
-  clamped border columns scalar (_maxpool_rows, _avgpool_rows; with indices: _maxpool_idx).
+* max/avg pooling: whole planes in per-thread buffers, padded (-inf / 0) and split into their
+  stride phases as the depthwise kernel's, then the window's rows, then its columns, each one
+  contiguous vector loop over the plane, then compacted (_pool_planes); windows covering whole
+  planes: one reduction per plane (_pool_global); with indices: the same phase planes, one pass per
+  tap keeping the winning tap's index offset (exact for windows inside the input), the windows that
+  reach into the padding scalar (_maxpool_idx_planes).
+* depthwise and pooling loops index with uint64 (no negative-index wraparound checks: without it
+  they do not vectorize), keep their arithmetic in the input's float type (a float64 zero or
+  literal would widen every sum), and divide under error_model="numpy" (Python's zero-division
+  check stops vectorization too).
 * float16 inputs are computed in float32 and rounded once at the end.
 """
 from __future__ import annotations
@@ -35,7 +46,7 @@ import numpy as np
 from numba import njit
 
 from .. import kernel, threads
-from . import winograd
+from . import conv_direct, winograd
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -385,7 +396,7 @@ def _depthwise(x, w, b, out, C, O, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
         o = q - n * O
         xb = (n * C + o // mult) * H * W
         ob = q * L
-        bv = b[o] if has_bias else 0.0
+        bv = b[o] if has_bias else b[0]          # b: zeros(1) without a bias (0.0: float64 sums)
         for i in range(L):
             out[ob + i] = bv
         for ki in range(KH):
@@ -432,6 +443,10 @@ def conv2d_kernel(backend, outs, ins, attrs):
     OH, OW = out.shape[2], out.shape[3]
     Og = O // G
     L = OH * OW
+    if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1]):
+        # float32 where the cost rule (or NEE_CONV_DIRECT=1) picks the direct kernel (kernels/conv_direct.py)
+        _finish(out, res)
+        return
     wu = _winograd_u(x, w, G, attrs, OH, OW, w is ins[1]) if Cg else None
     if Cg == 0:
         res[...] = 0
@@ -448,7 +463,8 @@ def conv2d_kernel(backend, outs, ins, attrs):
         else:
             _gemms([(og[n], wg, xg[n]) for n in range(N)])          # (G, Og, L) batches
     elif Cg == 1 and G == C and KH * KW > 1:
-        # depthwise: direct loop, one output plane at a time
+        # depthwise: one fused pass per input plane (padded and phase-split in a per-thread buffer, all taps
+        # in one loop, _depthwise_padded); the direct row loop where padded-width rows waste too much
         wf = w.reshape(-1)
         bf = b if b is not None else np.zeros(1, x.dtype)
         of = res.reshape(-1)
@@ -908,35 +924,153 @@ def _conv_wide(x, wg, b, res, G, Og, K, geo):
         compact(wide, n, r0, r1)
 
 
+# index type of the depthwise / pooling loops (no negative-index wraparound checks: they vectorize)
+_U = np.uint64
+# depthwise / pooling planes go to the pool from this much estimated single-thread time (ns): a hand-off
+# costs ~12 us at best (measured, 2 threads), each chunk a kernel call (~1-2 us) and its buffers' setup;
+# on the shared box under load (~4.5) a split call took 1.3-2.5x the serial one at every size measured
+# (60 to 400 us: the other core is busy), so only calls long enough to gain on a quiet machine split
+_PLANES_PAR_NS = 100000
+
+
+def _par_planes(fn, nplanes: int, est_ns: float) -> None:
+    """fn(p0, p1) over [0, nplanes): on the calling thread, or, from _PLANES_PAR_NS of estimated work on,
+    in two chunks per thread (claimed: a descheduled worker on the loaded shared box then delays the
+    call by a quarter of the work, not half)."""
+    nt = threads.NUM_THREADS
+    if est_ns < _PLANES_PAR_NS or nt <= 1 or nplanes <= 1:
+        fn(0, nplanes)
+        return
+    threads.run_parallel(lambda c: fn(c[0], c[1]), threads.split(nplanes, 2 * nt))
+
+
+@njit(inline="always", **_NOGIL)
+def _phase_fill(x, xb, xq, H, W, sh, sw, pt, pl, Hq, Wq):
+    """The plane x[xb:xb + H*W] (H, W) written into its padded stride phases xq (sh, sw, Hq, Wq): padded
+    row R = ih + pt, column c = iw + pl goes to phase (R % sh, c % sw) at (R // sh, c // sw), cropped to
+    Hq x Wq.  Only the interior is written (the padding around is left as it is).  At stride 2 the
+    columns go by pairs (iw, iw + 1), one to each phase: gap-free loads, a vector loop."""
+    Q = Hq * Wq
+    i = pt // sh                                         # padded row R = ih + pt: phase row i, phase a
+    a = pt - i * sh
+    for ih in range(H):                                  # (no divisions per row or element: ~4 ns each)
+        if i >= Hq:
+            break
+        rb = (a * sw * Hq + i) * Wq                      # phase (a, 0), row i
+        a += 1
+        if a == sh:
+            a = 0
+            i += 1
+        xr = xb + ih * W
+        if sw == 1:
+            n = min(W, Wq - pl)
+            d = rb + pl
+            for j in range(n):
+                xq[_U(d + j)] = x[_U(xr + j)]
+        elif sw == 2:
+            e0 = pl & 1                                  # column phase of the even input columns
+            dA = rb + e0 * Q + (pl >> 1)                 # iw = 2t -> column t + pl // 2
+            dB = rb + (1 - e0) * Q + ((pl + 1) >> 1)     # iw = 2t + 1 -> column t + (pl + 1) // 2
+            n = max(0, min(W >> 1, Wq - (pl >> 1), Wq - ((pl + 1) >> 1)))
+            for t in range(n):
+                xq[_U(dA + t)] = x[_U(xr + 2 * t)]
+                xq[_U(dB + t)] = x[_U(xr + 2 * t + 1)]
+            for iw in range(2 * n, W):
+                c = iw + pl
+                j = c >> 1
+                if j < Wq:
+                    xq[rb + (c & 1) * Q + j] = x[xr + iw]
+        else:
+            j = pl // sw
+            b = pl - j * sw
+            for iw in range(W):
+                if j >= Wq:
+                    break
+                xq[rb + b * Q + j] = x[xr + iw]
+                b += 1
+                if b == sw:
+                    b = 0
+                    j += 1
+
+
+# 3x3 depthwise output rows from this width on are written directly, row by row (one thread, 112-wide:
+# 169 vs 197 us for 32 planes; 56: even; 28 and 14: 10-35% slower, the short rows' scalar remainders),
+# narrower ones by one padded-width pass and a compaction
+_DW_ROWS_MIN_OW = 64
+
+
 @njit(**_NOGIL)
-def _depthwise_wide(xq, w, b, out, acc, toff, C, O, KK, plane, Wq, OH, OW, has_bias, q0, q1):
-    """Depthwise convolution over the padded phase planes (see above): each tap is ONE multiply-add
-    over the whole widened output plane (OH x Wq, contiguous), then the plane is compacted.  The
-    direct loop (_depthwise) does it row by row (KH*KW*OH short vector loops: ~6 ns of overhead per
-    row of 14).  Same (bias, then taps in (ki, kj) order) summation as _depthwise.  toff[k]: where tap k
-    starts in a channel's phase planes."""
+def _depthwise_fused(x, w, b, out, xq, acc, toff, C, O, H, W, KK, sh, sw, pt, pl, Hq, Wq, OH, OW, has_bias,
+                     p0, p1):
+    """Depthwise convolution of input planes [p0, p1) (each to its O/C output channels), one fused pass
+    per plane: the plane zero-padded and split into its sh*sw stride phases in ``xq`` (a per-thread
+    buffer of one plane: stays in L1/L2; its padding is zeroed once per call, only the interior is
+    rewritten), then each tap is a contiguous run of a phase plane: the output over padded-width rows
+    (OH x Wq) is ONE vector loop over all taps (3x3: 9 loads, one store per element), then compacted
+    into the output plane (3x3 rows from _DW_ROWS_MIN_OW wide: written directly, row by row).
+    Summation: the bias, then the taps in (ki, kj) order.  toff[k]: where tap k starts in xq."""
     mult = O // C
     L = OH * Wq
-    a_ = acc[:L]
-    for q in range(q0, q1):
-        n = q // O
-        o = q - n * O
-        pb = (n * C + o // mult) * plane
-        bv = b[o] if has_bias else b[0] * 0
-        for i in range(L):
-            a_[i] = bv
-        for k in range(KK):
-            wv = w[o * KK + k]
-            s = pb + toff[k]
-            xs = xq[s:s + L]
-            for i in range(L):
-                a_[i] += wv * xs[i]
-        ob = q * OH * OW
-        for r in range(OH):
-            ar = a_[r * Wq:r * Wq + OW]
-            orow = out[ob + r * OW:ob + (r + 1) * OW]
-            for j in range(OW):
-                orow[j] = ar[j]
+    for i in range(xq.size):
+        xq[i] = 0
+    for p in range(p0, p1):
+        _phase_fill(x, p * H * W, xq, H, W, sh, sw, pt, pl, Hq, Wq)
+        n_ = p // C
+        c_ = p - n_ * C
+        for m in range(mult):
+            o = c_ * mult + m
+            bv = b[o] if has_bias else b[0]      # b: zeros(1) without a bias (b[0] * 0 would be float64)
+            wb = o * KK
+            ob = ((n_ * O) + o) * OH * OW
+            if KK == 9:
+                w0, w1, w2, w3, w4, w5, w6, w7, w8 = (w[wb], w[wb + 1], w[wb + 2], w[wb + 3], w[wb + 4],
+                                                      w[wb + 5], w[wb + 6], w[wb + 7], w[wb + 8])
+                t0, t1, t2, t3, t4, t5, t6, t7, t8 = (toff[0], toff[1], toff[2], toff[3], toff[4], toff[5],
+                                                      toff[6], toff[7], toff[8])
+                if OW >= _DW_ROWS_MIN_OW:
+                    # wide rows: straight into the output, row by row (no padded-width pass to compact)
+                    for r in range(OH):
+                        d = ob + r * OW
+                        s = r * Wq
+                        for j in range(OW):
+                            i = s + j
+                            out[_U(d + j)] = (bv + w0 * xq[_U(t0 + i)] + w1 * xq[_U(t1 + i)] + w2 * xq[_U(t2 + i)]
+                                              + w3 * xq[_U(t3 + i)] + w4 * xq[_U(t4 + i)] + w5 * xq[_U(t5 + i)]
+                                              + w6 * xq[_U(t6 + i)] + w7 * xq[_U(t7 + i)] + w8 * xq[_U(t8 + i)])
+                    continue
+                for i in range(L):
+                    acc[_U(i)] = (bv + w0 * xq[_U(t0 + i)] + w1 * xq[_U(t1 + i)] + w2 * xq[_U(t2 + i)]
+                                  + w3 * xq[_U(t3 + i)] + w4 * xq[_U(t4 + i)] + w5 * xq[_U(t5 + i)]
+                                  + w6 * xq[_U(t6 + i)] + w7 * xq[_U(t7 + i)] + w8 * xq[_U(t8 + i)])
+            else:
+                for i in range(L):
+                    acc[_U(i)] = bv
+                for k in range(KK):
+                    wv = w[wb + k]
+                    t = toff[k]
+                    for i in range(L):
+                        acc[_U(i)] += wv * xq[_U(t + i)]
+            for r in range(OH):
+                d = ob + r * OW
+                s = r * Wq
+                for j in range(OW):
+                    out[_U(d + j)] = acc[_U(s + j)]
+
+
+_tap_offs: dict = {}
+
+
+def _tap_offsets(KH, KW, sh, sw, dh, dw, Hq, Wq) -> np.ndarray:
+    """Where each tap (ki, kj) starts in a plane's phase planes (sh, sw, Hq, Wq): phase
+    ((ki*dh) % sh, (kj*dw) % sw), row (ki*dh) // sh, column (kj*dw) // sw (cached per geometry)."""
+    key = (KH, KW, sh, sw, dh, dw, Hq, Wq)
+    toff = _tap_offs.get(key)
+    if toff is None:
+        if len(_tap_offs) > 1024:
+            _tap_offs.clear()
+        toff = _tap_offs[key] = np.array([(((ki * dh) % sh * sw + (kj * dw) % sw) * Hq + (ki * dh) // sh) * Wq
+                                          + (kj * dw) // sw for ki in range(KH) for kj in range(KW)], np.int64)
+    return toff
 
 
 def _depthwise_padded(x, wf, bf, has_bias, of, geo):
@@ -944,23 +1078,19 @@ def _depthwise_padded(x, wf, bf, has_bias, of, geo):
     N, C, H, W = x.shape
     O = of.size // (N * OH * OW)
     Hq, Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)
-    plane = sh * sw * Hq * Wq
     dt = x.dtype
-    tail = ((KW - 1) * dw) // sw
-    P = N * C
-    xq = _buffer(P * plane + tail, dt, "pad")
-    xq[P * plane:] = 0
-    used = {((ki * dh) % sh, (kj * dw) % sw) for ki in range(KH) for kj in range(KW)}
-    x3, xq5 = x.reshape(P, H, W), xq[:P * plane].reshape(P, sh, sw, Hq, Wq)
-    _par(lambda p0, p1: _phase_planes(x3[p0:p1], xq5[p0:p1], sh, sw, pt, pl, used), P, xq.size, _PAD_PAR)
+    # a tap's run ends up to (KW-1)*dw // sw columns past its phase plane: read only into dropped columns
+    nq = sh * sw * Hq * Wq + ((KW - 1) * dw) // sw + 1
+    toff = _tap_offsets(KH, KW, sh, sw, dh, dw, Hq, Wq)
+    xf = x.reshape(-1)
 
-    toff = np.array([(((ki * dh) % sh * sw + (kj * dw) % sw) * Hq + (ki * dh) // sh) * Wq + (kj * dw) // sw
-                     for ki in range(KH) for kj in range(KW)], np.int64)
-
-    def go(q0, q1):
-        _depthwise_wide(xq, wf, bf, of, _buffer(OH * Wq, dt, "dwacc"), toff, C, O, KH * KW, plane, Wq, OH, OW,
-                        has_bias, q0, q1)
-    _par(go, N * O, of.size * KH * KW)
+    def go(p0, p1):
+        buf = _buffer(nq + OH * Wq, dt, "dw")
+        _depthwise_fused(xf, wf, bf, of, buf[:nq], buf[nq:], toff, C, O, H, W, KH * KW, sh, sw, pt, pl, Hq, Wq,
+                         OH, OW, has_bias, p0, p1)
+    # estimated ns (fit to one thread, 3x3 on 7x7 to 112x112 planes: 43-193 us): ~4 per row filled or
+    # compacted (short loops), ~0.03 per tap and padded-width output, ~0.1 per input element read
+    _par_planes(go, N * C, N * C * 4 * H + of.size // OW * (4 + 0.03 * Wq * KH * KW) + 0.1 * x.size)
 
 
 @kernel("conv_transpose2d")
@@ -1039,18 +1169,6 @@ def col2im_kernel(backend, outs, ins, attrs):
 
 # ---------------------------------------------------------------- pooling
 @njit(inline="always", **_NOGIL)
-def _inner(pad, s, d, K, W, OW):
-    """[lo, hi): the output columns whose whole window (K taps, dilation d) lies inside [0, W)."""
-    lo = (pad + s - 1) // s
-    t = W - 1 - (K - 1) * d + pad
-    hi = min(t // s + 1 if t >= 0 else 0, OW)
-    lo = min(lo, OW)
-    if hi - lo < 4:          # too few for the vector loops to pay off (e.g. global pooling): all scalar
-        lo = hi = OW
-    return lo, hi
-
-
-@njit(inline="always", **_NOGIL)
 def _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, ws):
     """Max (and its plane index) of one clamped window: the border columns' scalar path."""
     j0 = 0 if ws >= 0 else (-ws + dw - 1) // dw
@@ -1071,15 +1189,6 @@ def _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, ws):
 
 
 @njit(inline="always", **_NOGIL)
-def _interior(pad, s, d, K, W, OW):
-    """[lo, hi): the output columns whose whole window (K taps, dilation d) lies inside [0, W)."""
-    lo = min((pad + s - 1) // s, OW)
-    t = W - 1 - (K - 1) * d + pad
-    hi = min(t // s + 1 if t >= 0 else 0, OW)
-    return lo, max(hi, lo)
-
-
-@njit(inline="always", **_NOGIL)
 def _taps(start, d, K, n):
     """[k0, k1): the taps k of a window starting at ``start`` (dilation d) with start + k*d in [0, n).
     Without divisions at dilation 1 (Python-semantics integer divisions cost ~20 ns a row here)."""
@@ -1088,290 +1197,274 @@ def _taps(start, d, K, n):
     return (0 if start >= 0 else (-start + d - 1) // d), min(K, (n - start + d - 1) // d)
 
 
-@njit(**_NOGIL)
-def _maxpool_rows(x, out, rb, hb, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
-    """Values-only max pooling, separably: per output row, the max over the window's input rows into a
-    row buffer (contiguous vector loops: KH*W), then the window max over KW taps of that buffer at
-    every interior column position (contiguous again, one tap at a time; clamped border columns
-    scalar), of which every sw-th is an output.  One tap at a time over the input rows (as
-    _maxpool_idx) takes KH*KW strided passes: ~2x the time at stride 2 (64x111x111, 3x3/2: 1.2 ms ->
-    0.5 ms, one thread).  A max with NaN
-    propagation does not depend on the order, so the values are _maxpool_idx's."""
-    lo, hi = _interior(pw, sw, dw, KW, W, OW)
-    n = hi - lo
+@njit(inline="always", **_NOGIL)
+def _mx(a, b):
+    """max with torch's NaN propagation (a NaN anywhere in a window is the window's max)."""
+    return a if (a > b) | (a != a) else b
+
+
+@njit(error_model="numpy", **_NOGIL)      # numpy's float division: no zero check, so the loops vectorize
+def _pool_planes(x, out, xq, v, hw, dv, toffs, H, W, KH, KW, sh, sw, ph, pw, Hq, Wq, OH, OW, is_max, p0, p1):
+    """Max or average pooling of planes [p0, p1), separably, every pass one contiguous vector loop over a
+    whole plane held in per-thread buffers (L1/L2): the plane padded (-inf / 0) and split into its
+    sh*sw stride phases in ``xq`` (as the depthwise kernel: _phase_fill; the padding is written once per
+    call, only the interior per plane), then the window's rows combined into ``v`` (one plane of OH x Wq
+    per column phase: each tap row a contiguous run of a phase plane), then its columns (contiguous runs
+    of v) into ``hw`` over padded-width rows, then compacted into the output.  KH / KW of 2 or 3 taps
+    are combined in one loop (one store per element), more one pass per tap.  Averages: over ``dv``, the
+    divisor of every output (its window's count in the mode asked, or divisor_override).  Max:
+    NaN-propagating and order-free, so any tap order gives torch's values.  Row by row instead, short
+    rows (7 to 28 wide) run mostly in the loops' scalar remainders: 2-3 ns per output; the window's rows
+    read straight from the input, per output row, into the phases of v (no phase planes): 0.7x the speed
+    on 7x7 to 28x28 planes at stride 1, even at stride 2 (one thread, 3x3).
+    toffs: the row taps' offsets in xq (phase (a, 0), row r), then the column taps' offsets in v."""
+    L = OH * Wq
+    Q = Hq * Wq
+    fill = -np.inf if is_max else 0.0
+    for i in range(xq.size):        # the padding: the planes' interiors are rewritten, never it
+        xq[i] = fill
+    for i in range(v.size):         # read only into dropped columns
+        v[i] = 0
     for p in range(p0, p1):
-        xb = p * H * W
-        ob = p * OH * OW
-        for oh in range(OH):
-            hs = oh * sh - ph
-            k0, k1 = _taps(hs, dh, KH, H)
-            o = ob + oh * OW
-            if k0 >= k1:             # every window of this row lies in the padding (dilation > 1)
-                for c in range(OW):
-                    out[o + c] = -np.inf
-                continue
-            # 0-based loops over views (no negative-index wraparound checks: vector loops)
-            r = xb + (hs + k0 * dh) * W
-            rb[:] = x[r:r + W]
-            for ki in range(k0 + 1, k1):
-                r = xb + (hs + ki * dh) * W
-                xs = x[r:r + W]
-                for j in range(W):
-                    v = xs[j]
-                    b = rb[j]
-                    rb[j] = v if (v > b) | (v != v) else b
-            for ow in range(OW - n):                       # border columns: clamped windows, scalar
-                c = ow if ow < lo else ow + n
-                ws = c * sw - pw
-                j0, j1 = _taps(ws, dw, KW, W)
-                if j0 >= j1:                               # the window lies in the padding
-                    out[o + c] = -np.inf
-                    continue
-                best = rb[ws + j0 * dw]
-                for kj in range(j0 + 1, j1):
-                    v = rb[ws + kj * dw]
-                    if (v > best) | (v != v):
-                        best = v
-                out[o + c] = best
-            if n <= 0:
-                continue
-            # the interior: the window max at every column from base on (contiguous, one tap at a time),
-            # then every sw-th of them (strided loads once per output, not once per tap)
-            base = lo * sw - pw
-            m = (n - 1) * sw + 1
-            hrow = out[o + lo:o + hi] if sw == 1 else hb[:m]
-            hrow[:] = rb[base:base + m]
-            for kj in range(1, KW):
-                rs = rb[base + kj * dw:base + kj * dw + m]
-                for j in range(m):
-                    v = rs[j]
-                    b = hrow[j]
-                    hrow[j] = v if (v > b) | (v != v) else b
-            if sw != 1:
-                orow = out[o + lo:o + hi]
-                for j in range(n):
-                    orow[j] = hrow[j * sw]
-
-
-# whole-plane stride-1 pooling from this output width on (narrower: a few taps per plane, where the
-# row kernels' scalar path is cheaper: 7x7 average over 7x7 planes, 0.12 ms vs 0.30 ms for 2048 planes)
-_PLANES_MIN_OW = 8
-
-
-@njit(**_NOGIL)
-def _maxpool_planes(xp, wide, v, Hp, Wp, KH, KW, dh, dw, OH, p0, p1):
-    """Stride-1 max pooling of whole padded planes (-inf borders): the window's rows into ``v``, then its
-    columns into ``wide``, each one contiguous pass over the plane (OH x Wp; the last (KW-1)*dw columns
-    of each row are not outputs).  Row by row (_maxpool_rows), 13-wide planes spend ~60 ns a row in loop
-    overheads."""
-    L = OH * Wp
-    M = L - (KW - 1) * dw
-    v = v[:L]
-    for p in range(p0, p1):
-        v[:] = xp[p * Hp * Wp:p * Hp * Wp + L]
-        for ki in range(1, KH):
-            xs = xp[p * Hp * Wp + ki * dh * Wp:p * Hp * Wp + ki * dh * Wp + L]
-            for j in range(L):
-                a = xs[j]
-                b = v[j]
-                v[j] = a if (a > b) | (a != a) else b
-        h = wide[p * L:p * L + M]
-        h[:] = v[:M]
-        for kj in range(1, KW):
-            vs = v[kj * dw:kj * dw + M]
-            for j in range(M):
-                a = vs[j]
-                b = h[j]
-                h[j] = a if (a > b) | (a != a) else b
-
-
-def _maxpool_stride1(x, res, KH, KW, ph, pw, dh, dw):
-    N, C, H, W = x.shape
-    OH, OW = res.shape[2], res.shape[3]
-    Hp, Wp = OH + (KH - 1) * dh, OW + (KW - 1) * dw
-    P = N * C
-    dt = x.dtype
-    buf = _buffer(P * (Hp * Wp + OH * Wp), dt, "pool")
-    xp3 = buf[:P * Hp * Wp].reshape(P, Hp, Wp)
-    wide = buf[P * Hp * Wp:]
-    x3, o3 = x.reshape(P, H, W), res.reshape(P, OH, OW)
-    w3 = wide.reshape(P, OH, Wp)
-    ninf = dt.type(-np.inf)
-
-    def go(p0, p1):
-        hh, ww = max(0, min(H, Hp - ph)), max(0, min(W, Wp - pw))
-        xp = xp3[p0:p1]
-        xp[:, :ph] = ninf
-        xp[:, ph + hh:] = ninf
-        xp[:, ph:ph + hh, :pw] = ninf
-        xp[:, ph:ph + hh, pw + ww:] = ninf
-        xp[:, ph:ph + hh, pw:pw + ww] = x3[p0:p1, :hh, :ww]
-        _maxpool_planes(buf, wide, _buffer(OH * Wp, dt, "row"), Hp, Wp, KH, KW, dh, dw, OH, p0, p1)
-        o3[p0:p1] = w3[p0:p1, :, :OW]
-    _par(go, P, res.size * KH * KW)
-
-
-@njit(**_NOGIL)
-def _sumpool_planes(xp, wide, v, Hp, Wp, KH, KW, OH, p0, p1):
-    """Window sums of whole zero-padded planes at stride 1 (as _maxpool_planes): rows, then columns."""
-    L = OH * Wp
-    M = L - (KW - 1)
-    v = v[:L]
-    for p in range(p0, p1):
-        v[:] = xp[p * Hp * Wp:p * Hp * Wp + L]
-        for ki in range(1, KH):
-            xs = xp[p * Hp * Wp + ki * Wp:p * Hp * Wp + ki * Wp + L]
-            for j in range(L):
-                v[j] += xs[j]
-        h = wide[p * L:p * L + M]
-        h[:] = v[:M]
-        for kj in range(1, KW):
-            vs = v[kj:kj + M]
-            for j in range(M):
-                h[j] += vs[j]
-
-
-def _avgpool_stride1(x, res, KH, KW, ph, pw, cip, div):
-    N, C, H, W = x.shape
-    OH, OW = res.shape[2], res.shape[3]
-    Hp, Wp = OH + KH - 1, OW + KW - 1
-    P = N * C
-    dt = x.dtype
-    # the divisor of every output (as _avgpool_rows: the override, the window with its padding, or its
-    # part inside the input)
-    if div:
-        d = np.full((OH, OW), div, dt)
-    else:
-        hs, ws = np.arange(OH) - ph, np.arange(OW) - pw
-        he, we = np.minimum(hs + KH, H + ph), np.minimum(ws + KW, W + pw)
-        if cip:
-            d = np.outer(he - hs, we - ws).astype(dt)
+        _phase_fill(x, p * H * W, xq, H, W, sh, sw, ph, pw, Hq, Wq)
+        # rows: v[b*L + i] = comb over ki of phase (a_ki, b) at row r_ki, for each column phase b
+        for b in range(sw):
+            d = b * L
+            s = b * Q
+            if KH == 3:
+                t0, t1, t2 = s + toffs[0], s + toffs[1], s + toffs[2]
+                if is_max:
+                    for i in range(L):
+                        v[_U(d + i)] = _mx(_mx(xq[_U(t0 + i)], xq[_U(t1 + i)]), xq[_U(t2 + i)])
+                else:
+                    for i in range(L):
+                        v[_U(d + i)] = xq[_U(t0 + i)] + xq[_U(t1 + i)] + xq[_U(t2 + i)]
+            elif KH == 2:
+                t0, t1 = s + toffs[0], s + toffs[1]
+                if is_max:
+                    for i in range(L):
+                        v[_U(d + i)] = _mx(xq[_U(t0 + i)], xq[_U(t1 + i)])
+                else:
+                    for i in range(L):
+                        v[_U(d + i)] = xq[_U(t0 + i)] + xq[_U(t1 + i)]
+            else:
+                t0 = s + toffs[0]
+                for i in range(L):
+                    v[_U(d + i)] = xq[_U(t0 + i)]
+                for k in range(1, KH):
+                    t = s + toffs[k]
+                    if is_max:
+                        for i in range(L):
+                            v[_U(d + i)] = _mx(v[_U(d + i)], xq[_U(t + i)])
+                    else:
+                        for i in range(L):
+                            v[_U(d + i)] += xq[_U(t + i)]
+        # columns: hw[i] = comb over kj of v at (column phase, shift) of tap kj
+        if KW == 3:
+            t0, t1, t2 = toffs[KH], toffs[KH + 1], toffs[KH + 2]
+            if is_max:
+                for i in range(L):
+                    hw[_U(i)] = _mx(_mx(v[_U(t0 + i)], v[_U(t1 + i)]), v[_U(t2 + i)])
+            else:
+                for i in range(L):
+                    hw[_U(i)] = (v[_U(t0 + i)] + v[_U(t1 + i)] + v[_U(t2 + i)]) / dv[_U(i)]
+        elif KW == 2:
+            t0, t1 = toffs[KH], toffs[KH + 1]
+            if is_max:
+                for i in range(L):
+                    hw[_U(i)] = _mx(v[_U(t0 + i)], v[_U(t1 + i)])
+            else:
+                for i in range(L):
+                    hw[_U(i)] = (v[_U(t0 + i)] + v[_U(t1 + i)]) / dv[_U(i)]
         else:
-            d = np.outer(np.minimum(he, H) - np.maximum(hs, 0), np.minimum(we, W) - np.maximum(ws, 0)).astype(dt)
-    buf = _buffer(P * (Hp * Wp + OH * Wp), dt, "pool")
-    xp3 = buf[:P * Hp * Wp].reshape(P, Hp, Wp)
-    wide = buf[P * Hp * Wp:]
-    x3, o3 = x.reshape(P, H, W), res.reshape(P, OH, OW)
-    w3 = wide.reshape(P, OH, Wp)
+            t0 = toffs[KH]
+            for i in range(L):
+                hw[_U(i)] = v[_U(t0 + i)]
+            for k in range(1, KW):
+                t = toffs[KH + k]
+                if is_max:
+                    for i in range(L):
+                        hw[_U(i)] = _mx(hw[_U(i)], v[_U(t + i)])
+                else:
+                    for i in range(L):
+                        hw[_U(i)] += v[_U(t + i)]
+            if not is_max:
+                for i in range(L):
+                    hw[_U(i)] = hw[_U(i)] / dv[_U(i)]
+        ob = p * OH * OW
+        for r in range(OH):
+            d = ob + r * OW
+            s = r * Wq
+            for j in range(OW):
+                out[_U(d + j)] = hw[_U(s + j)]
+
+
+@njit(error_model="numpy", **_NOGIL)
+def _pool_global(x, out, n, is_max, dv, p0, p1):
+    """Windows covering whole planes (global pooling, no padding): one reduction per contiguous plane, in
+    four independent chains (an in-order reduction does not vectorize; one chain waits on each add)."""
+    m = n - n % 4
+    for p in range(p0, p1):
+        s = p * n
+        if is_max:
+            a0 = a1 = a2 = a3 = x[s]
+            for i in range(0, m, 4):
+                a0 = _mx(a0, x[_U(s + i)])
+                a1 = _mx(a1, x[_U(s + i + 1)])
+                a2 = _mx(a2, x[_U(s + i + 2)])
+                a3 = _mx(a3, x[_U(s + i + 3)])
+            for i in range(m, n):
+                a0 = _mx(a0, x[_U(s + i)])
+            out[p] = _mx(_mx(a0, a1), _mx(a2, a3))
+        elif n < 4:
+            a0 = x[s]
+            for i in range(1, n):
+                a0 += x[_U(s + i)]
+            out[p] = a0 / dv[0]
+        else:
+            a0, a1, a2, a3 = x[s], x[s + 1], x[s + 2], x[s + 3]
+            for i in range(4, m, 4):
+                a0 += x[_U(s + i)]
+                a1 += x[_U(s + i + 1)]
+                a2 += x[_U(s + i + 2)]
+                a3 += x[_U(s + i + 3)]
+            for i in range(m, n):
+                a0 += x[_U(s + i)]
+            out[p] = ((a0 + a1) + (a2 + a3)) / dv[0]
+
+
+# per geometry: the tap offsets and divisors (numpy calls: ~40 us for an average pool's divisors, more than
+# small pools take)
+_pool_plans: dict = {}
+
+
+def _pool_plan(H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, is_max, cip, div, dt):
+    key = (H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, is_max, cip, div, dt.char)
+    plan = _pool_plans.get(key)
+    if plan is not None:
+        return plan
+    Hq, Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)
+    L = OH * Wq
+    toffs = np.array([((ki * dh) % sh * sw * Hq + (ki * dh) // sh) * Wq for ki in range(KH)]
+                     + [(kj * dw) % sw * L + (kj * dw) // sw for kj in range(KW)], np.int64)
+    dv = _DUMMY_DIV[dt.char]
+    if not is_max:
+        # the divisor of every output: the override, or the product of its window's row and column counts
+        # (clipped to the padded input with count_include_pad, else to the input)
+        def count(n, K, s, pad, On, Wn):
+            st = np.arange(On) * s - pad
+            en = np.minimum(st + K, n + pad)
+            c = (en - st) if cip else (np.minimum(en, n) - np.maximum(st, 0))
+            return np.concatenate([c, np.ones(Wn - On, c.dtype)]) if Wn > On else c
+        dv = np.full(L, div, dt) if div else np.outer(count(H, KH, sh, ph, OH, OH),
+                                                      count(W, KW, sw, pw, OW, Wq)).astype(dt).reshape(-1)
+    if len(_pool_plans) > 1024:
+        _pool_plans.clear()
+    plan = _pool_plans[key] = (Hq, Wq, toffs, dv)
+    return plan
+
+
+def _pool(x, res, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip=False, div=0) -> None:
+    """Max (is_max) or average pooling of x (N, C, H, W) into res; see _pool_planes."""
+    N, C, H, W = x.shape
+    P = N * C
+    OH, OW = res.shape[2], res.shape[3]
+    xf, of, dt = x.reshape(-1), res.reshape(-1), x.dtype
+    if ph == pw == 0 and KH == H and KW == W and (dh == 1 or KH == 1) and (dw == 1 or KW == 1):
+        dv = np.full(1, div or H * W, dt)
+        _par_planes(lambda p0, p1: _pool_global(xf, of, H * W, is_max, dv, p0, p1), P, 0.3 * x.size + 20 * P)
+        return
+    Hq, Wq, toffs, dv = _pool_plan(H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, is_max, cip, div, dt)
+    L = OH * Wq
+    nq = sh * sw * Hq * Wq
+    nv = sw * L + ((KW - 1) * dw) // sw + 1
 
     def go(p0, p1):
-        _pad_planes(x3[p0:p1], xp3[p0:p1], ph, pw)
-        _sumpool_planes(buf, wide, _buffer(OH * Wp, dt, "row"), Hp, Wp, KH, KW, OH, p0, p1)
-        np.divide(w3[p0:p1, :, :OW], d, out=o3[p0:p1])
-    _par(go, P, res.size * KH * KW)
+        buf = _buffer(nq + nv + L, dt, "pool")
+        _pool_planes(xf, of, buf[:nq], buf[nq:nq + nv], buf[nq + nv:], dv, toffs, H, W, KH, KW, sh, sw, ph, pw,
+                     Hq, Wq, OH, OW, is_max, p0, p1)
+    # estimated ns (fit to one thread on 7x7 to 112x112 planes, 3x3 windows: 43-216 us): ~30 per plane,
+    # ~2.5 per row filled or compacted, ~0.1 per padded element, ~0.05 per output tap
+    _par_planes(go, P, P * (30 + 2.5 * (H + OH) + 0.1 * nq) + 0.05 * res.size * (KH + KW))
 
 
 @njit(**_NOGIL)
-def _avgpool_rows(x, out, rb, H, W, KH, KW, sh, sw, ph, pw, OH, OW, count_include_pad, divisor, p0, p1):
-    """Average pooling, separably (as _maxpool_rows): the window's input rows summed into a row buffer,
-    then each output column's KW taps of it, divided by the mode's count."""
-    lo, hi = _interior(pw, sw, 1, KW, W, OW)
-    n = hi - lo
+def _maxpool_idx_planes(x, out, idx, xq, best, ib, toff, H, W, KH, KW, sh, sw, ph, pw, dh, dw, Hq, Wq, OH, OW,
+                        p0, p1):
+    """Max pooling with the plane index of every maximum, over whole padded phase planes (as _pool_planes):
+    each tap (in torch's (ki, kj) order) one contiguous pass over the plane's padded-width output rows,
+    taking the tap where (v > best) or v is NaN, its index offset (ki*dh*W + kj*dw) kept alongside: for
+    an output whose window lies inside the input that is PyTorch's rule exactly (the first valid element
+    starts, first maximum on ties, the last NaN).  Outputs whose windows reach into the padding take the
+    scalar rule over their valid taps only (_max_at: the padding's -inf must never win a tie)."""
+    L = OH * Wq
+    KK = KH * KW
+    dtab = np.empty(KK, np.int64)
+    for k in range(KK):
+        dtab[k] = (k // KW) * dh * W + (k % KW) * dw
+    # outputs whose windows lie inside the input: rows [r0, r1), columns [c0, c1)
+    r0 = min((ph + sh - 1) // sh, OH)
+    t = H - 1 - (KH - 1) * dh + ph
+    r1 = max(min(t // sh + 1 if t >= 0 else 0, OH), r0)
+    c0 = min((pw + sw - 1) // sw, OW)
+    t = W - 1 - (KW - 1) * dw + pw
+    c1 = max(min(t // sw + 1 if t >= 0 else 0, OW), c0)
+    for i in range(xq.size):
+        xq[i] = -np.inf
     for p in range(p0, p1):
         xb = p * H * W
         ob = p * OH * OW
+        if r0 < r1 and c0 < c1:
+            _phase_fill(x, xb, xq, H, W, sh, sw, ph, pw, Hq, Wq)
+            s0 = toff[0]
+            d0 = dtab[0]
+            for i in range(L):
+                best[_U(i)] = xq[_U(s0 + i)]
+                ib[_U(i)] = d0
+            for k in range(1, KK):
+                s = toff[k]
+                d = dtab[k]
+                for i in range(L):
+                    v = xq[_U(s + i)]
+                    if (v > best[_U(i)]) | (v != v):
+                        best[_U(i)] = v
+                        ib[_U(i)] = d
         for oh in range(OH):
             hs = oh * sh - ph
-            he = min(hs + KH, H + ph)
-            h0 = max(hs, 0)
-            h1 = min(he, H)
-            r = xb + h0 * W
-            rb[:] = x[r:r + W]
-            for ih in range(h0 + 1, h1):
-                r = xb + ih * W
-                xs = x[r:r + W]
-                for j in range(W):
-                    rb[j] += xs[j]
             o = ob + oh * OW
-            for ow in range(OW - n):                       # border columns: clamped windows, scalar
-                c = ow if ow < lo else ow + n
-                ws = c * sw - pw
-                we = min(ws + KW, W + pw)
-                w0 = max(ws, 0)
-                w1 = min(we, W)
-                acc = rb[w0]
-                for iw in range(w0 + 1, w1):
-                    acc += rb[iw]
-                if divisor != 0:
-                    d = divisor
-                elif count_include_pad:
-                    d = (he - hs) * (we - ws)
-                else:
-                    d = (h1 - h0) * (w1 - w0)
-                out[o + c] = acc / d
-            if n <= 0:
-                continue
-            if divisor != 0:
-                d = divisor
-            elif count_include_pad:
-                d = (he - hs) * KW
-            else:
-                d = (h1 - h0) * KW
-            base = lo * sw - pw
-            orow = out[o + lo:o + hi]
-            rs = rb[base:base + (n - 1) * sw + 1]
-            if sw == 1:
-                orow[:] = rs
-            else:
-                for j in range(n):
-                    orow[j] = rs[j * sw]
-            for kj in range(1, KW):
-                rs = rb[base + kj:base + kj + (n - 1) * sw + 1]
-                if sw == 1:
-                    for j in range(n):
-                        orow[j] += rs[j]
-                else:
-                    for j in range(n):
-                        orow[j] += rs[j * sw]
-            for j in range(n):
-                orow[j] = orow[j] / d
-
-
-@njit(**_NOGIL)
-def _maxpool_idx(x, out, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1):
-    """Max pooling with the plane index of every maximum: PyTorch's rule (the first valid element
-    starts, then (v > best or v is NaN) takes over), taps visited in the same (ki, kj) order for every
-    output, so the vector loops (one tap at a time over a row of interior outputs) pick exactly the
-    element the scalar rule picks."""
-    lo, hi = _inner(pw, sw, dw, KW, W, OW)
-    n = hi - lo
-    for p in range(p0, p1):
-        xb = p * H * W
-        ob = p * OH * OW
-        for oh in range(OH):
-            hs = oh * sh - ph
             k0 = 0 if hs >= 0 else (-hs + dh - 1) // dh
             k1 = min(KH, (H - hs + dh - 1) // dh)
-            o = ob + oh * OW
-            for ow in range(OW - n):
+            lo, hi = (c0, c1) if r0 <= oh < r1 else (OW, OW)
+            n = hi - lo
+            for ow in range(OW - n):                 # windows reaching into the padding: scalar
                 c = ow if ow < lo else ow + n
-                best, bi = _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, c * sw - pw)
-                out[o + c] = best
+                bv, bi = _max_at(x, xb, W, KW, dw, hs, dh, k0, k1, c * sw - pw)
+                out[o + c] = bv
                 idx[o + c] = bi
-            if n <= 0:
-                continue
-            if k0 >= k1:             # every window of this row lies in the padding
-                for c in range(lo, hi):
-                    out[o + c] = -np.inf
-                    idx[o + c] = (hs + k0 * dh) * W + c * sw - pw
-                continue
-            orow = out[o + lo:o + hi]
-            irow = idx[o + lo:o + hi]
-            for ki in range(k0, k1):
-                r = (hs + ki * dh) * W + lo * sw - pw       # plane index of tap (ki, 0) for column lo
-                for kj in range(KW):
-                    s0 = r + kj * dw
-                    xs = x[xb + s0:xb + s0 + (n - 1) * sw + 1]
-                    if ki == k0 and kj == 0:
-                        for j in range(n):
-                            orow[j] = xs[j * sw]
-                            irow[j] = s0 + j * sw
-                    else:
-                        for j in range(n):
-                            v = xs[j * sw]
-                            if (v > orow[j]) | (v != v):
-                                orow[j] = v
-                                irow[j] = s0 + j * sw
+            # the interior: the passes' winner; its index, the window's origin plus the tap's offset
+            s = oh * Wq
+            base = hs * W - pw
+            for j in range(lo, hi):
+                out[_U(o + j)] = best[_U(s + j)]
+                idx[_U(o + j)] = base + j * sw + ib[_U(s + j)]
+
+
+def _maxpool_with_indices(x, res, idx, KH, KW, sh, sw, ph, pw, dh, dw) -> None:
+    N, C, H, W = x.shape
+    P = N * C
+    OH, OW = res.shape[2], res.shape[3]
+    Hq, Wq = _wide_geometry(OH, OW, KH, KW, sh, sw, dh, dw)
+    toff = _tap_offsets(KH, KW, sh, sw, dh, dw, Hq, Wq)
+    L = OH * Wq
+    nq = sh * sw * Hq * Wq + ((KW - 1) * dw) // sw + 1      # taps' runs end past their planes: as depthwise
+    xf, of, ixf, dt = x.reshape(-1), res.reshape(-1), idx.reshape(-1), x.dtype
+
+    def go(p0, p1):
+        buf = _buffer(nq + L, dt, "pool")
+        _maxpool_idx_planes(xf, of, ixf, buf[:nq], buf[nq:], _buffer(L, np.int64, "pidx"), toff, H, W, KH, KW,
+                            sh, sw, ph, pw, dh, dw, Hq, Wq, OH, OW, p0, p1)
+    # estimated ns: as _pool's, each tap a pass (value and index)
+    _par_planes(go, P, P * (30 + 2.5 * (H + OH) + 0.1 * nq) + 0.1 * P * L * KH * KW)
 
 
 @njit(**_NOGIL)
@@ -1408,6 +1501,7 @@ def _adaptive(x, out, idx, H, W, OH, OW, is_max, want_idx, p0, p1):
 
 
 _DUMMY_IDX = np.zeros(1, np.int64)
+_DUMMY_DIV = {"f": np.ones(1, np.float32), "d": np.ones(1, np.float64)}
 
 
 def _planes(x: np.ndarray):
@@ -1421,25 +1515,15 @@ def max_pool2d_kernel(backend, outs, ins, attrs):
     if out.size == 0:
         return
     x = _c(ins[0])
-    P, H, W = _planes(x)
-    OH, OW = out.shape[2], out.shape[3]
     KH, KW = attrs["kernel_size"]
     sh, sw = attrs["stride"]
     ph, pw = attrs["padding"]
     dh, dw = attrs["dilation"]
     res = _work_out(out)
-    xf, of = x.reshape(-1), res.reshape(-1)
     if len(outs) > 1:
-        idx = outs[1].reshape(-1)
-        _par(lambda p0, p1: _maxpool_idx(xf, of, idx, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1),
-             P, res.size * KH * KW)
-    elif sh == 1 and sw == 1 and OW >= _PLANES_MIN_OW:
-        _maxpool_stride1(x, res, KH, KW, ph, pw, dh, dw)
+        _maxpool_with_indices(x, res, outs[1], KH, KW, sh, sw, ph, pw, dh, dw)
     else:
-        def go(p0, p1):
-            rows = _buffer(2 * W, xf.dtype, "row")
-            _maxpool_rows(xf, of, rows[:W], rows[W:], H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, p0, p1)
-        _par(go, P, res.size * KH * KW)
+        _pool(x, res, KH, KW, sh, sw, ph, pw, dh, dw, True)
     _finish(out, res)
 
 
@@ -1449,23 +1533,13 @@ def avg_pool2d_kernel(backend, outs, ins, attrs):
     if out.size == 0:
         return
     x = _c(ins[0])
-    P, H, W = _planes(x)
-    OH, OW = out.shape[2], out.shape[3]
     KH, KW = attrs["kernel_size"]
     sh, sw = attrs["stride"]
     ph, pw = attrs["padding"]
     res = _work_out(out)
-    xf, of = x.reshape(-1), res.reshape(-1)
     cip = bool(attrs["count_include_pad"])
     div = int(attrs["divisor_override"] or 0)
-    if sh == 1 and sw == 1 and OW >= _PLANES_MIN_OW:
-        _avgpool_stride1(x, res, KH, KW, ph, pw, cip, div)
-        _finish(out, res)
-        return
-    def go(p0, p1):
-        _avgpool_rows(xf, of, _buffer(W, xf.dtype, "row"), H, W, KH, KW, sh, sw, ph, pw, OH, OW, cip, div,
-                      p0, p1)
-    _par(go, P, res.size * KH * KW)
+    _pool(x, res, KH, KW, sh, sw, ph, pw, 1, 1, False, cip, div)
     _finish(out, res)
 
 

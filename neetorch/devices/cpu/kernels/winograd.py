@@ -98,10 +98,11 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.int32 if a.itemsize == 4 else np.int64)
 
 
-def weights(w: np.ndarray, m: int):
+def weights(w: np.ndarray, m, transform=None):
     """The cached U of w (C-contiguous (O, C, 3, 3)) for F(m, 3), recomputed when w's contents changed; None
     once they have changed on _VOLATILE calls in a row (weights being trained: each call would transform
-    them again; the caller takes the GEMM path for this buffer)."""
+    them again; the caller takes the GEMM path for this buffer).  ``transform(w, m)``: another packing of w
+    cached the same way (kernels/conv_direct.py; ``m`` then a hashable tag naming it)."""
     key = (w.__array_interface__["data"][0], w.shape, w.dtype.char, m)
     with _cache_lock:
         hit = _cache.get(key)
@@ -120,7 +121,7 @@ def weights(w: np.ndarray, m: int):
         ent = [None, None, misses]
         u = None
     else:
-        u = transform_weights(w, m)
+        u = (transform or transform_weights)(w, m)
         ent = [w.copy(), u, misses]
     with _cache_lock:
         old = _cache.pop(key, None)

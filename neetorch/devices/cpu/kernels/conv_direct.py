@@ -1,0 +1,698 @@
+"""Direct (im2col-free) float32 2-D convolution: register-tiled LLVM IR micro-kernels, no column matrix.
+
+* Input: each image zero-padded and split into its stride phases in a scratch ``xq[c][phase][S]`` (the
+  padded-rows layout of conv.py's ``_conv_wide``): every (channel, phase) a flat plane of rows ``Wq``
+  wide, so tap (kh, kw) of the output pixel at "wide" index ``q = oh * Wq + ow`` reads
+  ``xq[c, phase, q + off(kh, kw)]``.  Unpadded stride-1 1x1 convs read the input itself.
+* Weights: packed once per weight buffer as ``[ceil(O / CW)][C * KH * KW][CW]`` (zero rows past O), kept
+  in kernels/winograd.py's cache (``winograd.weights(w, tag, transform)``: keyed by the buffer, checked
+  bitwise on every call, dropped with the buffer; weights changing on every call are not packed and the
+  caller's other paths run).
+* Two kernel families, one loop over the C * KH * KW (channel, tap) pairs with their offsets from a table,
+  so one machine-code function per tile shape serves every conv shape (5-6 functions, ~0.1 s each to
+  compile, cached on disk by llvm_render):
+  - "chan" (NB, R): NB blocks of 16 output channels x R output pixels (compact pixel indices, their wide
+    input positions from a table): per pair NB weight vectors and R broadcast input scalars, NB x R zmm
+    accumulators started at the bias.  The pairs go in chunks whose weights stay in L2 (partial sums
+    parked in a scratch between chunks); the last chunk stores the tile through a stack buffer into the
+    NCHW output.  No wasted lanes but channel-block and pixel tails: small planes, many channels.
+  - "pix" (R, P): R output channels x P vectors of 16 consecutive wide pixels: per pair P input vector
+    loads and R broadcast weights; written as wide rows (masked at the end), compacted into the output
+    (or written straight to it when ``Wq == OW``).  Wastes the ``Wq - OW`` padding columns but has no
+    per-tile transposition: large planes, few input channels (stems), short (channel, tap) loops.
+  ``plan`` picks the family and tile shape with the most useful lanes (``_PIX_BONUS`` / ``_PIX_K``).
+* Threads: each calls the kernel once and claims runs of tiles (channel-block-major) from an atomic counter
+  in the params array: a worker that starts late (the machine is shared) finds the tiles taken and returns.
+* Every read index is checked in Python when a shape's layout is built (``_Layout``, cached per shape):
+  the largest tap offset plus the largest tile extent / pixel-table entry lies inside ``xq``; writes go
+  to rows < O and pixels < L only.
+
+Used by conv.py's ``conv2d_kernel`` for float32, one group, AVX-512F (``try_conv2d``) where ``pays``:
+NEE_CONV_DIRECT=0 never, =1 every conv it can take (tests, benchmarks), unset: the cost rule.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import numpy as np
+
+from .. import threads
+from . import winograd
+
+VERSION = "1"
+VEC = 16                      # float32 lanes of one zmm
+
+_lock = threading.Lock()
+_kernels: dict = {}
+_feat = [None]
+
+
+def available() -> bool:
+    """AVX-512F on this CPU (the kernel's 16-lane vectors; without it LLVM would split them)."""
+    if _feat[0] is None:
+        ok = False
+        try:
+            from .. import llvm_render
+            _, llvm = llvm_render._init()
+            ok = bool(llvm.get_host_cpu_features().get("avx512f", False))
+        except Exception:   # noqa: BLE001 - no llvmlite / no native target: not available
+            ok = False
+        _feat[0] = ok
+    return _feat[0]
+
+
+# ---------------------------------------------------------------- IR
+# params (int64): 0 K (channel-tap pairs), 1 O (rows stored), 2 out row stride (elements per channel of
+# the wide output), 3 Lw (wide pixels stored per row), 4 pixel tiles per channel block, 5 tiles per claim,
+# 6 tiles, 7 the claim counter (atomic: the threads calling the kernel at once take runs of tiles from it);
+# then K offsets (elements into xq, tile start excluded)
+_P_K, _P_O, _P_OS, _P_LW, _P_NPT, _P_G, _P_T1, _P_CTR, _P_OFF = range(9)
+
+
+def _render(R: int, P: int) -> str:
+    v = f"<{VEC} x float>"
+    vp = f"<{VEC} x float>*"
+    L = []
+    a = L.append
+    a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
+    a(f'declare void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v}, {vp}, i32, <{VEC} x i1>)')
+    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
+      'i64* noalias %p) {')
+    a('entry:')
+    for i, nm in enumerate(("K", "O", "OS", "LW", "NPT", "G", "T1")):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
+    a(f'  %offs = getelementptr i64, i64* %p, i64 {_P_OFF}')
+    a(f'  %KR = mul i64 %K, {R}')
+    a('  br label %claim')
+    # ---- claim a run of G tiles
+    a('claim:')
+    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
+    a('  %gt0 = mul i64 %g, %G')
+    a('  %any = icmp slt i64 %gt0, %T1')
+    a('  br i1 %any, label %grp, label %done')
+    a('grp:')
+    a('  %gt1a = add i64 %gt0, %G')
+    a('  %gts = icmp slt i64 %gt1a, %T1')
+    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
+    a('  br label %tile')
+    # ---- tile loop
+    a('tile:')
+    a('  %t = phi i64 [ %gt0, %grp ], [ %t1, %tile_end ]')
+    a('  %ob = udiv i64 %t, %NPT')
+    a('  %pt = urem i64 %t, %NPT')
+    a(f'  %p0 = mul i64 %pt, {P * VEC}')
+    a(f'  %o0 = mul i64 %ob, {R}')
+    a('  %wb0 = mul i64 %ob, %KR')
+    a('  %wb = getelementptr float, float* %w, i64 %wb0')
+    a('  %xb = getelementptr float, float* %x, i64 %p0')
+    for r in range(R):
+        a(f'  %bi{r} = add i64 %o0, {r}')
+        a(f'  %bp{r} = getelementptr float, float* %bias, i64 %bi{r}')
+        a(f'  %bs{r} = load float, float* %bp{r}')
+        a(f'  %bv{r}.0 = insertelement {v} undef, float %bs{r}, i32 0')
+        a(f'  %bv{r} = shufflevector {v} %bv{r}.0, {v} undef, <{VEC} x i32> zeroinitializer')
+    a('  br label %k_loop')
+    # ---- (channel, tap) loop
+    a('k_loop:')
+    a('  %k = phi i64 [ 0, %tile ], [ %k1, %k_loop ]')
+    for r in range(R):
+        for j in range(P):
+            a(f'  %acc{r}_{j} = phi {v} [ %bv{r}, %tile ], [ %nacc{r}_{j}, %k_loop ]')
+    a('  %offp = getelementptr i64, i64* %offs, i64 %k')
+    a('  %off = load i64, i64* %offp')
+    a('  %xk = getelementptr float, float* %xb, i64 %off')
+    for j in range(P):
+        a(f'  %xp{j}.f = getelementptr float, float* %xk, i64 {j * VEC}')
+        a(f'  %xp{j} = bitcast float* %xp{j}.f to {vp}')
+        a(f'  %xv{j} = load {v}, {vp} %xp{j}, align 4')
+    a(f'  %wk0 = mul i64 %k, {R}')
+    a('  %wk = getelementptr float, float* %wb, i64 %wk0')
+    for r in range(R):
+        a(f'  %wp{r} = getelementptr float, float* %wk, i64 {r}')
+        a(f'  %ws{r} = load float, float* %wp{r}')
+        a(f'  %wv{r}.0 = insertelement {v} undef, float %ws{r}, i32 0')
+        a(f'  %wv{r} = shufflevector {v} %wv{r}.0, {v} undef, <{VEC} x i32> zeroinitializer')
+        for j in range(P):
+            a(f'  %nacc{r}_{j} = call {v} @llvm.fma.v{VEC}f32({v} %xv{j}, {v} %wv{r}, {v} %acc{r}_{j})')
+    a('  %k1 = add i64 %k, 1')
+    a('  %kc = icmp slt i64 %k1, %K')
+    a('  br i1 %kc, label %k_loop, label %store')
+    # ---- stores: rows < O, pixels < LW (the last vector masked)
+    a('store:')
+    idx = ", ".join(f"i64 {i}" for i in range(VEC))
+    for r in range(R):
+        a(f'  %oi{r} = add i64 %o0, {r}')
+        a(f'  %ok{r} = icmp slt i64 %oi{r}, %O')
+        a(f'  br i1 %ok{r}, label %st{r}, label %tile_end')
+        a(f'st{r}:')
+        a(f'  %ro{r} = mul i64 %oi{r}, %OS')
+        a(f'  %orow{r} = getelementptr float, float* %out, i64 %ro{r}')
+        for j in range(P):
+            lab = f"s{r}_{j}"
+            a(f'  %q{lab} = add i64 %p0, {j * VEC}')
+            a(f'  %op{lab}.f = getelementptr float, float* %orow{r}, i64 %q{lab}')
+            a(f'  %op{lab} = bitcast float* %op{lab}.f to {vp}')
+            a(f'  %e{lab} = add i64 %q{lab}, {VEC}')
+            a(f'  %full{lab} = icmp sle i64 %e{lab}, %LW')
+            a(f'  br i1 %full{lab}, label %f{lab}, label %m{lab}')
+            a(f'f{lab}:')
+            a(f'  store {v} %nacc{r}_{j}, {vp} %op{lab}, align 4')
+            a(f'  br label %n{lab}')
+            a(f'm{lab}:')
+            a(f'  %rem{lab} = sub i64 %LW, %q{lab}')
+            a(f'  %rb{lab}.0 = insertelement <{VEC} x i64> undef, i64 %rem{lab}, i32 0')
+            a(f'  %rb{lab} = shufflevector <{VEC} x i64> %rb{lab}.0, <{VEC} x i64> undef, '
+              f'<{VEC} x i32> zeroinitializer')
+            a(f'  %mk{lab} = icmp slt <{VEC} x i64> <{idx}>, %rb{lab}')
+            a(f'  call void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v} %nacc{r}_{j}, {vp} %op{lab}, i32 4, '
+              f'<{VEC} x i1> %mk{lab})')
+            a(f'  br label %n{lab}')
+            a(f'n{lab}:')
+    a('  br label %tile_end')
+    a('tile_end:')
+    a('  %t1 = add i64 %t, 1')
+    a('  %tc = icmp slt i64 %t1, %gt1')
+    a('  br i1 %tc, label %tile, label %claim')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
+def _render_c(NB: int, R: int) -> str:
+    """The channel-vector micro-kernel: a tile of NB blocks of 16 output channels x R output pixels (compact
+    pixel indices; their wide input positions from a table), NB x R accumulators; per (channel, tap) NB
+    weight vectors and R input scalars broadcast; stored as [channel block][pixel][16].  The (channel, tap)
+    pairs go in chunks of KC (all tiles of the range per chunk: the chunk's weights stay in L2), the first
+    chunk starting from the bias, the others from the stored partial sums."""
+    v = f"<{VEC} x float>"
+    vp = f"<{VEC} x float>*"
+    CW = NB * VEC
+    L = []
+    a = L.append
+    a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
+    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
+      'i64* noalias %p, float* noalias %y) {')
+    a('entry:')
+    a(f'  %buf = alloca [{CW * R} x float], align 64')
+    a(f'  %bufp = getelementptr [{CW * R} x float], [{CW * R} x float]* %buf, i64 0, i64 0')
+    for i, nm in enumerate(("K", "LP", "KC", "NPT", "G", "T1", "O", "L")):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_C_CTR}')
+    a(f'  %offs = getelementptr i64, i64* %p, i64 {_C_OFF}')
+    a('  %qtab = getelementptr i64, i64* %offs, i64 %K')
+    a(f'  %KCW = mul i64 %K, {CW}')
+    a('  br label %claim')
+    a('claim:')
+    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
+    a('  %gt0 = mul i64 %g, %G')
+    a('  %any = icmp slt i64 %gt0, %T1')
+    a('  br i1 %any, label %grp, label %done')
+    a('grp:')
+    a('  %gt1a = add i64 %gt0, %G')
+    a('  %gts = icmp slt i64 %gt1a, %T1')
+    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
+    a('  br label %chunk')
+    a('chunk:')
+    a('  %kc0 = phi i64 [ 0, %grp ], [ %kc1, %chunk_end ]')
+    a('  %kcn = add i64 %kc0, %KC')
+    a('  %kfull = icmp slt i64 %kcn, %K')
+    a('  %kend = select i1 %kfull, i64 %kcn, i64 %K')
+    a('  %first = icmp eq i64 %kc0, 0')
+    a('  br label %tile')
+    a('tile:')
+    a('  %t = phi i64 [ %gt0, %chunk ], [ %t1, %st_done ]')
+    a('  %ob = udiv i64 %t, %NPT')
+    a('  %pt = urem i64 %t, %NPT')
+    a(f'  %i0 = mul i64 %pt, {R}')
+    a('  %wb0 = mul i64 %ob, %KCW')
+    a('  %wb = getelementptr float, float* %w, i64 %wb0')
+    a(f'  %bo = mul i64 %ob, {CW}')
+    a(f'  %cb = mul i64 %ob, {NB}')
+    for j in range(NB):
+        a(f'  %cj{j} = add i64 %cb, {j}')
+        a(f'  %rowj{j} = mul i64 %cj{j}, %LP')
+    for r in range(R):
+        a(f'  %qi{r} = add i64 %i0, {r}')
+        a(f'  %qp{r} = getelementptr i64, i64* %qtab, i64 %qi{r}')
+        a(f'  %q{r} = load i64, i64* %qp{r}')
+        a(f'  %xr{r} = getelementptr float, float* %x, i64 %q{r}')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  %pix{j}_{r} = add i64 %rowj{j}, %qi{r}')
+            a(f'  %oe{j}_{r} = mul i64 %pix{j}_{r}, {VEC}')
+            a(f'  %op{j}_{r}.f = getelementptr float, float* %out, i64 %oe{j}_{r}')
+            a(f'  %op{j}_{r} = bitcast float* %op{j}_{r}.f to {vp}')
+    a('  br i1 %first, label %init_b, label %init_o')
+    a('init_b:')
+    for j in range(NB):
+        a(f'  %bq{j} = add i64 %bo, {j * VEC}')
+        a(f'  %bp{j}.f = getelementptr float, float* %bias, i64 %bq{j}')
+        a(f'  %bp{j} = bitcast float* %bp{j}.f to {vp}')
+        a(f'  %bv{j} = load {v}, {vp} %bp{j}, align 4')
+    a('  br label %k_pre')
+    a('init_o:')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  %ov{j}_{r} = load {v}, {vp} %op{j}_{r}, align 4')
+    a('  br label %k_pre')
+    a('k_pre:')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  %a0{j}_{r} = phi {v} [ %bv{j}, %init_b ], [ %ov{j}_{r}, %init_o ]')
+    a('  br label %k_loop')
+    a('k_loop:')
+    a('  %k = phi i64 [ %kc0, %k_pre ], [ %k1, %k_loop ]')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  %acc{j}_{r} = phi {v} [ %a0{j}_{r}, %k_pre ], [ %nacc{j}_{r}, %k_loop ]')
+    a('  %offp = getelementptr i64, i64* %offs, i64 %k')
+    a('  %off = load i64, i64* %offp')
+    a(f'  %wk0 = mul i64 %k, {CW}')
+    a('  %wk = getelementptr float, float* %wb, i64 %wk0')
+    for j in range(NB):
+        a(f'  %wp{j}.f = getelementptr float, float* %wk, i64 {j * VEC}')
+        a(f'  %wp{j} = bitcast float* %wp{j}.f to {vp}')
+        a(f'  %wv{j} = load {v}, {vp} %wp{j}, align 4')
+    for r in range(R):
+        a(f'  %xp{r} = getelementptr float, float* %xr{r}, i64 %off')
+        a(f'  %xs{r} = load float, float* %xp{r}')
+        a(f'  %xv{r}.0 = insertelement {v} undef, float %xs{r}, i32 0')
+        a(f'  %xv{r} = shufflevector {v} %xv{r}.0, {v} undef, <{VEC} x i32> zeroinitializer')
+        for j in range(NB):
+            a(f'  %nacc{j}_{r} = call {v} @llvm.fma.v{VEC}f32({v} %wv{j}, {v} %xv{r}, {v} %acc{j}_{r})')
+    a('  %k1 = add i64 %k, 1')
+    a('  %kc = icmp slt i64 %k1, %kend')
+    a('  br i1 %kc, label %k_loop, label %store')
+    a('store:')
+    a('  %last = icmp eq i64 %kend, %K')
+    a('  br i1 %last, label %st_out, label %st_wide')
+    # not the last chunk: the partial sums to the scratch, [channel block][pixel][16]
+    a('st_wide:')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  store {v} %nacc{j}_{r}, {vp} %op{j}_{r}, align 4')
+    a('  br label %st_done')
+    # the last chunk: through a stack tile into the NCHW output y[o][i], o < O, i < L
+    a('st_out:')
+    for j in range(NB):
+        for r in range(R):
+            a(f'  %sb{j}_{r}.f = getelementptr float, float* %bufp, i64 {(j * R + r) * VEC}')
+            a(f'  %sb{j}_{r} = bitcast float* %sb{j}_{r}.f to {vp}')
+            a(f'  store {v} %nacc{j}_{r}, {vp} %sb{j}_{r}, align 64')
+    a('  %nrl = sub i64 %L, %i0')
+    a(f'  %nrs = icmp slt i64 %nrl, {R}')
+    a(f'  %nr = select i1 %nrs, i64 %nrl, i64 {R}')
+    a('  %orem = sub i64 %O, %bo')
+    a(f'  %ncs = icmp slt i64 %orem, {CW}')
+    a(f'  %nc = select i1 %ncs, i64 %orem, i64 {CW}')
+    a('  br label %c_loop')
+    a('c_loop:')
+    a('  %c = phi i64 [ 0, %st_out ], [ %c1, %c_next ]')
+    a('  %jj = lshr i64 %c, 4')
+    a('  %ln = and i64 %c, 15')
+    a(f'  %s0a = mul i64 %jj, {R * VEC}')
+    a('  %s0 = add i64 %s0a, %ln')
+    a('  %oc = add i64 %bo, %c')
+    a('  %yo0 = mul i64 %oc, %L')
+    a('  %yo = add i64 %yo0, %i0')
+    a('  %yr = getelementptr float, float* %y, i64 %yo')
+    a('  br label %r_loop')
+    a('r_loop:')
+    a('  %rr = phi i64 [ 0, %c_loop ], [ %rr1, %r_loop ]')
+    a(f'  %sx0 = mul i64 %rr, {VEC}')
+    a('  %sx = add i64 %s0, %sx0')
+    a('  %sp = getelementptr float, float* %bufp, i64 %sx')
+    a('  %sv = load float, float* %sp')
+    a('  %yp = getelementptr float, float* %yr, i64 %rr')
+    a('  store float %sv, float* %yp')
+    a('  %rr1 = add i64 %rr, 1')
+    a('  %rc = icmp slt i64 %rr1, %nr')
+    a('  br i1 %rc, label %r_loop, label %c_next')
+    a('c_next:')
+    a('  %c1 = add i64 %c, 1')
+    a('  %cc = icmp slt i64 %c1, %nc')
+    a('  br i1 %cc, label %c_loop, label %st_done')
+    a('st_done:')
+    a('  %t1 = add i64 %t, 1')
+    a('  %tc = icmp slt i64 %t1, %gt1')
+    a('  br i1 %tc, label %tile, label %chunk_end')
+    a('chunk_end:')
+    a('  %kc1 = add i64 %kc0, %KC')
+    a('  %kmore = icmp slt i64 %kc1, %K')
+    a('  br i1 %kmore, label %chunk, label %claim')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
+# params of the channel-vector kernel: 0 K, 1 LP (padded pixel count per channel block of the partial sums'
+# scratch), 2 KC ((channel, tap) pairs per chunk), 3 pixel tiles per channel block, 4 tiles per claim, 5 tiles,
+# 6 O, 7 L (output channels, pixels), 8 the claim counter; then K offsets, then LP wide input positions of
+# the compact pixels (tail entries repeat the last pixel)
+_C_G, _C_CTR, _C_OFF = 4, 8, 9
+
+
+def _source_key() -> str:
+    """Hash of this file (the renderers and the parameter layouts they read): any edit recompiles."""
+    k = _src_key[0]
+    if k is None:
+        with open(__file__, "rb") as fh:
+            k = _src_key[0] = hashlib.sha1(fh.read()).hexdigest()[:12]
+    return k
+
+
+_src_key = [None]
+
+
+def kernel(kind: str, A: int, B: int):
+    """The builtin ``f(xq, wpack, out, bias, params)`` of micro-kernel ``kind`` ("pix": R = A channels x P =
+    B pixel vectors; "chan": NB = A channel blocks x R = B pixels), compiled once per process (machine code
+    cached on disk by llvm_render)."""
+    f = _kernels.get((kind, A, B))
+    if f is not None:
+        return f
+    with _lock:
+        f = _kernels.get((kind, A, B))
+        if f is None:
+            from .. import llvm_call, llvm_render
+            key = f"convdirect{kind}{A}x{B}_" + hashlib.sha1(
+                f"{VERSION}|{_source_key()}|{kind}|{A}|{B}".encode()).hexdigest()[:16]
+            render = (lambda: _render(A, B)) if kind == "pix" else (lambda: _render_c(A, B))
+            addr = llvm_render.compile_ir(key, render)
+            f = _kernels[(kind, A, B)] = llvm_call.make(addr, 5 if kind == "pix" else 6)
+    return f
+
+
+# ---------------------------------------------------------------- weights
+def _pack(w: np.ndarray, tag) -> np.ndarray:
+    """w (O, C, KH, KW) -> [ceil(O / CW)][C * KH * KW][CW] float32 (CW output channels per block: R of the
+    "pix" kernel, 16 NB of the "chan" kernel), zero rows past O."""
+    CW = tag[1]
+    O = w.shape[0]
+    K = w[0].size
+    nb = -(-O // CW)
+    wp = np.zeros((nb * CW, K), np.float32)
+    wp[:O] = w.reshape(O, K)
+    return np.ascontiguousarray(wp.reshape(nb, CW, K).transpose(0, 2, 1))
+
+
+def packed_weights(w: np.ndarray, CW: int):
+    """The packed weights of w for CW channels per block, cached per weight buffer (winograd.weights);
+    None when w keeps changing (being trained)."""
+    return winograd.weights(w, ("direct", CW), _pack)
+
+
+# ---------------------------------------------------------------- geometry / cost
+def geometry(H, W, KH, KW, sh, sw, pt, pb, pl, pr, dh, dw):
+    """(Hq, Wq, phases, taps): phase planes of the padded input (Hq x Wq each), the used phases
+    [(a, b)], and per tap (kh, kw) (phase index, row offset, column offset)."""
+    Hp, Wp = H + pt + pb, W + pl + pr
+    Hq, Wq = -(-Hp // sh), -(-Wp // sw)
+    phases = []
+    taps = []
+    for kh in range(KH):
+        for kw in range(KW):
+            ph = ((kh * dh) % sh, (kw * dw) % sw)
+            if ph not in phases:
+                phases.append(ph)
+            taps.append((phases.index(ph), (kh * dh) // sh, (kw * dw) // sw))
+    return Hq, Wq, phases, taps
+
+
+PIX_SHAPES = ((6, 4), (12, 2))            # "pix": (R, P)
+CHAN_SHAPES = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
+
+
+# the "pix" kernel runs ~8% faster per useful lane (no per-tile transposed output, one input vector load per
+# FMA row): it is picked from 1 / _PIX_BONUS of the other's lane use on, and always below _PIX_K (channel,
+# tap) pairs (short loops: the "chan" kernel's per-tile costs dominate; measured 1 thread, e.g. the 7x7 stem
+# 2.7 vs 3.5 ms, 16 -> 64 3x3 on 55x55 0.59 vs 0.68 ms; 128 -> 32 3x3 on 14x14 0.21 vs 0.17 ms)
+_PIX_BONUS = 1.08
+_PIX_K = 200
+
+
+def plan(O: int, OH: int, OW: int, Wq: int, K: int = _PIX_K, kind=None):
+    """(kind, A, B, lane use): the micro-kernel with the most useful lanes (wasted: output rows past O, wide
+    pixels past OW, tile tails); ``kind`` forces one family."""
+    L = OH * OW
+    Lw = (OH - 1) * Wq + OW
+    best = None
+    if kind in (None, "chan"):
+        for NB, R in CHAN_SHAPES:
+            cw = NB * VEC
+            use = O * L / ((-(-O // cw) * cw) * (-(-L // R) * R))
+            if best is None or use > best[3] + 0.02:
+                best = ("chan", NB, R, use)
+    if kind in (None, "pix"):
+        pix = None
+        for R, P in PIX_SHAPES:
+            use = O * L / ((-(-O // R) * R) * (-(-Lw // (P * VEC)) * P * VEC))
+            if pix is None or use > pix[3] + 0.02:
+                pix = ("pix", R, P, use)
+        if best is None or K < _PIX_K or pix[3] * _PIX_BONUS >= best[3]:
+            best = pix
+    return best
+
+
+# ---------------------------------------------------------------- run
+# from this many flops the tiles are split over the pool (as conv.py's GEMMs: the hand-off costs tens of us)
+_PAR_FLOPS = 8e6
+# runs of tiles per thread: the threads claim them from a counter in the kernel, so a descheduled worker
+# (the machine is shared) leaves its share to the others instead of stalling the call
+_CHUNKS_PER_THREAD = 6
+FORCE = [None]            # tests / benchmarks: "pix" or "chan"
+# weights of one chunk of (channel, tap) pairs of the "chan" kernel (bytes): kept in L2 across the tiles
+_CHUNK_BYTES = 192 << 10
+
+
+class _Layout:
+    """Everything about one convolution shape that does not depend on the data (cached per shape): the
+    micro-kernel, the scratch layout, the params array (offsets, pixel table) and the fill slices."""
+    __slots__ = ("A", "B", "CW", "S", "bare", "base", "direct_out", "fill", "kind", "multi", "nob", "nph", "npt",
+                 "oshape", "t0", "t1", "tail", "xlen")
+
+    def __init__(self, xs, ws, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force):
+        _, C, H, W = xs
+        O, _, KH, KW = ws
+        Hq, Wq, phases, taps = geometry(H, W, KH, KW, sh, sw, pt, pb, pl, pr, dh, dw)
+        kind, A, B, _ = plan(O, OH, OW, Wq, C * KH * KW, force)
+        L = OH * OW
+        Lw = (OH - 1) * Wq + OW                 # wide pixels per output channel
+        K = C * KH * KW
+        nph = len(phases)
+        maxoff = max(r * Wq + c for _, r, c in taps)
+        bare = False
+        if kind == "pix":
+            CW = A
+            tp = B * VEC
+            npt = -(-Lw // tp)
+            S = max(Hq * Wq, npt * tp + maxoff)    # every read of the last tile stays in its plane
+        else:
+            CW = A * VEC
+            npt = -(-L // B)
+            S = Hq * Wq
+            bare = nph == 1 and Wq == W and Hq == H     # 1x1 stride 1 unpadded: the input itself is xq
+        if not bare:
+            S = -(-S // VEC) * VEC
+        nob = -(-O // CW)
+        offs = (np.arange(C, dtype=np.int64)[:, None] * (nph * S)
+                + np.array([pi * S + r * Wq + c for pi, r, c in taps], np.int64)[None, :]).reshape(-1)
+        xlen = C * nph * S
+        direct_out = False
+        # bounds of every read (the kernels index xq with these and nothing else)
+        if kind == "pix":
+            if int(offs.max()) + npt * tp > xlen or int(offs.min()) < 0:
+                raise AssertionError("conv_direct: input plane layout would read out of bounds")
+            direct_out = Wq == OW
+            base = np.empty(_P_OFF + K, np.int64)
+            base[:_P_OFF] = (K, O, L if direct_out else Lw, Lw, npt, 1, nob * npt, 0)
+            base[_P_OFF:] = offs
+            self.t0, self.t1 = _P_G, _P_CTR
+            self.multi = False
+            self.oshape = (O, Lw)
+            self.tail = (OH, Wq, OW)
+        else:
+            LP = npt * B
+            i = np.minimum(np.arange(LP, dtype=np.int64), L - 1)
+            q = (i // OW) * Wq + i % OW
+            if int(offs.max()) + int(q.max()) >= xlen or int(offs.min()) < 0 or int(q.min()) < 0:
+                raise AssertionError("conv_direct: input plane layout would read out of bounds")
+            base = np.empty(_C_OFF + K + LP, np.int64)
+            base[:_C_OFF] = (K, LP, max(1, _CHUNK_BYTES // (4 * CW)), npt, 1, nob * npt, O, L, 0)
+            base[_C_OFF:_C_OFF + K] = offs
+            base[_C_OFF + K:] = q
+            self.t0, self.t1 = _C_G, _C_CTR
+            self.multi = K > base[2]
+            self.oshape = (nob * A, LP, VEC)
+            self.tail = None
+        self.kind, self.A, self.B, self.CW, self.nob, self.npt, self.S, self.nph = kind, A, B, CW, nob, npt, S, nph
+        self.bare, self.direct_out, self.base, self.xlen = bare, direct_out, base, xlen
+        # the fill: per phase, (plane rows [r0, r1), columns [c0, c1) <- input rows i0::sh, columns j0::sw)
+        fill = []
+        for a, bb in phases:
+            r0 = max(0, -(-(pt - a) // sh))
+            r1 = min(Hq, (H - 1 + pt - a) // sh + 1)
+            c0 = max(0, -(-(pl - bb) // sw))
+            c1 = min(Wq, (W - 1 + pl - bb) // sw + 1)
+            if r1 <= r0 or c1 <= c0:
+                fill.append(None)
+                continue
+            i0 = a + sh * r0 - pt
+            j0 = bb + sw * c0 - pl
+            fill.append((r0, r1, c0, c1, slice(i0, i0 + sh * (r1 - r0 - 1) + 1, sh),
+                         slice(j0, j0 + sw * (c1 - c0 - 1) + 1, sw)))
+        self.fill = (Hq, Wq, fill)
+
+
+_layouts: dict = {}
+
+
+def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw):
+    """res (N, O, OH, OW) = conv2d(x, w) + b; x (N, C, H, W) and w (O, C, KH, KW) C-contiguous float32,
+    groups 1, res C-contiguous float32.  Returns False (nothing written) when the weights are being
+    trained (no packed copy)."""
+    N, C, H, W = x.shape
+    O, C2, KH, KW = w.shape
+    OH, OW = res.shape[2], res.shape[3]
+    if (x.dtype != np.float32 or w.dtype != np.float32 or res.dtype != np.float32 or C2 != C or res.shape[:2] != (N, O)
+            or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous)
+            or (b is not None and (b.dtype != np.float32 or b.shape != (O,)))):
+        raise ValueError(f"conv_direct.conv2d: unsupported operands x {x.shape} {x.dtype}, w {w.shape} {w.dtype}, "
+                         f"out {res.shape} {res.dtype}")
+    if OH != (H + pt + pb - dh * (KH - 1) - 1) // sh + 1 or OW != (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 or \
+            min(OH, OW, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0 or C < 1:
+        raise ValueError(f"conv_direct.conv2d: output {res.shape} does not match input {x.shape}, kernel "
+                         f"{w.shape}, stride {(sh, sw)}, padding {(pt, pb, pl, pr)}, dilation {(dh, dw)}")
+    key = (x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
+    lay = _layouts.get(key)
+    if lay is None:
+        lay = _Layout(x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
+        if len(_layouts) > 1024:
+            _layouts.clear()
+        _layouts[key] = lay
+    CW, nob = lay.CW, lay.nob
+    wp = packed_weights(w, CW)
+    if wp is None:
+        return False
+    if wp.shape != (nob, C * KH * KW, CW):
+        raise AssertionError("conv_direct: packed weights of the wrong shape")
+    bias = np.zeros(nob * CW, np.float32)
+    if b is not None:
+        bias[:O] = b
+    from .conv import _buffer
+    L = OH * OW
+    if not lay.bare:
+        xq = _buffer(lay.xlen, np.float32, "direct_x").reshape(C, lay.nph, lay.S)
+    pix = lay.kind == "pix"
+    # the pix kernel's wide rows; the chan kernel's partial sums (only with several chunks of (channel, tap))
+    wide = None
+    if not lay.direct_out and (pix or lay.multi):
+        wide = _buffer(int(np.prod(lay.oshape)), np.float32, "direct_out").reshape(lay.oshape)
+    f = kernel(lay.kind, lay.A, lay.B)
+    ntiles = nob * lay.npt
+    nt = threads.NUM_THREADS
+    base, g_slot, ctr_slot = lay.base, lay.t0, lay.t1
+    par = nt > 1 and 2.0 * O * C * KH * KW * L >= _PAR_FLOPS and ntiles > 1
+    nthr = min(nt, ntiles)
+    for n in range(N):
+        if lay.bare:
+            xq = x[n]
+        else:
+            _fill(x[n], xq, lay.fill)
+        y = res[n]
+        dst = y if lay.direct_out else (y if wide is None else wide)
+        args = (xq, wp, dst, bias) if pix else (xq, wp, dst, bias, None, y)
+        # one params array per call (its claim counter): every thread calls the kernel once and claims runs
+        # of tiles until none are left (a thread scheduled late finds none and returns)
+        p = base.copy()
+        p[g_slot] = -(-ntiles // (nthr * _CHUNKS_PER_THREAD)) if par else ntiles
+        p[ctr_slot] = 0
+        if pix:
+            call = (lambda _, a=args, p=p: f(a[0], a[1], a[2], a[3], p))
+        else:
+            call = (lambda _, a=args, p=p: f(a[0], a[1], a[2], a[3], p, a[5]))
+        if par:
+            threads.run_parallel(call, [None] * nthr)
+        else:
+            call(None)
+        if pix and not lay.direct_out:
+            # the wide rows compacted into the output (split over the threads with the kernel's)
+            OH_, Wq, OW_ = lay.tail
+            src = np.lib.stride_tricks.as_strided(wide, (O, OH_, OW_), (wide.strides[0], Wq * 4, 4))
+            if par and O > 1:
+                threads.run_parallel(lambda c, y=y, src=src: np.copyto(y[c[0]:c[1]], src[c[0]:c[1]]),
+                                     threads.split(O, nthr))
+            else:
+                np.copyto(y, src)
+    return True
+
+
+def _fill(x3, xq, fill):
+    """xq[c, phase, :Hq * Wq] = the zero-padded input's phase planes, the rest of xq zero."""
+    Hq, Wq, parts = fill
+    C = x3.shape[0]
+    xq[:, :, Hq * Wq:] = 0
+    for pi, part in enumerate(parts):
+        plane = xq[:, pi, :Hq * Wq].reshape(C, Hq, Wq)
+        if part is None:
+            plane[...] = 0
+            continue
+        r0, r1, c0, c1, rs, cs = part
+        if r0:
+            plane[:, :r0] = 0
+        if r1 < Hq:
+            plane[:, r1:] = 0
+        if c0:
+            plane[:, r0:r1, :c0] = 0
+        if c1 < Wq:
+            plane[:, r0:r1, c1:] = 0
+        plane[:, r0:r1, c0:c1] = x3[:, rs, cs]
+
+
+# ---------------------------------------------------------------- conv2d_kernel's branch
+# NEE_CONV_DIRECT: "" (the cost rule), "0" (never), "1" (every float32 conv it can take)
+MODE = [os.environ.get("NEE_CONV_DIRECT", "")]
+
+
+def applies(x, w, res, G) -> bool:
+    """The shapes and dtypes the kernel takes (float32, one group, C-contiguous operands, AVX-512F)."""
+    return (G == 1 and x.dtype == np.float32 and w.dtype == np.float32 and res.dtype == np.float32
+            and x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous and w.shape[1] > 0
+            and available())
+
+
+def try_conv2d(x, w, b, res, attrs, kept: bool) -> bool:
+    """conv2d_kernel's branch: run the direct kernel into res when NEE_CONV_DIRECT / the cost rule pick it
+    for this convolution (``kept``: w is the caller's array, its packing cached across calls); False when
+    it did not run (nothing written)."""
+    mode = MODE[0]
+    if mode == "0" or not applies(x, w, res, attrs["groups"]):
+        return False
+    sh, sw = attrs["stride"]
+    pt, pb, pl, pr = attrs["padding"]
+    dh, dw = attrs["dilation"]
+    if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw)):
+        return False
+    return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw)
+
+
+def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw) -> bool:
+    """The cost rule: every float32 convolution but the unpadded 1x1 ones (one GEMM on the NCHW buffers:
+    OpenBLAS ran them 0-10% faster) and the 3x3 ones conv.py's Winograd rule takes (F(4x4) at 1.2-1.7x the
+    direct kernel's speed).  Measured on the 184 distinct group-1 convs of the ONNX light models squeezenet,
+    inception v1/v2, resnet50, densenet121 (1 thread, thread CPU time, min of 5, old and new interleaved):
+    the others (3x3 on planes up to 14x14 without Winograd, 3x3 stride 2, 5x5, 7x7 stems) ran 1.0-1.7x
+    faster direct than with im2col or padded-rows GEMMs."""
+    N, C, H, W = xs
+    O, _, KH, KW = ws
+    if KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
+        return False
+    from . import conv
+    return not conv._winograd_m(N, C, H, W, O, 1, KH, KW, sh, sw, dh, dw, rs[2], rs[3], np.dtype(np.float32))
