@@ -73,6 +73,7 @@ def install() -> None:
     Tensor.where = lambda self, condition, y: ew.where(condition, self, y)
     if not hasattr(Tensor, "type_as"):
         Tensor.type_as = lambda self, other: self.to(other.dtype)
+    _compat_methods()
     from ..trace.tracer import _traced_view
     for name in _VIEW_METHODS:
         if not hasattr(Tensor, name):
@@ -146,3 +147,219 @@ def _cmp_ok(o) -> bool:
 
     import numpy as np
     return isinstance(o, (Tensor, numbers.Number, np.generic, np.ndarray, list, tuple))
+
+
+# ---------------------------------------------------------------- torch.Tensor methods beyond the op table
+def _rebind(self, v):
+    """Make ``self`` the view ``v`` (an in-place view op changes this tensor's metadata, not its storage)."""
+    self._set_storage(v._data, v._device, v._dtype)
+    from ..trace.tracer import alias
+    alias(v, self)
+    return self
+
+
+def _view_inplace(name):
+    def f(self, *args, **kwargs):
+        return _rebind(self, getattr(Tensor, name)(self, *args, **kwargs))  # the traced view method
+    f.__name__ = name + "_"
+    f.__doc__ = f"In-place ``{name}``: this tensor becomes the view (same storage, new shape/strides)."
+    return f
+
+
+def resize_(self, *sizes, memory_format=None):
+    """``Tensor.resize_``: new contiguous shape over this tensor's storage, read in storage order from its
+    offset (like torch); growing past the storage it spans allocates new storage, copies the old elements and
+    leaves the rest uninitialised (other views keep the old storage)."""
+    from .creation import _size, empty
+    shape = _size(sizes)
+    n = 1
+    for s in shape:
+        n *= s
+    if shape == tuple(self.shape) and self.is_contiguous():
+        return self
+    st = self.stride()
+    extent = 1 + sum((s - 1) * t for s, t in zip(self.shape, st)) if self.numel() else 0
+    if n <= extent:
+        return _rebind(self, views.make_view(self, shape, views._contig_strides(shape)))
+    new = empty(shape, dtype=self._dtype, device=self._device)
+    if extent:
+        new.reshape(-1)[:extent].copy_(views.make_view(self, (extent,), (1,)))
+    return _rebind(self, new)
+
+
+def resize_as_(self, other, memory_format=None):
+    return resize_(self, tuple(other.shape))
+
+
+def resize(self, *sizes):
+    """Deprecated ``Tensor.resize`` (out of place): a reshape to a shape with the same number of elements."""
+    import warnings
+    warnings.warn("non-inplace resize is deprecated", UserWarning, stacklevel=2)
+    from .creation import _size
+    shape = _size(sizes)
+    n = 1
+    for s in shape:
+        n *= s
+    if n != self.numel():
+        raise RuntimeError(f"resize: shape {list(shape)} has {n} elements, this tensor {self.numel()}; the "
+                           f"out-of-place resize keeps the element count (use resize_)")
+    return self.reshape(shape)
+
+
+def resize_as(self, tensor):
+    return resize(self, tuple(tensor.shape))
+
+
+def fill_diagonal_(self, fill_value, wrap=False):
+    """``Tensor.fill_diagonal_``: write ``fill_value`` on the main diagonal (all dims of a >2-D tensor must be
+    equal); ``wrap`` continues the diagonal of a tall matrix every ``ncols + 1`` rows, like torch."""
+    nd = self.ndim
+    if nd < 2:
+        raise RuntimeError(f"fill_diagonal_: dimensions must larger than 1 (got {nd}-D)")
+    h, w = self.shape[0], self.shape[1]
+    if nd > 2 and any(s != h for s in self.shape):
+        raise RuntimeError(f"fill_diagonal_: all dimensions of input must be of equal length (got "
+                           f"{tuple(self.shape)})")
+    st = self.stride()
+    size, stride = min(h, w), sum(st)
+    views.make_view(self, (size,), (stride,)).fill_(fill_value)
+    if wrap and nd == 2 and h > w + 1:
+        step = w + 1
+        wrap_size = (self.numel() + step - 1) // step - size
+        views.make_view(self, (wrap_size,), (stride,), st[0] * (w + 1)).fill_(fill_value)
+    return self
+
+
+def sum_to_size(self, *size):
+    """``Tensor.sum_to_size``: sum the broadcast dims away so the result has ``size`` (which must expand to
+    this tensor's shape)."""
+    from .creation import _size
+    size = _size(size)
+    sh = tuple(self.shape)
+    if len(size) > len(sh) or any(s != 1 and s != d for s, d in zip(size[::-1], sh[::-1])):
+        raise RuntimeError(f"size {{{list(size)}}} is not expandable to size {{{list(sh)}}}.")
+    lead = len(sh) - len(size)
+    r = self
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if s == 1 and sh[lead + i] != 1)
+    if dims:
+        r = EXPORTS["sum"][0](self, dims, keepdim=True)
+        if lead:
+            r = r.reshape(size)
+    return r
+
+
+def new(self, *args, device=None):
+    """Legacy ``Tensor.new``: ``new()`` -> empty 1-D, ``new(2, 3)``/``new(Size)`` -> uninitialised of that
+    shape, ``new(data)`` -> a tensor of ``data`` with this tensor's dtype and device."""
+    from .creation import empty, tensor
+    from .tensor import Size
+    dev = device or self._device
+    if not args:
+        return empty(0, dtype=self._dtype, device=dev)
+    if len(args) == 1 and isinstance(args[0], Tensor):
+        return args[0]._alias()
+    if len(args) == 1 and not isinstance(args[0], (int, Size)):
+        return tensor(args[0], dtype=self._dtype, device=dev)
+    return empty(*args, dtype=self._dtype, device=dev)
+
+
+def new_empty_strided(self, size, stride, dtype=None, device=None, requires_grad=False, **kw):
+    return EXPORTS["empty_strided"][0](size, stride, dtype=dtype or self._dtype, device=device or self._device)
+
+
+def is_set_to(self, tensor) -> bool:
+    """True when both tensors view the same memory with the same shape and strides."""
+    return (self._device == tensor._device and self._dtype is tensor._dtype and self.shape == tensor.shape
+            and self.stride() == tensor.stride() and (self.numel() == 0 or self.data_ptr() == tensor.data_ptr()))
+
+
+def as_subclass(self, cls):
+    """``Tensor.as_subclass``: the same storage as an instance of ``cls`` (a Tensor subclass)."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise TypeError(f"as_subclass: cls must be a subclass of Tensor (got {cls!r})")
+    r = self._alias()
+    r.__class__ = cls
+    return r
+
+
+def set_(self, source=None, storage_offset=None, size=None, stride=None):
+    """``Tensor.set_``: share ``source``'s storage (with ``size``/``stride``/``storage_offset`` a view of it);
+    ``set_()`` makes this an empty tensor."""
+    if source is None:
+        from .creation import empty
+        return _rebind(self, empty(0, dtype=self._dtype, device=self._device))
+    if not isinstance(source, Tensor):
+        raise TypeError(f"set_: source must be a Tensor (storages are not modelled), got {type(source).__name__}")
+    if source._dtype is not self._dtype:
+        raise RuntimeError(f"set_: expected source of dtype {self._dtype.name}, got {source._dtype.name}")
+    v = source._alias() if size is None else source.as_strided(size, stride if stride is not None else
+                                                                 views._contig_strides(tuple(size)),
+                                                                 storage_offset)
+    return _rebind(self, v)
+
+
+def get_device(self) -> int:
+    """``-1`` on the CPU, else the device index."""
+    if self._device.type == "cpu":
+        return -1
+    idx = getattr(self._device, "index", None)
+    return 0 if idx is None else idx
+
+
+def bfloat16(self, memory_format=None):
+    raise TypeError("bfloat16(): neetorch has no bfloat16 dtype (supported: bool, uint8, int8, int16, int32, "
+                    "int64, float16, float32, float64); use .half() or .float()")
+
+
+def _host_map(self, fn, *others, who):
+    if self._device.type != "cpu":
+        raise TypeError(f"{who} is only implemented on CPU tensors (got {self._device})")
+    import numpy as np
+    a = self.numpy()
+    bs = [np.broadcast_to(o.to(self._device).numpy(), a.shape) for o in others]
+    for idx in np.ndindex(a.shape):
+        a[idx] = fn(a[idx].item(), *[b[idx].item() for b in bs])
+    return self
+
+
+def map_(self, tensor, callable):
+    """``Tensor.map_``: ``self[i] = callable(self[i], tensor[i])`` elementwise (CPU, Python callable)."""
+    return _host_map(self, callable, tensor, who="map_")
+
+
+def map2_(self, x, y, callable):
+    return _host_map(self, callable, x, y, who="map2_")
+
+
+def apply_(self, callable):
+    """``Tensor.apply_``: ``self[i] = callable(self[i])`` (CPU, Python callable)."""
+    return _host_map(self, callable, who="apply_")
+
+
+def _compat_methods() -> None:
+    T = Tensor
+    for name in ("squeeze", "unsqueeze", "t", "transpose", "swapaxes", "swapdims", "as_strided"):
+        setattr(T, name + "_", _view_inplace(name))
+    for name, fn in (("resize_", resize_), ("resize_as_", resize_as_), ("resize", resize), ("resize_as", resize_as), ("fill_diagonal_", fill_diagonal_),
+                     ("sum_to_size", sum_to_size), ("new", new), ("new_empty_strided", new_empty_strided),
+                     ("get_device", get_device), ("bfloat16", bfloat16), ("map_", map_), ("map2_", map2_),
+                     ("apply_", apply_)):
+        setattr(T, name, fn)
+    for alias, op in (("greater", "gt"), ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"),
+                      ("not_equal", "ne"), ("arctan2", "atan2"), ("cumsum", "cumsum"), ("cumprod", "cumprod")):
+        if not hasattr(T, alias + "_"):
+            setattr(T, alias + "_", _inplace(EXPORTS[op][0], alias))
+    for alias, op in (("addmm", "addmm"), ("addbmm", "addbmm"), ("addmv", "addmv"), ("addr", "addr"),
+                      ("baddbmm", "baddbmm")):
+        if op in EXPORTS and not hasattr(T, alias + "_"):
+            setattr(T, alias + "_", _inplace(EXPORTS[op][0], alias))
+    T.is_pinned = lambda self, device=None: False
+    T.pin_memory = lambda self, device=None: self
+    T.is_shared = lambda self: False
+    T.is_set_to = is_set_to
+    T.as_subclass = as_subclass
+    T.set_ = set_
+    from ..ops import compat
+    T.float_power_ = compat._float_power_
+    T.polygamma = compat._polygamma_method
+    T.polygamma_ = compat._polygamma_
