@@ -12,9 +12,11 @@ emits LLVM IR directly: ~30 ms per kernel on an idle core (parse + O2 + object c
   (``f_gelu32``, ``f_erf32``...) are inlined by translating the helper's own Python
   source from ``scalar.py`` / ``fastmath.py`` (straight-line code, selects, the bit-cast /
   fmuladd intrinsics), so the IR carries the same vectorizable fast math.
-* Anything outside that subset (``if`` statements, libm calls, ``//``, ``%``, ``**``,
-  float -> int conversions) raises :class:`NotImplementedError`; the caller then uses the
-  Numba renderer.  Nothing is approximated differently.
+* libm functions are called as Numba calls them (``tanf``/``tan``, ``lgammaf``, ``atan2f``...; ``np.log2``
+  and float ``**`` through the ``llvm.log2`` / ``llvm.pow`` intrinsics; float -> int casts with
+  ``fptosi``/``fptoui``).  Anything outside that subset (``if`` statements, ``//``, ``%``, integer
+  ``**``, other libm calls) raises :class:`NotImplementedError`; the caller then uses the Numba
+  renderer.  Nothing is approximated differently.
 * The loop nest is the Numba kernel's: 4 collapsed dims from the int64 meta array, the
   innermost loop either unit-stride (some inputs possibly broadcast; LLVM vectorizes it)
   or general strided.  Each layout is its own small function, compiled on the first launch
@@ -61,9 +63,22 @@ def _init():
         from llvmlite import ir
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        _load_libm(llvm)
         _ir = ir
         _llvm = llvm
     return _ir, _llvm
+
+
+def _load_libm(llvm):
+    """Make libm's symbols resolvable by the JIT (kernels call tanf, lgamma, atan2... as Numba's do)."""
+    import ctypes.util
+    for name in (ctypes.util.find_library("m"), "libm.so.6"):
+        if name:
+            try:
+                llvm.load_library_permanently(name)
+                return
+            except RuntimeError:
+                continue
 
 
 # ------------------------------------------------------------------------------------ types
@@ -175,8 +190,8 @@ class _Emitter:
                 return _V(b.uitofp(v, t.lt), t)
             return _V(b.sitofp(v, t.lt), t)
         # integer target
-        if s.kind == "f":
-            raise _Unsupported("float -> int conversion")
+        if s.kind == "f":       # Numba's cast: fptosi / fptoui (out of range: the hardware's value)
+            return _V(b.fptoui(v, t.lt) if t.kind == "u" else b.fptosi(v, t.lt), t)
         if t.bits == s.bits:
             return _V(v, t)
         if t.bits < s.bits:
@@ -272,6 +287,12 @@ class _Emitter:
                 t = T["float64"]
             a, c = self.cast(a, t), self.cast(c, t)
             return _V(b.fdiv(a.v, c.v, flags=self.fm), t)
+        if isinstance(op, ast.Pow):
+            # float ** float of one type: Numba's real_power_impl calls llvm.pow; integer or mixed
+            # exponents take Numba's other power implementations (not translated)
+            if not (a.t is c.t and a.t.kind == "f"):
+                raise _Unsupported("** of integers or mixed types")
+            return self.intrinsic("pow", a.t, a, c)
         if not isinstance(op, (ast.Add, ast.Sub, ast.Mult)):
             raise _Unsupported(type(op).__name__)
         t = _unify(a.t, c.t)
@@ -471,6 +492,21 @@ def _sqrt(em, args):
     return em.intrinsic("sqrt", x.t, x)
 
 
+def _libm(name32, name64, nargs=1):
+    """A call of libm's ``name32`` / ``name64`` on float32 / float64 arguments of one type: what Numba's
+    ``unary_math_extern`` (math.tan, math.lgamma, np.tan...) and the float atan2 lower to."""
+    def h(em, args):
+        ir, _ = _init()
+        if len(args) != nargs or any(a.t is not args[0].t for a in args) or args[0].t.kind != "f":
+            raise _Unsupported(f"{name64} of integers or mixed types")
+        t = args[0].t
+        name = name32 if t.bits == 32 else name64
+        mod = em.b.module
+        fn = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(t.lt, [t.lt] * nargs), name)
+        return _V(em.b.call(fn, [a.v for a in args]), t)
+    return h
+
+
 _CALLS: dict = {}
 
 
@@ -490,6 +526,10 @@ def _register_calls():
         _key(np.sqrt): _sqrt, _key(math.sqrt): _sqrt,
         _key(np.floor): _float_unary("floor"), _key(np.ceil): _float_unary("ceil"),
         _key(np.trunc): _float_unary("trunc"), _key(np.rint): _float_unary("rint"),
+        _key(np.log2): _float_unary("log2"),          # Numba's np_real_log2_impl: the llvm.log2 intrinsic
+        _key(np.tan): _libm("tanf", "tan"), _key(math.tan): _libm("tanf", "tan"),
+        _key(math.lgamma): _libm("lgammaf", "lgamma"),
+        _key(np.arctan2): _libm("atan2f", "atan2", 2), _key(math.atan2): _libm("atan2f", "atan2", 2),
     })
 
 
