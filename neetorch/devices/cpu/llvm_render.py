@@ -190,8 +190,14 @@ class _Emitter:
                 return _V(b.uitofp(v, t.lt), t)
             return _V(b.sitofp(v, t.lt), t)
         # integer target
-        if s.kind == "f":       # Numba's cast: fptosi / fptoui (out of range: the hardware's value)
-            return _V(b.fptoui(v, t.lt) if t.kind == "u" else b.fptosi(v, t.lt), t)
+        if s.kind == "f":
+            # through int64 (fptosi; fptoui for uint64), then truncated: values outside the target's range
+            # wrap as numpy's and the Numba kernel's scalar casts do on x86 (-3.4 -> uint8 253), rather
+            # than LLVM's poison for a direct narrow conversion (vectorized to 0 / saturated)
+            i64 = _types()["int64"]
+            if t.bits == 64:
+                return _V(b.fptoui(v, t.lt) if t.kind == "u" else b.fptosi(v, t.lt), t)
+            return _V(b.trunc(b.fptosi(v, i64.lt), t.lt), t)
         if t.bits == s.bits:
             return _V(v, t)
         if t.bits < s.bits:
@@ -530,7 +536,18 @@ def _register_calls():
         _key(np.tan): _libm("tanf", "tan"), _key(math.tan): _libm("tanf", "tan"),
         _key(math.lgamma): _libm("lgammaf", "lgamma"),
         _key(np.arctan2): _libm("atan2f", "atan2", 2), _key(math.atan2): _libm("atan2f", "atan2", 2),
+        _key(np.log10): _float_unary("log10"), _key(math.log10): _float_unary("log10"),   # llvm.log10
     })
+    # the rest of Numba's unary_math_extern family: numpy's and math's spelling call the same libm symbol
+    for npf, mf, base in ((np.arcsin, math.asin, "asin"), (np.arccos, math.acos, "acos"),
+                          (np.arctan, math.atan, "atan"), (np.sinh, math.sinh, "sinh"), (np.cosh, math.cosh, "cosh"),
+                          (np.arcsinh, math.asinh, "asinh"), (np.arccosh, math.acosh, "acosh"),
+                          (np.arctanh, math.atanh, "atanh"), (np.expm1, math.expm1, "expm1"),
+                          (np.log1p, math.log1p, "log1p"), (None, math.erf, "erf"), (None, math.erfc, "erfc")):
+        h = _libm(base + "f", base)
+        _CALLS[_key(mf)] = h
+        if npf is not None:
+            _CALLS[_key(npf)] = h
 
 
 class _Env:
