@@ -103,6 +103,7 @@ def set_num_threads(n: int) -> None:
 from . import nn  # noqa: E402,F401  (after the op table is bound: nn uses it)
 from .serialization import load_safetensors, save_safetensors, save, load  # noqa: E402,F401
 from . import linalg  # noqa: E402,F401
+from . import special  # noqa: E402,F401
 from .compare import compare  # noqa: E402,F401
 
 

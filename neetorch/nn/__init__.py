@@ -7,3 +7,4 @@ from .modules import Module  # noqa: F401
 from .modules.module import RemovableHandle  # noqa: F401
 
 from . import modules  # noqa: F401,E402
+from . import utils  # noqa: F401,E402

@@ -360,6 +360,11 @@ def __dir__():
 
 
 from .functional_extra import *  # noqa: E402,F401,F403  (3-D conv/pool, grid_sample, embedding_bag, more losses)
+from .ctc import ctc_loss  # noqa: E402,F401
+from .fractional import (  # noqa: E402,F401
+    fractional_max_pool2d, fractional_max_pool3d, fractional_max_pool2d_with_indices,
+    fractional_max_pool3d_with_indices,
+)
 
 __all__ = [n for n in list(globals()) if not n.startswith("_") and callable(globals()[n])
            and n not in ("annotations", "importlib", "math", "Tensor")]

@@ -6,10 +6,17 @@ PyTorch ``state_dict`` loads as is.  The recurrences are compositions of existin
 projection of a whole layer is one ``linear`` over all time steps, then a Python loop over time
 does one ``linear`` on the hidden state plus the gate arithmetic per step.  Under ``@nee.jit`` the
 loop is unrolled into the traced graph (one graph per sequence length), and the gate arithmetic
-of each step fuses into elementwise kernels.  Packed sequences are not supported.
+of each step fuses into elementwise kernels.
+
+A :class:`~neetorch.nn.utils.rnn.PackedSequence` input runs the same steps on the rows still active at each
+step: step ``t`` updates the first ``batch_sizes[t]`` rows of the state (the batch is sorted by decreasing
+length) and keeps the rest, so ``h_n``/``c_n`` hold each sequence's state at its own last step (its first step
+for the reverse direction), and the outputs of the steps concatenate into the packed output.  ``hx`` is
+permuted into the sorted order and ``h_n``/``c_n`` back, as PyTorch does.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import warnings
@@ -23,7 +30,7 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
 
 def _shape(t) -> list:
@@ -186,7 +193,7 @@ class RNNBase(Module):
 
     def _layer_params(self, layer: int, direction: int):
         suffix = "_reverse" if direction == 1 else ""
-        g = lambda n: getattr(self, f"{n}_l{layer}{suffix}")  # noqa: E731
+        g = lambda n: getattr(self, f"{n}_l{layer}{suffix}")
         b_ih = g("bias_ih") if self.bias else None
         b_hh = g("bias_hh") if self.bias else None
         w_hr = g("weight_hr") if self.proj_size > 0 else None
@@ -226,11 +233,103 @@ class RNNBase(Module):
                 layer_in = F.dropout(layer_in, self.dropout, True)
         return layer_in, _stack(h_n), (_stack(c_n) if c_n else None)
 
+    def _step(self, xp, h, c, w_hh, b_hh, w_hr):
+        if self.mode == "LSTM":
+            return _lstm_step(xp, h, c, w_hh, b_hh, w_hr)
+        if self.mode == "GRU":
+            return _gru_step(xp, h, w_hh, b_hh), None
+        return _rnn_step(xp, h, w_hh, b_hh, self.mode == "RNN_RELU"), None
+
+    def _run_packed(self, data, batch_sizes: list, h0, c0):
+        """``data`` (N, I) packed rows (step after step, ``batch_sizes[t]`` rows for step t); ``h0``/``c0``
+        (L*D, B, H) in the sorted batch order.  Returns (packed output (N, D*H_out), h_n, c_n)."""
+        D = 2 if self.bidirectional else 1
+        T, B = len(batch_sizes), batch_sizes[0]
+        offsets = [0] * T
+        for t in range(1, T):
+            offsets[t] = offsets[t - 1] + batch_sizes[t - 1]
+
+        def merge(new, old, b):  # the first b rows advance, the others keep their state
+            return new if b == B else _cat([new, old.narrow(0, b, B - b)], 0)
+
+        h_n, c_n = [], []
+        layer_in = data
+        for layer in range(self.num_layers):
+            outs = []
+            for direction in range(D):
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, direction)
+                k = layer * D + direction
+                h = h0.select(0, k)
+                c = c0.select(0, k) if c0 is not None else None
+                x_proj = F.linear(layer_in, w_ih, b_ih)  # (N, G*H)
+                steps = [None] * T
+                for t in (range(T - 1, -1, -1) if direction == 1 else range(T)):
+                    b = batch_sizes[t]
+                    xp = x_proj.narrow(0, offsets[t], b)
+                    hb = h if b == B else h.narrow(0, 0, b)
+                    cb = None if c is None else (c if b == B else c.narrow(0, 0, b))
+                    hb, cb = self._step(xp, hb, cb, w_hh, b_hh, w_hr)
+                    steps[t] = hb
+                    h = merge(hb, h, b)
+                    if c is not None:
+                        c = merge(cb, c, b)
+                outs.append(steps[0] if T == 1 else _cat(steps, 0))
+                h_n.append(h)
+                if c is not None:
+                    c_n.append(c)
+            layer_in = outs[0] if D == 1 else _cat(outs, -1)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                layer_in = F.dropout(layer_in, self.dropout, True)
+        return layer_in, _stack(h_n), (_stack(c_n) if c_n else None)
+
+    def _forward_packed(self, packed, hx):
+        from ..utils.rnn import PackedSequence, _host_ints
+        name = self._name()
+        data = packed.data
+        if not isinstance(data, Tensor) or data.ndim != 2:
+            raise ValueError(f"{name}: a PackedSequence input must hold 2-D data (sum of lengths, input_size), got "
+                             f"{_shape(data) if isinstance(data, Tensor) else type(data).__name__}")
+        self._check_input(data)
+        bs = _host_ints(packed.batch_sizes, "batch_sizes", name).tolist()
+        if not bs or min(bs) <= 0 or any(a < b for a, b in itertools.pairwise(bs)) or sum(bs) != data.shape[0]:
+            raise RuntimeError(f"{name}: invalid PackedSequence: batch_sizes {bs} must be positive, non-increasing "
+                               f"and sum to the {data.shape[0]} rows of data")
+        lstm = self.mode == "LSTM"
+        B = bs[0]
+        D = 2 if self.bidirectional else 1
+        H_out = self.proj_size if self.proj_size > 0 else self.hidden_size
+        h_shape = (self.num_layers * D, B, H_out)
+        c_shape = (self.num_layers * D, B, self.hidden_size)
+        if hx is None:
+            h0 = creation.zeros(*h_shape, dtype=data.dtype, device=data.device)
+            c0 = creation.zeros(*c_shape, dtype=data.dtype, device=data.device) if lstm else None
+        else:
+            if lstm and (not isinstance(hx, (tuple, list)) or len(hx) != 2
+                         or not all(isinstance(h, Tensor) for h in hx)):
+                raise TypeError(f"LSTM: expected hx to be a tuple (h_0, c_0) of Tensors, got {type(hx).__name__}")
+            if not lstm and not isinstance(hx, Tensor):
+                raise TypeError(f"{name}: expected hx to be a Tensor, got {type(hx).__name__}")
+            h0, c0 = (hx[0], hx[1]) if lstm else (hx, None)
+            self._check_hidden(h0, h_shape, "hidden[0]" if lstm else "hidden")
+            if lstm:
+                self._check_hidden(c0, c_shape, "hidden[1]")
+            if packed.sorted_indices is not None:  # hx is given in the caller's batch order
+                h0 = h0.index_select(1, packed.sorted_indices)
+                c0 = c0.index_select(1, packed.sorted_indices) if lstm else None
+        out, h_n, c_n = self._run_packed(data, bs, h0, c0)
+        if packed.unsorted_indices is not None:
+            h_n = h_n.index_select(1, packed.unsorted_indices)
+            c_n = c_n.index_select(1, packed.unsorted_indices) if lstm else None
+        out = PackedSequence(out, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+        return out, ((h_n, c_n) if lstm else h_n)
+
     def _forward(self, input, hx):
         name = self._name()
+        from ..utils.rnn import PackedSequence
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}: expected a Tensor input (packed sequences are not supported), got "
-                            f"{type(input).__name__}")
+            raise TypeError(f"{name}: expected a Tensor or a PackedSequence input, got {type(input).__name__}")
         if input.ndim not in (2, 3):
             raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.ndim}D tensor instead")
         self._check_input(input)
