@@ -81,14 +81,9 @@ def _polevl(x, coef):
 
 
 def _chbevl(x, coef):
-    b0 = _zeros(x) + coef[0]
-    b1 = _zeros(x)
-    b2 = b1
-    for c in coef[1:]:
-        b2 = b1
-        b1 = b0
-        b0 = x * b1 - b2 + c
-    return 0.5 * (b0 - b2)
+    """Cephes' Chebyshev series (the one ``ops/compat.py``'s i0 uses)."""
+    from .ops.compat import _chbevl as chbevl
+    return chbevl(x, coef)
 
 
 # ------------------------------------------------------------------ forwards to existing ops

@@ -8,62 +8,15 @@ accepts.  A few compositions are checked under ``@nee.jit`` against eager.
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import neetorch as nee
 
 torch = pytest.importorskip("torch")
+from torch_check import make_check
 
-
-def _conv(L, a):
-    if isinstance(a, np.ndarray):
-        return torch.from_numpy(a.copy()) if L is torch else nee.tensor(a.copy())
-    return a
-
-
-def _run(L, f, args):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return True, f(L, *[_conv(L, a) for a in args])
-    except Exception as e:  # noqa: BLE001 - comparing raising behaviour is the point
-        return False, e
-
-
-def _compare(t, n, tol, path="out"):
-    if isinstance(t, (tuple, list)):
-        assert isinstance(n, (tuple, list)), f"{path}: torch gives a {type(t).__name__}, neetorch {type(n).__name__}"
-        assert len(t) == len(n), f"{path}: {len(t)} results vs {len(n)}"
-        for i, (a, b) in enumerate(zip(t, n)):
-            _compare(a, b, tol, f"{path}[{i}]")
-        return
-    if not isinstance(t, torch.Tensor):
-        assert t == n, f"{path}: torch={t!r} neetorch={n!r}"
-        return
-    assert isinstance(n, nee.Tensor), f"{path}: expected a Tensor, got {type(n).__name__}"
-    assert str(t.dtype).split(".")[-1] == n.dtype.name, f"{path}: dtype torch={t.dtype} neetorch={n.dtype}"
-    assert tuple(t.shape) == tuple(n.shape), f"{path}: shape torch={tuple(t.shape)} neetorch={tuple(n.shape)}"
-    a, b = t.numpy(), np.array(n.numpy())
-    if a.dtype.kind == "f":
-        rtol = tol if tol is not None else {"float16": 2e-3, "float32": 2e-5}.get(n.dtype.name, 1e-10)
-        np.testing.assert_allclose(b.astype(np.float64), a.astype(np.float64), rtol=rtol, atol=rtol, equal_nan=True,
-                                   err_msg=path)
-    else:
-        np.testing.assert_array_equal(b, a, err_msg=path)
-
-
-def check(f, *args, tol=None):
-    ok_t, t = _run(torch, f, args)
-    ok_n, n = _run(nee, f, args)
-    if not ok_t:
-        assert not ok_n, f"torch raises {type(t).__name__}: {t}; neetorch returned {n!r}"
-        return
-    if not ok_n:
-        raise AssertionError(f"torch returns, neetorch raises {type(n).__name__}: {n}") from n
-    _compare(t, n, tol)
+check = make_check(torch, {"float16": 2e-3, "float32": 2e-5, "other": 1e-10})
 
 
 rng = np.random.RandomState(7)
