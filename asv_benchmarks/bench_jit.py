@@ -14,7 +14,9 @@ import textwrap
 
 from . import _workloads as W
 
-MODES = ("nee-jit", "nee-eager", "torch", "torch.compile")
+MODES = ("nee-jit", "nee-jit-freeze", "nee-eager", "torch", "torch.compile", "torch.compile-freeze")
+# nee-jit-freeze: ``nee.jit(fn, freeze=True)`` (captured weights are frozen constants, re-laid out);
+# torch.compile-freeze: inductor with ``torch._inductor.config.freezing = True``, its counterpart
 
 
 def _shapes():
@@ -84,12 +86,12 @@ def build(name, mode):
             fusion.FUSION_STAGES[:] = saved
     if mode.startswith("nee"):
         fn, args = _workload(W.nee(), name)
-        if mode == "nee-jit":
-            fn = W.nee().jit(fn)
+        if mode in ("nee-jit", "nee-jit-freeze"):
+            fn = W.nee().jit(fn, freeze=mode == "nee-jit-freeze")
     else:
         torch = W.torch()
         fn, args = _workload(torch, name)
-        if mode == "torch.compile":
+        if mode.startswith("torch.compile"):
             try:
                 fn = torch.compile(fn)
             except Exception as e:  # inductor unavailable
@@ -97,6 +99,10 @@ def build(name, mode):
         inner = fn
         fn = lambda *a: _with(torch.inference_mode, inner, a)  # noqa: E731
     call = lambda: fn(*args)  # noqa: E731
+    if mode == "torch.compile-freeze":
+        import torch._inductor.config as inductor_config
+        with inductor_config.patch(freezing=True):    # read when the first call compiles
+            call()
     call()
     call()
     return call
@@ -213,19 +219,52 @@ def interleaved_table(workloads=WORKLOADS, modes=MODES, repeats=9):
     return rows
 
 
+_ALONE_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from asv_benchmarks import _workloads as W
+    from asv_benchmarks.bench_jit import build
+    print(W.measure(build({name!r}, {mode!r}), repeats={repeats}))
+""")
+
+
+def alone_table(workloads=WORKLOADS, modes=MODES, rounds=3, repeats=7):
+    """(workload, {mode: seconds}) with each mode alone in a fresh process (min over ``rounds``
+    rounds, modes alternating): torch's OpenMP threads spin after each op and, in one process, take
+    cores from neetorch's threads (and the other way round)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = []
+    for name in workloads:
+        best: dict = {}
+        for _ in range(rounds):
+            for mode in modes:
+                out = subprocess.run([sys.executable, "-c", _ALONE_SCRIPT.format(root=root, name=name, mode=mode,
+                                                                                  repeats=repeats)],
+                                     capture_output=True, text=True)
+                if out.returncode == 0 and out.stdout.strip():
+                    t = float(out.stdout.split()[-1])
+                    best[mode] = min(best.get(mode, t), t)
+        rows.append((name, {m: best.get(m) for m in modes}))
+    return rows
+
+
 def main(argv=None):
-    """``python3 -m asv_benchmarks.bench_jit [--ew] [workload ...]``: time/jit-time ratios (min of
-    interleaved repeats) and, for the memory-bound workloads, the jitted GB/s as a fraction of copy
-    bandwidth.  ``--ew`` adds ``nee-jit-ew`` (elementwise fusion only)."""
+    """``python3 -m asv_benchmarks.bench_jit [--ew] [--alone] [workload ...]``: time/jit-time ratios (min
+    of interleaved repeats; ``--alone``: each mode in its own process, min of 3 alternating rounds) and,
+    for the memory-bound workloads, the jitted GB/s as a fraction of copy bandwidth.  ``--ew`` adds
+    ``nee-jit-ew`` (elementwise fusion only)."""
     args = list(argv if argv is not None else sys.argv[1:])
     modes = MODES
     if "--ew" in args:   # also the jit with elementwise fusion only
         args.remove("--ew")
         modes = MODES + ("nee-jit-ew",)
+    alone = "--alone" in args
+    if alone:
+        args.remove("--alone")
     names = args or list(WORKLOADS)
     copy = W.machine_copy_bandwidth(repeats=5, methods=("np.copyto", "threaded np.copyto"))["best"]
     print(f"parallel copy bandwidth: {copy:.1f} GB/s")
-    for name, times in interleaved_table(names, modes):
+    for name, times in (alone_table if alone else interleaved_table)(names, modes):
         base = times["nee-jit"]
         cells = "  ".join(f"{m} {t * 1e3:8.3f} ms ({t / base:5.2f}x)" if t else f"{m} n/a" for m, t in times.items())
         frac = f"  [{W.gbps(_bytes(name), base) / copy:.2f}x copy BW]" if name in ("gelu_affine", "layer_norm",

@@ -16,7 +16,9 @@ NEE_CONV_DIRECT              unset: cost rule | 0 never | 1 always: direct LLVM 
                              (devices/cpu/kernels/conv_direct.py).
 NEE_JIT_CAT                  1 (default) | 0: the jit memory plan writes a cat's inputs straight into
                              their slices of its output and drops the copy (jit/executable.py plan_cats).
-NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py).
+NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py),
+                             and keep transposed initializers as views (no ``freeze="views"`` row-major copies
+                             for products: jit/passes.py freeze_constants).
 NEE_MATMUL_PAR_FLOPS         products from this many flops are split over the thread pool (8e6).
 NEE_MATMUL_PAR_BYTES         matrix-vector products split by weight columns from this weight size (4 MiB).
 NEE_MATMUL_BLOCKS_PER_THREAD blocks per thread for split products (4).

@@ -28,7 +28,7 @@ PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
 # Benchmarks too slow for a seconds-long smoke run (fresh-process compiles, torch.compile, the demo):
 # skipped unless NEE_BENCH_SMOKE_SLOW=1.  A benchmark class or function opts in with ``slow = True``.
 SLOW_NAMES = {"JitCompileTime", "Demo"}
-SLOW_PARAMS = {"torch.compile"}
+SLOW_PARAMS = {"torch.compile", "torch.compile-freeze"}
 RUN_SLOW = os.environ.get("NEE_BENCH_SMOKE_SLOW", "0") not in ("", "0")
 
 

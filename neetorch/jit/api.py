@@ -101,8 +101,12 @@ def _inner(op) -> tuple:
 
 
 class JitFunction:
-    def __init__(self, fn, dynamic=None, name=None, buckets="pow2"):
+    def __init__(self, fn, dynamic=None, name=None, buckets="pow2", freeze=False):
+        if freeze not in (False, True, "views"):
+            raise ValueError(f"jit: freeze must be False, True or 'views', got {freeze!r}")
         self.fn = fn
+        self.freeze = freeze
+        self._frozen: dict = {}    # passes.freeze_constants' memo: captured tensor -> its frozen copy
         # {argument position or keyword: dim or tuple of dims} declared dynamic
         self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d)) for k, d in (dynamic or {}).items()}
         self.buckets = ShapeBuckets(buckets)
@@ -110,6 +114,7 @@ class JitFunction:
         self._cache: dict = {}
         self._fast: dict = {}      # all-tensor positional calls: flat key -> entry (see __call__)
         self._lock = threading.Lock()
+        self._frozen_lock = threading.Lock()
         self.stats = {"calls": 0, "traces": 0, "cache_hits": 0, "kernels_compiled": 0, "trace_seconds": 0.0,
                       "specializations": 0, "bucket_specializations": 0,
                       "bucket_probe_failures": 0}
@@ -129,6 +134,9 @@ class JitFunction:
         self.stats["traces"] += 1
         if on_stage:
             on_stage("traced", g)
+        if self.freeze:
+            with self._frozen_lock:
+                g = passes.freeze_constants(g, self.freeze, self._frozen)
         g = passes.run_pipeline(g, on_stage)
         g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
         if on_stage and g.placement.transfers:
@@ -338,10 +346,16 @@ class _Key:
 _NOT_POLYMORPHIC = object()
 
 
-def jit(fn=None, *, dynamic=None, buckets="pow2", name=None):
+def jit(fn=None, *, dynamic=None, buckets="pow2", name=None, freeze=False):
     """Compile a tensor function: ``@nee.jit``, or ``@nee.jit(dynamic={0: 0})`` to declare
     dim 0 of argument 0 dynamic (shape buckets by ``buckets``: ``"pow2"`` or a list of
-    upper bounds); see the module docs."""
+    upper bounds); see the module docs.
+
+    ``freeze=True``: tensors the function captures (parameters, weights) are constants of the
+    compiled program, snapshotted at its first call: later in-place changes to them are not seen
+    (``torch.jit.freeze`` / inductor's ``freezing``).  The compiler may then re-lay them out
+    (a transposed weight becomes row-major: faster products).  Default: captured tensors are read
+    live on every call."""
     if fn is None:
-        return lambda f: JitFunction(f, dynamic=dynamic, name=name, buckets=buckets)
-    return JitFunction(fn, dynamic=dynamic, name=name, buckets=buckets)
+        return lambda f: JitFunction(f, dynamic=dynamic, name=name, buckets=buckets, freeze=freeze)
+    return JitFunction(fn, dynamic=dynamic, name=name, buckets=buckets, freeze=freeze)
