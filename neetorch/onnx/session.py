@@ -113,7 +113,8 @@ class InferenceSession:
             device = "cuda" if "CUDA" in p else "cpu"
         self.device = nee.device(device or "cpu")
         # Conv/Gemm/MatMul + per-channel BatchNormalization/Mul/Add by constants: folded into the weights
-        folded = fold_affine(m, base_dir) if fold_enabled(sess_options) else None
+        optimize = fold_enabled(sess_options)
+        folded = fold_affine(m, base_dir) if optimize else None
         inits = {t.name: tensor_to_numpy(t, base_dir) for t in g.initializer}
         self._inputs = []
         for vi in g.input:
@@ -149,14 +150,17 @@ class InferenceSession:
         #: names of the nodes that run on the host because they read or write strings ([] for none)
         self.host_nodes = self._program.host_nodes
         self._seg_jits = []
+        freeze = "views" if optimize else False
         if self._segments is not None:
             self._jit = None
-            self._init_segments(nee, jit, buckets)
+            self._init_segments(nee, jit, buckets, freeze)
         else:
-            self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__) \
-                if jit else None
+            # initializers belong to the session and never change: the jit may lay them out anew
+            # (freeze="views": transposed weights of products stored row-major, passes.freeze_constants)
+            self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__,
+                                freeze=freeze) if jit else None
 
-    def _init_segments(self, nee, jit, buckets):
+    def _init_segments(self, nee, jit, buckets, freeze=False):
         """A graph with string values runs as host / nee segments (``Program.segments``): each numeric segment
         gets its own ``nee.jit`` (dims declared symbolic in the model are dynamic), each host segment runs
         eagerly on numpy; ``info["host"]`` and :meth:`placement_summary` say which nodes ran on the host."""
@@ -175,7 +179,7 @@ class InferenceSession:
                 dims = tuple(k for k, d in enumerate(declared.get(name) or ()) if not isinstance(d, int))
                 if dims:
                     dyn[i] = dims
-            self._seg_jits.append(nee.jit(seg, dynamic=dyn, buckets=buckets, name=seg.__name__))
+            self._seg_jits.append(nee.jit(seg, dynamic=dyn, buckets=buckets, name=seg.__name__, freeze=freeze))
         kinds = [f"{s.kind}({len(s.nodes)})" for s in self._segments]
         n_host = len(self.host_nodes)
         self.info["host"] = (f"{n_host} node(s) on string tensors run on the host (numpy), not compiled: "
