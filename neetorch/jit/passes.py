@@ -73,37 +73,52 @@ def _view_key(t):
     return ("id", id(t))
 
 
-def _snapshot(t):
-    """A copy of ``t`` no later write to ``t`` reaches: contiguous, or for a broadcast (stride-0) view
-    of a CPU tensor the copied compact data broadcast again (not materialized at full size)."""
+def _snapshot(t, cols: bool = False):
+    """A copy of ``t`` no later write to ``t`` reaches: contiguous (``cols``: a 2-D matrix stored
+    column-major, the transpose of a contiguous one), or for a broadcast (stride-0) view of a CPU
+    tensor the copied compact data broadcast again (not materialized at full size)."""
     d = t._data
     if isinstance(d, np.ndarray) and 0 in d.strides and d.size > 1:
         from ..tensor.tensor import Tensor
         compact = d[tuple(slice(0, 1) if st == 0 else slice(None) for st in d.strides)].copy()
         return Tensor._make(np.broadcast_to(compact, d.shape), t.device, t.dtype)
+    if cols:
+        return t.t().contiguous().t()
     return t.contiguous() if not t.is_contiguous() else t.clone()
 
 
-def _product_rhs_only(g: Graph, v: Value, min_rows: int) -> bool:
-    """Every use of ``v`` is the right operand of a matmul with at least ``min_rows`` rows."""
+# products with fewer rows than this are matrix-vector-like: bound by streaming the weight, which
+# OpenBLAS's gemv does faster along a row-major W.T (dot products, 26-27 GB/s on this box: 1 x 1536
+# @ 1536 x 384, weights cold, wall time) than along a row-major W (21-22 GB/s); from this many rows
+# the product is a GEMM, faster with a row-major W (OpenBLAS ``A @ W`` 12-19% faster than ``A @ W.T``
+# on the 128-row products of a transformer block, one thread)
+FREEZE_MIN_ROWS = 8
+
+
+def _product_layout(g: Graph, v: Value):
+    """The layout the products reading ``v`` as their right operand want: ``"rows"`` (row-major
+    (K, N)) when every one has at least FREEZE_MIN_ROWS rows, ``"cols"`` (column-major: a row-major
+    (N, K) seen transposed) when v is a matrix and every product has fewer, None when v has another
+    use, is an output, or the products disagree."""
     uses = [(n, i) for n in g.nodes for i, a in enumerate(n.inputs) if a is v]
     if not uses or v in g.outputs:
-        return False
+        return None
+    want = set()
     for n, i in uses:
         if n.name != "matmul" or i != 1:
-            return False
+            return None
         lhs = n.inputs[0].shape
         rows = 1
         for s in lhs[:-1]:
-            rows *= s if isinstance(s, int) else 1
-        if rows < min_rows:
-            return False
-    return True
+            rows *= s if isinstance(s, int) else FREEZE_MIN_ROWS
+        want.add("rows" if rows >= FREEZE_MIN_ROWS or len(v.shape) != 2 else "cols")
+    return want.pop() if len(want) == 1 else None
 
 
-# "views" mode: products with fewer rows are matrix-vector-like (memory-bound, both layouts stream
-# the weight once) and the row-major copy would only double the weight's memory
-FREEZE_MIN_ROWS = 8
+def _in_layout(t, layout) -> bool:
+    if layout == "cols":
+        return t.t().is_contiguous()
+    return t.is_contiguous()
 
 
 def freeze_constants(g: Graph, mode, memo: dict) -> Graph:
@@ -111,21 +126,37 @@ def freeze_constants(g: Graph, mode, memo: dict) -> Graph:
 
     ``mode=True``: every constant is replaced by a snapshot (:func:`_snapshot`) taken the first
     time the function meets it (``memo``: shared by all of the function's specializations, so every
-    shape bucket sees the same values and holds one copy); later in-place changes to the captured
-    tensors are not seen.  ``mode="views"``: only transposed / sliced constants (no stride-0 dim)
-    read as the right operand of products of at least ``FREEZE_MIN_ROWS`` rows are materialized
-    row-major, for owners whose tensors never change (ONNX sessions' initializers: ``Gemm``'s
-    ``transB``).  A transposed weight becomes a row-major matrix the product reads without a
-    transposed pack: OpenBLAS runs ``A @ B`` 12-19% faster than ``A @ W.T`` on the 128-row
-    products of a transformer block (one thread)."""
+    shape bucket sees the same values and holds one copy per layout); later in-place changes to the
+    captured tensors are not seen.  ``mode="views"``: only constants (no stride-0 dim) read solely
+    as the right operand of products, and only when not already in the layout those products want
+    (:func:`_product_layout`), are moved (in place: the tensor object gets the new storage) to that
+    layout, for owners whose tensors never change and whose memory nobody else reads (ONNX sessions'
+    initializers: ``Gemm``'s ``transB`` weights of GEMMs, ``MatMul`` weights of a decoder step's
+    matrix-vector products).  Either mode lays a product's weight out as :func:`_product_layout` says."""
     for v, t in list(g.consts.items()):
+        layout = _product_layout(g, v) if t.ndim >= 2 and 0 not in t.stride() else None
         if mode != True:  # noqa: E712 - mode is True or "views"
-            if t.is_contiguous() or 0 in t.stride() or not _product_rhs_only(g, v, FREEZE_MIN_ROWS):
+            if layout is None or _in_layout(t, layout):
                 continue
-        k = _view_key(t)
-        hit = memo.get(k)
+        key = _view_key(t)
+        if mode == True:  # noqa: E712 - the values as of the first sight, whatever layouts follow
+            first = memo.get((key, None))
+            if first is None:
+                first = memo[(key, None)] = (t, _snapshot(t))
+            src = first[1]
+            if layout != "cols" or _in_layout(src, layout):
+                g.consts[v] = src
+                continue
+        else:
+            # the owner's tensors never change and nobody else reads their memory: the tensor itself
+            # moves to the new layout (same values), so the old buffer is freed with its last reference
+            # (no second copy of an initializer) and later traces meet it already laid out
+            new = _snapshot(t, layout == "cols")
+            t._set_storage(new._data, new._device, new._dtype)
+            continue
+        hit = memo.get((key, layout))
         if hit is None:
-            hit = memo[k] = (t, _snapshot(t))
+            hit = memo[(key, layout)] = (t, _snapshot(src, layout == "cols"))
         g.consts[v] = hit[1]
     return g
 
