@@ -234,6 +234,24 @@ def test_prologue_in_gemm_blocks_matches_eager(in_block, nthreads, dtype):
         assert in_block == {"native": 7, "fallback": 1}
 
 
+def test_row_prologue_with_a_weight_larger_than_its_output_runs_after_the_product(in_block, nthreads):
+    """Row blocks each pack all of the weight: with 2+ threads and a weight over ROW_SPLIT_PACK_RATIO
+    times the output's bytes (a wide-K product: BERT's FF2) the product keeps its column blocks and
+    the norm runs as its own launch; one thread runs it in its one block.  Exact either way."""
+    from neetorch.devices.cpu.kernels import fused
+    w, g, bb = nee.randn(300, 64), nee.randn(64), nee.randn(64)       # 75 KB of weight
+    f = nee.jit(lambda x, r: F.layer_norm(x @ w + r, (64,), g, bb))
+    x, r = nee.randn(40, 300), nee.randn(40, 64)                      # 10 KB of output; 40 rows < 64 cols:
+    assert (2 - 1) * 300 * 64 > fused.ROW_SPLIT_PACK_RATIO * 40 * 64  # column blocks, not re-cut into rows
+    for _ in range(2):
+        _close(f(x, r), f.eager(x, r), rtol=1e-5, atol=1e-5)
+        x = nee.randn(40, 300)
+    if nthreads == 1:
+        assert in_block == {"native": 2, "fallback": 0}
+    else:                  # the first call's fallback is remembered by the step
+        assert in_block["native"] == 0 and in_block["fallback"] >= 1
+
+
 def test_in_block_epilogues_from_concurrent_threads(in_block, nthreads):
     """Python threads running jitted products with in-block epilogues at once: one job holds the
     driver, the others run their blocks themselves (each with its own operands); all exact."""
