@@ -692,8 +692,10 @@ def _make_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
 _DRV_BLOCKS = int(os.environ.get("NEE_MATMUL_DRV_BLOCKS", "1"))
 # products from this many multiply-adds (ms of work) are cut finer, _DRV_BIG_BLOCKS per thread: a
 # worker descheduled for a few ms then holds up a quarter of the split, and the extra packing is
-# noise next to the blocks' flops
-_DRV_BIG_MNK = int(os.environ.get("NEE_MATMUL_DRV_BIG_MNK", str(1 << 26)))
+# noise next to the blocks' flops.  Not below ~3 ms of work: BERT's 128x1536x384 / 128x384x1536
+# products (75M multiply-adds, 0.8 ms) ran at 195 GFLOP/s in one block per thread, 189 in two,
+# 180 in four (2 threads, min of 6 alternating rounds, machine shared); 256x1024x4096: 186-189 each
+_DRV_BIG_MNK = int(os.environ.get("NEE_MATMUL_DRV_BIG_MNK", str(1 << 28)))
 _DRV_BIG_BLOCKS = 4
 _DRV_MIN_COLS = 16
 _DRV_MIN_ROWS = 16
