@@ -199,3 +199,160 @@ def test_regressors(est):
     plain = _to_onnx(_fit(type(est)(**est.get_params()), _X, _X[:, 0] - _X[:, 3]), _X[:1])
     s, _ = _check(plain, {"X": _X[:13]}, f"plain {type(est).__name__}")
     assert s.info["mode"] == "jit", s.info  # no strings: one compiled graph
+
+
+# ------------------------------------------------------------------------- more estimators
+def _more_models():
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA, TruncatedSVD
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor, IsolationForest
+    from sklearn.impute import KNNImputer, SimpleImputer
+    from sklearn.linear_model import RidgeClassifier, SGDClassifier
+    from sklearn.neighbors import KNeighborsRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import (
+        Binarizer,
+        KBinsDiscretizer,
+        MaxAbsScaler,
+        MinMaxScaler,
+        Normalizer,
+        PolynomialFeatures,
+        RobustScaler,
+    )
+    from sklearn.svm import SVR
+    y3, y2, yr = _Y["int3"], _Y["int2"], _X[:, 0] - 0.5 * _X[:, 3]
+    ml3 = {"": 17, "ai.onnx.ml": 3}
+    return {  # name: (estimator, y or None, to_onnx options)
+        "imputer_scaler_logreg": (make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression()), y3, {}),
+        "binarizer": (Binarizer(threshold=0.2), None, {}),
+        "normalizer_l1": (Normalizer("l1"), None, {}),
+        "normalizer_l2": (Normalizer("l2"), None, {}),
+        "minmax_maxabs_robust": (make_pipeline(MinMaxScaler(), MaxAbsScaler(), RobustScaler()), None, {}),
+        "poly": (PolynomialFeatures(2), None, {}),
+        "kbins_ordinal": (KBinsDiscretizer(3, encode="ordinal", quantile_method="averaged_inverted_cdf"), None, {}),
+        "kbins_onehot": (KBinsDiscretizer(3, encode="onehot-dense", quantile_method="averaged_inverted_cdf"), None,
+                         {"target_opset": 17}),
+        "pca": (PCA(2), None, {}),
+        "truncated_svd": (TruncatedSVD(2, random_state=0), None, {}),
+        "kmeans": (KMeans(3, n_init=2, random_state=0), None, {}),
+        # calls of model-local functions (skl2onnx's local_domain), inlined on loading
+        "knn_imputer": (KNNImputer(n_neighbors=2), None, {}),
+        # skl2onnx writes ai.onnx.ml 4 nodes it cannot build for IsolationForest: ml opset 3, as its docs say
+        "isolation_forest": (IsolationForest(n_estimators=4, random_state=0), None, {"target_opset": ml3}),
+        "hist_gb_classifier": (HistGradientBoostingClassifier(max_iter=3, max_depth=3, random_state=0), y3, {}),
+        "hist_gb_binary": (HistGradientBoostingClassifier(max_iter=3, max_depth=3, random_state=0), y2, {}),
+        "hist_gb_regressor": (HistGradientBoostingRegressor(max_iter=3, max_depth=3, random_state=0), yr, {}),
+        "sgd_hinge": (SGDClassifier(random_state=0), y3, {}),
+        "sgd_log_binary": (SGDClassifier(loss="log_loss", random_state=0), y2, {}),
+        "ridge_classifier": (RidgeClassifier(), y3, {}),
+        "ridge_classifier_binary": (RidgeClassifier(), y2, {}),
+        "svr": (SVR(), yr, {}),
+        "knn_regressor": (KNeighborsRegressor(3), yr, {}),
+    }
+
+
+_MORE = list(_more_models())
+
+
+@pytest.fixture
+def _skl2onnx_bool_ints(monkeypatch):
+    """skl2onnx 1.20 hands numpy bools to int-list attributes of HistGradientBoosting's trees, which this onnx
+    refuses ("Expected an int, got a boolean"): export with them as ints (the values are 0 / 1 either way)."""
+    import skl2onnx.common._container as c
+    orig = c.make_node
+
+    def make_node(*a, **k):
+        k = {n: [int(x) if isinstance(x, (bool, np.bool_)) else x for x in v] if isinstance(v, (list, tuple)) else v
+             for n, v in k.items()}
+        return orig(*a, **k)
+    monkeypatch.setattr(c, "make_node", make_node)
+
+
+@pytest.mark.parametrize("name", _MORE)
+def test_more_estimators(name, _skl2onnx_bool_ints):
+    """Transformers, clusterers, outlier detectors, HistGradientBoosting (NaNs in the input), SGD / Ridge
+    classifiers, SVR, KNN regression: neetorch's outputs equal onnxruntime's."""
+    est, y, opts = _more_models()[name]
+    X = _X.copy()
+    if name.startswith(("imputer", "hist_gb", "knn_imputer")):
+        X[::5, 1] = np.nan
+        X[::7, 3] = np.nan
+    if name == "kbins_onehot":
+        X = X[:, :2]
+    _fit(est, X, y)
+    onx = _to_onnx(est, X[:1], **opts)
+    x = np.concatenate([X[:9], np.random.default_rng(3).normal(size=(4, X.shape[1])).astype(np.float32) * 2])
+    _, got = _check(onx, {"X": x}, name)
+    if y is not None and hasattr(est, "predict") and not name.startswith(("svr", "knn", "hist_gb_regressor")):
+        np.testing.assert_array_equal(got[0].reshape(-1), est.predict(x))
+
+
+def test_normalizer_max_follows_scikit_learn():
+    """Normalizer(norm="max"): neetorch divides by max |x| per row, as scikit-learn and ONNX's reference do;
+    onnxruntime divides by the signed max (the spec's literal "X / max(X)"), so rows whose largest entry is
+    not the largest in magnitude differ from it: compared with sklearn and the reference instead."""
+    from onnx.reference import ReferenceEvaluator
+    from sklearn.preprocessing import Normalizer
+    est = Normalizer("max").fit(_X)
+    onx = _to_onnx(est, _X[:1])
+    got = no.InferenceSession(onx).run(None, {"X": _X[:12]})[0]
+    np.testing.assert_allclose(got, est.transform(_X[:12]), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got, ReferenceEvaluator(onx).run(None, {"X": _X[:12]})[0], rtol=RTOL, atol=ATOL)
+
+
+def test_string_label_encoder_and_one_hot_encoder():
+    """LabelEncoder over strings (unseen -> -1) and OneHotEncoder with string categories (unseen ignored)."""
+    from sklearn.preprocessing import LabelEncoder
+    le = LabelEncoder().fit(np.array(["b", "a", "cé"]))
+    onx = _to_onnx(le, initial_types=[("input", StringTensorType([None]))])
+    _check(onx, {"input": np.array(["a", "cé", "zz", "b"], dtype=object)}, "LabelEncoder")
+    oh = OneHotEncoder(handle_unknown="ignore").fit(np.array([["x", "p"], ["y", "q"], ["zé", "p"]], dtype=object))
+    onx = _to_onnx(oh, initial_types=[("input", StringTensorType([None, 2]))])
+    _check(onx, {"input": np.array([["x", "q"], ["w", "p"], ["zé", "zé"]], dtype=object)}, "OneHotEncoder")
+
+
+def test_model_local_functions_are_inlined():
+    """A model calling functions it defines (an attribute reference with a default, a nested call, a call
+    inside an If branch) runs as onnxruntime runs it."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    scale = h.make_function(
+        "local", "Scale", ["x"], ["y"],
+        [h.make_node("Constant", [], ["a"], value_float=0.0),
+         h.make_node("Constant", [], ["k"], value_float=1.0),
+         h.make_node("Mul", ["x", "k"], ["y"])], [h.make_opsetid("", 17)], attributes=[])
+    # Scale's Constant k takes the call's "alpha" (default 2.0 when the call does not set it)
+    k = scale.node[1]
+    del k.attribute[:]
+    ref = onnx_attr_ref("value_float", "alpha")
+    k.attribute.append(ref)
+    scale.attribute_proto.append(h.make_attribute("alpha", 2.0))
+    outer = h.make_function("local", "ScaleTwiceAddOne", ["x"], ["y"],
+                            [h.make_node("Scale", ["x"], ["s1"], domain="local", alpha=3.0),
+                             h.make_node("Scale", ["s1"], ["s2"], domain="local"),
+                             h.make_node("Constant", [], ["one"], value_float=1.0),
+                             h.make_node("Add", ["s2", "one"], ["y"])],
+                            [h.make_opsetid("", 17), h.make_opsetid("local", 1)])
+    then_g = h.make_graph([h.make_node("ScaleTwiceAddOne", ["x"], ["t"], domain="local")], "then", [],
+                          [h.make_tensor_value_info("t", T.FLOAT, [2, 3])])
+    else_g = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [h.make_tensor_value_info("e", T.FLOAT, [2, 3])])
+    g = h.make_graph([h.make_node("ScaleTwiceAddOne", ["x"], ["a"], domain="local"),
+                      h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                      h.make_node("Constant", [], ["z"], value_float=0.0),
+                      h.make_node("Greater", ["s", "z"], ["c"]),
+                      h.make_node("If", ["c"], ["b"], then_branch=then_g, else_branch=else_g),
+                      h.make_node("Add", ["a", "b"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])], [h.make_tensor_value_info("y", T.FLOAT, [2, 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("local", 1)], functions=[scale, outer])
+    s = no.InferenceSession(m)
+    assert any("inlined" in n for n in s.info["notes"]), s.info
+    for x in (np.arange(6, dtype=np.float32).reshape(2, 3), -np.ones((2, 3), np.float32)):
+        _same(s.run(None, {"x": x}), _ort(m, {"x": x})[1], "local functions")
+    np.testing.assert_allclose(s.run(None, {"x": np.ones((2, 3), np.float32)})[0], np.full((2, 3), 14.0))
+
+
+def onnx_attr_ref(name, ref):
+    from onnx import AttributeProto
+    a = AttributeProto()
+    a.name, a.ref_attr_name, a.type = name, ref, AttributeProto.FLOAT
+    return a

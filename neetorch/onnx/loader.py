@@ -1,5 +1,6 @@
 """Load and validate an ONNX model: path, bytes or ModelProto in, a checked ModelProto out.
 
+* calls of model-local functions (``ModelProto.functions``) are inlined first (``functions.py``);
 * the ONNX checker and shape inference run first (a model that fails them is refused
   with the checker's message);
 * the default-domain opset must be in ``MIN_OPSET .. onnx.defs.onnx_opset_version()``;
@@ -168,17 +169,19 @@ def load_model(model, *, check: bool = True):
     """(ModelProto with shapes inferred, base folder or None, {initializer name: ndarray}, notes)."""
     import onnx
     m, base_dir, path = _parse(model)
-    notes = []
+    from .functions import inline_local_functions  # skl2onnx's KNNImputer calls functions it defines
+    m, notes = inline_local_functions(m)
     op = default_opset(m)
     hi = max_opset()
     if op > hi:
         raise UnsupportedModelError(f"model uses default-domain opset {op}; supported: {MIN_OPSET}..{hi} (the "
                                     f"installed onnx {onnx.__version__} knows up to {hi})")
-    used = {n.domain for n in m.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.ml")}
+    used = {n.domain for n in m.graph.node
+            if n.domain not in ("", "ai.onnx", "ai.onnx.preview", "ai.onnx.ml", "com.microsoft")}
     if used:
         raise UnsupportedModelError(f"model uses operator domains {sorted(used)}; supported: the default ONNX "
-                                    f"domain at opsets {MIN_OPSET}..{hi} and ai.onnx.ml (classical ML ops, "
-                                    f"neetorch/onnx/ops_ml.py)")
+                                    f"domain at opsets {MIN_OPSET}..{hi}, ai.onnx.ml (classical ML ops, "
+                                    f"neetorch/onnx/ops_ml.py) and com.microsoft's Tokenizer (ops_text.py)")
     ml = [int(o.version) for o in m.opset_import if o.domain == "ai.onnx.ml"]
     if ml and ml[0] > ML_MAX_OPSET:
         raise UnsupportedModelError(f"model uses ai.onnx.ml opset {ml[0]}; supported: 1..{ML_MAX_OPSET}")

@@ -169,7 +169,18 @@ def op_key(n) -> str:
 
 def load_op_modules() -> None:
     """Import every module that fills :data:`OPS` (one list: lowering, checks and ``supported_ops``)."""
-    from . import ops_control, ops_math, ops_ml, ops_nn, ops_signal, ops_string, ops_tensor, ops_vision  # noqa: F401
+    from . import (  # noqa: F401
+        ops_control,
+        ops_map,
+        ops_math,
+        ops_ml,
+        ops_nn,
+        ops_signal,
+        ops_string,
+        ops_tensor,
+        ops_text,
+        ops_vision,
+    )
 
 
 def unsupported_nodes(graph, opset: int | None = None) -> list:
@@ -179,16 +190,28 @@ def unsupported_nodes(graph, opset: int | None = None) -> list:
     from .ops_string import HOST_OPS, is_host_node, string_values
     bad = []
 
+    from .ops_map import map_problems
+
     def walk(g, nested=False):
         strings = string_values(g)
+        bad.extend(map_problems(g))  # DictVectorizer / CastMap fed a sequence of maps or a tensor
         for n in expand_nodes(g.node):
             if is_host_node(n, strings):
                 # a node on strings runs on the host: it needs a HOST_OPS entry, and no subgraph around or in it
                 fn = HOST_OPS.get(op_key(n))
                 sub = any(a.type == a.GRAPH or len(a.graphs) for a in n.attribute)
-                if fn is None or sub or nested:
+                if sub and fn is not None and getattr(fn, "host_subgraphs", False) and nested != "traced":
+                    # a host op running its bodies eagerly (ops_string: Scan over strings): their nodes may
+                    # be host nodes too
+                    for a in n.attribute:
+                        if a.type == a.GRAPH:
+                            walk(a.g, "host")
+                        for sg in a.graphs:
+                            walk(sg, "host")
+                    continue
+                if fn is None or sub or nested == "traced":
                     t = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                    where = " inside a control-flow subgraph" if nested and fn is not None and not sub else ""
+                    where = " inside a control-flow subgraph" if nested == "traced" and fn is not None and not sub else ""
                     num = OPS.get(op_key(n))  # the numeric op's own refusal says more (ops_ml: string labels)
                     why = num.unsupported_reason(n) if fn is None and hasattr(num, "unsupported_reason") else None
                     bad.append((f"{t} with {why}" if why else f"{t} on string tensors{where}",
@@ -203,9 +226,9 @@ def unsupported_nodes(graph, opset: int | None = None) -> list:
                             n.name or f"<unnamed {n.op_type} -> {', '.join(n.output)}>"))
             for a in n.attribute:
                 if a.type == a.GRAPH:
-                    walk(a.g, True)
+                    walk(a.g, nested or "traced")
                 for sg in a.graphs:
-                    walk(sg, True)
+                    walk(sg, nested or "traced")
     walk(graph)
     return bad
 

@@ -14,9 +14,12 @@ through :data:`HOST_OPS` instead of :data:`~neetorch.onnx.lowering.OPS`:
   ``INF``, ``-INF``; booleans as ``1`` / ``0``; string -> bool as onnxruntime: the leading integer is nonzero);
 * the data movement a model does on strings: Constant, Identity, Reshape, Flatten, Squeeze,
   Unsqueeze, Transpose, Concat, Gather, Slice, Expand, Where, Shape, Size;
+* maps (Python dicts: DictVectorizer, CastMap, map inputs; ``ops_map``) and text (the com.microsoft
+  Tokenizer, TfIdfVectorizer over strings; ``ops_text``) register their host ops here too;
 * sequences of strings (Python lists of object arrays): SequenceEmpty / Construct / At / Insert / Erase /
   Length, SplitToSequence, ConcatFromSequence, Optional / OptionalHasElement / OptionalGetElement
-  (SequenceMap and control flow over strings are not supported: refused up front, naming the node).
+  (SequenceMap, If and Loop over strings are not supported: refused up front, naming the node);
+* Scan over strings (its body run eagerly on the host, step by step: skl2onnx's ``keep_empty_string``).
 
 Where a host node produces a number (Equal -> bool, LabelEncoder -> int64, StringSplit's lengths,
 Shape) it hands a normal nee tensor on the session's device to the rest of the graph; a numeric
@@ -43,7 +46,10 @@ HOST_OPS: dict = {}
 # SVM probability coupling, ``ops_ml``)
 STRING_ONLY = frozenset({"StringConcat", "StringSplit", "RegexFullMatch", "StringNormalizer",
                          "ai.onnx.ml:CategoryMapper", "ai.onnx.ml:ZipMap", "neetorch.internal:SVMProbabilities",
-                         "ImageDecoder"})  # ImageDecoder: bytes in, a data-dependent shape out (ops_vision)
+                         "ImageDecoder",  # ImageDecoder: bytes in, a data-dependent shape out (ops_vision)
+                         # maps in (ops_map), text (ops_text)
+                         "ai.onnx.ml:DictVectorizer", "ai.onnx.ml:CastMap", "com.microsoft:Tokenizer",
+                         "neetorch.internal:StringIds", "neetorch.internal:TfIdfCounts"})
 _STRING = 8  # TensorProto.STRING
 
 
@@ -86,7 +92,19 @@ def string_values(graph) -> set:
     for t in graph.initializer:
         if t.data_type == _STRING:
             out.add(t.name)
+    # values shape inference leaves untyped (the outputs of ops outside the onnx domains, what follows them):
+    # the string outputs of the ops that always write strings, and data movement of a string value
+    for n in graph.node:
+        key = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"
+        writes = key in _WRITES_STRINGS or (key in _MOVES and n.input and n.input[0] in out)
+        if writes and n.output and n.output[0]:
+            out.add(n.output[0])
     return out
+
+
+_WRITES_STRINGS = frozenset({"com.microsoft:Tokenizer", "StringNormalizer", "StringConcat", "StringSplit"})
+_MOVES = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Gather", "Slice",
+                    "Expand", "Concat"})
 
 
 def _string_attr(proto, names) -> bool:
@@ -768,6 +786,68 @@ def _optional_get(ctx, node, x):
     if x is EMPTY:
         raise _err(node, "the optional is empty")
     return (x,)
+
+
+# ------------------------------------------------------------------------- Scan over strings
+def _flip(x, ax):
+    return np.flip(x, ax).copy() if is_string(x) else x.flip(ax)
+
+
+def _select(x, ax, t):
+    return np.take(x, t, axis=ax) if is_string(x) else x.select(ax, t)
+
+
+@host_op("Scan")
+def _scan(ctx, node, *xs):
+    """Scan whose inputs or outputs are strings (skl2onnx's ``keep_empty_string`` text option runs
+    StringNormalizer row by row): the body runs eagerly on the host, once per step (the ``ops_control`` Scan's
+    semantics: scan axes and directions, state carried), string slices as numpy, numbers as nee tensors."""
+    import neetorch as nee
+
+    from .ops_control import run_subgraph
+    g = node.get("body")
+    n_scan_in = int(node.get("num_scan_inputs"))
+    n_state = len(xs) - n_scan_in
+    if n_state < 0:
+        raise _err(node, f"num_scan_inputs {n_scan_in} is more than the {len(xs)} inputs")
+    state, seqs = list(xs[:n_state]), list(xs[n_state:])
+    in_axes = node.get("scan_input_axes") or [0] * n_scan_in
+    in_dirs = node.get("scan_input_directions") or [0] * n_scan_in
+    n_out = len(g.output) - n_state
+    out_axes = node.get("scan_output_axes") or [0] * n_out
+    out_dirs = node.get("scan_output_directions") or [0] * n_out
+    seqs = [_flip(s, a % s.ndim) if d else s for s, a, d in zip(seqs, in_axes, in_dirs)]
+    lens = {s.shape[a % s.ndim] for s, a in zip(seqs, in_axes)}
+    if len(lens) > 1:
+        raise _err(node, f"the scan inputs have different lengths {sorted(lens)} along their scan axes")
+    T = lens.pop() if lens else 0
+    collected = [[] for _ in range(n_out)]
+    for t in range(T):
+        ins = [_select(s, a % s.ndim, t) for s, a in zip(seqs, in_axes)]
+        outs = run_subgraph(ctx, g, ctx.scope, state + ins)
+        state = outs[:n_state]
+        for k, o in enumerate(outs[n_state:]):
+            collected[k].append(o)
+    res = list(state)
+    for k in range(n_out):
+        if not collected[k]:
+            raise _err(node, "a Scan with no steps has no scan outputs to stack (0 iterations)")
+        strings = is_string(collected[k][0])
+        y = np.stack(collected[k], 0) if strings else nee.stack([_as_tensor(ctx, o) for o in collected[k]], 0)
+        ax = out_axes[k] % y.ndim
+        if ax:
+            y = np.moveaxis(y, 0, ax) if strings else y.movedim(0, ax)
+        if out_dirs[k]:
+            y = _flip(y, ax)
+        res.append(_obj(y) if strings else y)
+    return tuple(res)
+
+
+_scan.host_subgraphs = True  # lowering.unsupported_nodes: its body's nodes may be host nodes
+
+
+def _as_tensor(ctx, o):
+    return _num(ctx, o) if isinstance(o, np.ndarray) else o
 
 
 # ------------------------------------------------------------------------- ZipMap

@@ -84,6 +84,8 @@ class InferenceSession:
     numpy str / bytes / object arrays for them and returns object arrays, as onnxruntime does.  The
     nodes that read or write strings run on the host (``ops_string``), the numeric rest compiled
     (``Program.segments``); ``host_nodes``, ``info["host"]`` and :meth:`placement_summary` name them.
+    An input declared ``map(K,tensor(V))`` (skl2onnx's DictVectorizer) takes one ``dict`` per run, as
+    onnxruntime (``ops_map.as_map`` checks its key and value types); ``seq(map(...))`` a list of dicts.
     """
 
     def __init__(self, model, sess_options=None, providers=None, device=None, *, jit=True, buckets="pow2",
@@ -211,6 +213,7 @@ class InferenceSession:
         for a in self._inputs:
             want = ONNX_TO_NP.get(a.elem_type) if a.elem_type is not None else None
             kind = 2 if a.type.startswith(("seq(", "optional(seq(")) else (1 if a.type.startswith("optional(") else 0)
+            kind = 3 if a.type.startswith("map(") else kind  # one dict per run (ops_map.as_map)
             fixed = [(k, d) for k, d in enumerate(a.shape or ()) if isinstance(d, int)]
             plan.append((a, want, carry_np(want) if want is not None else None,
                          None if a.shape is None else len(a.shape), fixed, kind))
@@ -230,9 +233,18 @@ class InferenceSession:
         fast = self._fast_inputs()
         for (a, want, carry, rank, fixed, kind), fdt in zip(self._plan, fast):
             v = input_feed[a.name]
+            if kind == 3:
+                out.append(self._to_map(a, v, a.type))
+                continue
             if kind:
                 if v is None and a.type.startswith("optional("):
                     out.append(EMPTY)
+                    continue
+                if kind == 2 and a.type.startswith("seq(map("):  # a list of dicts, on the host
+                    if not isinstance(v, list):
+                        raise InvalidInputError(f"input {a.name!r}: expected {a.type} (a list of dicts), got "
+                                                f"{type(v).__name__}")
+                    out.append([self._to_map(a, x, a.type[4:-1], k) for k, x in enumerate(v)])
                     continue
                 if isinstance(v, list) and kind == 2:
                     if a.type.endswith("(tensor(string))"):  # a sequence of strings stays numpy, on the host
@@ -240,6 +252,9 @@ class InferenceSession:
                     else:
                         out.append([self._to_tensor(a, np.asarray(x)) for x in v])
                     continue
+            if isinstance(v, dict) or (isinstance(v, list) and v and isinstance(v[0], dict)):
+                raise InvalidInputError(f"input {a.name!r}: expected {a.type}, got "
+                                        f"{'a dict (a map)' if isinstance(v, dict) else 'a list of dicts (maps)'}")
             if a.elem_type == _STRING and kind == 0:
                 arr = self._to_strings(a, v)
             else:
@@ -288,6 +303,15 @@ class InferenceSession:
             got = f"numpy {dt.name}" if dt is not None else type(v).__name__
             raise InvalidInputError(f"input {a.name!r}: expected {a.type} (a numpy str array or object array of "
                                     f"str), got {got}: {e}") from None
+
+    def _to_map(self, a, v, type_string, index=None):
+        """A map input (one dict) checked against its declared map type (``ops_map.as_map``)."""
+        from .ops_map import as_map
+        what = f"input {a.name!r}" + (f" (element {index} of the sequence)" if index is not None else "")
+        try:
+            return as_map(v, type_string, what)
+        except TypeError as e:
+            raise InvalidInputError(str(e)) from None
 
     def _to_tensor(self, a, arr):
         c = carry_np(arr.dtype)
