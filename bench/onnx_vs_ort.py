@@ -4,6 +4,7 @@
     python3 bench/onnx_vs_ort.py                 # every model at the issue's sizes
     python3 bench/onnx_vs_ort.py --quick         # tiny built models + light_squeezenet (seconds)
     python3 bench/onnx_vs_ort.py --models bert_b1,gpt_step --rounds 9
+    python3 bench/onnx_vs_ort.py --alone         # each engine timed alone in its own process
 
 Both engines get the same thread count (``--threads``, default NEE_NUM_THREADS or 2: ORT's
 ``intra_op_num_threads``, ``nee.set_num_threads``).  Latency is the minimum over ``--rounds``
@@ -53,7 +54,32 @@ def max_rel_err(got, ref, atol):
     return e
 
 
-def measure(name, tiny, rounds, min_time, nthreads, check_random=True):
+_ALONE = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+os.environ["NEE_NUM_THREADS"] = "{nt}"
+from asv_benchmarks import _onnx_models as M
+from asv_benchmarks import _workloads as W
+spec = M.spec({name!r}, tiny={tiny})
+s = M.nee_session(spec.model, {nt}) if {eng!r} == "nee" else M.ort_session(spec.model, {nt})
+fn = M.run_fn(s, spec.feed)
+print(W.measure(fn, repeats=5, min_time={min_time}))
+"""
+
+
+def _alone(name, eng, tiny, nthreads, min_time) -> float:
+    """Seconds per call of one engine alone in a fresh process (median of 5 batches): no other engine's
+    threads in the process (onnxruntime's and OpenBLAS's spin after each op and take cores from the
+    other engine's threads when both live in one process)."""
+    import subprocess
+    code = _ALONE.format(root=ROOT, nt=nthreads, name=name, tiny=tiny, eng=eng, min_time=min_time)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} ({eng}) alone: {out.stderr.strip()[-400:]}")
+    return float(out.stdout.split()[-1])
+
+
+def measure(name, tiny, rounds, min_time, nthreads, check_random=True, alone=False):
     spec = M.spec(name, tiny=tiny)
     ort = M.ort_session(spec.model, nthreads)
     ref = ort.run(None, spec.feed)
@@ -72,11 +98,20 @@ def measure(name, tiny, rounds, min_time, nthreads, check_random=True):
         rref = M.ort_session(rs.model, nthreads).run(None, rs.feed)
         ok = ok and rs.close(rgot, rref)
         err = max(err, max_rel_err(rgot, rref, rs.atol))
-    fns = {"nee": M.run_fn(sess, spec.feed), "ort": M.run_fn(ort, spec.feed)}
-    t = W.measure_interleaved(fns, repeats=rounds, min_time=min_time, stat="min")
+    mode = sess.info.get("mode")
+    if alone:
+        del sess, ort   # free their threads and memory before the timing processes start
+        t = {}
+        for _ in range(rounds):
+            for eng in ("nee", "ort"):
+                v = _alone(name, eng, tiny, nthreads, min_time)
+                t[eng] = min(t.get(eng, v), v)
+    else:
+        fns = {"nee": M.run_fn(sess, spec.feed), "ort": M.run_fn(ort, spec.feed)}
+        t = W.measure_interleaved(fns, repeats=rounds, min_time=min_time, stat="min")
     return {"name": name, "load": t_load, "first": t_first, "nee": t["nee"], "ort": t["ort"],
             "ratio": t["nee"] / t["ort"], "ok": ok, "err": err, "bytes_read": spec.bytes_read,
-            "mode": sess.info.get("mode"), "spec": spec}
+            "mode": mode, "spec": spec}
 
 
 def verdict(ratio):
@@ -92,6 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-random-check", action="store_true",
                     help="skip the light models' random-weight correctness check")
     ap.add_argument("--threads", type=int, default=None, help="threads for both engines (default NEE_NUM_THREADS or 2)")
+    ap.add_argument("--alone", action="store_true",
+                    help="time each engine alone in a fresh process (rounds alternate nee / ort; min reported)")
     a = ap.parse_args(argv)
     nthreads = a.threads or M.threads()
     os.environ["NEE_NUM_THREADS"] = str(nthreads)
@@ -102,12 +139,14 @@ def main(argv=None) -> int:
 
     import neetorch as nee
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    how = (f"min over {rounds} alternating rounds of each engine alone in a fresh process (median of 5 batches of "
+           f">= {min_time}s)" if a.alone else f"min over {rounds} interleaved rounds of the mean of >= {min_time}s batches")
     print(f"neetorch {getattr(nee, '__version__', '?')} vs onnxruntime {onnxruntime.__version__}, {nthreads} threads "
-          f"each; latency = min over {rounds} interleaved rounds of the mean of >= {min_time}s batches")
+          f"each; latency = {how}")
     rows = []
     for n in names:
         try:
-            rows.append(measure(n, a.quick, rounds, min_time, nthreads, not a.no_random_check))
+            rows.append(measure(n, a.quick, rounds, min_time, nthreads, not a.no_random_check, a.alone))
         except NotImplementedError as e:
             print(f"{n}: skipped ({e})")
     hdr = (f"{'model':<20} {'nee first run':>13} {'nee latency':>12} {'ORT latency':>12} {'ratio':>6} "

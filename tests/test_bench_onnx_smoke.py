@@ -231,3 +231,17 @@ def test_compare_script_runs_quick(capsys):
     assert script.main(["--quick", "--models", "mlp,gpt_step", "--rounds", "1", "--min-time", "0"]) == 0
     out = capsys.readouterr().out
     assert "ratio" in out and "mlp" in out and "of floor" in out and "copy bandwidth" in out
+
+
+def test_onnx_vs_ort_alone_mode_times_each_engine_in_its_own_process(capsys):
+    """``bench/onnx_vs_ort.py --alone``: both engines timed in fresh processes, outputs still compared."""
+    pytest.importorskip("onnxruntime")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("onnx_vs_ort", os.path.join(ROOT, "bench", "onnx_vs_ort.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--quick", "--alone", "--models", "mlp", "--rounds", "1", "--min-time", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "alone in a fresh process" in out
+    row = next(line for line in out.splitlines() if line.startswith("mlp "))
+    assert row.split()[-1] == "yes" and "x" in row
