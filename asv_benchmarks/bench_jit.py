@@ -249,8 +249,8 @@ def alone_table(workloads=WORKLOADS, modes=MODES, rounds=3, repeats=7):
 
 
 def main(argv=None):
-    """``python3 -m asv_benchmarks.bench_jit [--ew] [--alone] [workload ...]``: time/jit-time ratios (min
-    of interleaved repeats; ``--alone``: each mode in its own process, min of 3 alternating rounds) and,
+    """``python3 -m asv_benchmarks.bench_jit [--ew] [--alone [--rounds N]] [workload ...]``: time/jit-time ratios
+    (min of interleaved repeats; ``--alone``: each mode in its own process, min of N (3) alternating rounds) and,
     for the memory-bound workloads, the jitted GB/s as a fraction of copy bandwidth.  ``--ew`` adds
     ``nee-jit-ew`` (elementwise fusion only)."""
     args = list(argv if argv is not None else sys.argv[1:])
@@ -261,10 +261,16 @@ def main(argv=None):
     alone = "--alone" in args
     if alone:
         args.remove("--alone")
+    rounds = 3
+    if "--rounds" in args:
+        i = args.index("--rounds")
+        rounds = int(args[i + 1])
+        del args[i:i + 2]
     names = args or list(WORKLOADS)
     copy = W.machine_copy_bandwidth(repeats=5, methods=("np.copyto", "threaded np.copyto"))["best"]
     print(f"parallel copy bandwidth: {copy:.1f} GB/s")
-    for name, times in (alone_table if alone else interleaved_table)(names, modes):
+    table = (lambda n, m: alone_table(n, m, rounds=rounds)) if alone else interleaved_table
+    for name, times in table(names, modes):
         base = times["nee-jit"]
         cells = "  ".join(f"{m} {t * 1e3:8.3f} ms ({t / base:5.2f}x)" if t else f"{m} n/a" for m, t in times.items())
         frac = f"  [{W.gbps(_bytes(name), base) / copy:.2f}x copy BW]" if name in ("gelu_affine", "layer_norm",
