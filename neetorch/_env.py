@@ -12,8 +12,13 @@ Read where they are used (CPU backend tuning):
 NEE_CPU_RENDERER             llvm (default) | numba: how elementwise/fused/row kernels are built
                              (devices/cpu/elementwise.py).
 NEE_CPU_POOL_BYTES           bytes of large output buffers kept for reuse (default 1 GiB).
+NEE_CPU_NT_BYTES             elementwise / layer_norm / rms_norm / log_softmax launches writing at least
+                             this many bytes use non-temporal (streaming) stores (default: half the
+                             last-level cache; 0: never) (devices/cpu/llvm_render.py nt_threshold).
 NEE_CONV_DIRECT              unset: cost rule | 0 never | 1 always: direct LLVM conv kernels for float32
                              (devices/cpu/kernels/conv_direct.py).
+NEE_CONV_EPILOGUE            1 (default) | 0: jit conv2d + bias/residual/relu epilogue chains run inside the
+                             conv kernel (devices/cpu/kernels/conv_epilogue.py), not as a pass after it.
 NEE_JIT_CAT                  1 (default) | 0: the jit memory plan writes a cat's inputs straight into
                              their slices of its output and drops the copy (jit/executable.py plan_cats).
 NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py),
