@@ -3,8 +3,8 @@
 Both micro-kernel families are forced on every case ("pix": output channels x vectors of wide pixels;
 "chan": blocks of 16 output channels x pixels, output transposed back to NCHW), with each of their
 register-tile shapes somewhere: odd channel counts (tile tails in both directions), strides 1/2/mixed,
-asymmetric pads, dilation, 1x1/3x3/5x5/7x7 and non-square kernels, batches, bias or not, one and two
-threads, the chunked (channel, tap) loop, non-contiguous inputs through the op, the weight cache, the
+asymmetric pads, dilation, 1x1/3x3/5x5/7x7 and non-square kernels, batches, bias or not, groups with a
+second bias and relu in the stores, one and two threads, the chunked (channel, tap) loop, non-contiguous inputs through the op, the weight cache, the
 dispatch rule and the fallbacks.
 """
 import numpy as np
@@ -47,11 +47,12 @@ def _data(xs, ws, bias=True):
     return x, w, b
 
 
-def _want(x, w, b, s, pads, d):
+def _want(x, w, b, s, pads, d, groups=1):
     pt, pb, pl, pr = pads
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     t = torch.from_numpy
-    return F.conv2d(t(xp), t(w.astype(np.float64)), None if b is None else t(b.astype(np.float64)), s, 0, d).numpy()
+    return F.conv2d(t(xp), t(w.astype(np.float64)), None if b is None else t(b.astype(np.float64)), s, 0, d,
+                    groups).numpy()
 
 
 def _close(got, want, what):
@@ -91,6 +92,37 @@ def test_direct_matches_torch(nthreads, force, kind, shapes):
         lay = D._layouts[next(reversed(D._layouts))]
         assert (lay.kind, lay.A, lay.B) == (kind,) + shapes[0]
         _close(got, want, (kind, shapes, xs, ws, s, pads, d))
+
+
+# groups (w: (O, C/G, KH, KW)): one launch over all of them, each group's channel blocks on their own
+GROUP_CASES = [
+    ((1, 12, 9, 11), (20, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),        # 4 groups of 5 outputs (block tails)
+    ((2, 16, 7, 7), (24, 8, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),         # 2 groups, 1x1, batch ("chan": x itself)
+    ((1, 24, 13, 13), (36, 8, 3, 3), (2, 2), (1, 0, 1, 2), (1, 1)),       # 3 groups, stride 2, asymmetric pads
+    ((1, 10, 12, 12), (40, 2, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),       # 5 groups of 2 inputs, dilation 2
+    ((1, 68, 6, 6), (68, 17, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),        # 4 groups of 17
+    # depthwise ("dw": the input channel-last, a pixel's 16 channels one vector)
+    ((1, 37, 9, 8), (37, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),         # channel-block tail
+    ((2, 20, 11, 11), (20, 1, 5, 5), (2, 2), (2, 1, 2, 0), (1, 1)),       # 5x5, stride 2, asymmetric pads, batch
+    ((1, 16, 10, 10), (16, 1, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),       # dilation 2
+]
+
+
+@pytest.mark.parametrize("kind,shapes", [("pix", ((6, 4),)), ("pix", ((12, 2),)), ("chan", ((2, 8),)),
+                                         ("chan", ((3, 8),))])
+def test_direct_groups_relu_shift(nthreads, force, kind, shapes):
+    # groups, with the second per-channel bias (a folded BatchNorm's shift) and relu in the final stores
+    force(kind, shapes)
+    for i, (xs, ws, s, pads, d) in enumerate(GROUP_CASES):
+        x, w, b = _data(xs, ws, bias=i % 2 == 0)
+        b2 = RNG.standard_normal(ws[0]).astype(np.float32)
+        relu = i % 3 != 2
+        want = _want(x, w, b, s, pads, d, xs[1] // ws[1]) + b2[:, None, None]
+        if relu:
+            want = np.maximum(want, 0)
+        got = np.full(want.shape, np.nan, np.float32)
+        assert D.conv2d(x, w, b, got, *s, *pads, *d, relu, b2)
+        _close(got, want, (kind, shapes, xs, ws, relu))
 
 
 def test_direct_chunks(force, monkeypatch):
@@ -139,11 +171,17 @@ def test_conv2d_op_direct_layouts(spy, monkeypatch):
     want = _want(x16.astype(np.float32), w16.astype(np.float32), None, (1, 1), (1, 1, 1, 1), (1, 1))
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=1e-2)
     assert len(spy) == n + 2
-    # float64, groups: not taken, whatever the switch says
+    # float64, depthwise with 2 outputs per input channel: not taken, whatever the switch says
     x64 = base.astype(np.float64)
     C.conv2d(nee.from_numpy(x64), nee.from_numpy(w.astype(np.float64)), None, 1, 1)
-    C.conv2d(nee.from_numpy(base), nee.from_numpy(np.ascontiguousarray(w[:, :5])), None, 1, 1, 1, 2)
+    C.conv2d(nee.from_numpy(np.ascontiguousarray(base[:, :6])), nee.from_numpy(np.ascontiguousarray(w[:, :1])),
+             None, 1, 1, 1, 6)
     assert len(spy) == n + 2
+    # groups: one launch over all of them
+    wg = np.ascontiguousarray(w[:, :5])
+    got = C.conv2d(nee.from_numpy(base), nee.from_numpy(wg), nee.from_numpy(b), 1, 1, 1, 2).numpy()
+    _close(got, F.conv2d(*[torch.from_numpy(a).double() for a in (base, wg, b)], 1, 1, 1, 2).numpy(), "groups")
+    assert len(spy) == n + 3
 
 
 def test_conv2d_rule_and_switch(spy, monkeypatch):
@@ -162,7 +200,21 @@ def test_conv2d_rule_and_switch(spy, monkeypatch):
     assert D.pays((1, 128, 14, 14), (32, 128, 3, 3), (1, 32, 14, 14), 1, 1, 1, 1, 1, 1, 1, 1)
     assert D.pays((1, 128, 56, 56), (128, 128, 3, 3), (1, 128, 28, 28), 2, 2, 1, 1, 1, 1, 1, 1)
     assert D.pays((1, 3, 224, 224), (64, 3, 7, 7), (1, 64, 112, 112), 2, 2, 3, 3, 3, 3, 1, 1)
-    assert not D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1)
+    # unpadded 1x1: direct where the "chan" kernel takes it with most lanes used, else the GEMM
+    assert D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1)
+    assert not D.pays((1, 64, 55, 55), (16, 64, 1, 1), (1, 16, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1)
+    assert not D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 7, 7), 2, 2, 0, 0, 0, 0, 1, 1)
+    # unpadded 1x1 of under _SHORT_K input channels per group, and grouped convs but those 1x1: direct
+    assert D.pays((1, 16, 55, 55), (64, 16, 1, 1), (1, 64, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1)
+    assert D.pays((1, 24, 56, 56), (112, 6, 1, 1), (1, 112, 56, 56), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+    assert not D.pays((1, 272, 14, 14), (272, 68, 1, 1), (1, 272, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+    assert D.pays((1, 128, 28, 28), (128, 4, 3, 3), (1, 128, 28, 28), 1, 1, 1, 1, 1, 1, 1, 1, 32)
+    # depthwise: small planes only (many channels at 3x3)
+    assert D.pays((1, 544, 7, 7), (544, 1, 3, 3), (1, 544, 7, 7), 1, 1, 1, 1, 1, 1, 1, 1, 544)
+    assert not D.pays((1, 100, 7, 7), (100, 1, 3, 3), (1, 100, 7, 7), 1, 1, 1, 1, 1, 1, 1, 1, 100)
+    assert not D.pays((1, 544, 14, 14), (544, 1, 3, 3), (1, 544, 14, 14), 1, 1, 1, 1, 1, 1, 1, 1, 544)
+    assert D.pays((1, 480, 14, 14), (480, 1, 5, 5), (1, 480, 14, 14), 1, 1, 2, 2, 2, 2, 1, 1, 480)
+    assert not D.pays((1, 144, 56, 56), (144, 1, 5, 5), (1, 144, 28, 28), 2, 2, 2, 2, 2, 2, 1, 1, 144)
     assert K._winograd_m(1, 64, 56, 56, 64, 1, 3, 3, 1, 1, 1, 1, 56, 56, f32)
     assert not D.pays((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), 1, 1, 1, 1, 1, 1, 1, 1)
     # weights copied for the call (float16 widened): not by the rule (they would be packed on every call)
@@ -191,7 +243,7 @@ def test_direct_weight_cache(force):
         assert len(winograd._cache) == 1
         if step == 0:
             assert ran
-            np.testing.assert_array_equal(D.packed_weights(w, 32), D._pack(w, ("direct", 32)))
+            np.testing.assert_array_equal(D.packed_weights(w, 32), D._pack(w, ("direct", 32, 1)))
         w[step % 20, 1, 2, 0] += 1.0
     # changed on two calls in a row (being trained): no packed copy, conv2d declines (the caller's paths run)
     assert not ran and D.packed_weights(w, 32) is None

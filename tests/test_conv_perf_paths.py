@@ -218,9 +218,9 @@ def wino(monkeypatch):
     calls = []
     orig = K._conv_winograd
 
-    def wrapped(x, w, b, res, m, pt, pl):
+    def wrapped(x, w, b, res, m, pt, pl, relu=False):
         calls.append(m)
-        return orig(x, w, b, res, m, pt, pl)
+        return orig(x, w, b, res, m, pt, pl, relu)
     monkeypatch.setattr(K, "_conv_winograd", wrapped)
     return calls
 

@@ -5,10 +5,14 @@ flat buffer, with all sizes and parameters passed as runtime ints, so there is o
 compiled specialization per float dtype (float32, float64) and none per shape.
 Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 
-* conv2d, float32 (one group, AVX-512F): first the direct kernel (kernels/conv_direct.py: LLVM IR
-  register-tiled micro-kernels over the zero-padded phase planes, weights packed once per weight
-  buffer) where its cost rule picks it: every conv but the unpadded 1x1 ones and those the Winograd
-  rule takes; NEE_CONV_DIRECT=0 turns it off, =1 takes every float32 conv it can.  Otherwise:
+* conv2d (``conv2d_into``; the JIT's bias / residual / relu epilogue chains come with it, see
+  kernels/conv_epilogue.py: the extra bias summed into the conv's, relu and the residual where each path
+  writes its output or in one in-place pass, _finish_epilogue).
+* conv2d, float32 (AVX-512F): first the direct kernel (kernels/conv_direct.py: LLVM IR register-tiled
+  micro-kernels over the zero-padded phase planes, weights packed once per weight buffer, groups in one
+  launch) where its cost rule picks it: every conv but most unpadded 1x1 ones, those the Winograd rule
+  takes and depthwise ones but on small planes; NEE_CONV_DIRECT=0 turns it off, =1 takes every float32
+  conv it can.  Otherwise:
 * conv2d: 1x1 -> GEMMs on the NCHW buffers (no im2col; strided: on the subsampled input, one
   strided copy); depthwise -> one fused pass per input plane: padded and split into its stride
   phases in a per-thread buffer, all taps in one vector loop over padded-width rows, compacted
@@ -427,12 +431,61 @@ def _depthwise(x, w, b, out, C, O, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW,
 # ---------------------------------------------------------------- conv kernels
 @kernel("conv2d")
 def conv2d_kernel(backend, outs, ins, attrs):
-    out = outs[0]
+    conv2d_into(outs[0], ins, attrs)
+
+
+@njit(**_NOGIL)
+def _bias_act(r, bias, has_bias, e, has_e, relu, L, O, q0, q1):
+    """Planes [q0, q1) of r (N*O planes of L, flat, in place): r + bias[channel] (+ e, same layout), then
+    torch's relu (x < 0 -> 0; NaN, -0.0 kept) when ``relu``."""
+    for q in range(q0, q1):
+        s = q * L
+        rs = r[s:s + L]
+        bv = bias[q % O] if has_bias else bias[0]       # bias: zeros(1) without one (keeps the dtype)
+        if has_e:
+            es = e[s:s + L]
+            for i in range(L):
+                rs[i] = rs[i] + bv + es[i]
+        elif has_bias:
+            for i in range(L):
+                rs[i] = rs[i] + bv
+        if relu:
+            for i in range(L):
+                if rs[i] < 0:
+                    rs[i] = 0
+
+
+def _finish_epilogue(res, b, e, relu) -> None:
+    """res (N, O, OH, OW) C-contiguous, in place: + b (O,) (or None) + e (res's shape, or None), then relu when
+    ``relu``: one pass, split over the pool when large (_bias_act)."""
+    if b is None and e is None and not relu:
+        return
+    N, O = res.shape[0], res.shape[1]
+    L = res.size // max(1, N * O)
+    rf = res.reshape(-1)
+    bf = b if b is not None else _NO_BIAS[res.dtype]
+    ef = np.ascontiguousarray(e).reshape(-1) if e is not None else rf
+    _par_planes(lambda q0, q1: _bias_act(rf, bf, b is not None, ef, e is not None, relu, L, O, q0, q1), N * O,
+                0.3 * res.size)
+
+
+def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
+    """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
+    relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
+    into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass."""
     if out.size == 0:
         return
     x = _c(ins[0])
     w = _c(ins[1], x.dtype)
     b = _c(ins[2], x.dtype) if len(ins) > 2 else None
+    if b2 is not None:
+        b2 = _c(b2, x.dtype).reshape(-1)
+        b = b2 if b is None else b + b2
+        b2 = None
+    if e is not None and e.dtype != x.dtype:
+        e = e.astype(x.dtype)
+    # relu is done in the path (act[0] cleared) or in the last pass; the residual always goes before it
+    act = [relu and e is None]
     res = _work_out(out)
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
@@ -443,8 +496,9 @@ def conv2d_kernel(backend, outs, ins, attrs):
     OH, OW = out.shape[2], out.shape[3]
     Og = O // G
     L = OH * OW
-    if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1]):
+    if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1], act[0]):
         # float32 where the cost rule (or NEE_CONV_DIRECT=1) picks the direct kernel (kernels/conv_direct.py)
+        _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
     wu = _winograd_u(x, w, G, attrs, OH, OW, w is ins[1]) if Cg else None
@@ -474,26 +528,30 @@ def conv2d_kernel(backend, outs, ins, attrs):
             xf = x.reshape(-1)
             _par(lambda q0, q1: _depthwise(xf, wf, bf, of, C, O, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OH, OW,
                                            b is not None, q0, q1), N * O, res.size * KH * KW)
+        _finish_epilogue(res, None, e, relu)
         _finish(out, res)
         return
     elif wu is not None:
         # 3x3 stride 1 where the cost rule picks Winograd F(m x m, 3 x 3) (kernels/winograd.py)
-        _conv_winograd(x, wu[1], b, res, wu[0], pt, pl)
+        _conv_winograd(x, wu[1], b, res, wu[0], pt, pl, act[0])
+        _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
     elif _wide_pays(OH, OW, KH, KW, sh, sw, dh, dw, Og, Cg * KH * KW):
         # im2col of the zero-padded input (its phase planes at stride > 1) by whole-row copies, GEMM over
         # padded-width rows, the extra columns dropped (and the bias added) as each tile is compacted
         K = Cg * KH * KW
-        _conv_wide(x, w.reshape(G, Og, K), b, res, G, Og, K, (KH, KW, sh, sw, pt, pl, dh, dw, OH, OW))
+        _conv_wide(x, w.reshape(G, Og, K), b, res, G, Og, K, (KH, KW, sh, sw, pt, pl, dh, dw, OH, OW),
+                   relu=act[0])
+        _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
     else:
         # asymmetric pads ('same' with an even kernel): the top/left pad and the output size say it all
         K = Cg * KH * KW
         _conv_tiles(x, w.reshape(G, Og, K), res, G, Og, K, (KH, KW, sh, sw, pt, pl, dh, dw, OH, OW))
-    if b is not None:
-        res += b.reshape(1, O, 1, 1)
+    # the GEMM paths: bias, residual and relu in one pass
+    _finish_epilogue(res, b, e, relu)
     _finish(out, res)
 
 
@@ -635,7 +693,7 @@ _WINO_BAND_BYTES = 1 << 20
 _WINO_BANDS = [None]          # None: the fewer bytes; True / False: bands whenever V is over budget / never
 
 
-def _conv_winograd(x, U, b, res, m, pt, pl):
+def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     """Convolution by Winograd F(m x m, 3 x 3) with the transformed weights U (alpha^2, O, C).  Images whose
     transformed tiles fit _WINO_BAND_BYTES (all images at once): the input tiles transformed over the
     planes (V: alpha^2, C, tiles), then per block of output channels the alpha^2 GEMMs U[xi, block] @ V[xi]
@@ -675,7 +733,7 @@ def _conv_winograd(x, U, b, res, m, pt, pl):
                 Mb = _buffer(a2 * O * nb, dt, "wino_m")
                 np.matmul(U, V.reshape(a2, C, nb), out=Mb.reshape(a2, O, nb))
                 winograd.output_tiles(Mb, rf[n * O * OH * OW:], _buffer(m * (m + 2) * nb, dt, "wino_t"), bias,
-                                      b is not None, m, O, O, 0, OH, OW, t0, t1 - t0, tw, nb, 0, 0, O)
+                                      b is not None, m, O, O, 0, OH, OW, t0, t1 - t0, tw, nb, 0, 0, O, relu)
         with threads.serial_blas():
             if par:
                 threads.run_parallel(run_band, [(i, i + 1) for i in range(len(bands))])
@@ -697,7 +755,7 @@ def _conv_winograd(x, U, b, res, m, pt, pl):
             Mb = _buffer(a2 * ob * NT, dt, "wino_m")
             np.matmul(U[:, o0:o1], V3, out=Mb.reshape(a2, ob, NT))
             winograd.output_tiles(Mb, rf, _buffer(m * (m + 2) * th * tw, dt, "wino_t"), bias, b is not None, m, ob,
-                                  O, o0, OH, OW, 0, th, tw, NT, th * tw, 0, N * ob)
+                                  O, o0, OH, OW, 0, th, tw, NT, th * tw, 0, N * ob, relu)
     with threads.serial_blas():
         if not par:
             inp((0, N * C))
@@ -835,10 +893,11 @@ def _im2col_wide(xq, col, KH, KW, sh, sw, dh, dw, Hq, Wq, r0, r1, P):
 
 
 @njit(**_NOGIL)
-def _compact(wide, out, O, rows, Wq, OW, ostride, ooff, bias, has_bias):
-    """out[o * ostride + ooff + r * OW + j] = wide[o, r * Wq + j] (+ bias[o]) for j < OW."""
+def _compact(wide, out, O, rows, Wq, OW, ostride, ooff, bias, has_bias, relu):
+    """out[o * ostride + ooff + r * OW + j] = wide[o, r * Wq + j] (+ bias[o]) for j < OW, through torch's relu
+    when ``relu``."""
     for o in range(O):
-        bv = bias[o] if has_bias else wide[0] * 0
+        bv = bias[o] if has_bias else bias[0]        # bias: zeros(1) without one
         for r in range(rows):
             ws = wide[(o * rows + r) * Wq:(o * rows + r) * Wq + OW]
             os_ = out[o * ostride + ooff + r * OW:o * ostride + ooff + (r + 1) * OW]
@@ -848,12 +907,16 @@ def _compact(wide, out, O, rows, Wq, OW, ostride, ooff, bias, has_bias):
             else:
                 for j in range(OW):
                     os_[j] = ws[j]
+            if relu:
+                for j in range(OW):
+                    if os_[j] < 0:
+                        os_[j] = 0
 
 
 _NO_BIAS = {np.dtype(np.float32): np.zeros(1, np.float32), np.dtype(np.float64): np.zeros(1, np.float64)}
 
 
-def _conv_wide(x, wg, b, res, G, Og, K, geo):
+def _conv_wide(x, wg, b, res, G, Og, K, geo, relu=False):
     """Convolution over padded rows (see above): tiles are bands of output rows of one image; with at
     least as many tiles as threads the threads claim whole tiles (row-copy im2col, GEMMs, compaction),
     else one tile at a time with its GEMM split over the pool (_gemms)."""
@@ -866,7 +929,7 @@ def _conv_wide(x, wg, b, res, G, Og, K, geo):
     per_chunk = max(1, _PAD_BUDGET // (C * plane * dt.itemsize))
     if N > per_chunk:                    # a large batch is padded and convolved a few images at a time
         for n0 in range(0, N, per_chunk):
-            _conv_wide(x[n0:n0 + per_chunk], wg, b, res[n0:n0 + per_chunk], G, Og, K, geo)
+            _conv_wide(x[n0:n0 + per_chunk], wg, b, res[n0:n0 + per_chunk], G, Og, K, geo, relu)
         return
     # the last band's last row reads up to (KW-1)*dw // sw elements past its plane: a zero tail
     tail = ((KW - 1) * dw) // sw
@@ -905,7 +968,7 @@ def _conv_wide(x, wg, b, res, G, Og, K, geo):
         return [(wd[g], wg[g], cg[g]) for g in range(G)]
 
     def compact(wide, n, r0, r1):
-        _compact(wide, rf, O, r1 - r0, Wq, OW, L, n * O * L + r0 * OW, bias, has_bias)
+        _compact(wide, rf, O, r1 - r0, Wq, OW, L, n * O * L + r0 * OW, bias, has_bias, relu)
 
     if nt > 1 and len(tiles) >= nt:
         def tile(t):

@@ -14,21 +14,30 @@
   - "chan" (NB, R): NB blocks of 16 output channels x R output pixels (compact pixel indices, their wide
     input positions from a table): per pair NB weight vectors and R broadcast input scalars, NB x R zmm
     accumulators started at the bias.  The pairs go in chunks whose weights stay in L2 (partial sums
-    parked in a scratch between chunks); the last chunk stores the tile through a stack buffer into the
-    NCHW output.  No wasted lanes but channel-block and pixel tails: small planes, many channels.
+    parked in a scratch between chunks); the last chunk transposes the tile in registers (three levels of
+    shuffles: each channel's R <= 8 pixels one row) and stores the rows (masked past the last pixel) into
+    the NCHW output.  No wasted lanes but channel-block and pixel tails; the faster family where its lanes
+    are as well used (``plan``).
   - "pix" (R, P): R output channels x P vectors of 16 consecutive wide pixels: per pair P input vector
     loads and R broadcast weights; written as wide rows (masked at the end), compacted into the output
     (or written straight to it when ``Wq == OW``).  Wastes the ``Wq - OW`` padding columns but has no
-    per-tile transposition: large planes, few input channels (stems), short (channel, tap) loops.
-  ``plan`` picks the family and tile shape with the most useful lanes (``_PIX_BONUS`` / ``_PIX_K``).
+    per-tile transposition: output channel counts the "chan" blocks of 16 fit badly (3 -> 24 stems).
+  Both take groups (one launch over all of them: each group's channel blocks packed on their own, the
+  tile's group from its channel block), a second per-channel bias (a folded BatchNorm's shift: summed into
+  the bias the accumulators start from) and relu in their final stores (kernels/conv_epilogue.py).
+  ``plan`` picks the family and tile shape with the most useful lanes (``_CHAN_BONUS``).
+  - "dw" (NB, R): depthwise convs (one output per input channel) through the "chan" kernel with each
+    channel its own input: the padded phase planes channel-last (``xq[phase][pixel][C]``, ``_fill_cl``),
+    per tap NB weight vectors and NB x R input vectors (a pixel's 16 channels), the same transposed store.
 * Threads: each calls the kernel once and claims runs of tiles (channel-block-major) from an atomic counter
   in the params array: a worker that starts late (the machine is shared) finds the tiles taken and returns.
 * Every read index is checked in Python when a shape's layout is built (``_Layout``, cached per shape):
   the largest tap offset plus the largest tile extent / pixel-table entry lies inside ``xq``; writes go
   to rows < O and pixels < L only.
 
-Used by conv.py's ``conv2d_kernel`` for float32, one group, AVX-512F (``try_conv2d``) where ``pays``:
-NEE_CONV_DIRECT=0 never, =1 every conv it can take (tests, benchmarks), unset: the cost rule.
+Used by conv.py's ``conv2d_into`` for float32, AVX-512F (``try_conv2d``; not depthwise convs of several
+outputs per input channel) where ``pays``: NEE_CONV_DIRECT=0 never, =1 every conv it can take (tests,
+benchmarks), unset: the cost rule.
 """
 from __future__ import annotations
 
@@ -66,12 +75,20 @@ def available() -> bool:
 # ---------------------------------------------------------------- IR
 # params (int64): 0 K (channel-tap pairs), 1 O (rows stored), 2 out row stride (elements per channel of
 # the wide output), 3 Lw (wide pixels stored per row), 4 pixel tiles per channel block, 5 tiles per claim,
-# 6 tiles, 7 the claim counter (atomic: the threads calling the kernel at once take runs of tiles from it);
-# then K offsets (elements into xq, tile start excluded)
-_P_K, _P_O, _P_OS, _P_LW, _P_NPT, _P_G, _P_T1, _P_CTR, _P_OFF = range(9)
+# 6 tiles, 7 channel blocks per group, 8 input elements per group (xq), 9 output channels per group (rows
+# stored per group: row g * that + i for i below it), 10 the claim counter (atomic: the threads calling the
+# kernel at once take runs of tiles from it); then K offsets (elements into xq, tile start excluded)
+_P_K, _P_O, _P_OS, _P_LW, _P_NPT, _P_G, _P_T1, _P_NBG, _P_XG, _P_OG, _P_CTR, _P_OFF = range(12)
 
 
-def _render(R: int, P: int) -> str:
+def _relu_ir(a, name: str, val: str) -> str:
+    """Emit %name = relu(val) (torch's: x < 0 -> 0, NaN and -0.0 kept); returns the value's name."""
+    a(f'  %{name}.lt = fcmp olt <{VEC} x float> {val}, zeroinitializer')
+    a(f'  %{name} = select <{VEC} x i1> %{name}.lt, <{VEC} x float> zeroinitializer, <{VEC} x float> {val}')
+    return f"%{name}"
+
+
+def _render(R: int, P: int, relu: bool = False) -> str:
     v = f"<{VEC} x float>"
     vp = f"<{VEC} x float>*"
     L = []
@@ -81,7 +98,7 @@ def _render(R: int, P: int) -> str:
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
       'i64* noalias %p) {')
     a('entry:')
-    for i, nm in enumerate(("K", "O", "OS", "LW", "NPT", "G", "T1")):
+    for i, nm in enumerate(("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR")):
         a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
         a(f'  %{nm} = load i64, i64* %{nm}.p')
     a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
@@ -108,7 +125,15 @@ def _render(R: int, P: int) -> str:
     a(f'  %o0 = mul i64 %ob, {R}')
     a('  %wb0 = mul i64 %ob, %KR')
     a('  %wb = getelementptr float, float* %w, i64 %wb0')
-    a('  %xb = getelementptr float, float* %x, i64 %p0')
+    # the group of this channel block: its input channels at grp * XG, its rows at grp * OGR + lb * R
+    a('  %gi = udiv i64 %ob, %NBG')
+    a('  %lbm = mul i64 %gi, %NBG')
+    a('  %lb = sub i64 %ob, %lbm')
+    a(f'  %lo0 = mul i64 %lb, {R}')
+    a('  %gro = mul i64 %gi, %OGR')
+    a('  %xgo = mul i64 %gi, %XG')
+    a('  %xbo = add i64 %xgo, %p0')
+    a('  %xb = getelementptr float, float* %x, i64 %xbo')
     for r in range(R):
         a(f'  %bi{r} = add i64 %o0, {r}')
         a(f'  %bp{r} = getelementptr float, float* %bias, i64 %bi{r}')
@@ -145,14 +170,16 @@ def _render(R: int, P: int) -> str:
     a('store:')
     idx = ", ".join(f"i64 {i}" for i in range(VEC))
     for r in range(R):
-        a(f'  %oi{r} = add i64 %o0, {r}')
-        a(f'  %ok{r} = icmp slt i64 %oi{r}, %O')
+        a(f'  %oi{r} = add i64 %lo0, {r}')
+        a(f'  %ok{r} = icmp slt i64 %oi{r}, %OGR')
         a(f'  br i1 %ok{r}, label %st{r}, label %tile_end')
         a(f'st{r}:')
-        a(f'  %ro{r} = mul i64 %oi{r}, %OS')
+        a(f'  %og{r} = add i64 %gro, %oi{r}')
+        a(f'  %ro{r} = mul i64 %og{r}, %OS')
         a(f'  %orow{r} = getelementptr float, float* %out, i64 %ro{r}')
         for j in range(P):
             lab = f"s{r}_{j}"
+            val = _relu_ir(a, f"rl{lab}", f"%nacc{r}_{j}") if relu else f"%nacc{r}_{j}"
             a(f'  %q{lab} = add i64 %p0, {j * VEC}')
             a(f'  %op{lab}.f = getelementptr float, float* %orow{r}, i64 %q{lab}')
             a(f'  %op{lab} = bitcast float* %op{lab}.f to {vp}')
@@ -160,7 +187,7 @@ def _render(R: int, P: int) -> str:
             a(f'  %full{lab} = icmp sle i64 %e{lab}, %LW')
             a(f'  br i1 %full{lab}, label %f{lab}, label %m{lab}')
             a(f'f{lab}:')
-            a(f'  store {v} %nacc{r}_{j}, {vp} %op{lab}, align 4')
+            a(f'  store {v} {val}, {vp} %op{lab}, align 4')
             a(f'  br label %n{lab}')
             a(f'm{lab}:')
             a(f'  %rem{lab} = sub i64 %LW, %q{lab}')
@@ -168,7 +195,7 @@ def _render(R: int, P: int) -> str:
             a(f'  %rb{lab} = shufflevector <{VEC} x i64> %rb{lab}.0, <{VEC} x i64> undef, '
               f'<{VEC} x i32> zeroinitializer')
             a(f'  %mk{lab} = icmp slt <{VEC} x i64> <{idx}>, %rb{lab}')
-            a(f'  call void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v} %nacc{r}_{j}, {vp} %op{lab}, i32 4, '
+            a(f'  call void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v} {val}, {vp} %op{lab}, i32 4, '
               f'<{VEC} x i1> %mk{lab})')
             a(f'  br label %n{lab}')
             a(f'n{lab}:')
@@ -183,7 +210,67 @@ def _render(R: int, P: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _render_c(NB: int, R: int) -> str:
+def _transpose_ir(a, pre: str, vals: list) -> list:
+    """The rows of R <= 8 vectors of 16 lanes (pixel r's 16 channels each): 16 <8 x float> values, row c =
+    (vals[0][c], ..., vals[R-1][c], undefined lanes from R on), by three levels of two-source shuffles (pairs,
+    quads, octets of pixels; 24 shuffles) and a half of each result."""
+    n = 8
+    srcs = list(vals) + ["undef"] * (n - len(vals))
+    content = [[(r, c) for c in range(VEC)] for r in range(n)]
+    names = srcs
+    k = [0]
+
+    def shuf(i1, i2, target):
+        pos = {rc: i for i, rc in enumerate(content[i1] + content[i2])}
+        idx = ", ".join(f"i32 {pos[t]}" for t in target)
+        nm = f"%{pre}{k[0]}"
+        k[0] += 1
+        a(f'  {nm} = shufflevector <{VEC} x float> {names[i1]}, <{VEC} x float> {names[i2]}, <{VEC} x i32> <{idx}>')
+        return nm
+
+    # level 1: pixels (2k, 2k+1) interleaved, channels 8h .. 8h+7
+    lv1, c1 = {}, {}
+    for q in range(4):
+        for h in range(2):
+            tgt = [(2 * q + i % 2, 8 * h + i // 2) for i in range(VEC)]
+            lv1[q, h] = shuf(2 * q, 2 * q + 1, tgt)
+            c1[q, h] = tgt
+    names, content = [], []
+    ix = {}
+    for key, nm in lv1.items():
+        ix[key] = len(names)
+        names.append(nm)
+        content.append(c1[key])
+    # level 2: pixels 4p .. 4p+3 of channels 8h + 4s .. +3
+    lv2, c2 = {}, {}
+    for p_ in range(2):
+        for h in range(2):
+            for s_ in range(2):
+                tgt = [(4 * p_ + i % 4, 8 * h + 4 * s_ + i // 4) for i in range(VEC)]
+                lv2[p_, h, s_] = shuf(ix[2 * p_, h], ix[2 * p_ + 1, h], tgt)
+                c2[p_, h, s_] = tgt
+    names, content, ix = [], [], {}
+    for key, nm in lv2.items():
+        ix[key] = len(names)
+        names.append(nm)
+        content.append(c2[key])
+    # level 3: all 8 pixels of channels 8h + 4s + 2t, +1
+    rows = [None] * VEC
+    for h in range(2):
+        for s_ in range(2):
+            for t in range(2):
+                ch = 8 * h + 4 * s_ + 2 * t
+                tgt = [(i % 8, ch + i // 8) for i in range(VEC)]
+                nm = shuf(ix[0, h, s_], ix[1, h, s_], tgt)
+                for half in range(2):
+                    rn = f"%{pre}r{ch + half}"
+                    idx = ", ".join(f"i32 {8 * half + i}" for i in range(8))
+                    a(f'  {rn} = shufflevector <{VEC} x float> {nm}, <{VEC} x float> undef, <8 x i32> <{idx}>')
+                    rows[ch + half] = rn
+    return rows
+
+
+def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
     """The channel-vector micro-kernel: a tile of NB blocks of 16 output channels x R output pixels (compact
     pixel indices; their wide input positions from a table), NB x R accumulators; per (channel, tap) NB
     weight vectors and R input scalars broadcast; stored as [channel block][pixel][16].  The (channel, tap)
@@ -194,13 +281,14 @@ def _render_c(NB: int, R: int) -> str:
     CW = NB * VEC
     L = []
     a = L.append
+    if R > 8:
+        raise ValueError(f"conv_direct: the channel-vector kernel stores rows of at most 8 pixels, not {R}")
     a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
+    a('declare void @llvm.masked.store.v8f32.p0v8f32(<8 x float>, <8 x float>*, i32, <8 x i1>)')
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
       'i64* noalias %p, float* noalias %y) {')
     a('entry:')
-    a(f'  %buf = alloca [{CW * R} x float], align 64')
-    a(f'  %bufp = getelementptr [{CW * R} x float], [{CW * R} x float]* %buf, i64 0, i64 0')
-    for i, nm in enumerate(("K", "LP", "KC", "NPT", "G", "T1", "O", "L")):
+    for i, nm in enumerate(("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR")):
         a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
         a(f'  %{nm} = load i64, i64* %{nm}.p')
     a(f'  %ctr = getelementptr i64, i64* %p, i64 {_C_CTR}')
@@ -234,6 +322,15 @@ def _render_c(NB: int, R: int) -> str:
     a('  %wb = getelementptr float, float* %w, i64 %wb0')
     a(f'  %bo = mul i64 %ob, {CW}')
     a(f'  %cb = mul i64 %ob, {NB}')
+    # the group of this channel block: its input channels at grp * XG, its channels at grp * OGR + lb * CW
+    a('  %gi = udiv i64 %ob, %NBG')
+    a('  %lbm = mul i64 %gi, %NBG')
+    a('  %lb = sub i64 %ob, %lbm')
+    a(f'  %lbo = mul i64 %lb, {CW}')
+    a('  %gro = mul i64 %gi, %OGR')
+    a('  %obase = add i64 %gro, %lbo')
+    a('  %xgo = mul i64 %gi, %XG')
+    a('  %xg = getelementptr float, float* %x, i64 %xgo')
     for j in range(NB):
         a(f'  %cj{j} = add i64 %cb, {j}')
         a(f'  %rowj{j} = mul i64 %cj{j}, %LP')
@@ -241,7 +338,11 @@ def _render_c(NB: int, R: int) -> str:
         a(f'  %qi{r} = add i64 %i0, {r}')
         a(f'  %qp{r} = getelementptr i64, i64* %qtab, i64 %qi{r}')
         a(f'  %q{r} = load i64, i64* %qp{r}')
-        a(f'  %xr{r} = getelementptr float, float* %x, i64 %q{r}')
+        if dw:      # depthwise: the tile's channels at its pixel, channel-last (xq[pixel][C])
+            a(f'  %qc{r} = add i64 %q{r}, %bo')
+            a(f'  %xr{r} = getelementptr float, float* %xg, i64 %qc{r}')
+        else:
+            a(f'  %xr{r} = getelementptr float, float* %xg, i64 %q{r}')
     for j in range(NB):
         for r in range(R):
             a(f'  %pix{j}_{r} = add i64 %rowj{j}, %qi{r}')
@@ -281,6 +382,13 @@ def _render_c(NB: int, R: int) -> str:
         a(f'  %wv{j} = load {v}, {vp} %wp{j}, align 4')
     for r in range(R):
         a(f'  %xp{r} = getelementptr float, float* %xr{r}, i64 %off')
+        if dw:      # each channel its own input: 16 channels of one pixel, one vector load per block
+            for j in range(NB):
+                a(f'  %xq{j}_{r}.f = getelementptr float, float* %xp{r}, i64 {j * VEC}')
+                a(f'  %xq{j}_{r} = bitcast float* %xq{j}_{r}.f to {vp}')
+                a(f'  %xw{j}_{r} = load {v}, {vp} %xq{j}_{r}, align 4')
+                a(f'  %nacc{j}_{r} = call {v} @llvm.fma.v{VEC}f32({v} %wv{j}, {v} %xw{j}_{r}, {v} %acc{j}_{r})')
+            continue
         a(f'  %xs{r} = load float, float* %xp{r}')
         a(f'  %xv{r}.0 = insertelement {v} undef, float %xs{r}, i32 0')
         a(f'  %xv{r} = shufflevector {v} %xv{r}.0, {v} undef, <{VEC} x i32> zeroinitializer')
@@ -298,46 +406,37 @@ def _render_c(NB: int, R: int) -> str:
         for r in range(R):
             a(f'  store {v} %nacc{j}_{r}, {vp} %op{j}_{r}, align 4')
     a('  br label %st_done')
-    # the last chunk: through a stack tile into the NCHW output y[o][i], o < O, i < L
+    # the last chunk: the tile transposed in registers, each channel's row of pixels one masked store into the
+    # NCHW output y[o][i], o < O (channels past nc: not stored), i < L (lanes from nr on: masked)
     a('st_out:')
-    for j in range(NB):
-        for r in range(R):
-            a(f'  %sb{j}_{r}.f = getelementptr float, float* %bufp, i64 {(j * R + r) * VEC}')
-            a(f'  %sb{j}_{r} = bitcast float* %sb{j}_{r}.f to {vp}')
-            a(f'  store {v} %nacc{j}_{r}, {vp} %sb{j}_{r}, align 64')
     a('  %nrl = sub i64 %L, %i0')
     a(f'  %nrs = icmp slt i64 %nrl, {R}')
     a(f'  %nr = select i1 %nrs, i64 %nrl, i64 {R}')
-    a('  %orem = sub i64 %O, %bo')
+    a('  %orem = sub i64 %OGR, %lbo')
     a(f'  %ncs = icmp slt i64 %orem, {CW}')
     a(f'  %nc = select i1 %ncs, i64 %orem, i64 {CW}')
-    a('  br label %c_loop')
-    a('c_loop:')
-    a('  %c = phi i64 [ 0, %st_out ], [ %c1, %c_next ]')
-    a('  %jj = lshr i64 %c, 4')
-    a('  %ln = and i64 %c, 15')
-    a(f'  %s0a = mul i64 %jj, {R * VEC}')
-    a('  %s0 = add i64 %s0a, %ln')
-    a('  %oc = add i64 %bo, %c')
-    a('  %yo0 = mul i64 %oc, %L')
-    a('  %yo = add i64 %yo0, %i0')
-    a('  %yr = getelementptr float, float* %y, i64 %yo')
-    a('  br label %r_loop')
-    a('r_loop:')
-    a('  %rr = phi i64 [ 0, %c_loop ], [ %rr1, %r_loop ]')
-    a(f'  %sx0 = mul i64 %rr, {VEC}')
-    a('  %sx = add i64 %s0, %sx0')
-    a('  %sp = getelementptr float, float* %bufp, i64 %sx')
-    a('  %sv = load float, float* %sp')
-    a('  %yp = getelementptr float, float* %yr, i64 %rr')
-    a('  store float %sv, float* %yp')
-    a('  %rr1 = add i64 %rr, 1')
-    a('  %rc = icmp slt i64 %rr1, %nr')
-    a('  br i1 %rc, label %r_loop, label %c_next')
-    a('c_next:')
-    a('  %c1 = add i64 %c, 1')
-    a('  %cc = icmp slt i64 %c1, %nc')
-    a('  br i1 %cc, label %c_loop, label %st_done')
+    # the pixels stored: lanes below nr of each channel's row of 8
+    a('  %nrv.0 = insertelement <8 x i64> undef, i64 %nr, i32 0')
+    a('  %nrv = shufflevector <8 x i64> %nrv.0, <8 x i64> undef, <8 x i32> zeroinitializer')
+    a('  %pmask = icmp slt <8 x i64> <i64 0, i64 1, i64 2, i64 3, i64 4, i64 5, i64 6, i64 7>, %nrv')
+    a('  %yt0 = mul i64 %obase, %L')
+    a('  %yt = add i64 %yt0, %i0')
+    a('  %ytp = getelementptr float, float* %y, i64 %yt')
+    for j in range(NB):
+        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu else f"%nacc{j}_{r}") for r in range(R)]
+        rows = _transpose_ir(a, f"tr{j}_", vals)
+        for c in range(VEC):
+            ch = j * VEC + c
+            nxt = f"sc{j}_{c}"
+            a(f'  %okc{ch} = icmp slt i64 {ch}, %nc')
+            a(f'  br i1 %okc{ch}, label %{nxt}, label %st_done')
+            a(f'{nxt}:')
+            a(f'  %yo{ch} = mul i64 {ch}, %L')
+            a(f'  %yq{ch}.f = getelementptr float, float* %ytp, i64 %yo{ch}')
+            a(f'  %yq{ch} = bitcast float* %yq{ch}.f to <8 x float>*')
+            a(f'  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> {rows[c]}, <8 x float>* %yq{ch}, i32 4, '
+              '<8 x i1> %pmask)')
+    a('  br label %st_done')
     a('st_done:')
     a('  %t1 = add i64 %t, 1')
     a('  %tc = icmp slt i64 %t1, %gt1')
@@ -354,9 +453,10 @@ def _render_c(NB: int, R: int) -> str:
 
 # params of the channel-vector kernel: 0 K, 1 LP (padded pixel count per channel block of the partial sums'
 # scratch), 2 KC ((channel, tap) pairs per chunk), 3 pixel tiles per channel block, 4 tiles per claim, 5 tiles,
-# 6 O, 7 L (output channels, pixels), 8 the claim counter; then K offsets, then LP wide input positions of
-# the compact pixels (tail entries repeat the last pixel)
-_C_G, _C_CTR, _C_OFF = 4, 8, 9
+# 6 O, 7 L (output channels, pixels), 8 channel blocks per group, 9 input elements per group (xq), 10 output
+# channels per group, 11 the claim counter; then K offsets, then LP wide input positions of the compact
+# pixels (tail entries repeat the last pixel)
+_C_G, _C_CTR, _C_OFF = 4, 11, 12
 
 
 def _source_key() -> str:
@@ -371,42 +471,46 @@ def _source_key() -> str:
 _src_key = [None]
 
 
-def kernel(kind: str, A: int, B: int):
+def kernel(kind: str, A: int, B: int, relu: bool = False):
     """The builtin ``f(xq, wpack, out, bias, params)`` of micro-kernel ``kind`` ("pix": R = A channels x P =
-    B pixel vectors; "chan": NB = A channel blocks x R = B pixels), compiled once per process (machine code
-    cached on disk by llvm_render)."""
-    f = _kernels.get((kind, A, B))
+    B pixel vectors; "chan": NB = A channel blocks x R = B pixels), ``relu``: its final stores through
+    torch's relu; compiled once per process (machine code cached on disk by llvm_render)."""
+    f = _kernels.get((kind, A, B, relu))
     if f is not None:
         return f
     with _lock:
-        f = _kernels.get((kind, A, B))
+        f = _kernels.get((kind, A, B, relu))
         if f is None:
             from .. import llvm_call, llvm_render
-            key = f"convdirect{kind}{A}x{B}_" + hashlib.sha1(
-                f"{VERSION}|{_source_key()}|{kind}|{A}|{B}".encode()).hexdigest()[:16]
-            render = (lambda: _render(A, B)) if kind == "pix" else (lambda: _render_c(A, B))
+            rl = "r" if relu else ""
+            key = f"convdirect{kind}{A}x{B}{rl}_" + hashlib.sha1(
+                f"{VERSION}|{_source_key()}|{kind}|{A}|{B}|{relu}".encode()).hexdigest()[:16]
+            render = (lambda: _render(A, B, relu)) if kind == "pix" else \
+                (lambda: _render_c(A, B, relu, kind == "dw"))
             addr = llvm_render.compile_ir(key, render)
-            f = _kernels[(kind, A, B)] = llvm_call.make(addr, 5 if kind == "pix" else 6)
+            f = _kernels[(kind, A, B, relu)] = llvm_call.make(addr, 5 if kind == "pix" else 6)
     return f
 
 
 # ---------------------------------------------------------------- weights
 def _pack(w: np.ndarray, tag) -> np.ndarray:
-    """w (O, C, KH, KW) -> [ceil(O / CW)][C * KH * KW][CW] float32 (CW output channels per block: R of the
-    "pix" kernel, 16 NB of the "chan" kernel), zero rows past O."""
-    CW = tag[1]
+    """w (O, C/G, KH, KW) of G groups -> [G * ceil(O/G / CW)][C/G * KH * KW][CW] float32 (CW output channels
+    per block: R of the "pix" kernel, 16 NB of the "chan" kernel; each group's blocks on their own, zero rows
+    past its O/G)."""
+    CW, G = tag[1], tag[2]
     O = w.shape[0]
+    Og = O // G
     K = w[0].size
-    nb = -(-O // CW)
-    wp = np.zeros((nb * CW, K), np.float32)
-    wp[:O] = w.reshape(O, K)
-    return np.ascontiguousarray(wp.reshape(nb, CW, K).transpose(0, 2, 1))
+    nb = -(-Og // CW)
+    wp = np.zeros((G, nb * CW, K), np.float32)
+    wp[:, :Og] = w.reshape(G, Og, K)
+    return np.ascontiguousarray(wp.reshape(G * nb, CW, K).transpose(0, 2, 1))
 
 
-def packed_weights(w: np.ndarray, CW: int):
-    """The packed weights of w for CW channels per block, cached per weight buffer (winograd.weights);
-    None when w keeps changing (being trained)."""
-    return winograd.weights(w, ("direct", CW), _pack)
+def packed_weights(w: np.ndarray, CW: int, G: int = 1):
+    """The packed weights of w (G groups) for CW channels per block, cached per weight buffer
+    (winograd.weights); None when w keeps changing (being trained)."""
+    return winograd.weights(w, ("direct", CW, G), _pack)
 
 
 # ---------------------------------------------------------------- geometry / cost
@@ -430,17 +534,16 @@ PIX_SHAPES = ((6, 4), (12, 2))            # "pix": (R, P)
 CHAN_SHAPES = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
 
 
-# the "pix" kernel runs ~8% faster per useful lane (no per-tile transposed output, one input vector load per
-# FMA row): it is picked from 1 / _PIX_BONUS of the other's lane use on, and always below _PIX_K (channel,
-# tap) pairs (short loops: the "chan" kernel's per-tile costs dominate; measured 1 thread, e.g. the 7x7 stem
-# 2.7 vs 3.5 ms, 16 -> 64 3x3 on 55x55 0.59 vs 0.68 ms; 128 -> 32 3x3 on 14x14 0.21 vs 0.17 ms)
-_PIX_BONUS = 1.08
-_PIX_K = 200
+# the "chan" kernel (its tile transposed in registers and stored as rows of 8 pixels) runs 6-27% faster than
+# the "pix" kernel at the same lane use (1 thread, relu epilogue, e.g. 64 -> 256 3x3 on 13x13 0.49 vs 0.67
+# ms, 16 -> 64 3x3 on 55x55 0.55 vs 0.60, the 7x7 stem 2.37 vs 2.53, 192 -> 64 1x1 on 28x28 0.19 vs 0.23):
+# "pix" only from _CHAN_BONUS times the other's lane use on (3 -> 24 3x3 stride 2: 0.29 vs 0.32 ms)
+_CHAN_BONUS = 1.1
 
 
-def plan(O: int, OH: int, OW: int, Wq: int, K: int = _PIX_K, kind=None):
+def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
     """(kind, A, B, lane use): the micro-kernel with the most useful lanes (wasted: output rows past O, wide
-    pixels past OW, tile tails); ``kind`` forces one family."""
+    pixels past OW, tile tails); ``kind`` forces one family.  (K, the (channel, tap) pairs: unused.)"""
     L = OH * OW
     Lw = (OH - 1) * Wq + OW
     best = None
@@ -456,7 +559,7 @@ def plan(O: int, OH: int, OW: int, Wq: int, K: int = _PIX_K, kind=None):
             use = O * L / ((-(-O // R) * R) * (-(-Lw // (P * VEC)) * P * VEC))
             if pix is None or use > pix[3] + 0.02:
                 pix = ("pix", R, P, use)
-        if best is None or K < _PIX_K or pix[3] * _PIX_BONUS >= best[3]:
+        if best is None or pix[3] >= best[3] * _CHAN_BONUS:
             best = pix
     return best
 
@@ -480,12 +583,20 @@ class _Layout:
 
     def __init__(self, xs, ws, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force):
         _, C, H, W = xs
-        O, _, KH, KW = ws
+        O, Cg, KH, KW = ws
+        G = C // Cg                             # groups: each a conv of Cg input to Og output channels
+        Og = O // G
         Hq, Wq, phases, taps = geometry(H, W, KH, KW, sh, sw, pt, pb, pl, pr, dh, dw)
-        kind, A, B, _ = plan(O, OH, OW, Wq, C * KH * KW, force)
+        depthwise = G > 1 and Cg == 1 and O == C
+        if depthwise:
+            # the "chan" kernel with each channel its own input ("dw"): the input channel-last, one group
+            kind, A, B, _ = plan(O, OH, OW, Wq, kind="chan")
+            kind, G, Og = "dw", 1, O
+        else:
+            kind, A, B, _ = plan(Og, OH, OW, Wq, Cg * KH * KW, force)
         L = OH * OW
         Lw = (OH - 1) * Wq + OW                 # wide pixels per output channel
-        K = C * KH * KW
+        K = Cg * KH * KW
         nph = len(phases)
         maxoff = max(r * Wq + c for _, r, c in taps)
         bare = False
@@ -501,18 +612,27 @@ class _Layout:
             bare = nph == 1 and Wq == W and Hq == H     # 1x1 stride 1 unpadded: the input itself is xq
         if not bare:
             S = -(-S // VEC) * VEC
-        nob = -(-O // CW)
-        offs = (np.arange(C, dtype=np.int64)[:, None] * (nph * S)
+        nbg = -(-Og // CW)                      # channel blocks per group
+        nob = G * nbg
+        XG = Cg * nph * S                       # xq elements per group (its channels' planes)
+        offs = (np.arange(Cg, dtype=np.int64)[:, None] * (nph * S)
                 + np.array([pi * S + r * Wq + c for pi, r, c in taps], np.int64)[None, :]).reshape(-1)
         xlen = C * nph * S
+        gx = (G - 1) * XG                       # the last group's start
+        if depthwise:
+            # xq[phase][pixel][C]: tap offsets and pixel positions in units of C, the tile's channel block
+            # added in the kernel; the last pixel's block reads up to nob * CW - C past the planes
+            bare, XG = False, 0
+            offs = np.array([(pi * S + r * Wq + c) * C for pi, r, c in taps], np.int64)
+            xlen = nph * S * C + nob * CW
         direct_out = False
         # bounds of every read (the kernels index xq with these and nothing else)
         if kind == "pix":
-            if int(offs.max()) + npt * tp > xlen or int(offs.min()) < 0:
+            if gx + int(offs.max()) + npt * tp > xlen or int(offs.min()) < 0:
                 raise AssertionError("conv_direct: input plane layout would read out of bounds")
             direct_out = Wq == OW
             base = np.empty(_P_OFF + K, np.int64)
-            base[:_P_OFF] = (K, O, L if direct_out else Lw, Lw, npt, 1, nob * npt, 0)
+            base[:_P_OFF] = (K, O, L if direct_out else Lw, Lw, npt, 1, nob * npt, nbg, XG, Og, 0)
             base[_P_OFF:] = offs
             self.t0, self.t1 = _P_G, _P_CTR
             self.multi = False
@@ -522,10 +642,14 @@ class _Layout:
             LP = npt * B
             i = np.minimum(np.arange(LP, dtype=np.int64), L - 1)
             q = (i // OW) * Wq + i % OW
-            if int(offs.max()) + int(q.max()) >= xlen or int(offs.min()) < 0 or int(q.min()) < 0:
+            if depthwise:
+                q = q * C
+                gx = nob * CW - 1                # the last lane of the last channel block
+            if gx + int(offs.max()) + int(q.max()) >= xlen or int(offs.min()) < 0 or int(q.min()) < 0:
                 raise AssertionError("conv_direct: input plane layout would read out of bounds")
             base = np.empty(_C_OFF + K + LP, np.int64)
-            base[:_C_OFF] = (K, LP, max(1, _CHUNK_BYTES // (4 * CW)), npt, 1, nob * npt, O, L, 0)
+            KC = K if depthwise else max(1, _CHUNK_BYTES // (4 * CW))
+            base[:_C_OFF] = (K, LP, KC, npt, 1, nob * npt, O, L, nbg, XG, Og, 0)
             base[_C_OFF:_C_OFF + K] = offs
             base[_C_OFF + K:] = q
             self.t0, self.t1 = _C_G, _C_CTR
@@ -554,16 +678,19 @@ class _Layout:
 _layouts: dict = {}
 
 
-def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw):
-    """res (N, O, OH, OW) = conv2d(x, w) + b; x (N, C, H, W) and w (O, C, KH, KW) C-contiguous float32,
-    groups 1, res C-contiguous float32.  Returns False (nothing written) when the weights are being
-    trained (no packed copy)."""
+def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
+    """res (N, O, OH, OW) = conv2d(x, w) + b (+ b2: a second per-channel bias, both summed into the
+    accumulators' start), through relu when ``relu``; x (N, C, H, W) and w (O, C/G, KH, KW) C-contiguous
+    float32 (G = C / w.shape[1] groups), res C-contiguous float32.  Returns False (nothing written) when the
+    weights are being trained (no packed copy)."""
     N, C, H, W = x.shape
     O, C2, KH, KW = w.shape
     OH, OW = res.shape[2], res.shape[3]
-    if (x.dtype != np.float32 or w.dtype != np.float32 or res.dtype != np.float32 or C2 != C or res.shape[:2] != (N, O)
+    G = C // C2 if C2 else 0
+    if (x.dtype != np.float32 or w.dtype != np.float32 or res.dtype != np.float32 or C2 < 1 or G * C2 != C
+            or O % G or res.shape[:2] != (N, O)
             or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous)
-            or (b is not None and (b.dtype != np.float32 or b.shape != (O,)))):
+            or any(v is not None and (v.dtype != np.float32 or v.shape != (O,)) for v in (b, b2))):
         raise ValueError(f"conv_direct.conv2d: unsupported operands x {x.shape} {x.dtype}, w {w.shape} {w.dtype}, "
                          f"out {res.shape} {res.dtype}")
     if OH != (H + pt + pb - dh * (KH - 1) - 1) // sh + 1 or OW != (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 or \
@@ -578,37 +705,51 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw):
             _layouts.clear()
         _layouts[key] = lay
     CW, nob = lay.CW, lay.nob
-    wp = packed_weights(w, CW)
+    dwise = lay.kind == "dw"
+    if dwise:
+        G = 1                   # depthwise: one group of O output channels, each reading its own input
+    wp = packed_weights(w, CW, G)
     if wp is None:
         return False
-    if wp.shape != (nob, C * KH * KW, CW):
+    if wp.shape != (nob, C2 * KH * KW, CW):
         raise AssertionError("conv_direct: packed weights of the wrong shape")
-    bias = np.zeros(nob * CW, np.float32)
+    # the bias by channel block, each group's blocks on their own (as the packed weights)
+    Og = O // G
+    bias = np.zeros((G, nob // G * CW), np.float32)
     if b is not None:
-        bias[:O] = b
+        bias[:, :Og] = b.reshape(G, Og)
+    if b2 is not None:
+        bias[:, :Og] += b2.reshape(G, Og)
+    bias = bias.reshape(-1)
     from .conv import _buffer
     L = OH * OW
-    if not lay.bare:
+    if dwise:
+        xbuf = _buffer(lay.xlen, np.float32, "direct_x")
+        xbuf[lay.nph * lay.S * C:] = 0
+        xq = xbuf[:lay.nph * lay.S * C].reshape(lay.nph, lay.S, C)
+    elif not lay.bare:
         xq = _buffer(lay.xlen, np.float32, "direct_x").reshape(C, lay.nph, lay.S)
     pix = lay.kind == "pix"
     # the pix kernel's wide rows; the chan kernel's partial sums (only with several chunks of (channel, tap))
     wide = None
     if not lay.direct_out and (pix or lay.multi):
         wide = _buffer(int(np.prod(lay.oshape)), np.float32, "direct_out").reshape(lay.oshape)
-    f = kernel(lay.kind, lay.A, lay.B)
+    f = kernel(lay.kind, lay.A, lay.B, bool(relu))
     ntiles = nob * lay.npt
     nt = threads.NUM_THREADS
     base, g_slot, ctr_slot = lay.base, lay.t0, lay.t1
-    par = nt > 1 and 2.0 * O * C * KH * KW * L >= _PAR_FLOPS and ntiles > 1
+    par = nt > 1 and 2.0 * O * C2 * KH * KW * L >= _PAR_FLOPS and ntiles > 1
     nthr = min(nt, ntiles)
     for n in range(N):
         if lay.bare:
             xq = x[n]
+        elif dwise:
+            _fill_cl(x[n], xq, lay.fill)
         else:
             _fill(x[n], xq, lay.fill)
         y = res[n]
         dst = y if lay.direct_out else (y if wide is None else wide)
-        args = (xq, wp, dst, bias) if pix else (xq, wp, dst, bias, None, y)
+        args = (xq, wp, dst, bias) if pix else ((xbuf if dwise else xq), wp, dst, bias, None, y)
         # one params array per call (its claim counter): every thread calls the kernel once and claims runs
         # of tiles until none are left (a thread scheduled late finds none and returns)
         p = base.copy()
@@ -656,43 +797,114 @@ def _fill(x3, xq, fill):
         plane[:, r0:r1, c0:c1] = x3[:, rs, cs]
 
 
+def _fill_cl(x3, xq, fill):
+    """xq[phase, :Hq * Wq, c] = the zero-padded input's phase planes channel-last (the "dw" kernel: a pixel's
+    channels one vector), the rest of each phase zero."""
+    Hq, Wq, parts = fill
+    xq[:, Hq * Wq:] = 0
+    for pi, part in enumerate(parts):
+        plane = xq[pi, :Hq * Wq].reshape(Hq, Wq, -1)
+        if part is None:
+            plane[...] = 0
+            continue
+        r0, r1, c0, c1, rs, cs = part
+        if r0:
+            plane[:r0] = 0
+        if r1 < Hq:
+            plane[r1:] = 0
+        if c0:
+            plane[r0:r1, :c0] = 0
+        if c1 < Wq:
+            plane[r0:r1, c1:] = 0
+        np.copyto(plane[r0:r1, c0:c1], x3[:, rs, cs].transpose(1, 2, 0))
+
+
 # ---------------------------------------------------------------- conv2d_kernel's branch
 # NEE_CONV_DIRECT: "" (the cost rule), "0" (never), "1" (every float32 conv it can take)
 MODE = [os.environ.get("NEE_CONV_DIRECT", "")]
 
 
 def applies(x, w, res, G) -> bool:
-    """The shapes and dtypes the kernel takes (float32, one group, C-contiguous operands, AVX-512F)."""
-    return (G == 1 and x.dtype == np.float32 and w.dtype == np.float32 and res.dtype == np.float32
-            and x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous and w.shape[1] > 0
-            and available())
+    """The shapes and dtypes the kernel takes (float32, C-contiguous operands, AVX-512F; depthwise only with one
+    output channel per input channel)."""
+    return ((G == 1 or w.shape[1] > 1 or w.shape[0] == x.shape[1]) and x.dtype == np.float32
+            and w.dtype == np.float32 and res.dtype == np.float32 and x.flags.c_contiguous and w.flags.c_contiguous
+            and res.flags.c_contiguous and w.shape[1] > 0 and available())
 
 
-def try_conv2d(x, w, b, res, attrs, kept: bool) -> bool:
+def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None) -> bool:
     """conv2d_kernel's branch: run the direct kernel into res when NEE_CONV_DIRECT / the cost rule pick it
     for this convolution (``kept``: w is the caller's array, its packing cached across calls); False when
-    it did not run (nothing written)."""
+    it did not run (nothing written).  ``relu`` / ``b2``: as conv2d's."""
     mode = MODE[0]
     if mode == "0" or not applies(x, w, res, attrs["groups"]):
         return False
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     dh, dw = attrs["dilation"]
-    if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw)):
+    if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw,
+                                          attrs["groups"])):
         return False
-    return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw)
+    return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2)
 
 
-def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw) -> bool:
-    """The cost rule: every float32 convolution but the unpadded 1x1 ones (one GEMM on the NCHW buffers:
-    OpenBLAS ran them 0-10% faster) and the 3x3 ones conv.py's Winograd rule takes (F(4x4) at 1.2-1.7x the
-    direct kernel's speed).  Measured on the 184 distinct group-1 convs of the ONNX light models squeezenet,
-    inception v1/v2, resnet50, densenet121 (1 thread, thread CPU time, min of 5, old and new interleaved):
-    the others (3x3 on planes up to 14x14 without Winograd, 3x3 stride 2, 5x5, 7x7 stems) ran 1.0-1.7x
-    faster direct than with im2col or padded-rows GEMMs."""
+# unpadded 1x1 convs with fewer input channels per group than this go direct: OpenBLAS runs GEMMs this short
+# in K at a fraction of its speed (1 thread, relu epilogue: 16 -> 64 on 55x55 108 vs 89 us direct, ShuffleNet's
+# 24 -> 112 groups 4 on 56x56 (K = 6) 107 vs 79 us; 48 -> 192 on 13x13 48 vs 48 us)
+_SHORT_K = 32
+# one-group unpadded 1x1 convs go direct where the "chan" kernel is picked with at least this lane use: 0.86-1.0x
+# the GEMM's time (its relu in the stores, the GEMM's in a pass; 1 thread: 256 -> 32 on 27x27 128 vs 148 us,
+# 512 -> 64 on 13x13 120 vs 132, 256 -> 64 on 56x56 968 vs 1086, 512 -> 1000 on 13x13 1709 vs 1788, 2048 ->
+# 512 on 7x7 1135 vs 1163); at 16 output channels (blocks of 32 half used) 1.4x; with groups (68 channels
+# each) 1.25-1.3x: the GEMMs
+_CHAN_1X1_USE = 0.9
+_pays: dict = {}
+
+
+def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
+    """The cost rule (cached per shape): every float32 convolution but the unpadded 1x1 ones of _SHORT_K or more
+    input channels per group that the "chan" kernel does not take with _CHAN_1X1_USE of its lanes (one GEMM per
+    group on the NCHW buffers: grouped, ShuffleNet's, and strided ones) and the 3x3 ones conv.py's Winograd
+    rule takes (F(4x4) at 1.2-1.7x the direct kernel's
+    speed).  Measured on the 184 distinct group-1 convs of the ONNX light models squeezenet, inception v1/v2,
+    resnet50, densenet121 (1 thread, thread CPU time, min of 5, old and new interleaved): the others (3x3 on
+    planes up to 14x14 without Winograd, 3x3 stride 2, 5x5, 7x7 stems) ran 1.0-1.7x faster direct than with
+    im2col or padded-rows GEMMs; grouped 3x3 (32 groups, 128 and 256 channels on 28x28 / 14x14) 1.3-2.8x
+    faster than im2col + a GEMM per group (one launch over all groups)."""
+    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G)
+    r = _pays.get(key)
+    if r is None:
+        if len(_pays) > 4096:
+            _pays.clear()
+        r = _pays[key] = _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G)
+    return r
+
+
+# depthwise convs go direct ("dw": the input transposed channel-last, 16 channels a vector) on small planes only
+# (the transposition, ~0.5 ns per input element, against conv.py's per-plane kernel; 1 thread): 3x3 on planes up
+# to _DW_PLANE_3X3 of at least _DW_MIN_C channels (544 on 7x7 46 vs 56 us, 1024 on 4x4 52 vs 62; 256 on 8x8 38 vs
+# 27, 100 on 7x7 23 vs 16, 136 on 28x28 135 vs 73), larger kernels on planes up to _DW_PLANE_BIG (5x5: 480 on
+# 14x14 162 vs 307 us, stride 2 169 vs 221, 1152 on 7x7 132 vs 396; 144 on 56x56 stride 2 460 vs 321)
+_DW_PLANE_3X3 = 64
+_DW_MIN_C = 512
+_DW_PLANE_BIG = 196
+
+
+def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G) -> bool:
     N, C, H, W = xs
-    O, _, KH, KW = ws
+    O, Cg, KH, KW = ws
+    if Cg == 1 and G > 1:
+        if KH * KW >= 25:
+            return H * W <= _DW_PLANE_BIG
+        return H * W <= _DW_PLANE_3X3 and C >= _DW_MIN_C
     if KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
-        return False
+        if Cg < _SHORT_K:
+            return True
+        if G > 1 or sh != 1 or sw != 1:
+            return False
+        kind, _, _, use = plan(O, rs[2], rs[3], W)
+        return kind == "chan" and use >= _CHAN_1X1_USE
+    if G > 1:
+        return True
     from . import conv
     return not conv._winograd_m(N, C, H, W, O, 1, KH, KW, sh, sw, dh, dw, rs[2], rs[3], np.dtype(np.float32))

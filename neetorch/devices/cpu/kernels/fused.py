@@ -537,9 +537,16 @@ def compile_matmul_epilogue(backend, op):
         prod = op.matmul
         pkern = backend.kernels[prod.name]
         npin = len(prod.inputs)
+        # conv2d + a bias / residual / relu chain: inside the conv kernel (kernels/conv_epilogue.py)
+        inside = None
+        if prod.name == "conv2d" and CONV_EPILOGUE[0]:
+            from .conv_epilogue import plan as _conv_plan
+            inside = _conv_plan(prod, epi, acc, einputs)
 
         def run_other(outs, ins):
             if outs[0].size == 0:
+                return
+            if inside is not None and inside(outs, ins):
                 return
             from ....ops.registry import Meta
             mshape = prod.op.infer([Meta(a.shape, v.dtype) for a, v in zip(ins[:npin], prod.inputs)],
@@ -773,6 +780,9 @@ def _bind_strided(kern, outs, ins):
 # NEE_EPILOGUE_IN_BLOCK=0: matmul epilogues (elementwise groups, reduction prologues) run as their
 # own launch after the whole product (read when a graph is compiled)
 IN_BLOCK_EPILOGUE = [os.environ.get("NEE_EPILOGUE_IN_BLOCK", "1") not in ("0", "")]
+# NEE_CONV_EPILOGUE=0: conv2d's bias / residual / relu epilogue chains run after the conv (a scratch and a
+# pass), not inside its kernel (kernels/conv_epilogue.py; read when a graph is compiled)
+CONV_EPILOGUE = [os.environ.get("NEE_CONV_EPILOGUE", "1") not in ("0", "")]
 
 
 class _InBlockEpilogue:

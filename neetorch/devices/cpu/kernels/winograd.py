@@ -326,11 +326,13 @@ def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0,
 
 # ---------------------------------------------------------------- output transform
 @njit(**_NOGIL)
-def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1):
+def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1,
+                 relu=False):
     """Output channels [o0, o0 + O) of out (N, Oall, OH, OW) flat from the products M (alpha^2, O, NT) of
     those channels for tile rows [ti0, ti0 + th) (image n's tiles at columns n*tstride ...): planes
     [q0, q1) of them (image q // O, channel o0 + q % O) = A^T M[:, o, tiles] A (+ bias), the last tile row
-    / column clipped.  tmp: m * (m + 2) * th * tw."""
+    / column clipped; ``relu``: then torch's relu over the rows written (while in cache).
+    tmp: m * (m + 2) * th * tw."""
     a = m + 2
     T = th * tw
     ON = O * NT
@@ -441,3 +443,10 @@ def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, t
                         y1[tj] = m1 - m2 - j3[tj] + bv
                     if fw < tw:
                         orow[2 * fw] = j0[fw] + j1[fw] + j2[fw] + bv
+        if relu:
+            r1 = min(OH, (ti0 + th) * m)
+            if r1 > ti0 * m:
+                ys = out[(p * OH + ti0 * m) * OW:(p * OH + r1) * OW]
+                for j in range(ys.size):
+                    if ys[j] < 0:
+                        ys[j] = 0

@@ -1,0 +1,117 @@
+"""conv2d's elementwise epilogues run inside the conv kernel (kernels/fused.py's ``matmul_epilogue`` with a
+conv2d producer).
+
+The JIT fuses a conv2d and the elementwise group reading its output (``jit/fusion.MatmulEpilogue``).  Its
+generic run is the conv kernel into a scratch, then the group's kernel from the scratch into the output:
+one more pass over the output (the ONNX CNNs: ~0.4 ns per element, 5-10% of SqueezeNet's time).  The
+groups these models give are a chain over the product of
+
+* ``add`` of a per-output-channel bias (a (O, 1, 1) / (1, O, 1, 1) operand: BatchNormalization folded
+  into the weights and a shift),
+* ``add`` of a tensor of the output's shape (a residual),
+* ``relu``,
+
+in that order (any subset).  :func:`plan` recognizes such a chain and returns a runner that hands it to
+``conv.conv2d_into``: the bias summed into the conv's own bias (every conv path starts its sums from it or
+adds it in a pass it makes anyway), relu and the residual applied where each path writes its output
+(the direct kernels' stores, the Winograd output transform, the GEMM paths' bias pass) or, where a path
+has no such place, in one in-place pass over its output.  Summation order: the conv's sums start from
+(or are followed by) bias + shift, then the residual; the group adds the shift after the sums, so the
+results differ from the generic run by float rounding only.
+
+The runner declines (returns False: the generic run follows) when the output shares memory with an
+operand (the conv writes the output while it reads its input; the group's generic run reads a scratch),
+for dtypes other than the output's, or bias operands of another size.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_FLOATS = ("float32", "float64")
+
+
+def _chain(epi_op, acc):
+    """[(kind, value)] for the group's nodes ('bias' / 'res' with the other operand, 'relu' with None) when it
+    is a chain of bias-add, residual-add, relu over ``acc`` (in that order, each at most once), else None."""
+    nodes = getattr(epi_op, "nodes", None)
+    outs = getattr(epi_op, "outputs", None)
+    if not nodes or not outs or len(outs) != 1 or outs[0] is not nodes[-1].outputs[0]:
+        return None
+    O = acc.shape[1] if len(acc.shape) == 4 else None
+    if O is None or getattr(acc.dtype, "name", None) not in _FLOATS:
+        return None
+    steps = []
+    prev = acc
+    rank = {"bias": 0, "res": 1, "relu": 2}
+    for n in nodes:
+        if len(n.outputs) != 1 or n.attrs or n.outputs[0].shape != acc.shape or n.outputs[0].dtype != acc.dtype:
+            return None
+        nm = n.op.name
+        if nm == "relu" and len(n.inputs) == 1 and n.inputs[0] is prev:
+            step = ("relu", None)
+        elif nm == "add" and len(n.inputs) == 2 and (n.inputs[0] is prev) != (n.inputs[1] is prev):
+            other = n.inputs[1] if n.inputs[0] is prev else n.inputs[0]
+            if other.dtype != acc.dtype:
+                return None
+            shp = tuple(other.shape)
+            if shp == tuple(acc.shape):
+                step = ("res", other)
+            elif len(shp) in (3, 4) and shp[-3:] == (O, 1, 1) and all(d == 1 for d in shp[:-3]):
+                step = ("bias", other)
+            else:
+                return None
+        else:
+            return None
+        if steps and rank[step[0]] <= rank[steps[-1][0]]:
+            return None
+        steps.append(step)
+        prev = n.outputs[0]
+    return steps
+
+
+def plan(prod, epi, acc, einputs):
+    """A runner ``f(outs, ins) -> bool`` doing ``prod`` (a conv2d node) and its epilogue ``epi`` in the conv
+    kernel (``ins``: the conv's operands, then the epilogue's inputs other than ``acc`` in ``einputs``
+    order), or None when the epilogue is not such a chain."""
+    steps = _chain(epi.op, acc)
+    if steps is None:
+        return None
+    npin = len(prod.inputs)
+    pos = {}
+    j = npin
+    for v in einputs:
+        if v is acc:
+            continue
+        for kind, val in steps:
+            if val is v:
+                pos[kind] = j
+        j += 1
+    kinds = [k for k, _ in steps]
+    if ("bias" in kinds and "bias" not in pos) or ("res" in kinds and "res" not in pos):
+        return None
+    relu = "relu" in kinds
+    ib, ir = pos.get("bias"), pos.get("res")
+    attrs = prod.attrs
+
+    def run(outs, ins) -> bool:
+        from .conv import conv2d_into
+        out = outs[0]
+        if out.dtype.name not in _FLOATS or not all(isinstance(a, np.ndarray) for a in ins):
+            return False
+        O = out.shape[1]
+        b2 = res = None
+        if ib is not None:
+            b2 = ins[ib]
+            if b2.dtype != out.dtype or b2.size != O:
+                return False
+            b2 = b2.reshape(O)
+        if ir is not None:
+            res = ins[ir]
+            if res.dtype != out.dtype or res.shape != out.shape:
+                return False
+        for a in ins:
+            if np.may_share_memory(out, a):
+                return False
+        conv2d_into(out, ins[:npin], attrs, b2, res, relu)
+        return True
+    return run
