@@ -15,6 +15,8 @@ NEE_CPU_POOL_BYTES           bytes of large output buffers kept for reuse (defau
 NEE_CPU_NT_BYTES             elementwise / layer_norm / rms_norm / log_softmax launches writing at least
                              this many bytes use non-temporal (streaming) stores (default: half the
                              last-level cache; 0: never) (devices/cpu/llvm_render.py nt_threshold).
+NEE_CPU_NATIVE_CHUNKS        1 (default) | 0: the chunks of large elementwise launches, norm rows and direct conv
+                             tiles run on gemm_driver's native workers (one call job), not the Python pool.
 NEE_CONV_DIRECT              unset: cost rule | 0 never | 1 always: direct LLVM conv kernels for float32
                              (devices/cpu/kernels/conv_direct.py).
 NEE_CONV_EPILOGUE            1 (default) | 0: jit conv2d + bias/residual/relu epilogue chains run inside the

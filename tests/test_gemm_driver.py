@@ -397,3 +397,114 @@ def test_plan_refuses_shapes_its_blocks_would_run_past():
         G.plan(np.broadcast_to(np.empty((1, 8, 6), np.float32), (4, 8, 6)), _r(4, 8, 5), _r(5, 6), 2, 4)
     d = G.plan(out, _r(1, 8, 5), _r(4, 5, 6), 2, 4)      # a batch of 1 is shared: fine
     assert d is not None and d[G.D_SA] == 0
+
+
+# a kernel for call jobs: claims indices from p[0] (atomic) up to p[1]; o[i] = 2 x[i]; p[2] counts the
+# indices done; with p[3] != 0 the range comes from the meta row instead: (lo, hi) = (p[3], p[4])
+_CALL_IR = """
+define void @"kernel"(i8* %xi, i8* %oi, i8* %pi) {
+entry:
+  %x = bitcast i8* %xi to float*
+  %o = bitcast i8* %oi to float*
+  %p = bitcast i8* %pi to i64*
+  %mp = getelementptr i64, i64* %p, i64 3
+  %m = load i64, i64* %mp
+  %byrow = icmp ne i64 %m, 0
+  br i1 %byrow, label %row, label %claim
+row:
+  %hip = getelementptr i64, i64* %p, i64 4
+  %hi = load i64, i64* %hip
+  %lo = sub i64 %m, 1
+  br label %rloop
+rloop:
+  %i = phi i64 [ %lo, %row ], [ %i1, %rbody ]
+  %more = icmp slt i64 %i, %hi
+  br i1 %more, label %rbody, label %done
+rbody:
+  %xp = getelementptr float, float* %x, i64 %i
+  %v = load float, float* %xp
+  %w = fmul float %v, 2.0
+  %op = getelementptr float, float* %o, i64 %i
+  %old = load float, float* %op
+  %w2 = fadd float %old, %w
+  store float %w2, float* %op
+  %i1 = add i64 %i, 1
+  br label %rloop
+claim:
+  %np = getelementptr i64, i64* %p, i64 1
+  %n = load i64, i64* %np
+  br label %loop
+loop:
+  %j = atomicrmw add i64* %p, i64 1 seq_cst
+  %cmore = icmp slt i64 %j, %n
+  br i1 %cmore, label %body, label %done
+body:
+  %xq = getelementptr float, float* %x, i64 %j
+  %u = load float, float* %xq
+  %u2 = fmul float %u, 2.0
+  %oq = getelementptr float, float* %o, i64 %j
+  store float %u2, float* %oq
+  %cp = getelementptr i64, i64* %p, i64 2
+  %c = atomicrmw add i64* %cp, i64 1 seq_cst
+  br label %loop
+done:
+  ret void
+}
+"""
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_call_job_runs_a_self_claiming_kernel_on_every_thread(nthreads):
+    """call_plan: the kernel runs once per thread (native workers, no Python pool); its own atomic claims
+    share the work: every index exactly once, whoever ran it."""
+    from neetorch.devices.cpu import llvm_render
+    addr = llvm_render.compile_ir("test_gemm_driver_call_v2", lambda: _CALL_IR)
+    d = G.call_plan(addr, 3, nthreads)
+    call, dummy = G.epilogue_caller(3), np.zeros(1, np.float32)
+    for n in (1, 5, 1000, 200_000):
+        x, o = _r(n), np.zeros(n, np.float32)
+        p = np.array([0, n, 0, 0, 0], np.int64)
+        call(d, dummy, dummy, dummy, x, o, p)
+        assert p[2] == n and np.array_equal(o, 2 * x)
+
+
+def test_call_job_gives_each_task_its_row_of_metas():
+    """With last_stride, task t gets row t of the stacked metas: each chunk runs exactly once (the kernel
+    adds, so a chunk run twice or skipped shows)."""
+    from neetorch.devices.cpu import llvm_render
+    addr = llvm_render.compile_ir("test_gemm_driver_call_v2", lambda: _CALL_IR)
+    n = 10_007
+    bounds = [0, 1, 2000, 2001, 7000, n]
+    metas = np.array([[0, 0, 0, lo + 1, hi] for lo, hi in zip(bounds, bounds[1:])], np.int64)
+    for nthreads in (1, 2, 3):
+        d = G.call_plan(addr, 3, nthreads, len(metas), metas.strides[0])
+        x, o = _r(n), np.zeros(n, np.float32)
+        G.epilogue_caller(3)(d, x, x, x, x, o, metas)
+        assert np.array_equal(o, 2 * x)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_large_elementwise_launches_split_on_native_workers(native, monkeypatch):
+    """Launches of PARALLEL_THRESHOLD elements and up run their chunks as one driver call job (eager and
+    jitted fused groups, norms' row chunks); the Python pool when switched off: identical results."""
+    import neetorch as nee
+    from neetorch.devices.cpu import elementwise as ew
+    monkeypatch.setattr(ew, "NATIVE_CHUNKS", [native])
+    monkeypatch.setattr(ew, "_natives", {})
+    monkeypatch.setattr(ew, "_launch_cache", {})
+    old = nee.get_num_threads()
+    nee.set_num_threads(2)
+    try:
+        xn = _r(1100, 1000)
+        x = nee.tensor(xn)
+        F = nee.nn.functional
+        np.testing.assert_allclose((x * 3 + 1).numpy(), xn * 3 + 1, rtol=1e-6)
+        f = nee.jit(lambda x: F.layer_norm(F.silu(x * 2 - 1), (1000,)))
+        y = xn * 2 - 1
+        y = y / (1 + np.exp(-y))
+        want = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+        for _ in range(3):
+            np.testing.assert_allclose(f(x).numpy(), want, rtol=2e-4, atol=2e-4)
+        assert any(ew._natives.values()) == native
+    finally:
+        nee.set_num_threads(old)

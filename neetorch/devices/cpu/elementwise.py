@@ -178,7 +178,7 @@ def run_strided(kern, out, ins: list) -> None:
         if len(metas) == 1:
             kern(*bufs, metas[0])
         else:
-            threads.run_parallel(lambda m: kern(*bufs, m), metas)
+            _run_chunks(kern, bufs, metas, key)
         return
     bufs, offs, strides = [], [], []
     for o in outs:
@@ -205,10 +205,57 @@ def run_strided(kern, out, ins: list) -> None:
     if len(metas) == 1:
         kern(*bufs, metas[0])
     else:
-        threads.run_parallel(lambda m: kern(*bufs, m), metas)
+        _run_chunks(kern, bufs, metas, key)
 
 
 _launch_cache: dict = {}
+_natives: dict = {}          # launch key -> (descriptor, caller, stacked metas, dummy) or False
+NATIVE_CHUNKS = [os.environ.get("NEE_CPU_NATIVE_CHUNKS", "1") not in ("0", "")]
+
+
+def _native_chunks(kern, metas):
+    """The launch's chunks as one job of gemm_driver's native workers (``call_plan``: chunk t's meta is
+    row t of one stacked array), for an LLVM kernel whose chunks all take one machine-code layout; False
+    otherwise (Numba kernels, no driver, the ctypes caller): the Python pool runs them."""
+    from . import llvm_render
+    if not NATIVE_CHUNKS[0] or not isinstance(kern, llvm_render.LLVMKernel):
+        return False
+    fs = {id(kern._specialize(m)) for m in metas}
+    if len(fs) != 1:
+        return False
+    return native_calls(kern._specialize(metas[0]), kern.nout + kern.nin + 1, metas)
+
+
+def native_calls(f, nargs: int, metas):
+    """``(descriptor, caller, stacked metas, dummy)`` running machine-code kernel ``f`` (an llvm_call
+    builtin: its ``__self__`` is the kernel's address) once per meta, the meta its last of ``nargs``
+    arguments, as one gemm_driver call job; False when ``f`` is not such a builtin, the metas differ in
+    size, or there is no driver."""
+    addr = getattr(f, "__self__", None)
+    if not NATIVE_CHUNKS[0] or not isinstance(addr, int) or len({m.size for m in metas}) != 1 or \
+            any(m.dtype != np.int64 for m in metas):
+        return False
+    from . import gemm_driver
+    stacked = np.ascontiguousarray(np.stack(metas))
+    desc = gemm_driver.call_plan(addr, nargs, min(threads.NUM_THREADS, len(metas)), len(metas), stacked.strides[0])
+    if desc is None:
+        return False
+    return desc, gemm_driver.epilogue_caller(nargs), stacked, np.zeros(1, np.int64)
+
+
+def _run_chunks(kern, bufs, metas, key) -> None:
+    """Chunks of one launch on every thread: gemm_driver's native workers when the kernel allows
+    (:func:`_native_chunks`), else the Python pool (``threads.run_parallel``, ~60 µs of hand-off)."""
+    nat = _natives.get(key)
+    if nat is None:
+        nat = _native_chunks(kern, metas)
+        if len(_natives) < 16384:
+            _natives[key] = nat
+    if nat:
+        desc, caller, stacked, dummy = nat
+        caller(desc, dummy, dummy, dummy, *bufs, stacked)
+    else:
+        threads.run_parallel(lambda m: kern(*bufs, m), metas)
 
 
 def chunk_metas(cshape, cstrides, offs) -> list:
@@ -331,9 +378,18 @@ def prepare(op, args, ins, meta, device):
         t._flat = out1
         return t
 
+    nat_box = [None]
+
     def _go(bufs):
         if single is not None:
             kern(*bufs, single)
+            return
+        nat = nat_box[0]
+        if nat is None:
+            nat = nat_box[0] = _native_chunks(kern, chunks)
+        if nat:
+            desc, caller, stacked, dummy = nat
+            caller(desc, dummy, dummy, dummy, *bufs, stacked)
         else:
             threads.run_parallel(lambda m: kern(*bufs, m), chunks)
 

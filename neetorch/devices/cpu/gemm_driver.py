@@ -51,8 +51,8 @@ import time
 
 import numpy as np
 
-__all__ = ["SPIN_US", "available", "epilogue_caller", "gemm", "plan", "run", "with_epilogue", "with_row_epilogue",
-           "workers"]
+__all__ = ["SPIN_US", "available", "call_plan", "epilogue_caller", "gemm", "plan", "run", "with_epilogue",
+           "with_row_epilogue", "workers"]
 
 # worker spin after a job before sleeping on the futex: the products of a layer come tens of µs
 # apart, and a futex wake-up costs ~20-60 µs on this box
@@ -80,8 +80,10 @@ D_MODE, D_ARG, D_DTYPE, D_M, D_N, D_K, D_LDA, D_LDB, D_LDC, D_TA, D_TB = range(1
 D_NB, D_SA, D_SB, D_SC, D_SPLIT, D_NCH, D_ALIGN, D_NTASKS, D_NWORK = range(11, 20)
 # epilogue (:func:`with_epilogue`): kernel address (0: none), address of its operand table, operand count
 D_EPI, D_EMETA, D_ENOPS = 20, 21, 22
-# its kind (0: elementwise, 1: row kernel, :func:`with_row_epilogue`) and a row kernel's meta length
+# its kind (0: elementwise, 1: row kernel, :func:`with_row_epilogue`; KIND_CALL: no product, a call job of
+# :func:`call_plan`) and a row kernel's meta length
 D_EKIND, D_EMLEN = 23, 24
+KIND_CALL = 2
 NDESC = 28
 MAX_EPI_OPS = 12
 _META_WORDS = max(4 + 5 * MAX_EPI_OPS, 5 + 4 * MAX_EPI_OPS)
@@ -223,6 +225,35 @@ rset:
 """
 
 
+def _call_ir() -> str:
+    """The start of ``nee_task`` for a call job (:func:`call_plan`): no product, the task calls the kernel at
+    D_EPI with the job's D_ENOPS pointers (the E array), whatever block it claimed."""
+    calls = []
+    for k in range(1, MAX_EPI_OPS + 1):
+        loads = "".join(f"  %cp{k}_{i}.p = getelementptr i8*, i8** %CE, i64 {i}\n"
+                        f"  %cp{k}_{i} = load i8*, i8** %cp{k}_{i}.p\n" for i in range(k))
+        # the last argument advanced by task * D_EMLEN bytes (per-task metas; 0: every task the same)
+        loads += f"  %cq{k} = getelementptr i8, i8* %cp{k}_{k - 1}, i64 %coff\n"
+        sig = ", ".join(["i8*"] * k)
+        args = ", ".join([f"i8* %cp{k}_{i}" for i in range(k - 1)] + [f"i8* %cq{k}"])
+        calls.append(f"cc{k}:\n{loads}  %cf{k} = inttoptr i64 %cf to void ({sig})*\n"
+                     f"  call void %cf{k}({args})\n  ret void\n")
+    cases = " ".join(f"i64 {k}, label %cc{k}" for k in range(1, MAX_EPI_OPS + 1))
+    return f"""pcall:
+  %cfp = getelementptr i64, i64* %d, i64 {D_EPI}
+  %cf = load i64, i64* %cfp
+  %cnp = getelementptr i64, i64* %d, i64 {D_ENOPS}
+  %cn = load i64, i64* %cnp
+  %CE = bitcast i8* %Ei to i8**
+  %csp = getelementptr i64, i64* %d, i64 {D_EMLEN}
+  %cstride = load i64, i64* %csp
+  %coff = mul i64 %t, %cstride
+  switch i64 %cn, label %cdone [ {cases} ]
+{"".join(calls)}cdone:
+  ret void
+"""
+
+
 def _ir() -> str:
     i64p = "i64*"
     gemm_s = "void (i32, i32, i32, i64, i64, i64, float, i8*, i64, i8*, i64, float, i8*, i64)*"
@@ -239,6 +270,11 @@ def _ir() -> str:
 define internal void @nee_task(i64* %st, i64* %d, i8* %A, i8* %B, i8* %C, i8* %Ei, i64 %t) {{
 entry:
   %meta = alloca [{_META_WORDS} x i64]
+  %ckp = getelementptr i64, i64* %d, i64 {D_EKIND}
+  %ck = load i64, i64* %ckp
+  %iscall = icmp eq i64 %ck, {KIND_CALL}
+  br i1 %iscall, label %pcall, label %task
+{_call_ir()}task:
 {slot('nch', '%d', D_NCH)}{slot('dt', '%d', D_DTYPE)}{slot('M', '%d', D_M)}{slot('N', '%d', D_N)}\
 {slot('K', '%d', D_K)}{slot('lda', '%d', D_LDA)}{slot('ldb', '%d', D_LDB)}{slot('ldc', '%d', D_LDC)}\
 {slot('ta', '%d', D_TA)}{slot('tb', '%d', D_TB)}{slot('sA', '%d', D_SA)}{slot('sB', '%d', D_SB)}\
@@ -892,6 +928,29 @@ def epilogue_caller(nops: int):
             _ensure_workers(n)
         entry(_state[0], desc, a, b, out, *ops)
     return call
+
+
+def call_plan(kernel_addr: int, nargs: int, nthreads: int, ntasks: int | None = None, last_stride: int = 0):
+    """A descriptor running a native kernel ``kernel(p0, ..., p{nargs-1})`` (pointer arguments: the data of
+    the arrays given to :func:`epilogue_caller` ``(nargs)``'s ``call(desc, d, d, d, *arrays)``) as ``ntasks``
+    tasks (default ``nthreads``) claimed by ``nthreads`` threads: the caller and the driver's native workers,
+    woken as for a product (no Python pool hand-off).  Task ``t`` gets the last pointer advanced by
+    ``t * last_stride`` bytes (a row of per-task metas: elementwise chunks); with ``last_stride`` 0 every task
+    makes the same call, and the kernel must itself share out its work (claim tiles from an atomic counter,
+    so that a thread that starts late, or the caller running a late worker's call after its own, finds
+    nothing left).  None when the driver is not available."""
+    if not available() or not 1 <= nargs <= MAX_EPI_OPS:
+        return None
+    d = np.zeros(NDESC, np.int64)
+    n = max(int(nthreads), 1)
+    d[D_M] = d[D_N] = d[D_K] = d[D_NB] = 1
+    d[D_NCH] = d[D_NTASKS] = int(ntasks or n)
+    d[D_NWORK] = n - 1
+    d[D_EPI], d[D_ENOPS], d[D_EKIND], d[D_EMLEN] = int(kernel_addr), nargs, KIND_CALL, int(last_stride)
+    d.flags.writeable = False
+    if n > 1:
+        _ensure_workers(n - 1)
+    return d
 
 
 def _shutdown():

@@ -488,8 +488,36 @@ def kernel(kind: str, A: int, B: int, relu: bool = False):
             render = (lambda: _render(A, B, relu)) if kind == "pix" else \
                 (lambda: _render_c(A, B, relu, kind == "dw"))
             addr = llvm_render.compile_ir(key, render)
-            f = _kernels[(kind, A, B, relu)] = llvm_call.make(addr, 5 if kind == "pix" else 6)
+            f = llvm_call.make(addr, 5 if kind == "pix" else 6)
+            _addr_of[id(f)] = addr        # f lives in _kernels for the process: its id stays its own
+            _kernels[(kind, A, B, relu)] = f
     return f
+
+
+_calls: dict = {}
+_addr_of: dict = {}
+
+
+def _native_parallel(f, nargs: int, nthr: int):
+    """``g(*arrays)`` running kernel ``f`` once on each of ``nthr`` threads through gemm_driver's native
+    workers (woken without the Python pool's hand-off: a launch of a few hundred µs used to lose most
+    of its second thread to the pool's wake-up), or None (no driver here: the pool runs it)."""
+    addr = _addr_of.get(id(f))
+    if addr is None:
+        return None
+    key = (addr, nargs, nthr)
+    g = _calls.get(key)
+    if g is None:
+        from .. import gemm_driver
+        from .. import elementwise
+        d = gemm_driver.call_plan(addr, nargs, nthr) if elementwise.NATIVE_CHUNKS[0] else None
+        if d is None:
+            g = False
+        else:
+            caller, dummy = gemm_driver.epilogue_caller(nargs), np.zeros(1, np.float32)
+            g = lambda *arrays: caller(d, dummy, dummy, dummy, *arrays)  # noqa: E731
+        _calls[key] = g
+    return g or None
 
 
 # ---------------------------------------------------------------- weights
@@ -755,14 +783,14 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
         p = base.copy()
         p[g_slot] = -(-ntiles // (nthr * _CHUNKS_PER_THREAD)) if par else ntiles
         p[ctr_slot] = 0
-        if pix:
-            call = (lambda _, a=args, p=p: f(a[0], a[1], a[2], a[3], p))
+        arrays = (args[0], args[1], args[2], args[3], p) if pix else (args[0], args[1], args[2], args[3], p, args[5])
+        native = _native_parallel(f, len(arrays), nthr) if par else None
+        if native is not None:
+            native(*arrays)
+        elif par:
+            threads.run_parallel(lambda _, a=arrays: f(*a), [None] * nthr)
         else:
-            call = (lambda _, a=args, p=p: f(a[0], a[1], a[2], a[3], p, a[5]))
-        if par:
-            threads.run_parallel(call, [None] * nthr)
-        else:
-            call(None)
+            f(*arrays)
         if pix and not lay.direct_out:
             # the wide rows compacted into the output (split over the threads with the kernel's)
             OH_, Wq, OW_ = lay.tail

@@ -732,6 +732,7 @@ def _bind_norm(name, attrs, out, ins):
     metas = [llvm_render.row_meta(c[0], c[1], 1, n, eps, [(n, 0, 0), (n, 0, 0)]) for c in chunks]
     tmp = _dummy(dt)
     w0, b0 = own
+    nat = ew.native_calls(k, 6, metas) if len(metas) > 1 else False   # row chunks on the native workers
 
     def f(outs, ins):
         if threads.NUM_THREADS != nt:
@@ -741,6 +742,9 @@ def _bind_norm(name, attrs, out, ins):
         x, o = ins[0], outs[0]
         if len(metas) == 1:
             k(x, o, w, b, tmp, metas[0])
+        elif nat:
+            desc, caller, stacked, dummy = nat
+            caller(desc, dummy, dummy, dummy, x, o, w, b, tmp, stacked)
         else:
             threads.run_parallel(lambda m: k(x, o, w, b, tmp, m), metas)
         return True
@@ -771,9 +775,17 @@ def _bind_strided(kern, outs, ins):
             call(*outs, *ins, meta)
             return True
     else:
-        def f(outs, ins):
-            threads.run_parallel(lambda cm: cm[0](*outs, *ins, cm[1]), launches)
-            return True
+        nat = ew._native_chunks(kern, metas)     # the chunks on gemm_driver's native workers
+        if nat:
+            desc, caller, stacked, dummy = nat
+
+            def f(outs, ins):
+                caller(desc, dummy, dummy, dummy, *outs, *ins, stacked)
+                return True
+        else:
+            def f(outs, ins):
+                threads.run_parallel(lambda cm: cm[0](*outs, *ins, cm[1]), launches)
+                return True
     return f
 
 
