@@ -327,3 +327,15 @@ def test_copying_reshape_of_an_intermediate_is_a_copy_into_a_reused_buffer(monke
     for x, o, og in zip(xs, outs, outs_g):
         _close(o, merge(x))
         _close(og, merge_out(x))
+
+
+def test_float_arguments_key_by_sign_and_nan():
+    """-0.0 == 0.0 (same hash) but x / -0.0 is -inf: the guard key keeps the sign; NaN (never equal to
+    itself) still hits the cache instead of retracing on every call."""
+    x = nee.tensor(np.array([1.0, -1.0, 2.0]))
+    f = nee.jit(lambda x, s: x / s)
+    np.testing.assert_array_equal(f(x, 0.0).numpy(), [np.inf, -np.inf, np.inf])
+    np.testing.assert_array_equal(f(x, -0.0).numpy(), [-np.inf, np.inf, -np.inf])
+    for _ in range(3):
+        assert np.isnan(f(x, float("nan")).numpy()).all()
+    assert f.stats["traces"] == 3

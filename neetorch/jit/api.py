@@ -11,6 +11,7 @@ compiled; ``NEE_DEBUG>=1`` prints each specialization.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 import time
@@ -43,6 +44,10 @@ def _key_of(x):
         return (type(x).__name__,) + tuple(_key_of(v) for v in x)
     if isinstance(x, dict):
         return ("dict",) + tuple((k, _key_of(v)) for k, v in sorted(x.items()))
+    if isinstance(x, float):
+        # -0.0 == 0.0 and hash alike, but a traced constant keeps its sign (x / -0.0); NaN != NaN would
+        # never hit the cache: its bits are its key
+        return ("V", "float", math.copysign(1.0, x) < 0, x if x == x else "nan")
     try:
         hash(x)
         return ("V", type(x).__name__, x)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import time
 
@@ -287,7 +288,8 @@ _scalar_bufs: dict = {}
 
 
 def _scalar_buf(v, npdt):
-    key = (type(v), v, npdt)
+    # -0.0 == 0.0 (same hash): the sign is part of the key (x / -0.0 is -inf)
+    key = (type(v), v, npdt, isinstance(v, float) and math.copysign(1.0, v) < 0)
     b = _scalar_bufs.get(key)
     if b is None:
         try:
