@@ -181,7 +181,8 @@ def load_model(model, *, check: bool = True):
     if used:
         raise UnsupportedModelError(f"model uses operator domains {sorted(used)}; supported: the default ONNX "
                                     f"domain at opsets {MIN_OPSET}..{hi}, ai.onnx.ml (classical ML ops, "
-                                    f"neetorch/onnx/ops_ml.py) and com.microsoft's Tokenizer (ops_text.py)")
+                                    f"neetorch/onnx/ops_ml.py) and com.microsoft's Tokenizer (ops_text.py), QLinear* / "
+                                    f"QGemm (ops_vision.py) and DynamicQuantizeLSTM (ops_nn.py)")
     ml = [int(o.version) for o in m.opset_import if o.domain == "ai.onnx.ml"]
     if ml and ml[0] > ML_MAX_OPSET:
         raise UnsupportedModelError(f"model uses ai.onnx.ml opset {ml[0]}; supported: 1..{ML_MAX_OPSET}")

@@ -628,7 +628,7 @@ def _q_axis(x, s, axis, block):
     return s.reshape(*([-1] + [1] * (x.ndim - 1 - axis)))
 
 
-@op("QuantizeLinear")
+@op("QuantizeLinear", "com.microsoft:QuantizeLinear")  # onnxruntime's contrib copy (16-bit / 4-bit QDQ)
 def _quantize(ctx, node, x, scale, zp=None):
     axis, block = node.get("axis", 1), node.get("block_size", 0)
     if zp is None:
@@ -676,7 +676,7 @@ def ml_iinfo(dt):
         return ml_dtypes.iinfo(dt)
 
 
-@op("DequantizeLinear")
+@op("DequantizeLinear", "com.microsoft:DequantizeLinear")
 def _dequantize(ctx, node, x, scale, zp=None):
     axis, block = node.get("axis", 1), node.get("block_size", 0)
     xf = x.to(nee.float32)

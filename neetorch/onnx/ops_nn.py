@@ -982,17 +982,27 @@ def _acts(node, defaults, ndir):
     return [_act(n, al[i] if i < len(al) else None, be[i] if i < len(be) else None) for i, n in enumerate(names)]
 
 
-def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None):
+def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None, qmm=None):
+    """``qmm``: per direction, (x -> x @ W^T, h -> h @ R^T) replacing the float products (DynamicQuantizeLSTM)."""
     layout = node.get("layout", 0)
     if layout:
         x = x.transpose(0, 1)
         h0 = h0.transpose(0, 1) if h0 is not None else None
         c0 = c0.transpose(0, 1) if c0 is not None else None
     T, Bn = x.shape[0], x.shape[1]
+    valid = None  # (T, B, 1) bool: step t of batch row b is within sequence_lens[b]
     if seq_lens is not None:
-        sl = ctx.ints(seq_lens)
-        if any(v != T for v in sl):
-            raise LoweringError(f"{kind} with sequence_lens shorter than the sequence is not supported")
+        from ..trace.tracer import TraceError
+        try:
+            full = all(v == T for v in ctx.ints(seq_lens))
+        except TraceError:  # lengths computed from the inputs (pack_padded_sequence): masked steps
+            full = False
+        if not full:
+            if tuple(seq_lens.shape) != (Bn,):
+                raise LoweringError(f"{kind} node {node.name}: sequence_lens has shape {list(seq_lens.shape)}, "
+                                    f"expected [{Bn}] (one length per batch row)")
+            steps_t = nee.arange(T, dtype=nee.int64).reshape(T, 1, 1)
+            valid = steps_t < seq_lens.to(nee.int64).reshape(1, Bn, 1)
     direction = node.get("direction", "forward")
     ndir = 2 if direction == "bidirectional" else 1
     Hs = node.get("hidden_size") or R.shape[-1]
@@ -1014,7 +1024,7 @@ def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None):
         h = h0.select(0, d) if h0 is not None else nee.zeros(Bn, Hs, dtype=x.dtype)
         c = c0.select(0, d) if c0 is not None else (nee.zeros(Bn, Hs, dtype=x.dtype) if kind == "LSTM" else None)
         p = P.select(0, d) if P is not None else None
-        xw = nee.matmul(x, wt)  # T, B, G*H
+        xw = nee.matmul(x, wt) if qmm is None else qmm[d][0](x)  # T, B, G*H
         if wb is not None:
             xw = xw + wb
         reverse = direction == "reverse" or d == 1
@@ -1022,6 +1032,7 @@ def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None):
         out = [None] * T
         for t in steps:
             gx = xw.select(0, t)
+            h_prev, c_prev = h, c
             if kind == "GRU":
                 lbr = node.get("linear_before_reset", 0)
                 rz, rr, rh = rt.narrow(1, 0, Hs), rt.narrow(1, Hs, Hs), rt.narrow(1, 2 * Hs, Hs)
@@ -1047,7 +1058,7 @@ def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None):
                 hn = f[1](gh)
                 h = (1 - z) * hn + z * h
             else:
-                g = gx + nee.matmul(h, rt)
+                g = gx + (nee.matmul(h, rt) if qmm is None else qmm[d][1](h))
                 if rb is not None:
                     g = g + rb
                 if kind == "RNN":
@@ -1070,8 +1081,21 @@ def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None):
                     if clip:
                         go = nee.clamp(go, -clip, clip)
                     h = f[0](go) * f[2](c)
-            out[t] = h
+            if valid is not None:
+                # past a row's length: the state holds (reverse: it starts at the row's last valid step) and
+                # Y is 0, as onnxruntime
+                m = valid.select(0, t)
+                h = nee.where(m, h, h_prev)
+                if kind == "LSTM":
+                    c = nee.where(m, c, c_prev)
+                out[t] = nee.where(m, h, nee.zeros((), dtype=h.dtype))
+            else:
+                out[t] = h
         ys.append(nee.stack(out, 0))  # T, B, H
+        if valid is not None:  # a row of length 0: its final states are 0, as onnxruntime's
+            started = valid.select(0, 0)
+            h = nee.where(started, h, nee.zeros((), dtype=h.dtype))
+            c = nee.where(started, c, nee.zeros((), dtype=c.dtype)) if kind == "LSTM" else c
         hs.append(h)
         cs.append(c)
     Y = nee.stack(ys, 1)  # T, D, B, H
@@ -1098,6 +1122,46 @@ def _gru(ctx, node, x, W, R, B=None, seq_lens=None, h0=None):
 @op("LSTM")
 def _lstm(ctx, node, x, W, R, B=None, seq_lens=None, h0=None, c0=None, P=None):
     return _rnn_common(ctx, node, "LSTM", x, W, R, B, seq_lens, h0, c0, P)
+
+
+def _dyn_qmm(a, wq, w_s, w_zp):
+    """onnxruntime's quantized GEMM of DynamicQuantizeLSTM: ``a`` (any leading dims, K last) quantized to uint8
+    with one scale / zero point over all of it (DynamicQuantizeLinear's rule), times the int8/uint8 [K, N]
+    weights less their zero point, exactly, then scaled by a_scale * w_scale (per tensor or per column)."""
+    zero = nee.zeros((), dtype=a.dtype)
+    dims = tuple(range(a.ndim))
+    lo = nee.minimum(nee.amin(a, dims), zero)
+    hi = nee.maximum(nee.amax(a, dims), zero)
+    scale = nee.where(hi == lo, nee.ones((), dtype=a.dtype), (hi - lo) / 255.0)
+    zp = nee.round(nee.clamp(0.0 - lo / scale, 0.0, 255.0))
+    qa = nee.clamp(nee.round(a / scale) + zp, 0.0, 255.0) - zp
+    wf = wq.to(nee.float64) - w_zp.to(nee.float64)
+    acc = nee.matmul(qa.to(nee.float64), wf)  # integer sums: exact
+    return acc.to(a.dtype) * (scale * w_s.to(a.dtype))
+
+
+@op("com.microsoft:DynamicQuantizeLSTM")
+def _dq_lstm(ctx, node, x, W, R, B=None, seq_lens=None, h0=None, c0=None, P=None, w_s=None, w_zp=None, r_s=None,
+             r_zp=None):
+    """onnxruntime.quantization.quantize_dynamic's LSTM: W [D, I, 4H] and R [D, H, 4H] int8/uint8 with per
+    direction (shape [D]) or per column ([D, 4H]) scales / zero points; the input and, at each step, the
+    hidden state are quantized dynamically (uint8) before their products, as onnxruntime does."""
+    for name, t in (("W", W), ("R", R)):
+        if t.dtype not in (nee.int8, nee.uint8):
+            raise LoweringError(f"node {node.name} (DynamicQuantizeLSTM): {name} must be int8 or uint8, got {t.dtype}")
+    if any(t is None for t in (w_s, w_zp, r_s, r_zp)):
+        raise LoweringError(f"node {node.name} (DynamicQuantizeLSTM): W_scale, W_zero_point, R_scale and "
+                            f"R_zero_point are required")
+    D = W.shape[0]
+
+    def per_dir(t, d):
+        return t.select(0, d).reshape(-1) if t.ndim == 2 else t.select(0, d).reshape(())
+
+    qmm = [((lambda a, d=d: _dyn_qmm(a, W.select(0, d), per_dir(w_s, d), per_dir(w_zp, d))),
+            (lambda h, d=d: _dyn_qmm(h, R.select(0, d), per_dir(r_s, d), per_dir(r_zp, d)))) for d in range(D)]
+    n2 = _Fake("LSTM", dict(node.attrs), nout=node.nout)
+    n2.name = node.name
+    return _rnn_common(ctx, n2, "LSTM", x, W, R.transpose(1, 2), B, seq_lens, h0, c0, P, qmm=qmm)
 
 
 @op("ConvInteger")

@@ -1,4 +1,6 @@
-"""ONNX detection / vision ops: RoiAlign, DeformConv, QLinearConv (a quantized Conv), ImageDecoder.
+"""ONNX detection / vision ops: RoiAlign, DeformConv, QLinearConv (a quantized Conv), onnxruntime's
+com.microsoft quantized ops (QLinearAdd/Mul/Sigmoid/LeakyRelu/Softmax/Concat/Where/AveragePool/
+GlobalAveragePool/ReduceMean, QGemm: the QOperator format of onnxruntime.quantization), ImageDecoder.
 
 Each lowers to gathers, elementwise math and matmul/conv on nee tensors, vectorized over
 ROIs, channels and output positions.  Semantics follow ONNX's reference implementations
@@ -234,6 +236,198 @@ def _qlinear_conv(ctx, node, x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, b=None):
         r = r + y_zp.to(nee.float64).reshape(())
     info = np.iinfo(out_dt.np)
     return nee.round(nee.clamp(r, float(info.min), float(info.max))).to(out_dt)
+
+
+# ---------------------------------------------------------------- com.microsoft QOperator ops
+# What onnxruntime.quantization.quantize_static(quant_format=QOperator) writes around QLinearConv /
+# QLinearMatMul: uint8 / int8 tensors with a (scale, zero point) each.  Each op dequantizes to float32,
+# computes, and requantizes (round half to even, saturate) to the output's type, in onnxruntime's
+# formulas (float32 scale ratios applied to the integer sums) so results match it to the integer.
+def _q_check(node, name, t):
+    if t.dtype not in (nee.int8, nee.uint8):
+        raise LoweringError(f"node {node.name} ({node.op_type}): {name} must be int8 or uint8, got {t.dtype}")
+
+
+def _zp(zp, like):
+    """A zero point as float32 (0 when absent); per-tensor only (onnxruntime's contrib ops)."""
+    if zp is None:
+        return nee.zeros((), dtype=nee.float32)
+    return zp.to(nee.float32).reshape(())
+
+
+def _sc(s):
+    return s.to(nee.float32).reshape(())
+
+
+def _requant(node, y, y_s, y_zp, out_dt):
+    """float32 ``y`` (already divided by the output scale when ``y_s`` is None) to ``out_dt``."""
+    if y_s is not None:
+        y = y / _sc(y_s)
+    y = nee.round(y)
+    if y_zp is not None:
+        y = y + _zp(y_zp, None)
+    info = np.iinfo(out_dt.np)
+    return nee.clamp(y, float(info.min), float(info.max)).to(out_dt)
+
+
+def _deq(x, s, zp):
+    return (x.to(nee.float32) - _zp(zp, x)) * _sc(s)
+
+
+def _out_dt(node, y_zp, x):
+    return y_zp.dtype if y_zp is not None else x.dtype
+
+
+@op("com.microsoft:QLinearAdd")
+def _ql_add(ctx, node, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp=None):
+    _q_check(node, "A", a)
+    _q_check(node, "B", b)
+    cs = _sc(c_s)
+    y = (a.to(nee.float32) - _zp(a_zp, a)) * (_sc(a_s) / cs) + (b.to(nee.float32) - _zp(b_zp, b)) * (_sc(b_s) / cs)
+    return _requant(node, y, None, c_zp, _out_dt(node, c_zp, a))
+
+
+@op("com.microsoft:QLinearMul")
+def _ql_mul(ctx, node, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp=None):
+    _q_check(node, "A", a)
+    _q_check(node, "B", b)
+    ratio = _sc(a_s) * _sc(b_s) / _sc(c_s)
+    y = (a.to(nee.float32) - _zp(a_zp, a)) * (b.to(nee.float32) - _zp(b_zp, b)) * ratio
+    return _requant(node, y, None, c_zp, _out_dt(node, c_zp, a))
+
+
+def _ql_unary(fn):
+    def f(ctx, node, x, x_s, x_zp, y_s, y_zp=None):
+        _q_check(node, "X", x)
+        return _requant(node, fn(node, _deq(x, x_s, x_zp)), y_s, y_zp, _out_dt(node, y_zp, x))
+    return f
+
+
+op("com.microsoft:QLinearSigmoid")(_ql_unary(lambda node, t: nee.sigmoid(t)))
+op("com.microsoft:QLinearLeakyRelu")(_ql_unary(
+    lambda node, t: nee.where(t >= 0, t, t * float(node.get("alpha", 0.01)))))
+
+
+def _channels_last(node, x):
+    if node.get("channels_last", 0):
+        return x.movedim(-1, 1)
+    return x
+
+
+def _back(node, y):
+    return y.movedim(1, -1) if node.get("channels_last", 0) else y
+
+
+@op("com.microsoft:QLinearGlobalAveragePool")
+def _ql_gap(ctx, node, x, x_s, x_zp, y_s, y_zp=None):
+    _q_check(node, "X", x)
+    xc = _channels_last(node, x)
+    axes = tuple(range(2, xc.ndim))
+    n = 1
+    for a in axes:
+        n *= xc.shape[a]
+    # onnxruntime: the exact integer sum less n * zero point, times x_scale / (y_scale * n)
+    acc = nee.sum(xc.to(nee.float64), axes, keepdim=True) - _zp(x_zp, x).to(nee.float64) * float(n)
+    scale = _sc(x_s) / (_sc(y_s) * float(n))
+    y = acc.to(nee.float32) * scale
+    return _back(node, _requant(node, y, None, y_zp, _out_dt(node, y_zp, x)))
+
+
+@op("com.microsoft:QLinearAveragePool")
+def _ql_avgpool(ctx, node, x, x_s, x_zp, y_s, y_zp=None):
+    from .ops_nn import _pool_taps
+    _q_check(node, "X", x)
+    xf = _channels_last(node, _deq(x, x_s, x_zp))
+    nsp = xf.ndim - 2
+    k = node.get("kernel_shape")
+    s = node.get("strides") or [1] * nsp
+    d = node.get("dilations") or [1] * nsp
+    pads = _auto_pads(node, list(xf.shape[2:]), k, s, d)
+    # the window's taps summed in row-major order, then / count: onnxruntime's float sum, to the bit (a
+    # value halfway between two quanta rounds on it)
+    y = _pool_taps(ctx, xf, k, s, d, pads, bool(node.get("ceil_mode", 0)), "avg",
+                   bool(node.get("count_include_pad", 0)))
+    # onnxruntime rounds y / y_scale + y_zero_point (the zero point added before rounding half to even)
+    y = y / _sc(y_s) + _zp(y_zp, x)
+    return _back(node, _requant(node, y, None, None, _out_dt(node, y_zp, x)))
+
+
+@op("com.microsoft:QLinearConcat")
+def _ql_concat(ctx, node, y_s, y_zp, *xs):
+    if len(xs) % 3 or not xs:
+        raise LoweringError(f"node {node.name} (QLinearConcat): inputs after Y_scale, Y_zero_point must be "
+                            f"(X, X_scale, X_zero_point) triples, got {len(xs)}")
+    out_dt = y_zp.dtype if y_zp is not None else xs[0].dtype
+    parts = []
+    for k in range(0, len(xs), 3):
+        x, s, zp = xs[k:k + 3]
+        _q_check(node, f"input {k // 3}", x)
+        parts.append(_requant(node, _deq(x, s, zp), y_s, y_zp, out_dt))
+    return nee.cat(parts, node.get("axis") % parts[0].ndim)
+
+
+@op("com.microsoft:QLinearSoftmax")
+def _ql_softmax(ctx, node, x, x_s, x_zp, y_s, y_zp=None):
+    from .ops_math import _softmax
+    _q_check(node, "X", x)
+    # the attribute ``opset`` says which Softmax's axis rule applies (< 13: flatten from axis)
+    sub = type(ctx)(ctx.device, int(node.get("opset", 13)), ctx.program)
+    n2 = _Fake("Softmax", {"axis": node.get("axis", -1 if sub.opset >= 13 else 1)})
+    y = _softmax(sub, n2, _deq(x, x_s, x_zp))
+    return _requant(node, y, y_s, y_zp, _out_dt(node, y_zp, x))
+
+
+@op("com.microsoft:QLinearReduceMean")
+def _ql_reduce_mean(ctx, node, x, x_s, x_zp, y_s, y_zp=None):
+    _q_check(node, "data", x)
+    axes = node.get("axes")
+    axes = tuple(a % x.ndim for a in axes) if axes else tuple(range(x.ndim))
+    y = nee.mean(_deq(x, x_s, x_zp), axes, keepdim=bool(node.get("keepdims", 1)))
+    return _requant(node, y, y_s, y_zp, _out_dt(node, y_zp, x))
+
+
+@op("com.microsoft:QLinearWhere")
+def _ql_where(ctx, node, cond, x, x_s, x_zp, y, y_s, y_zp, z_s, z_zp=None):
+    _q_check(node, "X", x)
+    _q_check(node, "Y", y)
+    out_dt = _out_dt(node, z_zp, x)
+    xq = _requant(node, _deq(x, x_s, x_zp), z_s, z_zp, out_dt)
+    yq = _requant(node, _deq(y, y_s, y_zp), z_s, z_zp, out_dt)
+    return nee.where(cond.to(nee.bool), xq, yq)
+
+
+@op("com.microsoft:QGemm")
+def _qgemm(ctx, node, a, a_s, a_zp, b, b_s, b_zp, c=None, y_s=None, y_zp=None):
+    """alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C): C is int32 at that scale; float32 out
+    without y_scale, else requantized.  b_scale / b_zp per tensor or per output column."""
+    _q_check(node, "A", a)
+    _q_check(node, "B", b)
+    af = a.to(nee.float64) - _zp(a_zp, a).to(nee.float64)
+    if node.get("transA", 0):
+        af = af.transpose(0, 1)
+    tb = node.get("transB", 0)
+    bf = b.to(nee.float64)
+    n_out = b.shape[0] if tb else b.shape[1]
+
+    def per_col(t, what):
+        if t.numel() == 1:
+            return t.reshape(())
+        if t.ndim != 1 or t.shape[0] != n_out:
+            raise LoweringError(f"node {node.name} (QGemm): {what} shape {list(t.shape)} must be a scalar or "
+                                f"[{n_out}] (one per output column)")
+        return t.reshape(-1, 1) if tb else t
+
+    if b_zp is not None:
+        bf = bf - per_col(b_zp.to(nee.float64), "B_zero_point")
+    acc = nee.matmul(af, bf.transpose(0, 1) if tb else bf)  # exact: integer sums in float64
+    if c is not None:
+        acc = acc + c.to(nee.float64)
+    bs = b_s.to(nee.float32)
+    bs = bs.reshape(()) if bs.numel() == 1 else per_col(bs, "B_scale").reshape(-1)
+    scale = _sc(a_s) * bs * float(node.get("alpha", 1.0))
+    if y_s is None:
+        return acc.to(nee.float32) * scale
+    return _requant(node, acc.to(nee.float32) * (scale / _sc(y_s)), None, y_zp, _out_dt(node, y_zp, a))
 
 
 # ---------------------------------------------------------------- ImageDecoder (a host node)
