@@ -339,3 +339,38 @@ def test_float_arguments_key_by_sign_and_nan():
     for _ in range(3):
         assert np.isnan(f(x, float("nan")).numpy()).all()
     assert f.stats["traces"] == 3
+
+
+def test_fusion_passes_scale_linearly_with_graph_size():
+    """fuse_matmul_epilogues / fuse_reduction_prologues fuse in one pass (users map kept current), not one
+    rescan of the whole graph per fusion: Graph.users() runs a fixed number of times however many
+    products a graph has (an unrolled LSTM has hundreds), and the result is the restart-per-fusion one."""
+    from neetorch.trace import ir
+    F = nee.nn.functional
+    ws = [nee.randn(16, 16) * 0.3 for _ in range(8)]
+
+    def body(x, steps):
+        for i in range(steps):
+            x = F.layer_norm(F.gelu(x @ ws[i % 8] + 1.0), (16,))
+            x = F.softmax(x @ ws[(i + 3) % 8] * 0.5, -1) + x
+        return x
+    calls = []
+    real = ir.Graph.users
+
+    def counting(self):
+        calls.append(len(self.nodes))
+        return real(self)
+    ir.Graph.users = counting
+    try:
+        counts = {}
+        for steps in (4, 16):
+            calls.clear()
+            f = nee.jit(lambda x, steps=steps: body(x, steps))
+            x = nee.randn(8, 16)
+            np.testing.assert_allclose(f(x).numpy(), f.eager(x).numpy(), rtol=1e-5, atol=1e-5)
+            counts[steps] = len(calls)
+            names = [n.name for n in f.graph(x).nodes]
+            assert names.count("matmul") == 0 and len(names) == 3 * steps   # every product fused (+ the residual add)
+    finally:
+        ir.Graph.users = real
+    assert counts[16] == counts[4]
