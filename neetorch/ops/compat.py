@@ -247,14 +247,17 @@ def lcm(input, other):
 
 @export(inplace=True)
 def ldexp(input, other):
-    """``torch.ldexp``: ``input * 2 ** other`` in the floating version of their promoted dtype (integers give
-    the default float dtype; float16 computes in float32)."""
+    """``torch.ldexp``: ``input * 2.0 ** other`` as torch computes it: the power in ``other``'s dtype when that
+    is floating (else in the result dtype), the product in the floating version of the promoted dtype; a
+    floating ``input`` refuses a bool exponent."""
     _tensor_arg("ldexp", "input", 1, input)
     _tensor_arg("ldexp", "other", 2, other)
     rt = _dt.result_type(input, other)
     odt = rt if rt.category == 2 else _dt.get_default_dtype()
-    cdt = _dt.float32 if odt is _dt.float16 else odt
-    return _back(_E("mul")(input.to(cdt), _E("pow")(2.0, other.to(cdt))), odt)
+    if other.dtype is _dt.bool_ and input.dtype.category == 2:
+        raise NotImplementedError("ldexp: not implemented for a 'Bool' exponent with a floating input")
+    pdt = other.dtype if other.dtype.category == 2 else odt
+    return _back(_E("mul")(input, _E("pow")(2.0, other.to(pdt))), odt)
 
 
 @export
@@ -325,10 +328,16 @@ def _trapz_x(y, x, d):
     return _E("sum")((a + b) * xd, d) / 2.0
 
 
+def _no_bool_trapz(name, y, x):
+    if y._dtype is _dt.bool_ or (isinstance(x, Tensor) and x._dtype is _dt.bool_):
+        raise RuntimeError(f"{name}: received a bool input for `x` or `y`, but bool is not supported")
+
+
 @export(method=False)
 def trapezoid(y, x=None, *, dx=None, dim=-1):
     """``torch.trapezoid``: trapezoidal rule along ``dim``, with sample points ``x`` or spacing ``dx``."""
     _tensor_arg("trapezoid", "y", 1, y)
+    _no_bool_trapz("trapezoid", y, x)
     d = wrap_dim(dim, y.ndim, "trapezoid")
     if x is not None and not isinstance(x, Tensor):
         raise TypeError(f"trapezoid(): argument 'x' must be Tensor, not {type(x).__name__} (pass a spacing as "
@@ -350,6 +359,7 @@ def trapz(y, x=None, *, dx=None, dim=-1):
 def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     """``torch.cumulative_trapezoid``: running trapezoidal integral along ``dim`` (one element shorter)."""
     _tensor_arg("cumulative_trapezoid", "y", 1, y)
+    _no_bool_trapz("cumulative_trapezoid", y, x)
     d = wrap_dim(dim, y.ndim, "cumulative_trapezoid")
     if x is not None and not isinstance(x, Tensor):
         raise TypeError(f"cumulative_trapezoid(): argument 'x' must be Tensor, not {type(x).__name__} (pass a "
@@ -622,6 +632,8 @@ def renorm(input, p, dim, maxnorm):
         raise RuntimeError(f"renorm: non-positive-norm not supported (p={p})")
     if maxnorm < 0:
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    if input.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} dimensions")
     d = wrap_dim(dim, input.ndim, "renorm")
     other = tuple(i for i in _range(input.ndim) if i != d)
     x = input.to(_dt.float32) if input._dtype is _dt.float16 else input
@@ -1045,6 +1057,28 @@ def is_signed(input) -> bool:
 def is_grad_enabled() -> bool:
     """Always False: neetorch records no gradients (``no_grad``/``enable_grad`` are accepted and do nothing)."""
     return False
+
+
+class _SetGradEnabled:
+    """``torch.set_grad_enabled(mode)``: a function call or a context manager; neetorch records no gradients, so
+    either use only checks ``mode`` and changes nothing."""
+
+    def __init__(self, mode):
+        if not isinstance(mode, (bool, np.bool_)):
+            raise TypeError(f"set_grad_enabled(): argument 'mode' must be bool, not {type(mode).__name__}")
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):  # as a decorator
+        return fn
+
+
+export(_SetGradEnabled, name="set_grad_enabled", method=False)
 
 
 _DETERMINISTIC = [False, False]

@@ -589,10 +589,14 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         scales = None
     if antialias:
         raise NotImplementedError("interpolate: antialias=True is not supported")
-    if any(o <= 0 for o in output_size):
+    if any(o <= 0 for o in output_size) and not (mode == "area" and min(output_size) == 0):
+        # (area is adaptive average pooling, whose empty output torch returns)
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
                            f"({', '.join(map(str, input.shape[2:]))}) and output ({', '.join(map(str, output_size))})")
     if mode == "area":
+        if 0 in output_size:  # an empty adaptive average: torch returns the empty result
+            from ..tensor.creation import empty
+            return empty(*input.shape[:2], *output_size, dtype=input._dtype, device=input._device)
         if dim == 1:
             return adaptive_avg_pool1d(input, output_size)
         if dim == 2:

@@ -101,7 +101,8 @@ def _freeze(data) -> bool:
 def _scalar_tensor(v, dt: DType, dev) -> Tensor:
     # Python scalars become cached read-only 0-d tensors, per device (a device one would otherwise
     # cost an allocation and a fill per ``x + 1.0``)
-    key = (type(v), v, dt, dev)
+    # (the sign bit keys too: 0.0 == -0.0 hash alike, yet x / -0.0 is not x / 0.0)
+    key = (type(v), v, dt, dev, v == 0 and isinstance(v, (float, np.floating)) and math.copysign(1.0, v) < 0)
     t = _scalar_cache.get(key)
     if t is None:
         from ..tensor.creation import full
@@ -135,6 +136,11 @@ def _cast_0d(t: Tensor, dt: DType) -> Tensor:
         with np.errstate(over="ignore", invalid="ignore"):
             return Tensor._make(np.asarray(t._data.astype(dt.np, casting="unsafe")), t._device, dt)
     return cast(t, dt)
+
+
+# (torch's add/sub/remainder/fmod kernels round the scalar to float16 first; these read it at float32 when it
+# is the second operand: a first-operand scalar, as in 70000.0 // x, is cast to float16 like a tensor)
+_OPMATH_SCALAR_OPS = frozenset({"mul", "true_divide", "floor_divide", "trunc_divide"})
 
 
 def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
@@ -200,6 +206,7 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     # 1000 wraps to int8; int8 tensor / tensor(1000): 1000 becomes 1000.0)
     cdt = spec.rule([promoted] * len(idx))[0][0] if len(idx) else promoted
     ins = []
+    opmath = False
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
             if a._dtype is not cdt and a._data.ndim == 0 and i in idx:
@@ -208,19 +215,27 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             ins.append(a)
         elif _is_scalar(a):
             dt = cdt if i in idx else _dt.scalar_dtype(a)
+            if dt is _dt.float16 and i == 1 and op.name in _OPMATH_SCALAR_OPS and _trace_hook[0] is None:
+                # torch's CPU kernels read a Python scalar at float32 ("opmath") precision in these ops:
+                # float16 x * 70000.0 is 0.5 * 70000 rounded once (35008), not x * inf (the result stays float16)
+                dt = _dt.float32
+                opmath = True
             ins.append(_scalar_tensor(a, dt, dev))
         elif a is None:
             raise TypeError(f"{op.name}: argument {i} is None")
         else:
             from ..tensor.creation import tensor
             ins.append(tensor(a, device=dev))
-    metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {})
+    metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {}) if not opmath else \
+        op.infer([Meta(t._data.shape, _dt.float16 if t._dtype is _dt.float32 else t._dtype) for t in ins], {})
     if out is not None:
         from .indexing import _check_no_overlap
         _check_no_overlap(out)  # torch refuses to write into an expanded (stride-0) output
-        if tuple(out.shape) != metas[0].shape:
+        if tuple(out.shape) != metas[0].shape and (out.numel() or any(a is out for a in args)):
+            # (in place, x.mul_(y): the result must fit self, torch never resizes it)
             raise RuntimeError(f"{op.name}: output with shape {tuple(out.shape)} doesn't match the broadcast shape "
                                f"{metas[0].shape}")
+        resize_out(out, metas[0].shape, op.name)
         if metas[0].dtype is not out._dtype:
             if not _can_cast(metas[0].dtype, out._dtype):
                 raise RuntimeError(f"{op.name}: result type {metas[0].dtype.name} can't be cast to the desired output "
@@ -238,6 +253,18 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
         if plan is not None:
             _plans[key] = plan
     return res
+
+
+def resize_out(out: Tensor, shape, op: str) -> None:
+    """torch's out= convention for an empty ``out``: resized to the result's shape.  torch also resizes (with a
+    deprecation warning) an ``out`` that holds elements; neetorch refuses that instead."""
+    shape = tuple(shape)
+    if tuple(out.shape) == shape:
+        return
+    if out.numel():
+        raise RuntimeError(f"{op}: output with shape {tuple(out.shape)} doesn't match the result shape {shape} "
+                           f"(an empty out= tensor is resized; a non-empty one, deprecated in torch, is refused)")
+    out.resize_(shape)
 
 
 def _can_cast(frm: DType, to: DType) -> bool:
@@ -376,9 +403,13 @@ export(_unary(_trunc), name="fix")
 
 
 @export
-def round(input, *, decimals=0, out=None):
-    """Round half to even; ``decimals`` scales by 10**decimals first (``torch.round``)."""
-    if decimals == 0:
+def round(input, *, decimals=None, out=None):
+    """Round half to even; ``decimals`` (default 0) scales by 10**decimals first (``torch.round``)."""
+    if decimals is not None and isinstance(input, Tensor) and input._dtype.category != 2:
+        # torch's decimals kernel is floating-only, even for decimals=0
+        raise NotImplementedError(f"round: decimals= is not implemented for {input._dtype.name} tensors "
+                                  f"(floating point only)")
+    if not decimals:
         return apply(_round, input, out=out)
     s = 10.0 ** decimals
     return apply(_round, input * s, out=out) / s
@@ -500,6 +531,12 @@ def _check_int_div(op, a, b):
     pa = result_type(a, b) if _is_scalar(a) or isinstance(a, Tensor) else result_type(b)
     if pa.category == 2:
         return
+    try:
+        empty = 0 in np.broadcast_shapes(*[tuple(x.shape) for x in (a, b) if isinstance(x, Tensor)])
+    except ValueError:
+        empty = False  # not broadcastable: the op itself reports it
+    if empty:
+        return  # an empty result computes no quotient: torch raises nothing
     if not isinstance(b, Tensor):
         if b == 0:
             raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero")
@@ -528,6 +565,10 @@ def _scale_alpha(op, input, other, alpha):
             raise RuntimeError(f"{op}: Boolean alpha only supported for Boolean results.")
     elif isinstance(alpha, (float, np.floating)) and rt.category != 2:
         raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point number.")
+    if isinstance(other, Tensor) and other._dtype is not rt:
+        other = other.to(rt)  # torch scales in the result dtype: a promoted product must not re-promote the sum
+    if not isinstance(other, Tensor):  # a Python scalar stays one (a 0-d product would join the promotion)
+        return bool(other) and bool(alpha) if rt.category == 0 else other * alpha
     if rt.category == 0:
         return apply(_BIN["mul"], other, bool(alpha))
     return apply(_BIN["mul"], other, alpha)
@@ -543,6 +584,7 @@ def add(input, other, *, alpha=1, out=None):
 @export
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other`` (``torch.sub``)."""
+    _sub_check((input, other))  # before alpha scales a bool ``other`` into a number
     other = _scale_alpha("sub", input, other, alpha)
     return apply(_BIN["sub"], input, other, out=out)
 
@@ -664,8 +706,10 @@ def clamp(input, min=None, max=None, *, out=None):
         for bound in (min, max):
             if _is_scalar(bound):
                 _dt.check_scalar(bound, rdt, "clamp")
-    if (min is None or max is None) and isinstance(input, Tensor) and input._dtype is _dt.bool_ and \
-            result_type(input, max if min is None else min) is _dt.bool_:
+    if isinstance(input, Tensor) and input._dtype is _dt.bool_ and \
+            result_type(*[a for a in (input, min, max) if a is not None]) is _dt.bool_ and \
+            (min is not None and max is not None or _is_scalar(min) or _is_scalar(max)):
+        # torch's one-sided tensor bound is a bool maximum/minimum; its scalar and two-sided kernels refuse bool
         raise RuntimeError("clamp: not implemented for 'Bool'")
     if min is None:
         return apply(_BIN["minimum"], input, max, out=out)
@@ -689,13 +733,16 @@ def clamp_max(input, max):
 
 @export
 def lerp(input, end, weight):
-    # torch: floating point only, and end (and a tensor weight) must have input's dtype
+    # torch: end (and a weight tensor with dims) must have input's dtype; a 0-d weight tensor promotes like a
+    # scalar (int8 start/end with a float16 0-d weight: float16); the computation is floating point only
     if isinstance(input, Tensor):
-        if input._dtype.category != 2:
-            raise RuntimeError(f"lerp: only floating-point inputs are supported, got {input._dtype.name}")
         for nm, o in (("end", end), ("weight", weight)):
-            if isinstance(o, Tensor) and o._dtype is not input._dtype:
+            if isinstance(o, Tensor) and o._dtype is not input._dtype and (nm == "end" or o.ndim):
                 raise RuntimeError(f"lerp: expected dtype {input._dtype.name} for `{nm}` but got dtype {o._dtype.name}")
+        # (a Python scalar weight never makes integer inputs floating)
+        rt = result_type(input, end, weight) if isinstance(weight, Tensor) else input._dtype
+        if rt.category != 2:
+            raise RuntimeError(f"lerp: only floating-point inputs are supported, got {rt.name}")
     return apply(_lerp, input, end, weight)
 
 
@@ -741,6 +788,14 @@ def masked_fill(input, mask, value):
 @export
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = input, other
+    for i, (name, x) in enumerate((("input", a), ("other", b))):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"isclose(): argument '{name}' (position {i + 1}) must be Tensor, not {type(x).__name__}")
+    if a._dtype is not b._dtype:  # torch compares like dtypes only
+        raise RuntimeError(f"isclose: {a._dtype.name} did not match {b._dtype.name} (input and other must have the "
+                           f"same dtype)")
+    if a._dtype is _dt.bool_:
+        return apply(_BIN["eq"], a, b)
     diff = abs(a - b)
     # torch: equal (infinities included), or a finite error within tolerance (-inf vs inf is not close)
     r = logical_or(logical_and(diff <= atol + rtol * abs(b), apply(_isfinite, diff)), a == b)

@@ -407,6 +407,14 @@ def setitem(self: Tensor, index, value) -> None:
         except (IndexError, ValueError, OverflowError):
             pass  # nothing was written; the general path below raises torch's message
     v, adv = _apply_basic(self, index)
+    if index is False:
+        return  # torch writes nothing for a lone False index (and checks nothing)
+    # torch's index_put_ wants matching dtypes except where it dispatches to masked_fill: a one-element value
+    # and a single bool mask as the only tensor index (a True inside a tuple index becomes an int64 index
+    # tensor; a lone True is torch's copy into an unsqueezed view)
+    has_true = type(index) is tuple and any(it is True for it in index)
+    if adv or has_true:
+        _check_put_dtype(self, value, adv, has_true, False)
     val = _value_tensor(value, self)
     if not adv:
         val = _strip_leading_ones(val, v.ndim)
@@ -421,13 +429,18 @@ def setitem(self: Tensor, index, value) -> None:
         if v.numel():
             v.copy_(val)
         return
+    tens, attrs, res = _prepare_adv(v, adv)
+    _index_put_impl(v, tens, attrs, val, False, res)
+
+
+def _check_put_dtype(self: Tensor, value, adv, has_true: bool, accumulate: bool):
+    """torch's index_put_ wants matching dtypes, except where it dispatches to masked_fill: no accumulation, a
+    one-element value and a single bool mask as the only tensor index."""
     if isinstance(value, Tensor) and value._dtype is not self._dtype and not (
-            value.ndim == 0 and all(k == "mask" for _, k, _ in adv)):
+            not accumulate and value.numel() == 1 and len(adv) == 1 and adv[0][1] == "mask" and not has_true):
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                            f"{_TNAME[self._dtype.name]} for the destination and {_TNAME[value._dtype.name]} for the "
                            f"source.")
-    tens, attrs, res = _prepare_adv(v, adv)
-    _index_put_impl(v, tens, attrs, val, False, res)
 
 
 _TNAME = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
@@ -470,6 +483,7 @@ def index_put_(input: Tensor, indices, values, accumulate: bool = False) -> Tens
     if 0 in input._data.strides:
         _check_no_overlap(input)
     v, adv = _apply_basic(input, idx)
+    _check_put_dtype(input, values, adv, False, accumulate)
     val = _value_tensor(values, input)
     if not adv:
         if accumulate:
@@ -660,11 +674,12 @@ def _index_dim_op(op, input, dim, index, source, mode, alpha=1):
         if not isinstance(source, Tensor):
             raise TypeError(f"{op}(): source must be a Tensor")
         s = _nd1(source)
-        if s._dtype is not input._dtype:
+        if s._dtype is not input._dtype:  # torch casts neither way
             if mode == "copy":
                 raise RuntimeError(f"{op}(): self and source expected to have the same dtype, but got (self) "
                                    f"{input._dtype.name} and (source) {s._dtype.name}")
-            s = s.to(input._dtype)
+            raise RuntimeError(f"{op}(): self ({input._dtype.name}) and source ({s._dtype.name}) must have the same "
+                               f"scalar type")
         exp = list(x.shape)
         exp[d] = idx.numel()
         if tuple(exp) != tuple(s.shape) and not (numel(exp) == s.numel() and x.ndim <= 1):

@@ -104,13 +104,16 @@ def _check_mm_dtypes(a: Tensor, b: Tensor):
         raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
 
 
-def _out(r: Tensor, out):
+def _out(r: Tensor, out, cast: bool = False):
+    """Write the product ``r`` into ``out=``: the dtypes must match (torch's matmul family), or with ``cast``
+    (outer, an elementwise product) ``r``'s dtype must be castable to ``out``'s."""
     if out is None:
         return r
-    if tuple(out.shape) != tuple(r.shape):
-        out_shape = tuple(r.shape)
-        # torch resizes out; we only allow matching shapes
-        raise RuntimeError(f"out tensor has shape {tuple(out.shape)}, expected {out_shape}")
+    from .elementwise import _can_cast
+    if out._dtype is not r._dtype and not (cast and _can_cast(r._dtype, out._dtype)):
+        raise RuntimeError(f"Expected out tensor to have dtype {r._dtype.name}, but got {out._dtype.name} instead")
+    from .elementwise import resize_out
+    resize_out(out, r.shape, "out=")  # an empty out is resized (torch's convention)
     out.copy_(r)
     return out
 
@@ -270,7 +273,7 @@ def outer(input, vec2, *, out=None):
     """Outer product of two 1-D tensors (``torch.outer``)."""
     if input.ndim != 1 or vec2.ndim != 1:
         raise RuntimeError(f"outer: expected 1-D tensors, but got {input.ndim}D and {vec2.ndim}D tensors")
-    return _out(_mul(input.unsqueeze(1), vec2.unsqueeze(0)), out)
+    return _out(_mul(input.unsqueeze(1), vec2.unsqueeze(0)), out, cast=True)
 
 
 export(outer, name="ger")
@@ -283,6 +286,9 @@ def _scaled_add(prod: Tensor, input: Tensor, beta, alpha, op: str) -> Tensor:
     fails LLVM's runtime alias check and runs its scalar loop (an in-place bias add measured ~5x
     slower than into a fresh buffer)."""
     from .shape_rules import broadcast_shapes
+    if isinstance(input, Tensor) and input._dtype is not prod._dtype:  # torch promotes nothing here
+        raise RuntimeError(f"{op}: input tensors must have the same dtype, but got input {input._dtype.name} and "
+                           f"matrices {prod._dtype.name}")
     shape = tuple(prod.shape)
     if tuple(broadcast_shapes(tuple(input.shape), shape, op=op)) != shape:
         raise RuntimeError(f"The expanded size of the tensor ({shape[-1] if shape else 1}) must match the existing "
@@ -331,8 +337,12 @@ def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
 
 @export
 def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
-    """beta * input + alpha * outer(vec1, vec2) (``torch.addr``)."""
-    return _out(_scaled_add(outer(vec1, vec2), input, beta, alpha, "addr"), out)
+    """beta * input + alpha * outer(vec1, vec2) (``torch.addr``): elementwise, so the dtypes promote (unlike
+    addmm/addmv/baddbmm, whose input must have the matrices' dtype)."""
+    rt = _ew.result_type(input, vec1, vec2)  # (the product is computed in the promoted dtype)
+    prod = outer(vec1 if vec1._dtype is rt else vec1.to(rt), vec2 if vec2._dtype is rt else vec2.to(rt))
+    return _out(_scaled_add(prod, input if input._dtype is rt else input.to(rt), beta, alpha, "addr"), out,
+                cast=True)
 
 
 @export(method=False)

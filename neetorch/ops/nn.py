@@ -705,6 +705,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if tuple(target.shape) != tuple(input.shape):
             raise RuntimeError(f"cross_entropy: expected target of shape {list(input.shape)} (class probabilities), "
                                f"got {list(target.shape)}")
+        if ignore_index >= 0:  # (torch's check: any non-negative index, the -100 default excepted)
+            raise RuntimeError("cross_entropy: ignore_index is not supported for floating point target (class "
+                               "probabilities)")
         t = target.to(input._dtype)
         if label_smoothing > 0:
             t = t * (1.0 - label_smoothing) + label_smoothing / C

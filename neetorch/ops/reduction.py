@@ -179,9 +179,29 @@ def _E(name):
 
 
 # ------------------------------------------------------------------ sum / mean / prod
+def _out_dtype(name, dim, dtype, out):
+    """The computation dtype of a sum/prod/mean written to ``out=``: ``dtype=``, else ``out``'s dtype (torch)."""
+    if dim is None:
+        raise TypeError(f"{name}(): out= needs dim= (torch's {name}(input, *, dtype) overload has no out)")
+    if dtype is not None and _dt.to_dtype(dtype) is not out._dtype:
+        raise RuntimeError(f"{name}: Expected out tensor to have dtype {_dt.to_dtype(dtype).name}, but got "
+                           f"{out._dtype.name} instead")
+    return out._dtype
+
+
+def _to_out(r, out, name):
+    from .elementwise import resize_out
+    resize_out(out, r.shape, name)
+    out.copy_(r)
+    return out
+
+
 @export
-def sum(input, dim=None, keepdim=False, *, dtype=None):
-    """``torch.sum``: sum over ``dim`` (int, tuple or None = all); bool/int inputs sum to int64."""
+def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.sum``: sum over ``dim`` (int, tuple or None = all); bool/int inputs sum to int64; with ``out=``
+    computed in ``out``'s dtype."""
+    if out is not None:
+        return _to_out(sum(input, dim, keepdim, dtype=_out_dtype("sum", dim, dtype, out)), out, "sum")
     _check(input, "sum")
     x = _cast(input, dtype)
     return _reduce(SUM, x, dim, keepdim, x._dtype.name if dtype is not None else None)
@@ -196,8 +216,17 @@ def nansum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 @export
-def mean(input, dim=None, keepdim=False, *, dtype=None):
+def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.mean``: floating-point inputs only (or ``dtype=`` a floating dtype)."""
+    if out is not None:
+        _check(input, "mean")
+        odt = _out_dtype("mean", dim, dtype, out)
+        if dtype is None and input._dtype.category != 2:
+            raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                               f"complex dtype. Got: {_tname(input._dtype)}")
+        if odt.category != 2:
+            raise RuntimeError(f"mean(): result type Float can't be cast to the desired output type {_tname(odt)}")
+        return _to_out(mean(input, dim, keepdim, dtype=odt), out, "mean")
     _check(input, "mean")
     x = _cast(input, dtype)
     if x._dtype.category != 2:
@@ -220,8 +249,11 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
 
 
 @export
-def prod(input, dim=None, keepdim=False, *, dtype=None):
-    """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64."""
+def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
+    """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64; with ``out=``
+    computed in ``out``'s dtype."""
+    if out is not None:
+        return _to_out(prod(input, dim, keepdim, dtype=_out_dtype("prod", dim, dtype, out)), out, "prod")
     _check(input, "prod")
     x = _cast(input, dtype)
     return _reduce(PROD, x, dim, keepdim, x._dtype.name if dtype is not None else None, "prod")
@@ -466,8 +498,11 @@ def _vector_norm(x, ord, dims, keepdim, name):
     elif ord == 1:
         r = run(SUM, [x.abs()], a)[0]
     elif ord == math.inf or ord == -math.inf:
-        if x.numel() == 0:
-            raise RuntimeError(f"{name}: Expected a non-empty tensor for ord={ord}")
+        red = range(x.ndim) if dims is None or (not dims and dims != 0) else (
+            [dims] if isinstance(dims, int) else dims)
+        if x.numel() == 0 and (x.ndim == 0 or 0 in [x.shape[d] for d in red]):  # an empty reduced dim
+            raise RuntimeError(f"{name}: Expected a non-empty tensor for ord={ord}: the inf norm has no identity "
+                               f"on an empty dimension (input shape {tuple(x.shape)})")
         r = run(AMAX if ord > 0 else AMIN, [x.abs()], a)[0]
     elif ord == 0:
         r = run(COUNT_NONZERO, [x], a)[0].to(x._dtype)
@@ -509,6 +544,9 @@ def median(input, dim=None, keepdim=False):
         raise NotImplementedError("median: not implemented for bool tensors")
     if dim is None:
         if input.numel() == 0:
+            if input._dtype.category != 2:  # torch returns an undefined value (no NaN in an integer dtype)
+                raise RuntimeError(f"median(): the median of an empty {input._dtype.name} tensor is undefined "
+                                   f"(an integer dtype has no NaN to return)")
             from ..tensor.creation import full
             return full((), float("nan"), dtype=input._dtype, device=input.device)
         return run(MEDIAN, [input], {"dim": None, "keepdim": False})[0]
@@ -524,6 +562,9 @@ def _scan(op, name, input, dim, dtype):
     _check(input, name)
     d = wrap_dim(dim, input.ndim, name)
     x = _cast(input, dtype)
+    if dtype is not None and x._dtype is _dt.bool_ and name in ("cumsum", "cumprod") and x.ndim and x.numel():
+        # (torch refuses the bool kernel; a 0-d or empty input never reaches it)
+        raise NotImplementedError(f"{name}: not implemented for dtype=bool")
     odt = x._dtype.name if dtype is not None else (
         "int64" if x._dtype.category < 2 and name in ("cumsum", "cumprod") else None)
     return run(op, [x], {"dim": d, "op": name, "odt": odt})

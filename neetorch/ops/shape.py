@@ -37,8 +37,11 @@ def _check_tensors(op, tensors):
 def _finish(r: Tensor, out):
     if out is None:
         return r
-    if tuple(out.shape) != tuple(r.shape):
-        raise RuntimeError(f"out= tensor has shape {_sl(out.shape)} but the result has shape {_sl(r.shape)}")
+    from .elementwise import _can_cast, resize_out
+    if not _can_cast(r._dtype, out._dtype):
+        raise TypeError(f"torch.cat(): input types can't be cast to the desired output type {out._dtype.name} (the "
+                        f"concatenation is {r._dtype.name})")
+    resize_out(out, r.shape, "out=")
     out.copy_(r)
     return out
 
@@ -82,7 +85,13 @@ def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
             if k != d and t.shape[k] != ref.shape[k]:
                 raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
                                    f"{ref.shape[k]} but got size {t.shape[k]} for tensor number {i} in the list.")
-    r = run(CAT, [t for _, t in keep], {"dim": d})[0]
+    ts = [t for _, t in keep]
+    kdt = ts[0]._dtype
+    for t in ts[1:]:
+        kdt = _dt.promote_types(kdt, t._dtype)
+    if kdt is not dt:  # a skipped empty 1-D tensor still takes part in the type promotion
+        ts[0] = ts[0].to(dt)
+    r = run(CAT, ts, {"dim": d})[0]
     return _finish(r, out)
 
 

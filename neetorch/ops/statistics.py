@@ -59,6 +59,9 @@ def nanmedian(input, dim=None, keepdim=False):
     sort = _E("sort")
     if dim is None:
         if input.numel() == 0:
+            if input._dtype.category != 2:  # torch returns an undefined value (no NaN in an integer dtype)
+                raise RuntimeError(f"nanmedian(): the median of an empty {input._dtype.name} tensor is undefined "
+                                   f"(an integer dtype has no NaN to return)")
             from ..tensor.creation import full
             return full((), math.nan, dtype=input._dtype, device=input.device)
         s = sort(input.reshape(-1), stable=True).values

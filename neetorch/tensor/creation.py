@@ -290,8 +290,8 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign "
                            f"(start={start}, end={end}, step={step})")
     if dtype is None:
-        dtype = _dt.int64 if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals) \
-            else _dt.get_default_dtype()
+        # (bools count as integers: torch.arange(True, 5) is int64)
+        dtype = _dt.int64 if all(isinstance(v, (int, np.integer, np.bool_)) for v in vals) else _dt.get_default_dtype()
     dt = _dt.to_dtype(dtype)
     n = -((start - end) // step) if dt.category != 2 else int(np.ceil((end - start) / step))
     if n_float is not None:

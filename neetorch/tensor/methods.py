@@ -97,7 +97,9 @@ def _operators() -> None:
     T.__mul__ = T.__rmul__ = lambda s, o: apply(mul_op, s, o)
     T.__imul__ = lambda s, o: E["mul"](s, o, out=s)
     T.__truediv__ = lambda s, o: E["div"](s, o)
-    T.__rtruediv__ = lambda s, o: E["div"](o, s)
+    # torch's Tensor.__rtruediv__ is ``self.reciprocal() * other`` (not a true division: 3 / x differs by an
+    # ulp from torch.div(3, x) in about a quarter of float32 elements)
+    T.__rtruediv__ = lambda s, o: apply(mul_op, E["reciprocal"](s), o) if ew._is_scalar(o) else E["div"](o, s)
     T.__itruediv__ = lambda s, o: E["div"](s, o, out=s)
     T.__floordiv__ = lambda s, o: E["floor_divide"](s, o)
     T.__rfloordiv__ = lambda s, o: E["floor_divide"](o, s)

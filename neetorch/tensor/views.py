@@ -5,6 +5,8 @@ Every view goes through :func:`make_view`, which asks the tensor's backend for a
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..ops.shape_rules import wrap_dim, numel
 from .tensor import Tensor, _is_contiguous
 
@@ -196,6 +198,11 @@ def movedim(t: Tensor, source, destination) -> Tensor:
                            f"number of dims as destination ({dst} dims)")
     src = [wrap_dim(d, nd, "movedim") for d in src]
     dst = [wrap_dim(d, nd, "movedim") for d in dst]
+    for name, ds in (("source", src), ("destination", dst)):
+        if len(set(ds)) != len(ds):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({ds})")
+    if nd == 0:
+        return permute(t, [])  # a 0-d tensor: dims 0 / -1 name the tensor itself
     order = [None] * nd
     for s, d in zip(src, dst):
         order[d] = s
@@ -324,7 +331,9 @@ def flatten(t: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
 
 
 def ravel(t):
-    return reshape(t, -1)
+    """``torch.ravel``: ``contiguous().view(-1)``: a view of a contiguous tensor, else a copy (even where a
+    strided view could exist, as for a 1-D slice with a step)."""
+    return reshape(t.contiguous(), -1)
 
 
 def unflatten(t: Tensor, dim: int, sizes) -> Tensor:
@@ -344,9 +353,45 @@ def _view_ok(t):
     return _is_contiguous(tuple(t.shape), _strides(t))
 
 
+def _cpu_storage(a: np.ndarray):
+    """(start address, size in bytes) of the buffer that owns CPU array ``a`` (numpy views and as_strided spans
+    followed to their root; a pooled output's root is its pool block, a bound at least as wide as its storage)."""
+    base = a
+    while True:
+        b = base.base
+        if isinstance(b, np.ndarray):
+            base = b
+        elif isinstance(getattr(b, "_keep", None), np.ndarray):
+            base = b._keep
+        else:
+            break
+    return base.__array_interface__["data"][0], base.nbytes
+
+
 def as_strided(t: Tensor, size, stride, storage_offset=None) -> Tensor:
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"mismatch in length of strides and shape: as_strided got size {list(size)} and stride "
+                           f"{list(stride)}")
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"as_strided: negative size in {list(size)}")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: "
+                           f"{list(stride)}")
+    if storage_offset is not None and storage_offset < 0:
+        raise RuntimeError(f"as_strided: Tensor: invalid storage offset {storage_offset}")
     off = 0 if storage_offset is None else storage_offset - t.storage_offset()
-    return make_view(t, tuple(size), tuple(stride), off)
+    if t._device.type == "cpu" and numel(size):
+        # a view past the storage would read (or write) foreign memory: refuse it as torch does
+        start, nbytes = _cpu_storage(t._data)
+        isz = t._dtype.itemsize
+        first = t._data.__array_interface__["data"][0] + off * isz - start
+        need = first + (sum((n - 1) * st for n, st in zip(size, stride)) + 1) * isz
+        if first < 0 or need > nbytes:
+            raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+                               f"{t.storage_offset() + off}, and itemsize {isz} requiring a storage size of "
+                               f"{need} are out of bounds for storage of size {nbytes}")
+    return make_view(t, size, stride, off)
 
 
 def diagonal(t: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
