@@ -75,36 +75,55 @@ def _loop(ctx, node, M=None, cond=None, *v):
     return tuple(outs)
 
 
-@op("Scan")
-def _scan(ctx, node, *xs):
+def _stack_scan_output(vals, axis, reverse):
+    y = nee.stack(vals, 0)
+    ax = axis % y.ndim
+    if ax:
+        y = y.movedim(0, ax)
+    return y.flip(ax) if reverse else y
+
+
+def run_scan(ctx, node, xs, flip=lambda s, a: s.flip(a), select=lambda s, a, t: s.select(a, t),
+             stack=_stack_scan_output):
+    """ONNX Scan (opset 9+): state carried, scan inputs sliced along their axes (reversed where their direction
+    says), the body run once per step, scan outputs stacked along their axes.  ``flip`` / ``select`` / ``stack``
+    act on the values (nee tensors here; ops_string's host Scan passes versions that also take string arrays)."""
     g = node.get("body")
-    n_scan_in = node.get("num_scan_inputs")
+    n_scan_in = int(node.get("num_scan_inputs"))
     n_state = len(xs) - n_scan_in
+    if n_state < 0:
+        raise LoweringError(f"node {node.name} (Scan): num_scan_inputs {n_scan_in} is more than the {len(xs)} inputs")
     state, seqs = list(xs[:n_state]), list(xs[n_state:])
     in_axes = node.get("scan_input_axes") or [0] * n_scan_in
     in_dirs = node.get("scan_input_directions") or [0] * n_scan_in
     n_out = len(g.output) - n_state
     out_axes = node.get("scan_output_axes") or [0] * n_out
     out_dirs = node.get("scan_output_directions") or [0] * n_out
-    seqs = [s.flip(a % s.ndim) if d else s for s, a, d in zip(seqs, in_axes, in_dirs)]
-    T = seqs[0].shape[in_axes[0] % seqs[0].ndim] if seqs else 0
+    seqs = [flip(s, a % s.ndim) if d else s for s, a, d in zip(seqs, in_axes, in_dirs)]
+    lens = {s.shape[a % s.ndim] for s, a in zip(seqs, in_axes)}
+    if len(lens) > 1:
+        raise LoweringError(f"node {node.name} (Scan): the scan inputs have different lengths {sorted(lens)} along "
+                            f"their scan axes")
+    T = lens.pop() if lens else 0
     collected = [[] for _ in range(n_out)]
     for t in range(T):
-        ins = [s.select(a % s.ndim, t) for s, a in zip(seqs, in_axes)]
+        ins = [select(s, a % s.ndim, t) for s, a in zip(seqs, in_axes)]
         outs = run_subgraph(ctx, g, ctx.scope, state + ins)
         state = outs[:n_state]
         for k, o in enumerate(outs[n_state:]):
             collected[k].append(o)
     res = list(state)
     for k in range(n_out):
-        y = nee.stack(collected[k], 0)
-        ax = out_axes[k] % y.ndim
-        if ax:
-            y = y.movedim(0, ax)
-        if out_dirs[k]:
-            y = y.flip(ax)
-        res.append(y)
+        if not collected[k]:
+            raise LoweringError(f"node {node.name} (Scan): a Scan with no steps has no scan outputs to stack "
+                                f"(0 iterations)")
+        res.append(stack(collected[k], out_axes[k], bool(out_dirs[k])))
     return tuple(res)
+
+
+@op("Scan")
+def _scan(ctx, node, *xs):
+    return run_scan(ctx, node, xs)
 
 
 # ---------------------------------------------------------------- sequences (Python lists)

@@ -804,43 +804,18 @@ def _scan(ctx, node, *xs):
     semantics: scan axes and directions, state carried), string slices as numpy, numbers as nee tensors."""
     import neetorch as nee
 
-    from .ops_control import run_subgraph
-    g = node.get("body")
-    n_scan_in = int(node.get("num_scan_inputs"))
-    n_state = len(xs) - n_scan_in
-    if n_state < 0:
-        raise _err(node, f"num_scan_inputs {n_scan_in} is more than the {len(xs)} inputs")
-    state, seqs = list(xs[:n_state]), list(xs[n_state:])
-    in_axes = node.get("scan_input_axes") or [0] * n_scan_in
-    in_dirs = node.get("scan_input_directions") or [0] * n_scan_in
-    n_out = len(g.output) - n_state
-    out_axes = node.get("scan_output_axes") or [0] * n_out
-    out_dirs = node.get("scan_output_directions") or [0] * n_out
-    seqs = [_flip(s, a % s.ndim) if d else s for s, a, d in zip(seqs, in_axes, in_dirs)]
-    lens = {s.shape[a % s.ndim] for s, a in zip(seqs, in_axes)}
-    if len(lens) > 1:
-        raise _err(node, f"the scan inputs have different lengths {sorted(lens)} along their scan axes")
-    T = lens.pop() if lens else 0
-    collected = [[] for _ in range(n_out)]
-    for t in range(T):
-        ins = [_select(s, a % s.ndim, t) for s, a in zip(seqs, in_axes)]
-        outs = run_subgraph(ctx, g, ctx.scope, state + ins)
-        state = outs[:n_state]
-        for k, o in enumerate(outs[n_state:]):
-            collected[k].append(o)
-    res = list(state)
-    for k in range(n_out):
-        if not collected[k]:
-            raise _err(node, "a Scan with no steps has no scan outputs to stack (0 iterations)")
-        strings = is_string(collected[k][0])
-        y = np.stack(collected[k], 0) if strings else nee.stack([_as_tensor(ctx, o) for o in collected[k]], 0)
-        ax = out_axes[k] % y.ndim
+    from .ops_control import run_scan
+
+    def stack(vals, axis, reverse):
+        strings = is_string(vals[0])
+        y = np.stack(vals, 0) if strings else nee.stack([_as_tensor(ctx, o) for o in vals], 0)
+        ax = axis % y.ndim
         if ax:
             y = np.moveaxis(y, 0, ax) if strings else y.movedim(0, ax)
-        if out_dirs[k]:
+        if reverse:
             y = _flip(y, ax)
-        res.append(_obj(y) if strings else y)
-    return tuple(res)
+        return _obj(y) if strings else y
+    return run_scan(ctx, node, xs, flip=_flip, select=_select, stack=stack)
 
 
 _scan.host_subgraphs = True  # lowering.unsupported_nodes: its body's nodes may be host nodes

@@ -356,15 +356,8 @@ def _view_ok(t):
 def _cpu_storage(a: np.ndarray):
     """(start address, size in bytes) of the buffer that owns CPU array ``a`` (numpy views and as_strided spans
     followed to their root; a pooled output's root is its pool block, a bound at least as wide as its storage)."""
-    base = a
-    while True:
-        b = base.base
-        if isinstance(b, np.ndarray):
-            base = b
-        elif isinstance(getattr(b, "_keep", None), np.ndarray):
-            base = b._keep
-        else:
-            break
+    from ..devices.cpu.layout import root_array
+    base = root_array(a)
     return base.__array_interface__["data"][0], base.nbytes
 
 

@@ -93,16 +93,8 @@ class CPUBackend(Backend):
         return a.__array_interface__["data"][0]
 
     def storage_offset(self, a):
-        base = a
-        while True:  # follow numpy views and the _Span holders that as_strided views keep
-            b = base.base
-            if isinstance(b, np.ndarray):
-                base = b
-            elif isinstance(getattr(b, "_keep", None), np.ndarray):
-                base = b._keep
-            else:
-                break
-        return (self.data_ptr(a) - self.data_ptr(base)) // a.itemsize
+        from .layout import root_array
+        return (self.data_ptr(a) - self.data_ptr(root_array(a))) // a.itemsize
 
     # ---------------------------------------------------------------- layout
     def as_strided(self, a, shape, strides, offset=0):

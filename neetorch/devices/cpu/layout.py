@@ -15,6 +15,20 @@ class _Span:
     __slots__ = ("__array_interface__", "_keep")
 
 
+def root_array(a: np.ndarray) -> np.ndarray:
+    """The array owning ``a``'s memory: numpy views followed to their base, and the ``_Span`` holders that
+    ``as_strided`` views keep (their ``_keep`` array); a pooled output's root is its pool block."""
+    base = a
+    while True:
+        b = base.base
+        if isinstance(b, np.ndarray):
+            base = b
+        elif isinstance(getattr(b, "_keep", None), np.ndarray):
+            base = b._keep
+        else:
+            return base
+
+
 def flat(a: np.ndarray):
     """(writable 1-D view over ``a``'s memory span, offset of ``a[0,...,0]``, element strides)."""
     isz = a.itemsize
