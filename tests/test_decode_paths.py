@@ -37,7 +37,9 @@ def nthreads(request):
 
 @pytest.fixture
 def every_size(monkeypatch, nthreads):
-    """The few-row kernel for every size (its thresholds at their minimum)."""
+    """The few-row kernel for every size (its thresholds at their minimum; products never split across the
+    driver's workers, which take matrices from DRV_GEMV_BYTES on two threads)."""
+    monkeypatch.setattr(L, "DRV_GEMV_BYTES", 1 << 40)
     monkeypatch.setattr(L, "ROWS_MIN_N", 1)
     monkeypatch.setattr(L, "ROWS_MIN_K", 1)
     monkeypatch.setattr(L, "ROWS_MULTI_MIN_BYTES", 0)
@@ -176,21 +178,23 @@ def test_other_dtypes_keep_their_path(every_size, dtype):
 def test_default_thresholds(nthreads):
     """Which products take the kernel with the shipped settings (see the notes in linalg.py)."""
     w = _r(384, 1536)
-    _check(_r(1, 1, 384), w)                           # a decoder step's linear: taken
-    _check(_r(1, 1, 384), np.ascontiguousarray(w.T).T)
+    one = nthreads == 1      # from DRV_GEMV_BYTES (256 KiB) of matrix, 2+ threads split it across the driver
+    _check(_r(1, 1, 384), w, taken=one)                # a decoder step's linear (2.4 MB): taken on one thread
+    _check(_r(1, 1, 384), np.ascontiguousarray(w.T).T, taken=one)
+    _check(_r(1, 1, 384), _r(384, 160))                # 240 KB: taken
     _check(_r(1, 12, 1, 64), _r(1, 12, 64, 513))       # 64-wide heads: taken
     _check(_r(1, 12, 1, 32), _r(1, 12, 513, 32).transpose(0, 1, 3, 2))      # q @ k^T, 32-wide heads: taken
     _check(_r(1, 12, 1, 513), _r(1, 12, 513, 32), taken=False)                  # p @ v, 32-wide heads: BLAS
     _check(_r(1, 12, 1, 8), _r(1, 12, 513, 8).transpose(0, 1, 3, 2), taken=False)
     _check(_r(2, 64), _r(64, 64), taken=False)         # 2 rows of a small (cached) matrix: BLAS's gemm
-    _check(_r(2, 384), w)                              # 2 rows of a 2.4 MB one: taken
+    _check(_r(2, 384), w, taken=one)                   # 2 rows of a 2.4 MB one: taken on one thread
     _check(_r(5, 384), w, taken=False)                 # more than ROWS_MAX rows
     big = _r(1024, 1100)                               # one matrix from PAR_BYTES on 2+ threads: split paths
     _check(_r(1, 1024), big, taken=nthreads == 1)
 
 
 def test_through_the_public_api_and_jit(nthreads):
-    x, w, bias = _r(1, 384), _r(384, 300), _r(300)
+    x, w, bias = _r(1, 384), _r(384, 160), _r(160)   # 240 KB: under DRV_GEMV_BYTES, the few-row kernel
     ref = x.astype(np.float64) @ w + bias
     np.testing.assert_allclose(nee.matmul(nee.tensor(x), nee.tensor(w)).numpy(), x @ w, rtol=1e-4, atol=1e-4)
     assert len(CALLS) == 1

@@ -56,7 +56,13 @@ __all__ = ["SPIN_US", "available", "call_plan", "epilogue_caller", "gemm", "plan
 
 # worker spin after a job before sleeping on the futex: the products of a layer come tens of µs
 # apart, and a futex wake-up costs ~20-60 µs on this box
-SPIN_US = float(os.environ.get("NEE_MATMUL_SPIN_US", "100"))
+# 1 ms: between the products of a decoder step run its KV-cache copies and attention (~100-300 µs); workers
+# still spinning take the next product's blocks at once, where a futex wake-up costs more than a split
+# matrix-vector product saves (alternating processes, quiet 2-core box: GPT step 4.13-4.43 ms with 1 ms and
+# 256 KiB matrix-vector splits vs 4.42-5.01 at 100 µs unsplit, 4.50-5.42 split at 100 µs; squeezenet 7.51-7.61 vs
+# 7.66-8.16, BERT b1 20.05-20.43 vs 20.22-21.30 ms; the transformer block unchanged).  Past SPIN_PAUSE_US a spinning
+# worker yields the core at each check, so runnable threads are not kept waiting
+SPIN_US = float(os.environ.get("NEE_MATMUL_SPIN_US", "1000"))
 # of which the first SPIN_PAUSE_US on ``pause`` only; then each check yields the core (sched_yield),
 # so a worker sharing a core with the caller or another process hands it over at once.  A caller
 # waiting for a worker's block spins SPIN_PAUSE_US too, then sleeps

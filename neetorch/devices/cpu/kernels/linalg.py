@@ -595,7 +595,9 @@ def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
 # two were no faster (1x384x1536: 128 us on one thread, 149 split in 2), so one-row / one-column
 # products split only from DRV_GEMV_BYTES of matrix (the pool's old PAR_BYTES).
 DRV_MNK = int(os.environ.get("NEE_MATMUL_DRV_MNK", str(1 << 18)))
-DRV_GEMV_BYTES = int(os.environ.get("NEE_MATMUL_DRV_GEMV_BYTES", str(4 << 20)))
+# with the driver's workers spinning through the gaps between a decoder's products (gemm_driver.SPIN_US) two
+# cores do read faster: 20 back-to-back 1x544 @ 544x1000 products with cold weights 110 vs 145 µs each
+DRV_GEMV_BYTES = int(os.environ.get("NEE_MATMUL_DRV_GEMV_BYTES", str(256 << 10)))
 _DRV_DT = (_F32, np.dtype(np.float64))
 _drv_ok = [None]         # None: not tried yet; False: off (NEE_MATMUL_DRIVER=0) or unavailable
 _plans: dict = {}        # layout key -> the driver's descriptor, or False (not driven)
