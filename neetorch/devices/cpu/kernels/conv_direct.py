@@ -88,6 +88,30 @@ def _relu_ir(a, name: str, val: str) -> str:
     return f"%{name}"
 
 
+def _params_and_claim(a, names, ctr_slot: int, off_slot: int, extra: list, body: str) -> None:
+    """The entry block both kernel families share (the params array's words as ``%name``, the claim counter
+    and the offset table, ``extra`` lines) and the claim of a run of G tiles [%gt0, %gt1) from the atomic
+    counter, branching to ``body`` (``%done`` when none is left)."""
+    for i, nm in enumerate(names):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {ctr_slot}')
+    a(f'  %offs = getelementptr i64, i64* %p, i64 {off_slot}')
+    for line in extra:
+        a(line)
+    a('  br label %claim')
+    a('claim:')
+    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
+    a('  %gt0 = mul i64 %g, %G')
+    a('  %any = icmp slt i64 %gt0, %T1')
+    a('  br i1 %any, label %grp, label %done')
+    a('grp:')
+    a('  %gt1a = add i64 %gt0, %G')
+    a('  %gts = icmp slt i64 %gt1a, %T1')
+    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
+    a(f'  br label %{body}')
+
+
 def _render(R: int, P: int, relu: bool = False) -> str:
     v = f"<{VEC} x float>"
     vp = f"<{VEC} x float>*"
@@ -98,24 +122,8 @@ def _render(R: int, P: int, relu: bool = False) -> str:
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
       'i64* noalias %p) {')
     a('entry:')
-    for i, nm in enumerate(("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR")):
-        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
-        a(f'  %{nm} = load i64, i64* %{nm}.p')
-    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
-    a(f'  %offs = getelementptr i64, i64* %p, i64 {_P_OFF}')
-    a(f'  %KR = mul i64 %K, {R}')
-    a('  br label %claim')
-    # ---- claim a run of G tiles
-    a('claim:')
-    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
-    a('  %gt0 = mul i64 %g, %G')
-    a('  %any = icmp slt i64 %gt0, %T1')
-    a('  br i1 %any, label %grp, label %done')
-    a('grp:')
-    a('  %gt1a = add i64 %gt0, %G')
-    a('  %gts = icmp slt i64 %gt1a, %T1')
-    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
-    a('  br label %tile')
+    _params_and_claim(a, ("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR"), _P_CTR, _P_OFF,
+                      [f'  %KR = mul i64 %K, {R}'], "tile")
     # ---- tile loop
     a('tile:')
     a('  %t = phi i64 [ %gt0, %grp ], [ %t1, %tile_end ]')
@@ -288,24 +296,8 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
       'i64* noalias %p, float* noalias %y) {')
     a('entry:')
-    for i, nm in enumerate(("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR")):
-        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
-        a(f'  %{nm} = load i64, i64* %{nm}.p')
-    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_C_CTR}')
-    a(f'  %offs = getelementptr i64, i64* %p, i64 {_C_OFF}')
-    a('  %qtab = getelementptr i64, i64* %offs, i64 %K')
-    a(f'  %KCW = mul i64 %K, {CW}')
-    a('  br label %claim')
-    a('claim:')
-    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
-    a('  %gt0 = mul i64 %g, %G')
-    a('  %any = icmp slt i64 %gt0, %T1')
-    a('  br i1 %any, label %grp, label %done')
-    a('grp:')
-    a('  %gt1a = add i64 %gt0, %G')
-    a('  %gts = icmp slt i64 %gt1a, %T1')
-    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
-    a('  br label %chunk')
+    _params_and_claim(a, ("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR"), _C_CTR, _C_OFF,
+                      ['  %qtab = getelementptr i64, i64* %offs, i64 %K', f'  %KCW = mul i64 %K, {CW}'], "chunk")
     a('chunk:')
     a('  %kc0 = phi i64 [ 0, %grp ], [ %kc1, %chunk_end ]')
     a('  %kcn = add i64 %kc0, %KC')
