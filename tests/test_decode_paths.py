@@ -180,11 +180,11 @@ def test_default_thresholds(nthreads):
     w = _r(384, 1536)
     one = nthreads == 1      # from DRV_GEMV_BYTES (256 KiB) of matrix, 2+ threads split it across the driver
     _check(_r(1, 1, 384), w, taken=one)                # a decoder step's linear (2.4 MB): taken on one thread
-    _check(_r(1, 1, 384), np.ascontiguousarray(w.T).T, taken=one)
+    _check(_r(1, 1, 384), np.ascontiguousarray(w.T).T)
     _check(_r(1, 1, 384), _r(384, 160))                # 240 KB: taken
     _check(_r(1, 12, 1, 64), _r(1, 12, 64, 513))       # 64-wide heads: taken
     _check(_r(1, 12, 1, 32), _r(1, 12, 513, 32).transpose(0, 1, 3, 2))      # q @ k^T, 32-wide heads: taken
-    _check(_r(1, 12, 1, 513), _r(1, 12, 513, 32), taken=False)                  # p @ v, 32-wide heads: BLAS
+    _check(_r(1, 12, 1, 513), _r(1, 12, 513, 32), taken=not one)                  # p @ v, 32-wide heads: BLAS
     _check(_r(1, 12, 1, 8), _r(1, 12, 513, 8).transpose(0, 1, 3, 2), taken=False)
     _check(_r(2, 64), _r(64, 64), taken=False)         # 2 rows of a small (cached) matrix: BLAS's gemm
     _check(_r(2, 384), w, taken=one)                   # 2 rows of a 2.4 MB one: taken on one thread

@@ -777,7 +777,20 @@ def _new_state(fns, tpu):
         st[_MAIN] = old[_MAIN]
     _st.update(buf=buf, fns=fns, tpu=tpu)
     _state[0] = st
+    _CELL[0] = st.ctypes.data
     return st
+
+
+# the current state's address, in a cell never reallocated (a fork's child makes a new state): native code
+# that publishes call jobs itself (kernels/linalg.py's threaded few-row products: ``main(state, desc, A, B, C,
+# E)``, the driver's main function at word MAIN_SLOT of the state) reads the state from it
+_CELL = np.zeros(8, np.int64)
+MAIN_SLOT = _MAIN
+
+
+def state_cell() -> int:
+    """Address of the int64 holding the current state's address (see _CELL)."""
+    return _CELL.ctypes.data
 
 
 def _tsc_per_us() -> float:

@@ -646,20 +646,7 @@ def _product_caller(out, a, b):
     product the few-row kernel takes (linalg._rows_product's conditions, checked here once) calls
     the kernel with its plan directly; anything else goes through matmul_into."""
     from . import linalg as L
-    if out.size and a.shape[-1] and (out.shape[-2] <= L.ROWS_MAX or out.shape[-1] == 1) and L._ROWS_ON \
-            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
-        nt = threads.NUM_THREADS
-        key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype, nt)
-        plan = L._rows_plans.get(key)
-        if plan is None:
-            plan = L._rows_plan(out, a, b)
-        if plan:
-            fn, desc, swap, nbytes = plan
-            if not (nbytes and nt > 1 and nbytes >= min(L.DRV_GEMV_BYTES, L.PAR_BYTES)):
-                if swap:
-                    return lambda out, a, b: fn(desc, out, b, a)
-                return lambda out, a, b: fn(desc, out, a, b)
-    return matmul_into
+    return L._rows_caller(out, a, b) or matmul_into
 
 
 def bind_kernel(op, outs, ins, attrs=None):

@@ -2,7 +2,9 @@
 
 float32/float64 products with at most ``ROWS_MAX`` rows (a decoder step's linears, attention
 against a KV cache) or one column run through a small LLVM kernel that streams the matrix in
-memory order, every matrix of a batch in one GIL-free call (see "few-row products" below).
+memory order, every matrix of a batch in one GIL-free call (see "few-row products" below); on
+2+ threads, from ``DRV_GEMV_BYTES`` of matrix, as tasks (column blocks, groups of matrices)
+claimed by the calling thread and ``gemm_driver``'s native workers (``_rows_threaded``).
 
 On 2+ threads, float32/float64 products from ``DRV_MNK`` multiply-adds run through
 ``gemm_driver``: one GIL-free native call cuts the product into blocks (columns or rows of a
@@ -149,7 +151,9 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 # is copied).  A product with one output column, (n, k) @ (k, 1), is the same loop on the
 # transposed problem.  The kernel is LLVM IR (_rows_ir, compiled once per dtype into llvm_render's
 # disk cache) called through llvm_call's builtin trampoline (GIL released); its descriptor
-# (sizes, element strides) depends only on the layout and is made once per layout (_rows_plans).
+# (sizes, element strides, the part of the product to compute) depends only on the layout and is
+# made once per layout (_rows_plans).  On 2+ threads large products are cut into tasks, see
+# _rows_threaded.
 # Measured on the shared 2-core box (same process, interleaved, median of 15 rounds through the
 # ONNX GPT step's 24 one-row products, 42.5 MB of weights, so they come from memory; load ~5):
 # 1.95 ms (21.8 GB/s) vs 2.91 for BLAS with row-major weights, 2.08 vs 3.45 with transposed ones;
@@ -163,6 +167,10 @@ _ROWS_ON = os.environ.get("NEE_MATMUL_ROWS", "1") not in ("0", "")
 # with 32-wide heads 16 vs 23 us at 12 x 513, 16-wide 20 vs 34; 8-wide 36 vs 23 at 2049)
 ROWS_MIN_N = 64
 ROWS_MIN_K = 16
+# batches split across threads: from rows of this many elements (attention's p @ v with 32-wide heads,
+# 12 x 513 x 32 float32: 21 vs 24 us for BLAS hot, 45 vs 49 cold, on the loaded 2-core box, its worker
+# rarely joining; 16-wide rows stay with BLAS, see ROWS_MIN_N)
+ROWS_MIN_N_PAR = int(os.environ.get("NEE_MATMUL_ROWS_MIN_N_PAR", "32"))
 # 2-4 rows only from this many bytes of matrix: this loop re-reads the output rows (from L1) for
 # every row of b where BLAS's gemm keeps a tile of them in registers, so on a matrix already in
 # cache it is 1.5-3x slower (4 x 384 x 384: 41 vs 14 us); a matrix of an L2 and up is more likely
@@ -175,12 +183,21 @@ ROWS_MULTI_MIN_BYTES = 1 << 20
 ROWS_PASS4_FROM = 4096
 _ROWS_DT = {_F32: 0, np.dtype(np.float64): 1}
 _rows_fns: list = [None, None]
+_rows_addrs: list = [None, None]     # their machine code's addresses (the driver's call jobs run them)
 _rows_plans: dict = {}
+# descriptor words (int64): the layout (_rows_plan), then the part of the product a call computes:
+# matrices [b0, b1) of the batch, output columns [n0, n1) (the whole product, or one task's block)
+_RD_B0, _RD_B1, _RD_N0, _RD_N1 = 15, 16, 17, 18
+# (words 19-20 unused) words 21-24: a threaded product's (_rows_threaded): 1, the address of gemm_driver's state cell, of the
+# driver's call-job descriptor, of the tasks' descriptors
+_RD_THR, _RD_TASKS = 21, 24
+_RD_WORDS = 32           # 256 bytes: the stacked task descriptors stay 64-byte aligned
 
 
 def _rows_ir(t: str) -> str:
     """LLVM IR of the few-row kernel for element type ``t`` (float or double):
-    ``kernel(desc, y, x, w)``, the pointers as llvm_call passes them (the arrays' data)."""
+    ``kernel(y, x, w, desc)``, the pointers as llvm_call passes them (the arrays' data; the
+    descriptor last, the argument gemm_driver's call jobs advance per task)."""
     fm = "reassoc nsz arcp contract"   # not nnan/ninf: NaN and inf propagate as in BLAS
     hdr = "define internal void"
     # the inner loops take noalias pointers (the caller checked that out overlaps no input; x
@@ -385,38 +402,40 @@ e:
         body.append(f"  %{v} = load {t}, {t}* {ptr}")
         return f"%{v}"
 
-    names = ["mode", "nb", "R", "K", "N", "yb", "yr", "yn", "xb", "xr", "xk", "wb", "wk", "wn", "pass4"]
+    names = ["mode", "nb", "R", "K", "N", "yb", "yr", "yn", "xb", "xr", "xk", "wb", "wk", "wn", "pass4",
+             "tb0", "tb1", "tn0", "tn1", "", "", "thr", "cell", "drv", "tasks"]
     # mode 0: w row-major; out rows zeroed, then x[r, k] * w[k, :] added one row of w at a time, or
     # four when the descriptor says so (rows of up to 64 elements: adjacent in memory, still one
     # stream; rows from ROWS_PASS4_FROM: long streams each, the output row loaded once per four)
     def m0_batch(bi):
-        loop("%R", lambda r: body.append(f"  call void @zero({t}* {gep('y', (bi, '%yb'), (r, '%yr'))}, i64 %N)"))
+        loop("%R", lambda r: body.append(f"  call void @zero({t}* {gep('y', (bi, '%yb'), (r, '%yr'), '%tn0')}, "
+                                         f"i64 %tnl)"))
         k4 = fresh("k4")
         body.append(f"  %{k4}.s = icmp eq i64 %pass4, 1\n  br i1 %{k4}.s, label %{k4}.t, label %{k4}.f\n{k4}.t:")
 
         def four(k):
-            wrow = gep("w", (bi, "%wb"), (k, "%wk"))
+            wrow = gep("w", (bi, "%wb"), (k, "%wk"), "%tn0")
 
             def one(r):
                 xo = gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk"))
                 xs = [load(xo)]
                 for q in (1, 2, 3):
                     xs.append(load(gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk"), (q, "%xk"))))
-                yo = gep("y", (bi, "%yb"), (r, "%yr"))
+                yo = gep("y", (bi, "%yb"), (r, "%yr"), "%tn0")
                 body.append(f"  call void @axpy4({t}* {yo}, {t}* {wrow}, i64 %wk, {t} {xs[0]}, {t} {xs[1]}, "
-                            f"{t} {xs[2]}, {t} {xs[3]}, i64 %N)")
+                            f"{t} {xs[2]}, {t} {xs[3]}, i64 %tnl)")
             loop("%R", one)
         ki = loop("%K", four, step=4)
         body.append(f"  br label %{k4}.j\n{k4}.f:\n  br label %{k4}.j\n{k4}.j:")
         body.append(f"  %{k4}.k0 = phi i64 [ %{ki}, %{ki}.e ], [ 0, %{k4}.f ]")
 
         def single(k):
-            wrow = gep("w", (bi, "%wb"), (k, "%wk"))
+            wrow = gep("w", (bi, "%wb"), (k, "%wk"), "%tn0")
 
             def one(r):
                 xv = load(gep("x", (bi, "%xb"), (r, "%xr"), (k, "%xk")))
-                yo = gep("y", (bi, "%yb"), (r, "%yr"))
-                body.append(f"  call void @axpy({t}* {yo}, {t}* {wrow}, {t} {xv}, i64 %N)")
+                yo = gep("y", (bi, "%yb"), (r, "%yr"), "%tn0")
+                body.append(f"  call void @axpy({t}* {yo}, {t}* {wrow}, {t} {xv}, i64 %tnl)")
             loop("%R", one)
         loop("%K", single, start=f"%{k4}.k0")
 
@@ -435,9 +454,9 @@ e:
                 yo = gep("y", (bi, "%yb"), (r, "%yr"), (n, "%yn"))
                 body.append(f"  call void @dot4({t}* {xo}, {t}* {wrow}, i64 %wn, i64 %K, {t}* {yo}, i64 %yn)")
             loop("%R", one)
-        ni = loop("%N", four, step=4)
+        ni = loop("%tn1", four, step=4, start="%tn0")
         body.append(f"  br label %{q4}.j\n{q4}.f:\n  br label %{q4}.j\n{q4}.j:")
-        body.append(f"  %{q4}.n0 = phi i64 [ %{ni}, %{ni}.e ], [ 0, %{q4}.f ]")
+        body.append(f"  %{q4}.n0 = phi i64 [ %{ni}, %{ni}.e ], [ %tn0, %{q4}.f ]")
 
         def col(n):
             wrow = gep("w", (bi, "%wb"), (n, "%wn"))
@@ -449,22 +468,58 @@ e:
                 yo = gep("y", (bi, "%yb"), (r, "%yr"), (n, "%yn"))
                 body.append(f"  store {t} %{v}, {t}* {yo}")
             loop("%R", one)
-        loop("%N", col, start=f"%{q4}.n0")
+        loop("%tn1", col, start=f"%{q4}.n0")
 
     ft = f"{t} ({t}*, {t}*, i64)*"
     body.append(f"  %shortk = icmp sle i64 %K, 64\n  %dotf = select i1 %shortk, {ft} @dots, {ft} @dot")
+
     body.append("  %is0 = icmp eq i64 %mode, 0\n  br i1 %is0, label %mode0, label %mode1\nmode0:")
-    loop("%nb", m0_batch)
+    loop("%tb1", m0_batch, start="%tb0")
     body.append("  br label %done\nmode1:")
-    loop("%nb", m1_batch)
+    loop("%tb1", m1_batch, start="%tb0")
     body.append("  br label %done\ndone:\n  ret void")
     loads = "".join(f"  %{nm}.p = getelementptr i64, i64* %d, i64 {q}\n  %{nm} = load i64, i64* %{nm}.p\n"
-                    for q, nm in enumerate(names))
-    main = ('define void @"kernel"(i8* %dp, i8* %yp, i8* %xp, i8* %wp) {\nentry:\n'
+                    for q, nm in enumerate(names) if nm)
+    main = ('define void @"kernel"(i8* %yp, i8* %xp, i8* %wp, i8* %dp) {\nentry:\n'
             + "\n".join(ctr) + "\n"
             + f"  %d = bitcast i8* %dp to i64*\n  %y = bitcast i8* %yp to {t}*\n  %x = bitcast i8* %xp to {t}*\n"
-            + f"  %w = bitcast i8* %wp to {t}*\n" + loads + "\n".join(body) + "\n}\n")
+            + f"  %w = bitcast i8* %wp to {t}*\n" + loads + "  %tnl = sub nsw i64 %tn1, %tn0\n"
+            + _publish_ir() + "\n".join(body) + "\n}\n")
     return inner + main
+
+
+def _publish_ir() -> str:
+    """The start of the kernel's body: with ``thr`` set, the descriptor is a threaded product's
+    (_rows_threaded) and the kernel hands its tasks to gemm_driver as one call job (the driver's
+    main function on the current state, E = y, x, w, task descriptors: the driver runs this kernel
+    on each task's descriptor, ``thr`` 0 there) instead of computing."""
+    from .. import gemm_driver
+    return f"""  %thron = icmp ne i64 %thr, 0
+  br i1 %thron, label %publish, label %compute
+publish:
+  %cellp = inttoptr i64 %cell to i64*
+  %sti = load atomic i64, i64* %cellp acquire, align 8
+  %stp = inttoptr i64 %sti to i64*
+  %mainp = getelementptr i64, i64* %stp, i64 {gemm_driver.MAIN_SLOT}
+  %maini = load i64, i64* %mainp
+  %mainf = inttoptr i64 %maini to void (i8*, i8*, i8*, i8*, i8*, i8*)*
+  %E = alloca [4 x i8*]
+  %e0 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 0
+  store i8* %yp, i8** %e0
+  %e1 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 1
+  store i8* %xp, i8** %e1
+  %e2 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 2
+  store i8* %wp, i8** %e2
+  %e3 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 3
+  %tasksp = inttoptr i64 %tasks to i8*
+  store i8* %tasksp, i8** %e3
+  %Ei = bitcast i8** %e0 to i8*
+  %stv = inttoptr i64 %sti to i8*
+  %drvp = inttoptr i64 %drv to i8*
+  call void %mainf(i8* %stv, i8* %drvp, i8* null, i8* null, i8* null, i8* %Ei)
+  ret void
+compute:
+"""
 
 
 def _rows_kernel(dt_index: int):
@@ -477,7 +532,9 @@ def _rows_kernel(dt_index: int):
         from .. import llvm_call, llvm_render
         text = _rows_ir(("float", "double")[dt_index])
         key = "rowsmm_" + hashlib.sha1(f"{text}|interleave".encode()).hexdigest()[:16]
-        fn = _rows_fns[dt_index] = llvm_call.make(llvm_render.compile_ir(key, lambda: text, True), 4)
+        addr = llvm_render.compile_ir(key, lambda: text, True)
+        _rows_addrs[dt_index] = addr
+        fn = _rows_fns[dt_index] = llvm_call.make(addr, 4)
     return fn
 
 
@@ -498,18 +555,26 @@ def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     # an output over an input: the kernel writes as it reads (numpy's path copies)
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return False
-    fn, desc, swap, nbytes = plan
-    if nbytes and threads.NUM_THREADS > 1 and nbytes >= min(DRV_GEMV_BYTES, PAR_BYTES):
-        # one matrix of the size the multi-threaded paths split across cores (gemm_driver from
-        # DRV_GEMV_BYTES, the pool from PAR_BYTES): theirs (4096 x 4096 float32 row-major streamed
-        # at 26 GB/s on 2 threads vs 20 for this loop on one; splitting this loop through the pool
-        # was no faster on the loaded 2-core box)
+    run = plan[4]
+    if run is None:
         return False
-    if swap:
-        fn(desc, out, b, a)
-    else:
-        fn(desc, out, a, b)
+    run(out, a, b)
     return True
+
+
+def _rows_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """``g(out, a, b)``: the few-row kernel's run for arrays of these layouts and this thread count
+    (what _rows_product would do, its checks made once), or None when _rows_product would not take
+    the product.  For callers whose ``out`` never overlaps ``a`` or ``b`` (a compiled graph's steps)."""
+    if not _ROWS_ON or out.size == 0 or a.shape[-1] == 0 or not (out.shape[-2] <= ROWS_MAX or out.shape[-1] == 1) \
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
+           threads.NUM_THREADS)
+    plan = _rows_plans.get(key)
+    if plan is None:
+        plan = _rows_plan(out, a, b)
+    return plan[4] if plan else None
 
 
 def _distinct_elements(x: np.ndarray) -> bool:
@@ -576,12 +641,113 @@ def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
         mode = 0
     else:
         return False
-    if (N < ROWS_MIN_N if mode == 0 else K < ROWS_MIN_K) or (R > 1 and K * N * isz < ROWS_MULTI_MIN_BYTES):
+    # batches split across threads (see _rows_threaded) take shorter rows of a row-major matrix
+    min_n = ROWS_MIN_N_PAR if (nb > 1 and threads.NUM_THREADS > 1 and ROWS_PAR[0] and
+                               nb * K * N * isz >= min(DRV_GEMV_BYTES, PAR_BYTES)) else ROWS_MIN_N
+    if (N < min(min_n, ROWS_MIN_N) if mode == 0 else K < ROWS_MIN_K) or \
+            (R > 1 and K * N * isz < ROWS_MULTI_MIN_BYTES):
         return False
-    desc = np.array([mode, nb, R, K, N, yb, yr, yn, xb, xr, xk, wb, wk, wn, int(N <= 64 or N >= ROWS_PASS4_FROM)],
-                    np.int64)
+    desc = np.zeros(_RD_WORDS, np.int64)
+    desc[:_RD_N1 + 1] = (mode, nb, R, K, N, yb, yr, yn, xb, xr, xk, wb, wk, wn, int(N <= 64 or N >= ROWS_PASS4_FROM),
+                         0, nb, 0, N)
     desc.flags.writeable = False      # shared by every call with this layout
-    return _rows_kernel(dti), desc, swap, (K * N * isz if nb == 1 else 0)
+    fn = _rows_kernel(dti)
+    nbytes = K * N * isz if nb == 1 else 0
+    nt = threads.NUM_THREADS
+    run = None
+    par_bytes = min(DRV_GEMV_BYTES, PAR_BYTES)
+    if nt > 1 and ROWS_PAR[0] and nb * K * N * isz >= par_bytes:
+        run = _rows_threaded(dti, desc, nt, swap)
+    if run is None and (N < ROWS_MIN_N and mode == 0):
+        return False     # rows this short only split across threads (min_n above), else BLAS
+    if run is None and not (nbytes and nt > 1 and nbytes >= par_bytes):
+        # (one matrix of the size split across threads that this kernel does not split: gemm_driver's
+        # gemv blocks from DRV_GEMV_BYTES, the pool's from PAR_BYTES)
+        if swap:
+            def run(out, a, b):
+                fn(out, b, a, desc)
+        else:
+            def run(out, a, b):
+                fn(out, a, b, desc)
+    return fn, desc, swap, nbytes, run
+
+
+# ---- the few-row kernel on several threads
+# From DRV_GEMV_BYTES of matrix (every matrix of a batch together) on 2+ threads, the product is cut
+# into tasks (blocks of output columns, _COL_ALIGN-aligned so that no two tasks write one cache line,
+# or groups of matrices of a batch) that the calling thread and gemm_driver's native workers claim:
+# one call job (gemm_driver.call_plan) running the same kernel on each task's descriptor (its
+# column / matrix range), no Python hand-off: the kernel itself, given the plan's top descriptor,
+# publishes the job (_publish_ir), so a threaded product is one builtin call like a serial one.
+# Each thread streams its own part of the matrix (a column-major weight's block is one contiguous
+# run: one stream per thread).  Measured on the shared 2-core box (same process, interleaved, min
+# of 12 rounds of the ONNX GPT step's 24 one-row products with column-major weights, 42.5 MB): at load
+# ~0.8 1.32 ms (32 GB/s) vs 2.59 for gemm_driver's gemv blocks and 2.34 on one thread; at load ~1.2
+# 1.76 ms (24 GB/s) vs 2.68 and 2.77.
+# A worker the scheduler does not run costs nothing: the caller claims every task itself (under a
+# load of 3-4 from other processes the worker ran ~5% of the tasks and this was one thread's speed).
+ROWS_PAR = [os.environ.get("NEE_MATMUL_ROWS_PAR", "1") not in ("0", "")]
+# tasks per thread: more lets a thread that runs late (preempted on the shared cores) hold up less
+# of the product, at the cost of shorter streams per task (the 24 weights above, load ~0.8, min / median
+# of 12 rounds: 1 per thread 1.50 / 1.97 ms, 2 1.35 / 1.83, 4 1.32 / 1.64; at load ~1.2 2: 1.83 / 2.17,
+# 4: 1.76 / 2.14)
+ROWS_TASKS_PER_THREAD = int(os.environ.get("NEE_MATMUL_ROWS_TASKS", "4"))
+
+
+def _rows_tasks(nb: int, N: int, ntasks: int):
+    """[(b0, b1, n0, n1)]: at most ``ntasks`` parts of an (nb matrices, N columns) product: groups of
+    whole matrices when there are enough of them, else column blocks of _COL_ALIGN columns (the last
+    one shorter) within each group."""
+    nbg = min(nb, ntasks)
+    ncb = max(1, min(-(-ntasks // nbg), -(-N // _COL_ALIGN)))
+    out = []
+    for b0, b1 in threads.split(nb, nbg):
+        for n0, n1 in threads.split(N, ncb, _COL_ALIGN):
+            out.append((b0, b1, n0, n1))
+    return out
+
+
+def _rows_threaded(dti: int, desc: np.ndarray, nt: int, swap: bool):
+    """``run(out, a, b)`` computing the product of ``desc`` as tasks claimed by ``nt`` threads (the
+    caller and gemm_driver's workers), or None: no driver, or a product not cut.  The kernel is
+    called as on one thread, with a descriptor saying so (_publish_ir)."""
+    from .. import gemm_driver
+    fn = _rows_kernel(dti)
+    if not gemm_driver.available() or _rows_addrs[dti] is None:
+        return None
+    nb, N = int(desc[1]), int(desc[4])
+    if desc[0] == 0:
+        # a row-major matrix is cut only into groups of whole matrices: column blocks of its rows are
+        # short runs that the prefetcher streams badly (the GPT step's 24 weights row-major: 3.3-3.7 ms
+        # in column blocks on 2 threads vs 1.9 for gemm_driver's gemv blocks, 2.3 on one thread)
+        N = 1
+    parts = _rows_tasks(nb, N, nt * max(ROWS_TASKS_PER_THREAD, 1))
+    if desc[0] == 0:
+        parts = [(b0, b1, 0, int(desc[4])) for b0, b1, _, _ in parts]
+    if len(parts) < 2:
+        return None
+    nd = gemm_driver.NDESC
+    # one buffer (kept alive by the descriptor, a view of it): the descriptor, the driver's, the tasks'
+    buf = np.zeros(_RD_WORDS * (len(parts) + 1) + nd, np.int64)
+    top, drv = buf[:_RD_WORDS], buf[_RD_WORDS:_RD_WORDS + nd]
+    tasks = buf[_RD_WORDS + nd:].reshape(len(parts), _RD_WORDS)
+    tasks[:] = desc
+    tasks[:, _RD_B0:_RD_N1 + 1] = parts
+    d = gemm_driver.call_plan(_rows_addrs[dti], 4, min(nt, len(parts)), len(parts), tasks.strides[0])
+    if d is None:
+        return None
+    drv[:] = d
+    top[:] = desc
+    top[_RD_THR:_RD_TASKS + 1] = (1, gemm_driver.state_cell(), drv.ctypes.data, tasks.ctypes.data)
+    buf.flags.writeable = False
+    if swap:
+        def run(out, a, b):
+            fn(out, b, a, top)
+    else:
+        def run(out, a, b):
+            fn(out, a, b, top)
+    run.tasks = tasks        # (tests read the split)
+    return run
 
 
 # ------------------------------------------------------------------ the native split (gemm_driver)

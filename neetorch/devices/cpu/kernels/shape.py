@@ -6,9 +6,13 @@ assignment into a reshaped output) is the fast path; no temporaries where an
 """
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import os
+
 import numpy as np
 
-from .. import kernel
+from .. import kernel, threads
 
 
 @kernel("cat")
@@ -17,18 +21,178 @@ def cat_kernel(backend, outs, ins, attrs):
     if out.size == 0:
         return
     d = attrs["dim"]
+    if threads.NUM_THREADS > 1 and CAT_PAR[0] and out.nbytes >= CAT_PAR_BYTES and _cat_native(out, ins, d):
+        return
     pos = 0
     # numpy's copy of each piece runs at memcpy speed (its iterator merges the contiguous inner
     # dims into one run per outer index): measured on the shared 2-core box, a decoder's KV-cache
     # append (12 x 512 x 32 + 12 x 1 x 32 float32, both cold) 88 us vs 89 for one memcpy of the same
-    # bytes.  It is not split across threads: two cores copied slower than one there (1.5 MB:
-    # 11.8 vs 16.2 GB/s read + write; 96 MB: 21.6 vs 24.1), the memory bus is the limit.
+    # bytes.  Large ones are split across threads (_cat_native).
     for a in ins:  # one strided copy per input, straight into its slot (casting like torch.cat)
         n = a.shape[d]
         if n:
             sl = (slice(None),) * d + (slice(pos, pos + n),)
             np.copyto(out[sl], a, casting="unsafe")
             pos += n
+
+
+# ---- cat on several threads
+# From CAT_PAR_BYTES of output on 2+ threads, a cat whose pieces are runs of whole rows (the dims
+# from the cat dim on contiguous in every piece and in the output, the dims before it merging into
+# one stride: a KV cache's append along the sequence) copies its pieces as memcpy calls cut into
+# tasks (blocks of rows, or of 64-byte-aligned bytes within the rows) that the calling thread and
+# gemm_driver's native workers claim: one call job (gemm_driver.call_plan) of a small LLVM kernel
+# ``kernel(out, piece_0, ..., piece_{P-1}, task)``, task = (piece, row0, row1, byte0, byte1,
+# offset of the piece's rows in the output's, output row stride, piece row stride, memcpy's address).
+# The copy is bound by memory bandwidth: measured on the shared 2-core box (12 KV-cache appends of
+# 12 x 512 x 32 + 12 x 1 x 32 float32 from cold memory, 15 interleaved rounds, load ~2.4) 63-81 us per
+# cat (min; medians 80-89) in 2 tasks per thread vs 83-112 (medians 94-133) for numpy's copies; in
+# the whole GPT step no difference stood out of the noise (the worker is often not scheduled there).
+CAT_PAR = [os.environ.get("NEE_CAT_PAR", "1") not in ("0", "")]
+CAT_PAR_BYTES = int(os.environ.get("NEE_CAT_PAR_BYTES", str(256 << 10)))
+CAT_TASKS_PER_THREAD = int(os.environ.get("NEE_CAT_TASKS", "2"))
+_TASK_WORDS = 16
+_cat_plans: dict = {}
+_cat_kernels: dict = {}
+
+
+def _cat_ir(npieces: int) -> str:
+    args = ", ".join(["i8* %dst"] + [f"i8* %s{i}" for i in range(npieces)] + ["i8* %mp"])
+    sel = ["  %src0 = bitcast i8* %s0 to i8*"]
+    for i in range(1, npieces):
+        sel.append(f"  %c{i} = icmp eq i64 %piece, {i}\n  %src{i} = select i1 %c{i}, i8* %s{i}, i8* %src{i - 1}")
+    words = ["piece", "r0", "r1", "b0", "b1", "doff", "ds", "ss", "mc"]
+    loads = "".join(f"  %{w}.p = getelementptr i64, i64* %m, i64 {i}\n  %{w} = load i64, i64* %{w}.p\n"
+                    for i, w in enumerate(words))
+    return f"""define void @"kernel"({args}) {{
+entry:
+  %m = bitcast i8* %mp to i64*
+{loads}{chr(10).join(sel)}
+  %f = inttoptr i64 %mc to i8* (i8*, i8*, i64)*
+  %len = sub i64 %b1, %b0
+  %dbase = add i64 %doff, %b0
+  br label %c
+c:
+  %r = phi i64 [ %r0, %entry ], [ %r1n, %b ]
+  %more = icmp slt i64 %r, %r1
+  br i1 %more, label %b, label %e
+b:
+  %dro = mul i64 %r, %ds
+  %do = add i64 %dro, %dbase
+  %sro = mul i64 %r, %ss
+  %so = add i64 %sro, %b0
+  %dp = getelementptr i8, i8* %dst, i64 %do
+  %sp = getelementptr i8, i8* %src{npieces - 1}, i64 %so
+  %x = call i8* %f(i8* %dp, i8* %sp, i64 %len)
+  %r1n = add i64 %r, 1
+  br label %c
+e:
+  ret void
+}}
+"""
+
+
+def _rows_view(x: np.ndarray, d: int):
+    """(rows, bytes per row, row byte stride) of x seen as rows of its dims from ``d`` on (those
+    C-contiguous), the dims before ``d`` merging into one non-negative stride; None otherwise."""
+    isz = x.itemsize
+    inner = isz
+    for n, st in zip(reversed(x.shape[d:]), reversed(x.strides[d:])):
+        if n != 1 and st != inner:
+            return None
+        inner *= n
+    rows, stride = 1, None
+    for n, st in zip(reversed(x.shape[:d]), reversed(x.strides[:d])):
+        if n == 1:
+            continue
+        if stride is None:
+            stride, nxt = st, st * n
+        elif st != nxt:
+            return None
+        else:
+            nxt = st * n
+        rows *= n
+    if stride is None:
+        stride = inner
+    if stride < 0:
+        return None
+    return rows, inner, stride
+
+
+def _cat_make(out: np.ndarray, ins, d: int):
+    from .. import gemm_driver, llvm_render
+    pieces = [a for a in ins if a.shape[d]]
+    if not 1 <= len(pieces) <= gemm_driver.MAX_EPI_OPS - 2 or any(a.dtype != out.dtype for a in pieces):
+        return False
+    ov = _rows_view(out, d)
+    if ov is None:
+        return False
+    rows, orow, ds = ov
+    views = []
+    for a in pieces:
+        v = _rows_view(a, d)
+        if v is None or v[0] != rows:
+            return False
+        views.append(v)
+    if not gemm_driver.available():
+        return False
+    total = out.nbytes
+    nt = threads.NUM_THREADS
+    want = nt * max(CAT_TASKS_PER_THREAD, 1)
+    memcpy = ctypes.cast(ctypes.CDLL(None).memcpy, ctypes.c_void_p).value
+    tasks, off = [], 0
+    for i, (_, rb, ss) in enumerate(views):
+        parts = max(1, round(want * rows * rb / total))
+        if rows >= parts:
+            for r0, r1 in threads.split(rows, parts):
+                tasks.append((i, r0, r1, 0, rb, off, ds, ss, memcpy))
+        else:
+            per = -(-parts // rows)
+            for r in range(rows):
+                for b0, b1 in threads.split(rb, per, 64):
+                    tasks.append((i, r, r + 1, b0, b1, off, ds, ss, memcpy))
+        off += rb
+    if off != orow or len(tasks) < 2:
+        return False
+    meta = np.zeros((len(tasks), _TASK_WORDS), np.int64)
+    meta[:, :9] = tasks
+    meta.flags.writeable = False
+    np_ = len(pieces)
+    addr = _cat_kernels.get(np_)
+    if addr is None:
+        text = _cat_ir(np_)
+        addr = _cat_kernels[np_] = llvm_render.compile_ir("catcopy_" + hashlib.sha1(text.encode()).hexdigest()[:16],
+                                                          lambda: text)
+    desc = gemm_driver.call_plan(addr, np_ + 2, min(nt, len(tasks)), len(tasks), meta.strides[0])
+    if desc is None:
+        return False
+    return desc, gemm_driver.epilogue_caller(np_ + 2), meta, [i for i, a in enumerate(ins) if a.shape[d]]
+
+
+def _cat_native(out: np.ndarray, ins, d: int) -> bool:
+    """The cat as one native call job on the driver's threads (see CAT_PAR); False: not taken."""
+    if len(ins) == 2:        # (the KV cache's append: its key without a generator)
+        a, b = ins
+        key = (out.shape, out.strides, out.dtype, d, threads.NUM_THREADS, a.shape, a.strides, a.dtype, b.shape,
+               b.strides, b.dtype)
+    else:
+        key = (out.shape, out.strides, out.dtype, d, threads.NUM_THREADS) + tuple((a.shape, a.strides, a.dtype)
+                                                                                 for a in ins)
+    plan = _cat_plans.get(key)
+    if plan is None:
+        plan = _cat_make(out, ins, d)
+        if len(_cat_plans) > 1024:
+            _cat_plans.clear()
+        _cat_plans[key] = plan
+    if plan is False:
+        return False
+    desc, call, meta, idx = plan
+    ps = [ins[i] for i in idx]
+    # a piece over the output: numpy's copy handles the overlap
+    if any(np.may_share_memory(out, a) for a in ps):
+        return False
+    call(desc, out, out, out, out, *ps, meta)
+    return True
 
 
 @kernel("flip")
