@@ -196,6 +196,8 @@ DEPTHWISE_CASES = [  # (x shape, channel multiplier, kernel, stride, padding, di
 
 @pytest.mark.parametrize("dt,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
 def test_depthwise_padded_planes_match_torch(monkeypatch, nthreads, dt, tol):
+    from neetorch.devices.cpu.kernels import depthwise_native
+    monkeypatch.setattr(depthwise_native, "MODE", ["0"])   # conv.py's kernel, not the LLVM one
     calls = []
     orig = K._depthwise_padded
     monkeypatch.setattr(K, "_depthwise_padded", lambda *a: calls.append(1) or orig(*a))

@@ -38,6 +38,13 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _numba_kernels(monkeypatch):
+    # these are conv.py's kernels: the LLVM ones (kernels/depthwise_native.py) have tests/test_conv_direct_depthwise.py
+    from neetorch.devices.cpu.kernels import depthwise_native
+    monkeypatch.setattr(depthwise_native, "MODE", ["0"])
+
+
 @pytest.fixture(params=[1, 2])
 def nthreads(request, monkeypatch):
     old = threads.get_num_threads()

@@ -29,6 +29,12 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
   over blocks.  Every GEMM runs with single-threaded BLAS, split across the cores by gemm_driver
   or neetorch's pool (_gemms).
 * conv_transpose2d: GEMM into columns + col2im (the adjoint of im2col).
+* depthwise conv2d (one output per input channel), float32 / float64, column strides 1-4: first the LLVM
+  kernels of kernels/depthwise_native.py (straight from the input, masked loads at the borders, on
+  gemm_driver's native workers; NEE_DEPTHWISE_NATIVE=0 turns them off); the rest as below.
+* max/avg pooling without indices, float32 / float64, column strides 1-4: the LLVM kernels of
+  kernels/pool_native.py (separable, one row buffer on the stack, on the native workers; NEE_POOL_NATIVE=0
+  turns them off).  Otherwise (and with indices, and global windows):
 * max/avg pooling: whole planes in per-thread buffers, padded (-inf / 0) and split into their
   stride phases as the depthwise kernel's, then the window's rows, then its columns, each one
   contiguous vector loop over the plane, then compacted (_pool_planes); windows covering whole
@@ -50,7 +56,7 @@ import numpy as np
 from numba import njit
 
 from .. import kernel, threads
-from . import conv_direct, winograd
+from . import conv_direct, depthwise_native, pool_native, winograd
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -71,6 +77,10 @@ _IM2COL_PAR = 1 << 17
 # worker stalls the whole call (measured on the shared 2-core box: 1x1 convs of ResNet-50 shapes with
 # OpenBLAS's 2 threads took 5-20 ms min-of-40 in some runs against 0.2-1.2 ms split over the pool).
 _PAR_FLOPS = 8e6          # below this a GEMM stays on the calling thread (pool hand-off: tens of us)
+# single GEMMs gemm_driver takes split from this many flops (its native workers: a few us to wake; SqueezeNet's
+# 64 -> 16 1x1 on 55x55, 6.2 Mflop, 2 threads: 114 -> 80 us).  Not the batches of grouped convs: ShuffleNet's
+# (4 x 68 -> 68 on 14x14, 7.3 Mflop) ran 105 us in numpy's loop of GEMMs, 160-180 us batched in the driver
+_DRV_PAR_FLOPS = 2e6
 _COL_ALIGN = 16           # column blocks start on 64-byte boundaries (float32)
 _BLOCKS_PER_THREAD = 2     # blocks per thread: the claiming pool balances a late or busy worker
 
@@ -187,7 +197,7 @@ def _gemms(jobs) -> None:
     flops = 0.0
     for o, a, _ in jobs:
         flops += 2.0 * o.size * a.shape[-1]
-    if nt > 1 and flops >= _PAR_FLOPS:
+    if nt > 1 and flops >= (_DRV_PAR_FLOPS if len(jobs) == 1 else _PAR_FLOPS):
         st = _stacked(jobs)
         if st is not None and _drv_gemm(st[0], st[1], st[2], nt):
             return
@@ -496,6 +506,12 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
     OH, OW = out.shape[2], out.shape[3]
     Og = O // G
     L = OH * OW
+    if Cg == 1 and G == C and O == C and KH * KW > 1 and depthwise_native.conv2d(
+            x, w, b, res, sh, sw, pt, pl, dh, dw, act[0]):
+        # depthwise, float32 / float64: the LLVM kernels on the native workers (kernels/depthwise_native.py)
+        _finish_epilogue(res, None, e, relu and not act[0])
+        _finish(out, res)
+        return
     if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1], act[0]):
         # float32 where the cost rule (or NEE_CONV_DIRECT=1) picks the direct kernel (kernels/conv_direct.py)
         _finish_epilogue(res, None, e, relu and not act[0])
@@ -1437,6 +1453,8 @@ def _pool(x, res, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip=False, div=0) -> N
         dv = np.full(1, div or H * W, dt)
         _par_planes(lambda p0, p1: _pool_global(xf, of, H * W, is_max, dv, p0, p1), P, 0.3 * x.size + 20 * P)
         return
+    if pool_native.pool2d(x, res, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div):
+        return      # float32 / float64, column strides 1-4: the LLVM kernels on the native workers
     Hq, Wq, toffs, dv = _pool_plan(H, W, KH, KW, sh, sw, ph, pw, dh, dw, OH, OW, is_max, cip, div, dt)
     L = OH * Wq
     nq = sh * sw * Hq * Wq

@@ -585,8 +585,10 @@ def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
 
 
 # ---------------------------------------------------------------- run
-# from this many flops the tiles are split over the pool (as conv.py's GEMMs: the hand-off costs tens of us)
+# from this many flops the tiles are split over the pool (as conv.py's GEMMs: the hand-off costs tens of us), over
+# gemm_driver's native workers from _NATIVE_PAR_FLOPS (a few us to wake)
 _PAR_FLOPS = 8e6
+_NATIVE_PAR_FLOPS = 2e6
 # runs of tiles per thread: the threads claim them from a counter in the kernel, so a descheduled worker
 # (the machine is shared) leaves its share to the others instead of stalling the call
 _CHUNKS_PER_THREAD = 6
@@ -758,8 +760,12 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
     ntiles = nob * lay.npt
     nt = threads.NUM_THREADS
     base, g_slot, ctr_slot = lay.base, lay.t0, lay.t1
-    par = nt > 1 and 2.0 * O * C2 * KH * KW * L >= _PAR_FLOPS and ntiles > 1
+    flops = 2.0 * O * C2 * KH * KW * L
+    par = nt > 1 and flops >= _NATIVE_PAR_FLOPS and ntiles > 1
     nthr = min(nt, ntiles)
+    native = _native_parallel(f, 5 if pix else 6, nthr) if par else None
+    if native is None and flops < _PAR_FLOPS:
+        par = False             # (the Python pool's hand-off only pays from _PAR_FLOPS)
     for n in range(N):
         if lay.bare:
             xq = x[n]
@@ -776,7 +782,6 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
         p[g_slot] = -(-ntiles // (nthr * _CHUNKS_PER_THREAD)) if par else ntiles
         p[ctr_slot] = 0
         arrays = (args[0], args[1], args[2], args[3], p) if pix else (args[0], args[1], args[2], args[3], p, args[5])
-        native = _native_parallel(f, len(arrays), nthr) if par else None
         if native is not None:
             native(*arrays)
         elif par:
@@ -787,7 +792,7 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
             # the wide rows compacted into the output (split over the threads with the kernel's)
             OH_, Wq, OW_ = lay.tail
             src = np.lib.stride_tricks.as_strided(wide, (O, OH_, OW_), (wide.strides[0], Wq * 4, 4))
-            if par and O > 1:
+            if par and O > 1 and flops >= _PAR_FLOPS:
                 threads.run_parallel(lambda c, y=y, src=src: np.copyto(y[c[0]:c[1]], src[c[0]:c[1]]),
                                      threads.split(O, nthr))
             else:
