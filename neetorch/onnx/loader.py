@@ -171,6 +171,9 @@ def load_model(model, *, check: bool = True):
     m, base_dir, path = _parse(model)
     from .functions import inline_local_functions  # skl2onnx's KNNImputer calls functions it defines
     m, notes = inline_local_functions(m)
+    from .ops_contrib import ort_default_domain_compat  # onnxruntime-optimized models: its LayerNorms
+    m, note = ort_default_domain_compat(m)
+    notes += [note] if note else []
     op = default_opset(m)
     hi = max_opset()
     if op > hi:
@@ -182,7 +185,9 @@ def load_model(model, *, check: bool = True):
         raise UnsupportedModelError(f"model uses operator domains {sorted(used)}; supported: the default ONNX "
                                     f"domain at opsets {MIN_OPSET}..{hi}, ai.onnx.ml (classical ML ops, "
                                     f"neetorch/onnx/ops_ml.py) and com.microsoft's Tokenizer (ops_text.py), QLinear* / "
-                                    f"QGemm (ops_vision.py) and DynamicQuantizeLSTM (ops_nn.py)")
+                                    f"QGemm (ops_vision.py), DynamicQuantizeLSTM (ops_nn.py) and the fused "
+                                    f"transformer / CNN ops of onnxruntime's optimizers (Attention, "
+                                    f"SkipLayerNormalization, FusedMatMul, MatMulNBits, ...: ops_contrib.py)")
     ml = [int(o.version) for o in m.opset_import if o.domain == "ai.onnx.ml"]
     if ml and ml[0] > ML_MAX_OPSET:
         raise UnsupportedModelError(f"model uses ai.onnx.ml opset {ml[0]}; supported: 1..{ML_MAX_OPSET}")

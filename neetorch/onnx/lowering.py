@@ -170,6 +170,7 @@ def op_key(n) -> str:
 def load_op_modules() -> None:
     """Import every module that fills :data:`OPS` (one list: lowering, checks and ``supported_ops``)."""
     from . import (  # noqa: F401
+        ops_contrib,
         ops_control,
         ops_map,
         ops_math,
