@@ -29,6 +29,10 @@ from .jit import jit  # noqa: F401
 from .profiler import profile  # noqa: F401
 
 half = float16
+complex64 = cfloat = _dtypes.complex64
+complex128 = cdouble = _dtypes.complex128
+if _dtypes.bfloat16 is not None:   # (without ml_dtypes, nee.bfloat16 raises BFLOAT16_MISSING: see __getattr__)
+    bfloat16 = _dtypes.bfloat16
 float = float32  # noqa: A001
 double = float64
 long = int64
@@ -104,6 +108,8 @@ from . import nn  # noqa: E402,F401  (after the op table is bound: nn uses it)
 from .serialization import load_safetensors, save_safetensors, save, load  # noqa: E402,F401
 from . import linalg  # noqa: E402,F401
 from . import special  # noqa: E402,F401
+from . import fft  # noqa: E402,F401
+_ops.complex.install_guard()   # (once the op table is complete) ops not known right for complex refuse it
 from .compare import compare  # noqa: E402,F401
 
 
@@ -112,4 +118,6 @@ def __getattr__(name):
     if name == "onnx":
         import importlib
         return importlib.import_module(".onnx", __name__)
+    if name == "bfloat16":
+        raise AttributeError(_dtypes.BFLOAT16_MISSING)
     raise AttributeError(f"module 'neetorch' has no attribute {name!r}")

@@ -42,10 +42,10 @@ from .ops.matrix import linalg_cross as cross
 from .ops.reduction import vector_norm
 
 __all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals",
-           "eigvalsh", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
+           "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
            "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
-           "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vdot", "vecdot",
-           "vector_norm"]
+           "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vander", "vdot",
+           "vecdot", "vector_norm"]
 
 _MATRIX_ORDS = ("fro", "nuc", math.inf, -math.inf, 1, -1, 2, -2)
 
@@ -79,6 +79,13 @@ def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, ou
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
     if dtype is not None:
         input = input.to(dtype)
+    dim = (dim,) if isinstance(dim, int) else tuple(dim)
+    if len(dim) != 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}")
+    for d in dim:
+        if not -input.ndim <= d < input.ndim:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-input.ndim}, {input.ndim - 1}], "
+                             f"but got {d})")
     d0, d1 = (d % input.ndim for d in dim)
     if d0 == d1:
         raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
@@ -91,7 +98,7 @@ def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, ou
         if ord == "nuc":
             r = s.sum(-1)
         elif ord == 2:
-            r = s.amax(-1)
+            r = s.amax(-1) if s.shape[-1] else s.sum(-1)      # (torch: the max-norms of an empty matrix are 0)
         else:
             r = s.amin(-1)
         if keepdim:
@@ -103,7 +110,9 @@ def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, ou
     if not keepdim and d0 < d1:
         d1 -= 1
     s = vector_norm(input, 1, dim=(d0,), keepdim=keepdim)
-    return _out(s.amax(d1, keepdim=keepdim) if ord > 0 else s.amin(d1, keepdim=keepdim), out)
+    if ord > 0:
+        return _out(s.amax(d1, keepdim=keepdim) if s.shape[d1] else s.sum(d1, keepdim=keepdim), out)
+    return _out(s.amin(d1, keepdim=keepdim), out)
 
 
 def cond(A, p=None, *, out=None):
@@ -132,3 +141,59 @@ def cond(A, p=None, *, out=None):
     inverse, info = inv_ex(A)
     inverse = EXPORTS["where"][0]((info > 0).unsqueeze(-1).unsqueeze(-1), math.inf, inverse)
     return _out(matrix_norm(A, p) * matrix_norm(inverse, p), out)
+
+
+def vander(x, *, N=None):
+    """``torch.linalg.vander``: (*, n) -> (*, n, N), the powers ``x**0 .. x**(N-1)`` (increasing, unlike
+    ``torch.vander``) along a new last dim, as a ``cumprod`` like PyTorch; integer inputs give int64."""
+    from .tensor import dtypes as _dt
+    from .ops.registry import EXPORTS
+    _tensor(x, "linalg.vander", "x")
+    if x._dtype not in (_dt.float32, _dt.float64) and (x._dtype.category != 1 or x._dtype is _dt.bool_):
+        raise RuntimeError(f"linalg.vander supports floating point, complex, and integer tensors, but got "
+                           f"{x._dtype.name}")
+    x = x.unsqueeze(-1) if x.ndim == 0 else x
+    n = x.shape[-1] if N is None else int(N)
+    if n <= 1:
+        raise RuntimeError("N must be greater than 1.")
+    shape = tuple(x.shape) + (n - 1,)
+    powers = x.unsqueeze(-1).expand(*shape).cumprod(-1)
+    from .tensor.creation import ones
+    first = ones(*shape[:-1], 1, dtype=powers._dtype, device=powers.device)
+    return EXPORTS["cat"][0]([first, powers], -1)
+
+
+def householder_product(A, tau, *, out=None):
+    """``torch.linalg.householder_product``: the first n columns of H_1 ... H_k, H_i = I - tau_i v_i v_i^T with
+    v_i = (0, .., 0, 1, A[i+1:, i]) (LAPACK's orgqr, e.g. Q from ``geqrf``); A (*, m, n), tau (*, k),
+    m >= n >= k.  Composed: k rank-1 updates of the (m, n) identity, applied from H_k back to H_1."""
+    from .tensor import dtypes as _dt
+    from .tensor.creation import arange, eye
+    from .ops.registry import EXPORTS
+    _tensor(A, "linalg.householder_product")
+    _tensor(tau, "linalg.householder_product", "tau")
+    op = "torch.linalg.householder_product"
+    if A.ndim < 2:
+        raise RuntimeError(f"{op}: input must have at least 2 dimensions.")
+    m, n = A.shape[-2], A.shape[-1]
+    if m < n:
+        raise RuntimeError(f"{op}: input.shape[-2] must be greater than or equal to input.shape[-1]")
+    k = tau.shape[-1] if tau.ndim else 1
+    if n < k:
+        raise RuntimeError(f"{op}: input.shape[-1] must be greater than or equal to tau.shape[-1]")
+    if tau.ndim != A.ndim - 1 or tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
+        raise RuntimeError(f"{op}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got "
+                           f"{list(tau.shape[:-1])}")
+    if A._dtype.category != 2:
+        raise NotImplementedError(f"\"orgqr_cpu\" not implemented for '{A._dtype.name}'")
+    if tau._dtype is not A._dtype:
+        raise RuntimeError(f"{op}: tau dtype {tau._dtype.name} does not match input dtype {A._dtype.name}")
+    where = EXPORTS["where"][0]
+    q = eye(m, n, dtype=A._dtype, device=A.device).expand(*A.shape)
+    rows = arange(m, device=A.device).unsqueeze(-1)                  # (m, 1)
+    for i in reversed(range(k)):
+        col = A.narrow(-1, i, 1)                                       # (*, m, 1)
+        v = where(rows < i, 0.0, where(rows == i, 1.0, col))
+        t = tau.narrow(-1, i, 1).unsqueeze(-1)                         # (*, 1, 1)
+        q = q - (v * t).matmul(v.transpose(-2, -1).matmul(q))
+    return _out(q, out)

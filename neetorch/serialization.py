@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .tensor import dtypes as _dt
 from .tensor.tensor import Tensor
 
 __all__ = ["load_safetensors", "save_safetensors", "save", "load"]
@@ -43,8 +44,9 @@ def _host_array(v, name: str) -> np.ndarray:
 
 def _wrap(a: np.ndarray, device) -> Tensor:
     from .tensor import creation
-    if a.dtype.name == "bfloat16" or a.dtype.name.startswith("float8"):
-        # with ml_dtypes imported, numpy knows these types; neetorch stores them as float32
+    if a.dtype.name.startswith("float8") or (a.dtype.name == "bfloat16" and _dt.bfloat16 is None):
+        # with ml_dtypes imported, numpy knows these types; neetorch stores them as float32 (bfloat16 arrays
+        # stay bfloat16: nee.bfloat16)
         a = a.astype(np.float32)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
@@ -89,8 +91,11 @@ def _load_safetensors_raw(path) -> dict:
         shape = tuple(info["shape"])
         dt = info["dtype"]
         if dt == "BF16":
-            u16 = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
-            out[name] = u16.view(np.float32).reshape(shape)
+            u16 = np.frombuffer(buf, dtype="<u2")
+            if _dt.bfloat16 is not None:
+                out[name] = u16.copy().view(_dt.bfloat16.np).reshape(shape)
+            else:
+                out[name] = (u16.astype(np.uint32) << 16).view(np.float32).reshape(shape)
         elif dt in np_types:
             out[name] = np.frombuffer(buf, dtype=np.dtype(np_types[dt]).newbyteorder("<")).reshape(shape).copy()
         else:
@@ -139,6 +144,14 @@ def save(obj, f) -> None:
             np.savez(fh, **{_KEYS: names}, **arrays)
 
 
+def _npz_array(a) -> np.ndarray:
+    # .npz keeps a bfloat16 array (an ml_dtypes type) as raw 2-byte records ("|V2"): its bits, viewed back
+    a = np.array(a)
+    if a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.names is None and _dt.bfloat16 is not None:
+        a = a.view(_dt.bfloat16.np)
+    return a
+
+
 def load(f, map_location=None, weights_only=True):
     """Load what :func:`save` wrote: a Tensor or an OrderedDict of Tensors."""
     with np.load(f, allow_pickle=False) as z:
@@ -146,7 +159,7 @@ def load(f, map_location=None, weights_only=True):
         single = bool(names) and names[-1] == "\x00single"
         if single:
             names = names[:-1]
-        out = OrderedDict((str(n), _wrap(np.array(z[f"a{i}"]), map_location)) for i, n in enumerate(names))
+        out = OrderedDict((str(n), _wrap(_npz_array(z[f"a{i}"]), map_location)) for i, n in enumerate(names))
     if single:
         return out[""]
     return out

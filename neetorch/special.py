@@ -57,7 +57,7 @@ def _opmath(x: Tensor, wide: bool):
     """(x converted to its compute dtype, result dtype): float64 when ``wide`` (series evaluations),
     else float32 for float16 and the input's float dtype otherwise."""
     odt = _result_dtype(x)
-    cdt = _dt.float64 if wide else (_dt.float32 if odt is _dt.float16 else odt)
+    cdt = _dt.float64 if wide else (_dt.float32 if odt in _dt.LOW_FLOATS else odt)
     return (x if x._dtype is cdt else x.to(cdt)), odt
 
 
@@ -222,7 +222,7 @@ def xlog1py(input, other, *, out=None):
         raise TypeError("special.xlog1py(): at least one of input and other must be a Tensor")
     like = input if isinstance(input, Tensor) else other
     rt = _result_dtype(input, other)
-    cdt = _dt.float32 if rt is _dt.float16 else rt
+    cdt = _dt.float32 if rt in _dt.LOW_FLOATS else rt
 
     def conv(v):
         return v.to(cdt) if isinstance(v, Tensor) else _creation.full((), v, dtype=cdt, device=like.device)
@@ -277,7 +277,7 @@ def erfcx(input, *, out=None):
     x, odt = _opmath(input, True)
     xsq = None
     if odt is not _dt.float64:
-        xi = input.to(odt if odt is not _dt.float16 else _dt.float32)
+        xi = input.to(odt if odt not in _dt.LOW_FLOATS else _dt.float32)
         xsq = (xi * xi).to(_dt.float64)
     return _out(_back(_erfcx(x, xsq), odt), out)
 

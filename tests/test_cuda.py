@@ -202,7 +202,8 @@ def test_every_claimed_elementwise_kernel_and_fused_group_compiles_with_nvcc(tmp
     from neetorch.devices.cuda import nn as cuda_nn
     sources.update(cuda_nn.all_sources())            # conv / pooling / indexing / tril (tests/test_cuda_nn.py)
     pats = {name for name, _ in groups}
-    assert n_ew >= 800 and n_groups >= 150 and len(pats) >= 140, (n_ew, n_groups, len(pats))
+    # (float16 / bfloat16 results are rounded after every op, as in eager: the fusion pass leaves them out of groups)
+    assert n_ew >= 800 and n_groups >= 110 and len(pats) >= 110, (n_ew, n_groups, len(pats))
     ptx = nvcc_compile(tmp_path, list(sources.items()))
     missing = set(sources) - _entries(ptx)
     assert not missing, sorted(missing)[:10]

@@ -567,8 +567,11 @@ def test_index_add_copy_fill_repeat_interleave_match_cpu(clean, dn):
         ops["add int32 index"] = lambda t, j, u: nee.index_add(t, 1, j.to(nee.int32), u)
     for name, f in ops.items():
         want = f(x, i, s)
+        # (float16 with alpha: the CPU scales in float32, the CUDA kernel in float16 before its float sum; torch
+        # itself follows neither order exactly, so that one case compares within float16's tolerance)
+        exact = not (dn == "float16" and name == "add alpha")
         for xc in (cu(x), cu(x.transpose(0, 2).contiguous()).transpose(0, 2)):
-            check(f(xc, cu(i), cu(s)), want, exact=True, msg=name)
+            check(f(xc, cu(i), cu(s)), want, exact=exact, msg=name)
     for reps, d in [(2, 1), (nee.tensor([1, 0, 3, 2]), 0), (nee.tensor([2, 1, 1]), 2)]:
         rc = cu(reps) if isinstance(reps, nee.Tensor) else reps
         check(nee.repeat_interleave(cu(x), rc, d), nee.repeat_interleave(x, reps, d), exact=True, msg=f"ri {d}")

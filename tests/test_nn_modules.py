@@ -1069,8 +1069,8 @@ def test_safetensors_bf16_from_torch(tmp_path):
     w = torch.randn(3, 4)
     save_file({"w": w.to(torch.bfloat16), "i": torch.arange(3)}, str(tmp_path / "bf.safetensors"))
     sd = serialization.load_safetensors(tmp_path / "bf.safetensors")
-    assert sd["w"].dtype is nee.float32 and sd["i"].dtype is nee.int64
-    np.testing.assert_array_equal(_np(sd["w"]), w.to(torch.bfloat16).float().numpy())
+    assert sd["w"].dtype is nee.bfloat16 and sd["i"].dtype is nee.int64
+    np.testing.assert_array_equal(_np(sd["w"].float()), w.to(torch.bfloat16).float().numpy())
 
 
 def test_nee_save_load(tmp_path):

@@ -26,6 +26,7 @@ from ..devices import device as _device
 from ..ops import registry
 from ..ops.registry import Meta
 from ..ops.shape_rules import broadcast_shapes
+from ..tensor.dtypes import LOW_FLOATS, is_low_np
 from ..tensor.tensor import Tensor
 from ..trace.ir import Graph, Value
 from ..trace.tracer import ViewOp
@@ -429,6 +430,7 @@ class Executable:
                 kern, be, check = step[2], step[3], n.op.check
                 binder = None
                 if check is None and be.device.type == "cpu" and \
+                        not any(v.dtype in LOW_FLOATS for v in list(n.inputs) + list(n.outputs)) and \
                         (n.op.name in ("matmul", "layer_norm", "rms_norm") or
                          getattr(kern, "__name__", None) == "ew_" + n.op.name):
                     # the CPU kernels of matmul and the single elementwise ops (devices/cpu: _ew_kernel)
@@ -453,13 +455,13 @@ class Executable:
             elif kind == "fused":
                 launch, kern, be = step[3].launch_group, step[2], step[3]
                 binder = None
-                if be.device.type == "cpu" and not any(o.dtype.name == "float16" for o in n.outputs):
+                if be.device.type == "cpu" and not any(o.dtype in LOW_FLOATS for o in n.outputs):
                     from ..devices.cpu.kernels.fused import _bind_strided
 
                     def binder(arrs, xs, kern=kern):
                         # launch_group's copies (float16, an input overlapping an output) are
                         # not bound: those layouts keep the launch
-                        if any(x.dtype == np.float16 or any(np.may_share_memory(o, x) for o in arrs) for x in xs):
+                        if any(is_low_np(x.dtype) or any(np.may_share_memory(o, x) for o in arrs) for x in xs):
                             return None
                         return _bind_strided(kern, arrs, xs)
                 run = _bound_runner(lambda arrs, xs: launch(kern, arrs, xs), binder, make, ins, outs)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ..ops.registry import Meta
 from ..ops.shape_rules import broadcast_shapes
+from ..tensor.dtypes import LOW_FLOATS
 from ..trace.ir import Graph, Node
 
 __all__ = ["FusedElementwise", "MatmulEpilogue", "ReductionPrologue", "fuse_elementwise", "group_elementwise",
@@ -64,7 +65,8 @@ def group_elementwise(g: Graph) -> Graph:
     group_of: dict = {}
     groups: list[list[Node]] = []
     for n in g.nodes:
-        if not _is_ew(n):
+        if not _is_ew(n) or any(o.dtype in LOW_FLOATS for o in n.outputs):
+            # (a float16/bfloat16 result is rounded after every op, as in eager: such nodes run alone)
             continue
         shape = n.outputs[0].shape
         target = None
@@ -201,7 +203,7 @@ _FLOAT = ("float32", "float64")   # float16 computes through float32 copies: lef
 
 
 def _floats_only(vals) -> bool:
-    return all(v.dtype.name != "float16" for v in vals)
+    return all(v.dtype not in LOW_FLOATS for v in vals)
 
 
 def _as_group(g: Graph, n: Node, users) -> Node | None:

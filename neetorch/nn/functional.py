@@ -29,6 +29,15 @@ def _inplace(input, r, inplace):
     return input.copy_(r) if inplace else r
 
 
+def _float_only(input, kernel):
+    """torch's CPU kernels of these activations take floating-point tensors only (relu / hardtanh / sigmoid /
+    tanh accept integers); ``kernel`` is the name torch's error gives."""
+    dt = getattr(input, "_dtype", None)
+    if dt is not None and dt.category != 2:
+        from ..ops.linalg import _CAP
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_CAP.get(dt.name, dt.name)}'")
+
+
 # ---------------------------------------------------------------- activations
 def relu(input, inplace=False):
     return _inplace(input, _E("relu")(input), inplace)
@@ -45,6 +54,7 @@ def relu6(input, inplace=False):
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
+    _float_only(input, "leaky_relu_cpu")
     return _ew.leaky_relu(input, negative_slope, inplace)
 
 
@@ -53,18 +63,22 @@ def leaky_relu_(input, negative_slope=0.01):
 
 
 def gelu(input, approximate="none"):
+    _float_only(input, "GeluKernelImpl")
     return _ew.gelu(input, approximate)
 
 
 def silu(input, inplace=False):
+    _float_only(input, "silu_cpu")
     return _inplace(input, _E("silu")(input), inplace)
 
 
 def mish(input, inplace=False):
+    _float_only(input, "mish_cpu")
     return _inplace(input, _E("mish")(input), inplace)
 
 
 def elu(input, alpha=1.0, inplace=False):
+    _float_only(input, "elu_cpu")
     return _ew.elu(input, alpha, inplace)
 
 
@@ -73,6 +87,7 @@ def elu_(input, alpha=1.0):
 
 
 def celu(input, alpha=1.0, inplace=False):
+    _float_only(input, "elu_cpu")
     return _ew.celu(input, alpha, inplace)
 
 
@@ -81,6 +96,7 @@ def celu_(input, alpha=1.0):
 
 
 def selu(input, inplace=False):
+    _float_only(input, "elu_cpu")
     return _inplace(input, _E("selu")(input), inplace)
 
 
@@ -89,6 +105,7 @@ def selu_(input):
 
 
 def softplus(input, beta=1.0, threshold=20.0):
+    _float_only(input, "softplus_cpu")
     return _ew.softplus(input, beta, threshold)
 
 
@@ -107,10 +124,12 @@ def hardtanh_(input, min_val=-1.0, max_val=1.0):
 
 
 def hardsigmoid(input, inplace=False):
+    _float_only(input, "hardsigmoid_cpu")
     return _inplace(input, _E("hardsigmoid")(input), inplace)
 
 
 def hardswish(input, inplace=False):
+    _float_only(input, "hardswish_cpu")
     return _inplace(input, _E("hardswish")(input), inplace)
 
 
@@ -123,6 +142,7 @@ def tanh(input):
 
 
 def logsigmoid(input):
+    _float_only(input, "log_sigmoid_cpu")
     return _E("logsigmoid")(input)
 
 
@@ -131,10 +151,12 @@ def tanhshrink(input):
 
 
 def hardshrink(input, lambd=0.5):
+    _float_only(input, "hardshrink_cpu")
     return _ew.where(input.abs() > lambd, input, 0.0 * input)
 
 
 def softshrink(input, lambd=0.5):
+    _float_only(input, "softshrink_check")
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
     return _ew.where(input > lambd, input - lambd, _ew.where(input < -lambd, input + lambd, 0.0 * input))
@@ -150,6 +172,7 @@ def threshold_(input, threshold, value):
 
 
 def glu(input, dim=-1):
+    _float_only(input, "glu_cpu")
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
     d = dim + input.ndim if dim < 0 else dim
@@ -162,6 +185,7 @@ def glu(input, dim=-1):
 
 
 def prelu(input, weight):
+    _float_only(input, "prelu_cpu")
     if weight.numel() != 1:
         C = input.shape[1] if input.ndim >= 2 else input.shape[0]
         if weight.numel() != C:
@@ -175,6 +199,7 @@ def prelu(input, weight):
 
 
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    _float_only(input, "leaky_relu_cpu")
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     from ..tensor.creation import rand
@@ -236,9 +261,24 @@ def dropout3d(input, p=0.5, training=True, inplace=False):
 
 
 def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
-    if not training or p == 0.0:
+    """Alpha dropout of whole channels: one keep / drop draw per (N, C) slice (torch's make_feature_noise)."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0 or input.numel() == 0:
         return input
-    return alpha_dropout(input, p, training, inplace)
+    if input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    if p == 1.0:
+        r = input * 0
+    else:
+        from ..tensor.creation import rand
+        from ..tensor import dtypes as _dt
+        shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+        u = rand(*shape, dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32, device=input._device)
+        keep = (u < (1.0 - p)).to(input._dtype)
+        a = 1.0 / math.sqrt((_nn._ALPHA * _nn._ALPHA * p + 1) * (1 - p))
+        r = input * (keep * a) + ((keep - 1.0) * (_nn._ALPHA * a) + _nn._ALPHA * a * p)
+    return input.copy_(r) if inplace else r
 
 
 # ---------------------------------------------------------------- more losses (composed)

@@ -28,7 +28,7 @@ __all__ = ["conv3d", "conv_transpose3d", "max_pool3d", "max_pool3d_with_indices"
            "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "lp_pool3d",
            "local_response_norm", "max_unpool1d", "max_unpool2d", "max_unpool3d", "affine_grid", "grid_sample",
            "embedding_bag", "pdist", "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
-           "triplet_margin_with_distance_loss"]
+           "triplet_margin_with_distance_loss", "multi_head_attention_forward"]
 
 
 def _lst(shape) -> str:
@@ -218,6 +218,10 @@ def _combine_indices(i_hw, i_d, N, C, D, H, W, OHW):
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """3-D max pooling over (N, C, D, H, W) or (C, D, H, W) (``torch.nn.functional.max_pool3d``)."""
     op = "max_pool3d"
+    if isinstance(input, Tensor) and input._dtype in (_dt.uint8, _dt.int8, _dt.int16, _dt.int32):
+        # integer max pooling (torch has it): exact through float64, which holds every such value
+        r = max_pool3d(input.to(_dt.float64), kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+        return (r[0].to(input._dtype), r[1]) if return_indices else r.to(input._dtype)
     x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
                               f"{_lst(input.shape)}")
     ks, st, pad, dil = _c._pool_args(3, op, kernel_size, stride, padding, dilation)
@@ -253,6 +257,9 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
         raise RuntimeError("divisor must be not zero")
     _check_pool3d_out(op, x, ks, st, pad, (1, 1, 1), ceil_mode)
     N, C, D, H, W = x.shape
+    if D < ks[0] or H < ks[1] or W < ks[2]:            # PyTorch checks the unpadded input (3-D only)
+        raise RuntimeError(f"input image (T: {D} H: {H} W: {W}) smaller than kernel size (kT: {ks[0]} kH: {ks[1]} "
+                           f"kW: {ks[2]})")
     dv = None if divisor_override is None else 1   # sums in both stages, one division at the end
     r = _c.avg_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], ceil_mode, count_include_pad, dv)
     OH, OW = r.shape[2], r.shape[3]
@@ -465,26 +472,165 @@ def _source_coord(coord, size, padding_mode, align_corners):
         c = (coord + 1.0) / 2.0 * (size - 1)
     else:
         c = ((coord + 1.0) * size - 1.0) / 2.0
+    return _pad_coord(c, size, padding_mode, align_corners)
+
+
+def _pad_coord(c, size, padding_mode, align_corners):
+    """PyTorch's ``compute_coordinates``: border clamps, reflection reflects then clamps (a NaN clamps to 0, as
+    PyTorch's vectorised clip does), zeros leaves the coordinate alone."""
+    from ..ops.elementwise import where
     if padding_mode == "border":
         c = c.clamp(0.0, size - 1)
     elif padding_mode == "reflection":
         c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
         c = c.clamp(0.0, size - 1)
-    return c
+    else:
+        return c
+    return where(c == c, c, 0.0)
+
+
+def _cubic_weights(t):
+    """The 4 cubic-convolution weights (A = -0.75, PyTorch's ``get_cubic_upsample_coefficients``) of the taps at
+    floor(x) - 1 .. floor(x) + 2 for the fraction ``t = x - floor(x)``."""
+    A = -0.75
+
+    def near(x):                                       # |x| <= 1
+        return ((x * (A + 2.0)) - (A + 3.0)) * x * x + 1.0
+
+    def far(x):                                        # 1 < |x| < 2
+        return ((x * A - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A
+    return [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
+
+
+def _bicubic_taps(coords, sizes, padding_mode, align_corners, tap):
+    """Bicubic grid_sample (2-D): like PyTorch, the 4x4 taps around the unpadded source point each get the padding
+    mode applied to their own coordinates (border: clamped, reflection: reflected then clamped, zeros: 0 outside);
+    interpolated along x for each of the 4 rows, then along y."""
+    def pad(c, n):
+        return _pad_coord(c, n, padding_mode, align_corners)
+    (cy, cx), (H, W) = coords, sizes
+    y0, x0 = cy.floor(), cx.floor()
+    wy, wx = _cubic_weights(cy - y0), _cubic_weights(cx - x0)
+    xs = [pad(x0 + (j - 1.0), W) for j in range(4)]
+    out = None
+    for i in range(4):
+        yi = pad(y0 + (i - 1.0), H)
+        row = None
+        for j in range(4):
+            term = tap([yi, xs[j]]) * wx[j].unsqueeze(1)
+            row = term if row is None else row + term
+        term = row * wy[i].unsqueeze(1)
+        out = term if out is None else out + term
+    return out
+
+
+def _aa_weights(n_in, n_out, scale, align_corners, mode, f, antialias=True):
+    """(n_out, n_in) anti-aliasing resampling matrix of one spatial dim, PyTorch's ``_compute_weights_aa`` in the
+    compute dtype ``f``: the filter (triangle for bilinear, Keys cubic with a = -0.5 for bicubic) is stretched by the
+    downscale factor, taps are the input pixels within its support around the output pixel's centre, and the
+    weights of each output pixel are normalised to sum to 1.  ``antialias=False`` (torch's uint8 bilinear): the
+    filter is not stretched and align_corners shifts the centres by half a pixel."""
+    import numpy as np
+    if align_corners:
+        sc = f(n_in - 1) / f(n_out - 1) if n_out > 1 else f(0)
+    elif scale is not None and scale > 0:
+        sc = f(1.0 / scale)
+    else:
+        sc = f(n_in) / f(n_out)
+    interp = 2 if mode == "bilinear" else 4
+    stretch = antialias and sc >= 1.0
+    support = f(interp * 0.5) * sc if stretch else f(interp * 0.5)
+    invscale = f(1.0) / sc if stretch else f(1.0)
+    delta = f(0.5) if (align_corners and not antialias) else f(0.0)
+    max_size = int(math.ceil(support)) * 2 + 1
+
+    def filt(x):
+        x = abs(x)
+        if mode == "bilinear":
+            return f(1.0) - x if x < 1.0 else f(0.0)
+        a = f(-0.5)
+        if x < 1.0:
+            return ((a + f(2.0)) * x - (a + f(3.0))) * x * x + f(1.0)
+        if x < 2.0:
+            return ((a * x - f(5.0) * a) * x + f(8.0) * a) * x - f(4.0) * a
+        return f(0.0)
+    m = np.zeros((n_out, n_in), dtype=f)
+    for i in range(n_out):
+        center = sc * (f(i + 0.5) - delta)
+        xmin = max(int(center - support + f(0.5) + delta), 0)
+        xsize = min(max(min(int(center + support + f(0.5) + delta), n_in) - xmin, 0), max_size)
+        w = np.array([filt((f(j + xmin) - center + f(0.5) - delta) * invscale) for j in range(xsize)], dtype=f)
+        total = w.sum(dtype=f)
+        m[i, xmin:xmin + xsize] = w / total if total != 0 else w
+    return m
+
+
+def _interpolate_uint8(input, output_size, scales, mode, align_corners, antialias):
+    """uint8 bilinear / bicubic ``interpolate`` (4-D), bit-exact with PyTorch's (PIL-like) uint8 kernels: per dim
+    (width first, a dim whose size does not change is skipped) float64 weights - the anti-aliasing framework's for
+    bilinear and antialiased bicubic, the float bicubic taps (clamped at the border, a = -0.75) otherwise - become
+    int16 fixed point with the most precision bits the largest weight allows; each pass is an int64 matmul, rounded
+    half up, shifted back and clamped to [0, 255]."""
+    import numpy as np
+    from ..ops.conv import _taps
+    y = input.to(_dt.int64)
+    for j in (1, 0):
+        d = 2 + j
+        n_in, n_out = input.shape[d], output_size[j]
+        if n_in == n_out:
+            continue
+        sc = None if scales is None else scales[j]
+        if mode == "bicubic" and not antialias:
+            m = np.zeros((n_out, n_in))
+            rows = np.arange(n_out)
+            for idx, w in _taps("bicubic", n_in, n_out, sc, align_corners, np.float64):
+                np.add.at(m, (rows, idx), w)
+        else:
+            m = _aa_weights(n_in, n_out, sc, align_corners, mode, np.float64, antialias)
+        wmax = float(m.max())
+        prec = 0
+        while prec < 22 and int(0.5 + wmax * (1 << (prec + 1))) < (1 << 15):
+            prec += 1
+        v = m * (1 << prec)
+        mi = np.trunc(np.where(v < 0, v - 0.5, v + 0.5)).astype(np.int64)
+        mt = _cr.tensor(mi.T.copy(), dtype=_dt.int64, device=input._device)
+        z = y.transpose(d, -1).matmul(mt) if d != 3 else y.matmul(mt)
+        if prec:
+            z = (z + (1 << (prec - 1))) // (1 << prec)
+        z = z.clamp(0, 255)
+        y = z.transpose(d, -1) if d != 3 else z
+    return y.to(_dt.uint8)
+
+
+def _interpolate_antialias(input, output_size, scales, mode, align_corners):
+    """``interpolate(..., antialias=True)`` for 4-D bilinear / bicubic input: separable, the width first then the
+    height (a dim whose size does not change is copied), each a matmul with the dim's (n_out, n_in) weights."""
+    if input._dtype not in (_dt.float32, _dt.float64):
+        raise RuntimeError(f"\"compute_index_ranges_weights\" not implemented for '{_CAP[input._dtype.name]}' "
+                           f"(interpolate with antialias=True takes float32 / float64 input)")
+    cdt = input._dtype
+    f = cdt.np.type
+    y = input
+    for j in (1, 0):
+        d = 2 + j
+        n_in, n_out = input.shape[d], output_size[j]
+        if n_in == n_out:
+            continue
+        m = _aa_weights(n_in, n_out, None if scales is None else scales[j], align_corners, mode, f)
+        mt = _cr.tensor(m.T.copy(), dtype=cdt, device=input._device)
+        y = y.transpose(d, -1).matmul(mt).transpose(d, -1) if d != 3 else y.matmul(mt)
+    return y
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """Sample ``input`` (N, C, H, W) at ``grid`` (N, Ho, Wo, 2) locations in [-1, 1] (x, y), or (N, C, D, H, W) at
     (N, Do, Ho, Wo, 3) locations (x, y, z) (``torch.nn.functional.grid_sample``); modes 'bilinear' (trilinear for
-    5-D) and 'nearest', padding 'zeros', 'border' and 'reflection'.  Built from ``gather``: one gather per tap (4 for
-    bilinear, 8 for trilinear, 1 for nearest)."""
+    5-D), 'nearest' and 'bicubic' (4-D only), padding 'zeros', 'border' and 'reflection'.  Built from ``gather``:
+    one gather per tap (4 for bilinear, 8 for trilinear, 16 for bicubic, 1 for nearest)."""
     from ..ops.elementwise import where
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
                          f"got: '{mode}'")
-    if mode == "bicubic":
-        raise NotImplementedError("grid_sample: mode='bicubic' is not implemented in neetorch (use 'bilinear' or "
-                                  "'nearest')")
     if padding_mode not in ("zeros", "border", "reflection"):
         raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
                          f"'reflection', but got: '{padding_mode}'")
@@ -501,12 +647,18 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         raise RuntimeError(f"grid_sample(): expected input and grid to have the same dtype, but input has "
                            f"{input._dtype} and grid has {grid._dtype}")
     _check_float(input, "grid_sample")
+    if mode == "bicubic" and nd != 2:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
     N, C = input.shape[0], input.shape[1]
     sizes = tuple(input.shape[2:])                      # (H, W) or (D, H, W)
     out_sp = tuple(grid.shape[1:-1])
     L = math.prod(out_sp)
     # source coordinates per spatial dim, in the input's dim order; grid's last axis is (x, y[, z])
-    coords = [_source_coord(grid.select(-1, nd - 1 - k), sizes[k], padding_mode, align_corners) for k in range(nd)]
+    if mode == "bicubic":       # padding applies to each tap's coordinate, not to the sample point
+        coords = [_source_coord(grid.select(-1, nd - 1 - k), sizes[k], "zeros", align_corners) for k in range(nd)]
+    else:
+        coords = [_source_coord(grid.select(-1, nd - 1 - k), sizes[k], padding_mode, align_corners)
+                  for k in range(nd)]
     flat = input.reshape(N, C, math.prod(sizes))
     zero = _cr.zeros((), dtype=input._dtype, device=input._device)
 
@@ -515,9 +667,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         inb = None
         lin = None
         for c, n in zip(idx, sizes):
-            ok = (c >= 0) & (c <= n - 1)
+            ok = (c >= 0) & (c <= n - 1)                # False for NaN too
             inb = ok if inb is None else inb & ok
-            cc = c.clamp(0, n - 1)
+            cc = where(ok, c, 0.0)
             lin = cc if lin is None else lin * n + cc
         lin = lin.to(_dt.int64).reshape(N, 1, L)
         v = flat.gather(2, lin.expand(N, C, L)).reshape(N, C, *out_sp)
@@ -525,6 +677,8 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
 
     if mode == "nearest":
         return tap([c.round() for c in coords])        # round half to even, like PyTorch's nearbyint
+    if mode == "bicubic":
+        return _bicubic_taps(coords, sizes, padding_mode, align_corners, tap)
     lo = [c.floor() for c in coords]
     out = None
     for corner in range(2 ** nd):
@@ -747,3 +901,39 @@ def _nn_minimum(a, b):
     from ..ops.registry import EXPORTS
     return EXPORTS["minimum"][0](a, b)
 
+
+# ---------------------------------------------------------------- attention
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    """``torch.nn.functional.multi_head_attention_forward``: ``nn.MultiheadAttention``'s forward on explicit
+    weights ((L, N, E) or unbatched (L, E) inputs); runs the module's own forward on a parameter namespace, so the
+    two cannot drift apart.  ``static_k`` / ``static_v`` are not supported."""
+    import types
+    from . import functional as F
+    from .modules.activation import MultiheadAttention
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError("multi_head_attention_forward: static_k / static_v are not supported in neetorch")
+    E = query.shape[-1]
+    if E != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but got {E}")
+    head_dim = E // num_heads
+    if head_dim * num_heads != E:
+        raise AssertionError(f"embed_dim {E} not divisible by num_heads {num_heads}")
+    if use_separate_proj_weight and (q_proj_weight is None or k_proj_weight is None or v_proj_weight is None):
+        raise AssertionError("use_separate_proj_weight is True but q_proj_weight, k_proj_weight or v_proj_weight "
+                             "is None")
+    if not use_separate_proj_weight and in_proj_weight is None:
+        raise AssertionError("use_separate_proj_weight is False but in_proj_weight is None")
+    ns = types.SimpleNamespace(
+        embed_dim=E, num_heads=num_heads, head_dim=head_dim, batch_first=False,
+        _qkv_same_embed_dim=not use_separate_proj_weight, in_proj_weight=in_proj_weight, in_proj_bias=in_proj_bias,
+        q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight, bias_k=bias_k,
+        bias_v=bias_v, add_zero_attn=bool(add_zero_attn), dropout=float(dropout_p), training=bool(training),
+        out_proj=lambda x: F.linear(x, out_proj_weight, out_proj_bias))
+    ns._projections = lambda q, k, v: MultiheadAttention._projections(ns, q, k, v)
+    return MultiheadAttention.forward(ns, query, key, value, key_padding_mask, need_weights, attn_mask,
+                                      average_attn_weights, is_causal)

@@ -636,7 +636,7 @@ def renorm(input, p, dim, maxnorm):
         raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.ndim} dimensions")
     d = wrap_dim(dim, input.ndim, "renorm")
     other = tuple(i for i in _range(input.ndim) if i != d)
-    x = input.to(_dt.float32) if input._dtype is _dt.float16 else input
+    x = input.to(_dt.float32) if input._dtype in _dt.LOW_FLOATS else input
     norm = _E("vector_norm")(x, p, other, True) if other else x.abs()
     factor = _where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
     return (x * factor).to(input._dtype)

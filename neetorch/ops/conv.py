@@ -414,6 +414,11 @@ def _max_pool(nd, op, input, kernel_size, stride, padding, dilation, ceil_mode, 
     msg = ("non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
            f"max_pool1d() Expected 2D or 3D input tensor, but got {_lst(input.shape)}")
     x, unb = _as4d(input, nd, op, msg)
+    if x._dtype in (_dt.uint8, _dt.int8, _dt.int16, _dt.int32):
+        # integer max pooling (torch has it): a max is exact through float64, which holds every such value
+        r = _max_pool(nd, op, input.to(_dt.float64), kernel_size, stride, padding, dilation, ceil_mode,
+                      return_indices)
+        return (r[0].to(x._dtype), r[1]) if return_indices else r.to(x._dtype)
     _float_check(x, op)
     ks, st, pad, dil = _pool_args(nd, op, kernel_size, stride, padding, dilation)
     attrs = {"kernel_size": ks, "stride": st, "padding": pad, "dilation": dil, "ceil_mode": bool(ceil_mode)}
@@ -540,7 +545,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     Modes: nearest, nearest-exact (3-, 4-, 5-D), linear (3-D), bilinear and bicubic (4-D), trilinear (5-D),
     area (3-, 4-, 5-D; 5-D through nn.functional.adaptive_avg_pool3d).  With ``scale_factor``
     (and no ``recompute_scale_factor``) the source index uses 1/scale_factor, as PyTorch does;
-    with ``size`` it uses in/out.
+    with ``size`` it uses in/out.  ``antialias=True`` (bilinear / bicubic, 4-D) and uint8 bilinear / bicubic input
+    are ``nn.functional_extra._interpolate_antialias`` / ``_interpolate_uint8`` (separable weight matmuls).
     """
     if mode in ("nearest", "area", "nearest-exact"):
         if align_corners is not None:
@@ -587,8 +593,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         recompute_scale_factor = True
     if recompute_scale_factor:
         scales = None
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported")
+    if antialias and not (mode in ("bilinear", "bicubic") and input.ndim == 4):
+        raise ValueError("Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D tensor as "
+                         "input")
     if any(o <= 0 for o in output_size) and not (mode == "area" and min(output_size) == 0):
         # (area is adaptive average pooling, whose empty output torch returns)
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
@@ -613,7 +620,15 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if scales is not None and mode in ("linear", "bilinear", "trilinear"):
         # PyTorch's linear modes copy a dim whose size does not change, whatever the scale factor says
         scales = tuple(None if o == n else sc for o, n, sc in zip(output_size, input.shape[2:], scales))
-    if mode in ("bicubic", "trilinear") or (dim == 3 and mode in ("nearest", "nearest-exact")):
+    if input._dtype is _dt.uint8 and mode in ("bilinear", "bicubic") and input.ndim == 4:
+        from ..nn.functional_extra import _interpolate_uint8
+        return _interpolate_uint8(input, output_size, scales, mode, bool(align_corners), bool(antialias))
+    if antialias:
+        from ..nn.functional_extra import _interpolate_antialias
+        return _interpolate_antialias(input, output_size, scales, mode, bool(align_corners))
+    if mode in ("bicubic", "trilinear") or (dim != 2 and mode in ("nearest", "nearest-exact")):
+        # (1-D and 3-D nearest: PyTorch's kernels always use the scale, only its 2-D one copies / halves indices
+        # when the output is 1x / 2x the input)
         return _resample_separable(input, output_size, scales, mode, bool(align_corners))
     if dim > 2:
         raise NotImplementedError(f"interpolate: mode {mode!r} on {input.ndim}-D input is not supported yet")
@@ -684,13 +699,14 @@ def _taps(mode, n_in, n_out, scale, align_corners, f):
 
 
 def _resample_separable(input, output_size, scales, mode, align_corners):
-    if input._dtype.category != 2:
+    nearest = mode in ("nearest", "nearest-exact")
+    if input._dtype.category != 2 and not (nearest and input._dtype is _dt.uint8):
         raise RuntimeError(f"\"upsample_{mode}\" not implemented for '{_CAP[input._dtype.name]}' (floating point "
-                           f"inputs only)")
+                           f"inputs only{' and uint8' if nearest else ''})")
     from ..tensor.creation import tensor
     odt = input._dtype
-    cdt = _dt.float32 if odt is _dt.float16 else odt
-    f = cdt.np.type
+    cdt = odt if nearest else _dt.compute_dtype(odt)
+    f = np.float32 if nearest else cdt.np.type        # PyTorch's nearest indices are computed in float32
     y = input if odt is cdt else input.to(cdt)
     dev, nd = input.device, input.ndim
     # the last spatial dim first: PyTorch blends each row along W, then those rows along H (then D)

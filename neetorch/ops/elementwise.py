@@ -25,8 +25,8 @@ def _same(dts):           # compute and output in the promoted dtype
     return dts, dts[0]
 
 
-def _float(dts):          # integers and bools compute in the default float dtype
-    d = dts[0] if dts[0].category == 2 else _dt.get_default_dtype()
+def _float(dts):          # integers and bools compute in the default float dtype (complex stays complex)
+    d = dts[0] if dts[0].category >= 2 else _dt.get_default_dtype()
     return [d] * len(dts), d
 
 
@@ -138,9 +138,16 @@ def _cast_0d(t: Tensor, dt: DType) -> Tensor:
     return cast(t, dt)
 
 
-# (torch's add/sub/remainder/fmod kernels round the scalar to float16 first; these read it at float32 when it
-# is the second operand: a first-operand scalar, as in 70000.0 // x, is cast to float16 like a tensor)
-_OPMATH_SCALAR_OPS = frozenset({"mul", "true_divide", "floor_divide", "trunc_divide"})
+# (torch's add/sub/remainder/fmod kernels round the scalar to float16/bfloat16 first; these read it at float32
+# when it is the operand at this position: a first-operand scalar, as in 70000.0 // x, is cast to float16 like a
+# tensor; lerp's weight and leaky_relu's slope are read at float32 too)
+_OPMATH_SCALAR_OPS = {"mul": 1, "true_divide": 1, "floor_divide": 1, "trunc_divide": 1, "leaky_relu": 1, "lerp": 2}
+
+
+def _exact_in(v, dt: DType) -> bool:
+    """The Python scalar ``v`` is a value of the float dtype ``dt`` (converting it rounds nothing)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.array(v, np.float64).astype(dt.np).astype(np.float64) == v) or v != v
 
 
 def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
@@ -215,11 +222,19 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             ins.append(a)
         elif _is_scalar(a):
             dt = cdt if i in idx else _dt.scalar_dtype(a)
-            if dt is _dt.float16 and i == 1 and op.name in _OPMATH_SCALAR_OPS and _trace_hook[0] is None:
+            if dt in _dt.LOW_FLOATS and i == _OPMATH_SCALAR_OPS.get(op.name):
                 # torch's CPU kernels read a Python scalar at float32 ("opmath") precision in these ops:
                 # float16 x * 70000.0 is 0.5 * 70000 rounded once (35008), not x * inf (the result stays float16)
-                dt = _dt.float32
-                opmath = True
+                opmath, dt = dt, _dt.float32   # (opmath: the float16/bfloat16 the result stays in)
+                if _trace_hook[0] is not None and _exact_in(a, opmath):
+                    opmath, dt = False, opmath    # (exact in the storage dtype: rounding it first changes nothing)
+                elif _trace_hook[0] is not None:
+                    # a traced graph has no op mixing dtypes like this: the same float32 computation as
+                    # explicit casts (cast, op in float32, one rounding cast), so jit and eager agree
+                    # (the scalar is the op's last operand: see _OPMATH_SCALAR_OPS)
+                    wide = [t if t._dtype is _dt.float32 else t.to(_dt.float32) for t in ins]
+                    r = apply(op, *wide, _scalar_tensor(a, dt, dev))
+                    return r.to(opmath) if out is None else out.copy_(r)
             ins.append(_scalar_tensor(a, dt, dev))
         elif a is None:
             raise TypeError(f"{op.name}: argument {i} is None")
@@ -227,7 +242,7 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             from ..tensor.creation import tensor
             ins.append(tensor(a, device=dev))
     metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {}) if not opmath else \
-        op.infer([Meta(t._data.shape, _dt.float16 if t._dtype is _dt.float32 else t._dtype) for t in ins], {})
+        op.infer([Meta(t._data.shape, opmath if t._dtype is _dt.float32 else t._dtype) for t in ins], {})
     if out is not None:
         from .indexing import _check_no_overlap
         _check_no_overlap(out)  # torch refuses to write into an expanded (stride-0) output
@@ -353,7 +368,26 @@ for _n, (_e, _r) in UNARY_FLOAT.items():
     export(_unary(_op), name=_n, method=_n not in ("gelu", "gelu_tanh", "mish", "logsigmoid", "softsign",
                                                     "tanhshrink", "selu", "hardsigmoid", "hardswish", "relu6", "silu"))
 
-_abs = define("abs", 1, lambda dt: "abs({0})" if dt.category != 0 else "{0}", ref=np.abs, allow=_no_bool)
+
+def _rounded_per_op(name, comp):
+    """torch's softsign / tanhshrink are Python compositions of ops, so a float16/bfloat16 result is rounded
+    after each of them: ``comp`` (those ops) runs for these dtypes, the one-kernel op for the others."""
+    from .registry import OPS
+    whole = _unary(OPS[name])
+
+    def f(input, *, out=None):
+        if out is None and isinstance(input, Tensor) and input._dtype in _dt.LOW_FLOATS:
+            return comp(input)
+        return whole(input, out=out)
+    f.__name__, f.__doc__ = name, whole.__doc__
+    export(f, name=name, method=False)
+
+
+_rounded_per_op("softsign", lambda x: x / (x.abs() + 1))
+_rounded_per_op("tanhshrink", lambda x: x - x.tanh())
+
+_abs = define("abs", 1, lambda dt: "abs({0})" if dt.category != 0 else "{0}", ref=np.abs, allow=_no_bool,
+              rule=lambda dts: (dts, _dt.to_real(dts[0])))   # |complex64| is float32
 _neg = define("neg", 1, lambda dt: "-{0}", ref=np.negative, allow=lambda d: (
     "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, "
     "use the `~` or `logical_not()` operator instead" if d.category == 0 else None))
@@ -529,7 +563,7 @@ def _check_int_div(op, a, b):
     if not isinstance(b, Tensor) and not _is_scalar(b):
         return  # lists/arrays: converted by apply(); checked by the caller through _as_operand
     pa = result_type(a, b) if _is_scalar(a) or isinstance(a, Tensor) else result_type(b)
-    if pa.category == 2:
+    if pa.category >= 2:
         return
     try:
         empty = 0 in np.broadcast_shapes(*[tuple(x.shape) for x in (a, b) if isinstance(x, Tensor)])
@@ -645,7 +679,8 @@ def fmod(input, other, *, out=None):
 @export
 def pow(input, exponent, *, out=None):
     """``input ** exponent`` with PyTorch's promotion (``torch.pow``)."""
-    if _is_scalar(exponent) and not isinstance(exponent, (bool, np.bool_)) and exponent < 0:
+    if _is_scalar(exponent) and not isinstance(exponent, (bool, np.bool_, complex, np.complexfloating)) \
+            and exponent < 0:
         # torch refuses only a *scalar* negative exponent for integer bases (tensors: 0 / 1 / -1 results)
         if result_type(input, exponent).category == 1:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -741,7 +776,7 @@ def lerp(input, end, weight):
                 raise RuntimeError(f"lerp: expected dtype {input._dtype.name} for `{nm}` but got dtype {o._dtype.name}")
         # (a Python scalar weight never makes integer inputs floating)
         rt = result_type(input, end, weight) if isinstance(weight, Tensor) else input._dtype
-        if rt.category != 2:
+        if rt.category < 2:
             raise RuntimeError(f"lerp: only floating-point inputs are supported, got {rt.name}")
     return apply(_lerp, input, end, weight)
 
@@ -760,7 +795,7 @@ def addcmul(input, tensor1, tensor2, *, value=1):
 
 @export
 def addcdiv(input, tensor1, tensor2, *, value=1):
-    if all(isinstance(t, Tensor) and t._dtype.category != 2 for t in (tensor1, tensor2)):
+    if all(isinstance(t, Tensor) and t._dtype.category < 2 for t in (tensor1, tensor2)):
         raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported (tensor1 and tensor2 are "
                            f"{tensor1._dtype.name} and {tensor2._dtype.name}); use input + value * tensor1 / tensor2")
     return apply(_addcdiv, input, tensor1, tensor2, value)

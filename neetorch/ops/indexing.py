@@ -444,7 +444,7 @@ def _check_put_dtype(self: Tensor, value, adv, has_true: bool, accumulate: bool)
 
 
 _TNAME = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
-          "float16": "Half", "float32": "Float", "float64": "Double"}
+          "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double"}
 
 
 def _check_no_overlap(t: Tensor):
@@ -754,6 +754,11 @@ def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Te
     bx, bi = list(b), list(b)
     bx[d] = input.shape[d]
     bi[d] = indices.shape[d]
+    # like torch (and numpy's take_along_axis), a negative index along ``dim`` counts from the end
+    from .elementwise import where
+    n = input.shape[d]
+    if n:
+        indices = where(indices < 0, indices + n, indices)
     return gather(input.expand(bx), d, indices.expand(bi))
 
 

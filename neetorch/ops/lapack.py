@@ -44,9 +44,11 @@ __all__ = [
     "triangular_solve",
 ]
 
-_CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "int32": "Int", "int64": "Long",
+_CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int32": "Int",
+        "int64": "Long",
         "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
-_LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "int32": "int", "int64": "long",
+_LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+          "int32": "int", "int64": "long",
           "int16": "short", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
 
 
@@ -93,11 +95,11 @@ def _floating(x, op, half=None, integer=None):
     supported" / "Expected a floating point or complex tensor"), "kernel:<name>" the dispatcher's
     NotImplementedError, any other string that RuntimeError message."""
     name = x._dtype.name
-    if name in ("float32", "float64") or (name == "float16" and half is False):
+    if name in ("float32", "float64") or (name in ("float16", "bfloat16") and half is False):
         return
-    how = half if name == "float16" else integer
+    how = half if name in ("float16", "bfloat16") else integer
     if how is None:
-        if name == "float16":
+        if name in ("float16", "bfloat16"):
             raise RuntimeError(f"{op}: Low precision dtypes not supported. Got {_CAP[name]}")
         raise RuntimeError(f"{op}: Expected a floating point or complex tensor as input. Got {_CAP[name]}")
     if how.startswith("kernel:"):

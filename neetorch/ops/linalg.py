@@ -13,14 +13,17 @@ import numpy as np
 from ..tensor.tensor import Tensor
 from .registry import Meta, OpDef, export, register, run
 from . import elementwise as _ew
+from ..tensor.dtypes import LOW_FLOATS as _LOW, float32 as _F32
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm",
            "baddbmm", "addr", "linear", "bilinear", "einsum", "tensordot", "chain_matmul", "kron"]
 
 # c10's type names (used in PyTorch's messages)
-_LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "int32": "int", "int64": "long",
+_LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+          "int32": "int", "int64": "long",
           "int16": "short", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
-_CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "int32": "Int", "int64": "Long",
+_CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int32": "Int",
+        "int64": "Long",
         "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
 
 
@@ -305,22 +308,35 @@ def _scaled_add(prod: Tensor, input: Tensor, beta, alpha, op: str) -> Tensor:
     return _add(prod, _mul(input, beta), out=prod)
 
 
+def _low_scaled_add(prod, input, mats, beta, alpha, op: str):
+    """``_scaled_add(prod(*mats), input, ...)``; float16/bfloat16 operands (all one dtype) are added to the
+    float32 product in float32 and rounded once, like torch's addmm/linear (a bias added after rounding the
+    product would round twice)."""
+    from ..tensor import dtypes as _dt
+    low = mats[0]._dtype
+    if low in _dt.LOW_FLOATS and isinstance(input, Tensor) and input._dtype is low and \
+            all(isinstance(m, Tensor) and m._dtype is low for m in mats):
+        f32 = _dt.float32
+        return _scaled_add(prod(*[m.to(f32) for m in mats]), input.to(f32), beta, alpha, op).to(low)
+    return _scaled_add(prod(*mats), input, beta, alpha, op)
+
+
 @export
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * (mat1 @ mat2) (``torch.addmm``)."""
-    return _out(_scaled_add(mm(mat1, mat2), input, beta, alpha, "addmm"), out)
+    return _out(_low_scaled_add(mm, input, (mat1, mat2), beta, alpha, "addmm"), out)
 
 
 @export
 def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * (mat @ vec) (``torch.addmv``)."""
-    return _out(_scaled_add(mv(mat, vec), input, beta, alpha, "addmv"), out)
+    return _out(_low_scaled_add(mv, input, (mat, vec), beta, alpha, "addmv"), out)
 
 
 @export
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * bmm(batch1, batch2) (``torch.baddbmm``)."""
-    return _out(_scaled_add(bmm(batch1, batch2), input, beta, alpha, "baddbmm"), out)
+    return _out(_low_scaled_add(bmm, input, (batch1, batch2), beta, alpha, "baddbmm"), out)
 
 
 @export
@@ -373,8 +389,17 @@ def linear(input, weight, bias=None):
         if bias._dtype is not r._dtype:
             raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_LOWER[bias._dtype.name]} != "
                                f"{_LOWER[r._dtype.name]}")
+        if r._dtype in _LOW and weight.ndim == 2 and bias._device.type == "cpu":
+            # float16/bfloat16: the bias is added to the float32 product and the sum rounded once (torch)
+            return _scaled_add(_linear_f32(input, weight), bias.to(_F32), 1, 1, "linear").to(r._dtype)
         r = _scaled_add(r, bias, 1, 1, "linear")
     return r
+
+
+def _linear_f32(input, weight):
+    from ..tensor import dtypes as _dt
+    x, w = input.to(_dt.float32), weight.to(_dt.float32)
+    return _mm(x.unsqueeze(0), w.t()).squeeze(0) if x.ndim == 1 else _mm(x, w.t())
 
 
 @export(method=False)
@@ -435,13 +460,42 @@ def _parse_einsum(eq: str, shapes):
     return ins, rhs
 
 
+def _einsum_sublists(args):
+    """torch.einsum's sublist format -> (equation, operands): subscripts are ints in [0, 52) (a-z, A-Z) and
+    Ellipsis."""
+    def sub(lst):
+        out = []
+        for v in lst:
+            if v is Ellipsis:
+                out.append("...")
+            elif isinstance(v, int) and 0 <= v < 52:
+                out.append(chr(ord("a") + v) if v < 26 else chr(ord("A") + v - 26))
+            else:
+                raise ValueError(f"einsum(): expected subscripts to be in the range [0, 52) or Ellipsis, got {v!r}")
+        return "".join(out)
+    ops, subs = list(args[0::2]), list(args[1::2])
+    out = None
+    if len(ops) > len(subs):                           # the odd trailing element is the output sublist
+        out = ops.pop()
+    for o in ops:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"einsum(): expected operands to be Tensors in the sublist format, got {type(o).__name__}")
+    eq = ",".join(sub(s_) for s_ in subs)
+    if out is not None:
+        eq += "->" + sub(out)
+    return eq, tuple(ops)
+
+
 @export(method=False)
 def einsum(equation, *operands):
     """Einstein summation (``torch.einsum``); the CPU kernel is ``np.einsum`` (BLAS-backed contractions)."""
+    if isinstance(equation, Tensor) and operands:          # sublist format: op0, sub0, op1, sub1, ..., [out]
+        equation, operands = _einsum_sublists((equation,) + tuple(operands))
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if not isinstance(equation, str):
-        raise TypeError("einsum(): the equation must be a string (sublist format is not supported)")
+        raise TypeError(f"einsum(): the equation must be a string or the sublist format (operand, sublist, "
+                        f"...), got {type(equation).__name__}")
     if not operands:
         raise RuntimeError("einsum(): must provide at least one operand")
     dt = operands[0]._dtype

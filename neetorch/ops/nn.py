@@ -204,7 +204,14 @@ def _chan_shape(input):
 
 
 def _affine_apply(input, mean, var, weight, bias, eps):
-    """(x - mean) / sqrt(var + eps) * w + b per channel, as one fused multiply-add pass."""
+    """(x - mean) / sqrt(var + eps) * w + b per channel, as one fused multiply-add pass (float16/bfloat16: the
+    per-channel factors and the pass in float32, rounded once, as torch's CPU kernel)."""
+    low = input._dtype if input._dtype in _dt.LOW_FLOATS else None
+    if low is not None:
+        mean, var = mean.to(_dt.float32), var.to(_dt.float32)
+        weight = weight.to(_dt.float32) if weight is not None else None
+        bias = bias.to(_dt.float32) if bias is not None else None
+        return _affine_apply(input.to(_dt.float32), mean, var, weight, bias, eps).to(low)
     scale = (var + float(eps)).rsqrt()
     if weight is not None:
         scale = scale * weight
@@ -231,9 +238,11 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         rv = _as_param("batch_norm", "running_var", running_var, input, (C,))
         return _affine_apply(input, rm, rv, w, b, eps)
     cnt = input.numel() // C if C else 0
-    if cnt <= 1:
+    if cnt == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                          f"{list(input.shape)}")
+    if input.numel() == 0:              # torch: an empty batch gives an empty result, running stats untouched
+        return input * 1
     mean, var = run(BATCH_NORM_STATS, [input], {})
     _update_running(running_mean, running_var, mean, var, cnt, momentum)
     return _affine_apply(input, mean, var, w, b, eps)
@@ -431,6 +440,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
         raise RuntimeError("scaled_dot_product_attention: expected query, key and value of at least 2 dims")
     if is_causal and attn_mask is not None:
+        # documented by PyTorch ("An error is thrown if both attn_mask and is_causal are set"), though some torch
+        # builds' CPU kernel combines the two
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if isinstance(attn_mask, Tensor) and attn_mask._dtype not in (_dt.bool_, _dt.float32, query._dtype):
         raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float or to match "
@@ -537,6 +548,9 @@ def _max_dim_abs(x, dim, keepdim):
 
 
 def _vector_norm(x, p, dim, keepdim):
+    if x._dtype in _dt.LOW_FLOATS:
+        # torch.linalg.vector_norm: float16 / bfloat16 squares and sums in float32, rounded once
+        return EXPORTS["vector_norm"][0](x, p, dim, keepdim)
     if p == 2:
         return _sum_dim(x * x, dim, keepdim).sqrt()
     if p == 1:
@@ -562,10 +576,13 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """Cosine similarity along ``dim`` after broadcasting (``torch.nn.functional.cosine_similarity``)."""
     shape = broadcast_shapes(tuple(x1.shape), tuple(x2.shape), op="cosine_similarity")
-    if x1._dtype.category != 2:
-        x1 = x1.to(_dt.get_default_dtype())
-    if x2._dtype.category != 2:
-        x2 = x2.to(_dt.get_default_dtype())
+    if x1._dtype.category != 2 and x2._dtype.category != 2:
+        raise RuntimeError(f"cosine_similarity: expected common dtype to be floating point, yet common dtype is "
+                           f"{_dt.promote_types(x1._dtype, x2._dtype).name}")
+    # like torch: an integer / bool operand is cast to the common dtype, a floating one keeps its own
+    common = _dt.promote_types(x1._dtype, x2._dtype)
+    x1 = x1 if x1._dtype.category == 2 else x1.to(common)
+    x2 = x2 if x2._dtype.category == 2 else x2.to(common)
     x1 = x1.expand(*shape) if tuple(x1.shape) != shape else x1
     x2 = x2.expand(*shape) if tuple(x2.shape) != shape else x2
     d = wrap_dim(dim, len(shape), "cosine_similarity")
@@ -622,7 +639,8 @@ def _reduce(loss, reduction):
     if reduction == "mean":
         return _mean_all(loss)
     if reduction == "sum":
-        return _sum_all(loss)
+        # (an integer loss - l1_loss of integers - sums to int64 like torch's sum)
+        return _sum_all(loss) if loss._dtype.category == 2 else loss.sum()
     raise ValueError(f"{reduction} is not a valid value for reduction")
 
 
@@ -662,8 +680,9 @@ def _class_weight(weight, input, C, op):
 
 
 def _index_target(target, op):
-    if target._dtype.category != 1:
-        raise RuntimeError(f"{op}: expected target of an integer dtype (class indices), got {target._dtype.name}")
+    if target._dtype not in (_dt.int64, _dt.uint8):     # torch: "expected target dtype to be Long or Byte"
+        raise RuntimeError(f"{op}: expected target dtype to be Long or Byte (class indices), but got "
+                           f"{target._dtype.name}")
     return target if target._dtype is _dt.int64 else target.to(_dt.int64)
 
 
@@ -708,7 +727,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if ignore_index >= 0:  # (torch's check: any non-negative index, the -100 default excepted)
             raise RuntimeError("cross_entropy: ignore_index is not supported for floating point target (class "
                                "probabilities)")
-        t = target.to(input._dtype)
+        t = target                                      # (torch promotes: float64 target -> float64 loss)
         if label_smoothing > 0:
             t = t * (1.0 - label_smoothing) + label_smoothing / C
         w = _class_weight(weight, input, C, "cross_entropy")
@@ -746,15 +765,26 @@ def _pointwise_loss(name, input, target, fn, reduction, weight=None, mean_by_wei
     return _reduce(loss, reduction)
 
 
+def _float_loss(op, input, target):
+    """torch's mse / smooth_l1 / huber kernels take floating-point operands only (after promotion)."""
+    if isinstance(input, Tensor) and isinstance(target, Tensor) and input._dtype.category != 2 and \
+            target._dtype.category != 2:
+        raise RuntimeError(f"{op}: not implemented for integer / bool operands ({input._dtype.name}, "
+                           f"{target._dtype.name}): expected a floating-point input or target")
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean squared error (``torch.nn.functional.mse_loss``)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    _float_loss("mse_loss", input, target)
     return _pointwise_loss("mse_loss", input, target, lambda a, b: (a - b) * (a - b), reduction, weight, True)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Mean absolute error (``torch.nn.functional.l1_loss``)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction == "mean":
+        _float_loss("l1_loss (reduction='mean')", input, target)
     return _pointwise_loss("l1_loss", input, target, lambda a, b: (a - b).abs(), reduction, weight, True)
 
 
@@ -763,6 +793,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     reduction = _legacy_reduction(size_average, reduce, reduction)
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    _float_loss("smooth_l1_loss", input, target)
 
     def f(a, b):
         d = (a - b).abs()
@@ -776,6 +807,8 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """Huber loss (``torch.nn.functional.huber_loss``)."""
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    if isinstance(input, Tensor) and input._dtype.category != 2:
+        raise RuntimeError(f"huber_loss: expected a floating-point input, got {input._dtype.name}")
 
     def f(a, b):
         d = (a - b).abs()

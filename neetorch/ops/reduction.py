@@ -171,6 +171,9 @@ def _nonempty(x, dims, op):
 
 def _reduce(op, x, dim, keepdim, odt=None, name=None):
     dims = _dims(dim, x.ndim, name or op.name)
+    if x._dtype.category == 3:   # complex: numpy (ops/complex.py); the generated kernels have no complex type
+        from .complex import reduce_complex
+        return reduce_complex(op.name, x, dims, bool(keepdim), odt)
     return run(op, [x], {"dims": dims, "keepdim": bool(keepdim), "odt": odt})[0]
 
 
@@ -221,15 +224,15 @@ def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
     if out is not None:
         _check(input, "mean")
         odt = _out_dtype("mean", dim, dtype, out)
-        if dtype is None and input._dtype.category != 2:
+        if dtype is None and input._dtype.category < 2:
             raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
                                f"complex dtype. Got: {_tname(input._dtype)}")
-        if odt.category != 2:
+        if odt.category < 2:
             raise RuntimeError(f"mean(): result type Float can't be cast to the desired output type {_tname(odt)}")
         return _to_out(mean(input, dim, keepdim, dtype=odt), out, "mean")
     _check(input, "mean")
     x = _cast(input, dtype)
-    if x._dtype.category != 2:
+    if x._dtype.category < 2:
         raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
                            f"complex dtype. Got: {_tname(x._dtype)}")
     return _reduce(MEAN, x, dim, keepdim)
@@ -261,7 +264,7 @@ def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
 
 def _tname(dt):
     return {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
-            "float16": "Half", "float32": "Float", "float64": "Double"}.get(dt.name, dt.name)
+            "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double"}.get(dt.name, dt.name)
 
 
 # ------------------------------------------------------------------ amax / amin / max / min
@@ -408,15 +411,20 @@ def _var_args(input, dim, unbiased, keepdim, correction, name):
         raise RuntimeError(f"{name}(): can't specify both correction and unbiased arguments")
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
-    if input._dtype.category != 2:
+    if input._dtype.category < 2:
         raise RuntimeError("std and var only support floating point and complex dtypes")
     dims = _dims(dim, input.ndim, name)
     return dims, correction, bool(keepdim)
 
 
 def _var_mean(x, dims, correction, keepdim):
+    if x._dtype.category == 3:   # |x - mean|^2 splits into the parts: var = var(real) + var(imag) (a real result)
+        from .complex import complex as _complex
+        vr, mr = _var_mean(x.real, dims, correction, keepdim)
+        vi, mi = _var_mean(x.imag, dims, correction, keepdim)
+        return vr + vi, _complex(mr, mi)
     odt = x._dtype
-    if odt is _dt.float16:
+    if odt in _dt.LOW_FLOATS:
         x = x.to(_dt.float32)
     n = numel([x.shape[d] for d in dims]) if x.ndim else 1
     mu = run(MEAN, [x], {"dims": dims, "keepdim": True, "odt": None})[0]
@@ -470,10 +478,12 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def logsumexp(input, dim, keepdim=False):
     """``torch.logsumexp``: ``log(sum(exp(x)))`` computed stably; all ``-inf`` rows give ``-inf``."""
     _check(input, "logsumexp")
+    if input._dtype.category == 3:
+        raise NotImplementedError(f"logsumexp: not implemented for complex tensors (got {input._dtype.name})")
     x = input if input._dtype.category == 2 else input.to(_dt.get_default_dtype())
     dims = _dims(dim, x.ndim, "logsumexp")
     odt = x._dtype
-    if odt is _dt.float16:
+    if odt in _dt.LOW_FLOATS:
         x = x.to(_dt.float32)
     if x.numel() == 0:
         from ..tensor.creation import full
@@ -486,11 +496,13 @@ def logsumexp(input, dim, keepdim=False):
 
 
 def _vector_norm(x, ord, dims, keepdim, name):
+    if x._dtype.category == 3:   # every vector norm of complex values is that norm of their moduli
+        x = x.abs()
     if x._dtype.category != 2:
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                            f"{_tname(x._dtype)}")
     odt = x._dtype
-    if odt is _dt.float16:
+    if odt in _dt.LOW_FLOATS:
         x = x.to(_dt.float32)
     a = {"dims": dims, "keepdim": keepdim, "odt": None}
     if ord == 2:
@@ -523,12 +535,15 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @export
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
-    """``torch.norm`` for vector norms: ``p`` in ``'fro'``, numbers, ``inf``/``-inf``."""
+    """``torch.norm``: vector norms (``p`` in ``'fro'``, numbers, ``inf``/``-inf``) and ``'nuc'`` (a matrix norm
+    over ``dim``)."""
     _check(input, "norm")
+    if isinstance(p, str) and not (p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2)):
+        # 'nuc' (or 'fro' over more than 2 dims, which raises there): torch.linalg.matrix_norm, like torch.norm
+        from ..linalg import matrix_norm
+        return matrix_norm(input, p, tuple(range(input.ndim)) if dim is None else dim, keepdim, dtype=dtype)
     if p is None or p == "fro":
         p = 2
-    elif isinstance(p, str):
-        raise NotImplementedError(f"norm: p={p!r} is not supported (only vector norms and 'fro')")
     x = _cast(input, dtype)
     dims = _dims(dim, x.ndim, "norm")
     return _vector_norm(x, p, dims, bool(keepdim), "norm")
@@ -567,6 +582,9 @@ def _scan(op, name, input, dim, dtype):
         raise NotImplementedError(f"{name}: not implemented for dtype=bool")
     odt = x._dtype.name if dtype is not None else (
         "int64" if x._dtype.category < 2 and name in ("cumsum", "cumprod") else None)
+    if x._dtype.category == 3 and name in ("cumsum", "cumprod"):
+        from .complex import scan_complex
+        return [scan_complex(name, x, d, odt)]
     return run(op, [x], {"dim": d, "op": name, "odt": odt})
 
 

@@ -47,7 +47,7 @@ def _to_float(x: Tensor):
     """(x in its compute dtype, result dtype): ints and bools -> the default float dtype; float16 computes
     in float32 and is rounded back once at the end."""
     odt = x._dtype if x._dtype.category == 2 else _dt.get_default_dtype()
-    cdt = _dt.float32 if odt is _dt.float16 else odt
+    cdt = _dt.compute_dtype(odt)
     return (x if x._dtype is cdt else x.to(cdt)), odt
 
 
@@ -109,7 +109,7 @@ def _logaddexp(name, input, other, base2):
     if rt.category != 2:
         raise TypeError(f"{name}(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
                         f"{other._dtype.name}); floating point tensors only")
-    cdt = _dt.float32 if rt is _dt.float16 else rt
+    cdt = _dt.compute_dtype(rt)
     a, b = input.to(cdt), other.to(cdt)
     m = _E("maximum")(a, b)
     d = -(a - b).abs()
@@ -147,7 +147,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     dt = input._dtype
     if dt.category != 2:
         return input.clone()
-    fi = np.finfo(dt.np)
+    fi = _dt.finfo_np(dt.np)
     nan = _fit(0.0 if nan is None else nan, dt)
     posinf = float(fi.max) if posinf is None else _fit(posinf, dt)
     neginf = float(fi.min) if neginf is None else _fit(neginf, dt)
@@ -158,7 +158,7 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
 
 
 # ------------------------------------------------------------------ nextafter
-_BITS = {"float16": "int16", "float32": "int32", "float64": "int64"}
+_BITS = {"float16": "int16", "bfloat16": "int16", "float32": "int32", "float64": "int64"}
 
 
 @export(inplace=True)
@@ -248,7 +248,7 @@ class finfo:
         if dt.category != 2:
             raise TypeError(f"finfo() requires a floating point input type (got {dt.name}). Use nee.iinfo to "
                             f"handle {dt.name}")
-        fi = np.finfo(dt.np)
+        fi = _dt.finfo_np(dt.np)
         self.bits = int(fi.bits)
         self.eps = float(fi.eps)
         self.max = float(fi.max)

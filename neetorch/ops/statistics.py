@@ -224,7 +224,7 @@ def logcumsumexp(input, dim):
     if input.ndim == 0 or input.numel() == 0:
         return input.clone()
     odt = input._dtype
-    y = input.to(_dt.float32) if odt is _dt.float16 else input
+    y = input.to(_dt.float32) if odt in _dt.LOW_FLOATS else input
     n = y.shape[d]
     from ..tensor.creation import full
     logaddexp, cat = _E("logaddexp"), _E("cat")
@@ -305,7 +305,7 @@ def histc(input, bins=100, min=0, max=0):
     npdt = odt.np
     # torch maps in the input dtype (float16: in float, its Half arithmetic widens): the edges are dtype values
     lo_t, hi_t = npdt.type(lo), npdt.type(hi)
-    cdt = _dt.float32 if odt is _dt.float16 else odt
+    cdt = _dt.compute_dtype(odt)
     cnp = cdt.np.type
     width = float(cnp(hi_t) - cnp(lo_t))
     x = input.reshape(-1)

@@ -85,6 +85,31 @@ class _Formatter:
         return (self.max_width - len(ret)) * " " + ret
 
 
+class _ComplexFormatter:
+    """torch's pair of formatters for complex values: real and imaginary parts each get their own."""
+
+    def __init__(self, a: np.ndarray):
+        self.re, self.im = _Formatter(np.ascontiguousarray(a.real)), _Formatter(np.ascontiguousarray(a.imag))
+
+    def width(self):
+        return self.re.width() + self.im.width() + 1
+
+    def format(self, v) -> str:
+        v = complex(v)
+        real_str = self.re.format(v.real)
+        imag_str = (self.im.format(v.imag) + "j").lstrip()
+        return real_str + imag_str if imag_str[0] in "+-" else real_str + "+" + imag_str
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    from .dtypes import widen
+    return widen(a) if a.dtype.kind == "V" else a
+
+
+def _make_fmt(a: np.ndarray):
+    return _ComplexFormatter(a) if a.dtype.kind == "c" else _Formatter(a)
+
+
 def _summarize(a: np.ndarray) -> np.ndarray:
     """torch's get_summarized_data: the edge items of every dim."""
     if a.ndim == 0:
@@ -143,18 +168,18 @@ def _add_suffixes(tensor_str: str, suffixes, indent: int) -> str:
 
 def tensor_str(t) -> str:
     """The bracketed body only (no ``tensor(`` prefix or suffixes)."""
-    a = t.numpy(force=True)
+    a = _widen(t.numpy(force=True))   # (bfloat16 prints through float32, like float16 values)
     if a.size == 0:
         return "[]"
     summarize = a.size > THRESHOLD
-    fmt = _Formatter(_summarize(a) if summarize else a)
+    fmt = _make_fmt(_summarize(a) if summarize else a)
     return _tensor_str(a, 7, summarize, fmt)
 
 
 def tensor_repr(t) -> str:
-    from .dtypes import get_default_dtype, int64, bool_
+    from .dtypes import get_default_dtype, int64, bool_, default_complex_dtype
     from .creation import get_default_device
-    a = t.numpy(force=True)
+    a = _widen(t.numpy(force=True))   # (bfloat16 prints through float32, like float16 values)
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []
@@ -167,10 +192,10 @@ def tensor_repr(t) -> str:
             suffixes.append(f"dtype=neetorch.{t.dtype.name}")
         body = "[]"
     else:
-        if t.dtype not in (get_default_dtype(), int64, bool_):
+        if t.dtype not in (get_default_dtype(), int64, bool_, default_complex_dtype()):
             suffixes.append(f"dtype=neetorch.{t.dtype.name}")
         summarize = a.size > THRESHOLD
-        fmt = _Formatter(_summarize(a) if summarize else a)
+        fmt = _make_fmt(_summarize(a) if summarize else a)
         body = _tensor_str(a, indent, summarize, fmt)
     if getattr(t, "requires_grad", False):
         suffixes.append("requires_grad=True")

@@ -85,6 +85,8 @@ def _wrap_host(a: np.ndarray, dt: DType, dev) -> Tensor:
     """Wrap a host array (already of ``dt``) as a tensor on ``dev``."""
     if dev.type == "cpu":
         return Tensor._make(a, dev, dt)
+    if dt.category == 3:
+        _refuse_complex(dt, dev, "tensor()")
     from ..devices import get_backend
     return Tensor._make(get_backend(dev).from_host(np.asarray(a, order="C")), dev, dt)
 
@@ -124,7 +126,9 @@ def _infer_np(data, dtype) -> np.ndarray:
         elif a.dtype.kind == "b":
             dtype = _dt.bool_
         elif a.dtype.kind == "c":
-            raise TypeError("tensor(): complex dtypes are not supported by neetorch")
+            # Python complex values take the default complex dtype (torch.tensor([1j]) is complex64);
+            # numpy complex values keep their own
+            dtype = _dt.from_numpy_dtype(a.dtype) if _contains_np_complex(data) else _dt.default_complex_dtype()
         else:
             raise TypeError(f"tensor(): unsupported element type {a.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):  # 1e100 -> float32 inf, like torch
@@ -137,6 +141,14 @@ def _contains_np_float(data) -> bool:
         return True
     if isinstance(data, (list, tuple)) and data:
         return _contains_np_float(data[0])
+    return False
+
+
+def _contains_np_complex(data) -> bool:
+    if isinstance(data, (Tensor, np.ndarray, np.complexfloating)):
+        return True
+    if isinstance(data, (list, tuple)) and data:
+        return _contains_np_complex(data[0])
     return False
 
 
@@ -212,9 +224,16 @@ def scalar_tensor(s, dtype=None, device=None) -> Tensor:
     return full((), s, dtype=dtype if dtype is not None else _dt.get_default_dtype(), device=device)
 
 
+def _refuse_complex(dt, dev, op):
+    raise RuntimeError(f"{op}: {dt.name} tensors live on the CPU only (ops/complex.py); {dev} has no complex "
+                       f"storage: keep complex values on the CPU")
+
+
 def _new(shape, dtype, device, fill) -> Tensor:
     dev = _resolve_device(device)
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    if dt.category == 3 and dev.type != "cpu":
+        _refuse_complex(dt, dev, "empty/zeros/full")
     from ..devices import get_backend
     b = get_backend(dev)
     data = b.empty(shape, dt)
@@ -276,6 +295,9 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     start, end, step = vals
     n_float = None
+    if dtype is not None and _dt.to_dtype(dtype).category == 3:
+        raise NotImplementedError(f"arange: not implemented for complex dtypes (got {_dt.to_dtype(dtype).name}), "
+                                  f"as in torch")
     if dtype is not None and _dt.to_dtype(dtype).category != 2:
         # torch casts start, end and step to the integer type first (arange(0, 1, 0.25, dtype=int): step 0);
         # the length is computed from the cast values for int64, from the original ones for other integer types
@@ -307,8 +329,19 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
-    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
-    start, end = (float(v) if isinstance(v, Tensor) else v for v in (start, end))
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    cplx = any(isinstance(v, (complex, np.complexfloating)) for v in (start, end))
+    dt = (_dt.default_complex_dtype() if cplx else _dt.get_default_dtype()) if dtype is None else _dt.to_dtype(dtype)
+    if dt.category == 3 or cplx:
+        if dt.category != 3:
+            raise TypeError(f"linspace: complex bounds ({start}, {end}) need a complex dtype, got {dt.name}")
+        start, end = complex(start), complex(end)
+        i = np.arange(steps)
+        step = (end - start) / (steps - 1) if steps > 1 else 0
+        # torch's symmetric formulation: the second half counted back from the end
+        a = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)) if steps > 1 else \
+            np.full(steps, start)
+        return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
     if dt.category != 2:  # torch converts the bounds to the integer type first
         start, end = int(start), int(end)
     a = np.linspace(start, end, steps, dtype=np.float64)
@@ -384,6 +417,12 @@ def initial_seed() -> int:
 def _rand_impl(fn, size, dtype, device, generator):
     g = generator or default_generator
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    if dt.category == 3:
+        # torch: real and imaginary parts drawn independently; randn scales each by 1/sqrt(2) (unit variance)
+        part = _dt.to_real(dt)
+        re, im = (_rand_impl(fn, size, part, "cpu", generator).numpy() for _ in range(2))
+        a = (re + 1j * im) * (np.sqrt(0.5) if fn == "randn" else 1.0)
+        return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
     if dt.category != 2:
         raise TypeError(f"{fn}: expected a floating-point dtype, got {dt}")
     with _rng_lock:
@@ -450,6 +489,8 @@ def _transfer(t: Tensor, dev) -> Tensor:
     if _READ_HOOK[0] is not None:
         from ..trace.tracer import refuse_transfer
         refuse_transfer(t, dev)
+    if t._dtype.category == 3 and dev.type != "cpu":
+        _refuse_complex(t._dtype, dev, "to()")
     host = t.numpy(force=True)
     if dev.type == "cpu":
         return Tensor._make(np.array(host, copy=True, order="C") if t._device.type == "cpu" else host, dev, t._dtype)

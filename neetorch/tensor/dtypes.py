@@ -14,6 +14,7 @@ __all__ = [
     "DType", "bool_", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "promote_types", "result_type", "get_default_dtype", "set_default_dtype",
     "to_dtype", "ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES",
+    "complex64", "complex128", "COMPLEX_DTYPES",
 ]
 
 
@@ -24,8 +25,8 @@ class DType:
         self.name = name
         self.np = np.dtype(np_dtype)
         self.itemsize = self.np.itemsize
-        self.category = category  # 0 bool, 1 integer, 2 floating
-        self.is_signed = category == 2 or (category == 1 and self.np.kind == "i")
+        self.category = category  # 0 bool, 1 integer, 2 floating, 3 complex
+        self.is_signed = category >= 2 or (category == 1 and self.np.kind == "i")
         self._rank = rank
 
     @property
@@ -34,7 +35,7 @@ class DType:
 
     @property
     def is_complex(self) -> bool:
-        return False
+        return self.category == 3
 
     @property
     def is_integer(self) -> bool:
@@ -53,11 +54,11 @@ class DType:
     # finfo/iinfo-like helpers used by reductions and clamps
     @property
     def min(self):
-        return np.finfo(self.np).min if self.category == 2 else (np.iinfo(self.np).min if self.category == 1 else False)
+        return finfo_np(self.np).min if self.category == 2 else (np.iinfo(self.np).min if self.category == 1 else False)
 
     @property
     def max(self):
-        return np.finfo(self.np).max if self.category == 2 else (np.iinfo(self.np).max if self.category == 1 else True)
+        return finfo_np(self.np).max if self.category == 2 else (np.iinfo(self.np).max if self.category == 1 else True)
 
 
 bool_ = DType("bool", np.bool_, 0, 0)
@@ -70,14 +71,68 @@ float16 = DType("float16", np.float16, 2, 6)
 float32 = DType("float32", np.float32, 2, 7)
 float64 = DType("float64", np.float64, 2, 8)
 
-ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64)
+# bfloat16 (torch.bfloat16): stored in numpy arrays of ``ml_dtypes.bfloat16`` (numpy casts them to and from
+# float32 rounding to nearest even, like torch).  Without the ml_dtypes package there is no bfloat16:
+# ``nee.bfloat16`` / ``to_dtype("bfloat16")`` then raise BFLOAT16_MISSING.
+try:
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    _ml_dtypes = None
+BFLOAT16_MISSING = "neetorch.bfloat16 needs the ml_dtypes package (pip install ml_dtypes)"
+bfloat16 = DType("bfloat16", _ml_dtypes.bfloat16, 2, 6) if _ml_dtypes is not None else None
+
+# complex: category 3; stored as numpy complex64/complex128 (interleaved real, imag)
+complex64 = DType("complex64", np.complex64, 3, 9)
+complex128 = DType("complex128", np.complex128, 3, 10)
+COMPLEX_DTYPES = (complex64, complex128)
+
+ALL_DTYPES = (bool_, uint8, int8, int16, int32, int64, float16, float32, float64, complex64, complex128)
 FLOAT_DTYPES = (float16, float32, float64)
 INT_DTYPES = (uint8, int8, int16, int32, int64)
+if bfloat16 is not None:
+    ALL_DTYPES += (bfloat16,)
+    FLOAT_DTYPES += (bfloat16,)
+
+# Storage dtypes computed in float32: Numba (and numpy's own loops) have no float16/bfloat16 arithmetic,
+# so CPU kernels widen these to float32, compute, and round each op's result back (like torch's CPU
+# kernels, whose "opmath" type for Half/BFloat16 is float).  The one test for "widen to float32" is
+# ``compute_dtype`` / ``compute_np`` / ``is_low_np``, not a per-dtype check.
+LOW_FLOATS = (float16,) + ((bfloat16,) if bfloat16 is not None else ())
+LOW_NP = tuple(d.np for d in LOW_FLOATS)
+_F32_NP = np.dtype(np.float32)
+
+
+def compute_dtype(d: DType) -> DType:
+    """The dtype kernels compute ``d`` in: float32 for the storage-only floats (float16, bfloat16)."""
+    return float32 if d in LOW_FLOATS else d
+
+
+def is_low_np(npdt) -> bool:
+    """True for a numpy dtype that kernels widen to float32 (float16, bfloat16)."""
+    return npdt in LOW_NP
+
+
+def compute_np(npdt):
+    """The numpy dtype kernels compute an array of ``npdt`` in (float32 for float16/bfloat16)."""
+    return _F32_NP if npdt in LOW_NP else npdt
+
+
+def widen(a):
+    """``a`` as an array kernels can compute on: float16/bfloat16 widened to a float32 copy, others as is."""
+    return a.astype(np.float32) if a.dtype in LOW_NP else a
+
+
+def finfo_np(npdt):
+    """``np.finfo`` that also knows bfloat16 (numpy's finfo refuses ml_dtypes types)."""
+    if bfloat16 is not None and npdt == bfloat16.np:
+        return _ml_dtypes.finfo(npdt)
+    return np.finfo(npdt)
 
 _BY_NP = {d.np: d for d in ALL_DTYPES}
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NAME.update({"float": float32, "double": float64, "half": float16, "long": int64, "int": int32,
                  "short": int16, "bool_": bool_})
+_BY_NAME.update({"cfloat": complex64, "cdouble": complex128})
 
 _default_float = float32
 
@@ -102,6 +157,8 @@ def to_dtype(d) -> DType:
         try:
             return _BY_NAME[d]
         except KeyError:
+            if d == "bfloat16":
+                raise TypeError(BFLOAT16_MISSING) from None
             raise TypeError(f"unknown dtype name {d!r}; known: {sorted(_BY_NAME)}") from None
     if d is float:
         return _default_float
@@ -109,6 +166,8 @@ def to_dtype(d) -> DType:
         return int64
     if d is bool:
         return bool_
+    if d is complex:
+        return default_complex_dtype()
     try:
         nd = np.dtype(d)
     except TypeError:
@@ -127,6 +186,14 @@ def _promote_pair(a: DType, b: DType) -> DType:
         return b
     if b.category == 0:
         return a
+    if a in LOW_FLOATS and b in LOW_FLOATS:
+        return float32   # float16 + bfloat16: neither holds the other (torch: float32)
+    if a.category == 3 or b.category == 3:
+        # complex wins; its component width is the wider of the two (float64 + complex64 -> complex128)
+        if a.category == 3 and b.category == 3:
+            return a if a._rank > b._rank else b
+        c, o = (a, b) if a.category == 3 else (b, a)
+        return complex128 if c is complex128 or o is float64 else c
     if a.category == 2 or b.category == 2:
         if a.category == 2 and b.category == 2:
             return a if a._rank > b._rank else b
@@ -148,9 +215,12 @@ def promote_types(a, b) -> DType:
 def _combine(higher: DType | None, lower: DType | None) -> DType | None:
     if higher is None:
         return lower
-    if higher.category == 2:
+    if lower is not None and lower.category == 3 and higher.category == 2:
+        # torch's combine_categories keeps the floating operand's width: toComplexType(higher)
+        return to_complex(higher, "result_type")
+    if higher.category >= 2:
         return higher
-    if lower is not None and (higher.category == 0 or lower.category == 2):
+    if lower is not None and (higher.category == 0 or lower.category >= 2):
         return _PROMOTE[higher, lower]
     return higher
 
@@ -163,7 +233,31 @@ def scalar_dtype(v) -> DType:
         return int64
     if isinstance(v, (float, np.floating)):
         return _default_float
+    if isinstance(v, (complex, np.complexfloating)):
+        return default_complex_dtype()
     raise TypeError(f"unsupported scalar type {type(v).__name__}")
+
+
+def default_complex_dtype() -> DType:
+    """torch's default complex dtype follows the default float dtype (float64 -> complex128)."""
+    return complex128 if _default_float is float64 else complex64
+
+
+def to_complex(d: DType, op: str = "") -> DType:
+    """torch's toComplexType: the complex dtype whose components have ``d``'s width."""
+    if d.category == 3:
+        return d
+    if d is float64:
+        return complex128
+    if d is float16:
+        raise TypeError(f"{op}: the result would be complex32 (float16 components), which neetorch does not "
+                        f"support; cast the float16 operand to float32 first")
+    return complex64
+
+
+def to_real(d: DType) -> DType:
+    """The dtype of a complex dtype's components (complex64 -> float32); other dtypes unchanged."""
+    return {"complex64": float32, "complex128": float64}.get(d.name, d)
 
 
 def result_type(*operands) -> DType:
@@ -197,11 +291,14 @@ def from_numpy_dtype(nd) -> DType:
 def scalar_overflows(v, dt: DType) -> bool:
     """True when torch refuses to convert the Python scalar ``v`` to ``dt`` (``c10::overflows``): fill values,
     masked_fill/index_fill/setitem values, clamp bounds. Arithmetic with a scalar wraps instead."""
-    if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt.name == "float16":
-        return False   # torch.full(..., 1e6, dtype=float16) gives inf rather than an error
+    if isinstance(v, (complex, np.complexfloating)):
+        # torch: a complex value with a nonzero imaginary part does not convert to a real dtype
+        return dt.category != 3 and v.imag != 0
+    if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt is float16 or dt.category == 3:
+        return False   # torch.full((1,), 1e6, dtype=float16) gives inf rather than an error (a larger fill raises)
     if isinstance(v, (int, np.integer)):
         v = int(v)
-        hi = int(np.iinfo(dt.np).max) if dt.category == 1 else float(np.finfo(dt.np).max)
+        hi = int(np.iinfo(dt.np).max) if dt.category == 1 else float(finfo_np(dt.np).max)
         if dt.category == 1 and not dt.is_signed:
             return v > hi or (v < 0 and -v > hi)   # unsigned: negatives wrap (two's complement) when -v <= max
         lo = int(np.iinfo(dt.np).min) if dt.category == 1 else -hi
@@ -212,7 +309,7 @@ def scalar_overflows(v, dt: DType) -> bool:
             return False
         if v != v:
             return True
-        info = np.iinfo(dt.np) if dt.category == 1 else np.finfo(dt.np)
+        info = np.iinfo(dt.np) if dt.category == 1 else finfo_np(dt.np)
         return v < float(info.min) or v > float(info.max)
     return False
 

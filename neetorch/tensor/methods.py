@@ -309,8 +309,11 @@ def get_device(self) -> int:
 
 
 def bfloat16(self, memory_format=None):
-    raise TypeError("bfloat16(): neetorch has no bfloat16 dtype (supported: bool, uint8, int8, int16, int32, "
-                    "int64, float16, float32, float64); use .half() or .float()")
+    """``Tensor.bfloat16()``: ``self.to(nee.bfloat16)`` (needs the ml_dtypes package)."""
+    from . import dtypes as _dts
+    if _dts.bfloat16 is None:
+        raise TypeError(f"bfloat16(): {_dts.BFLOAT16_MISSING}")
+    return self.to(_dts.bfloat16)
 
 
 def _host_map(self, fn, *others, who):

@@ -138,7 +138,27 @@ class Tensor:
         return self._dtype.category == 2
 
     def is_complex(self) -> bool:
-        return False
+        return self._dtype.category == 3
+
+    @property
+    def real(self) -> "Tensor":
+        """The real part: a view for complex tensors (``torch.Tensor.real``), the tensor itself otherwise."""
+        from ..ops.complex import real
+        return real(self)
+
+    @real.setter
+    def real(self, value) -> None:
+        self.real.copy_(value)
+
+    @property
+    def imag(self) -> "Tensor":
+        """The imaginary part, a view (complex tensors only, as in torch)."""
+        from ..ops.complex import imag
+        return imag(self)
+
+    @imag.setter
+    def imag(self, value) -> None:
+        self.imag.copy_(value)
 
     @property
     def T(self) -> "Tensor":
@@ -155,11 +175,11 @@ class Tensor:
 
     @property
     def H(self):
-        return self.T
+        return self.T.conj() if self._dtype.category == 3 else self.T
 
     @property
     def mH(self):
-        return self.mT
+        return self.mT.conj() if self._dtype.category == 3 else self.mT
 
     def _backend(self):
         from ..devices import get_backend
@@ -201,6 +221,9 @@ class Tensor:
     def __float__(self):
         return float(self.item())
 
+    def __complex__(self):
+        return complex(self.item())
+
     def __index__(self):
         if self._dtype.category == 2 or self.numel() != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
@@ -225,6 +248,9 @@ class Tensor:
     def __dlpack__(self, stream=None, **kw):
         if self._device.type != "cpu":
             return self._data.__dlpack__(stream=stream, **kw)
+        if self._dtype.name == "bfloat16":
+            raise BufferError("__dlpack__: a bfloat16 tensor cannot be exported through DLPack here (numpy has no "
+                              "DLPack bfloat16); use .numpy() (an ml_dtypes.bfloat16 array) or .float() first")
         return self._data.__dlpack__(**kw) if kw else self._data.__dlpack__()
 
     def __dlpack_device__(self):
@@ -242,7 +268,7 @@ class Tensor:
         for a in args:
             if isinstance(a, Tensor):
                 dev, dt = a._device, a._dtype
-            elif isinstance(a, DType) or a in (float, int, bool) or isinstance(a, np.dtype) or \
+            elif isinstance(a, DType) or a in (float, int, bool, complex) or isinstance(a, np.dtype) or \
                     (isinstance(a, str) and a in _dt._BY_NAME):
                 dt = a
             elif a is None:
@@ -283,6 +309,12 @@ class Tensor:
 
     def half(self):
         return self.to(_dt.float16)
+
+    def cfloat(self):
+        return self.to(_dt.complex64)
+
+    def cdouble(self):
+        return self.to(_dt.complex128)
 
     def int(self):
         return self.to(_dt.int32)
@@ -418,8 +450,10 @@ class Tensor:
         return t
 
 
-_LEGACY_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "int64": "Long", "int32": "Int",
-                "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+_LEGACY_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
+                "int32": "Int",
+                "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
+                "complex128": "ComplexDouble"}
 
 
 def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:

@@ -7,6 +7,7 @@ generated elementwise kernel.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -16,7 +17,7 @@ import threading
 import numpy as np
 
 from ..base import Backend
-from ...tensor.dtypes import ALL_DTYPES
+from ...tensor.dtypes import ALL_DTYPES, LOW_NP, is_low_np
 
 __all__ = ["CPUBackend", "kernel"]
 
@@ -30,6 +31,50 @@ def kernel(*names):
             _KERNELS[n] = fn
         return fn
     return deco
+
+
+# kernels of these modules compute float16 in float32 themselves but do not know bfloat16: their bfloat16
+# operands are widened to float32 here and their bfloat16 outputs rounded once at the end (the same
+# "storage dtype computed in float32" contract; devices/cpu/elementwise.py, kernels/reduction.py and
+# kernels/nn.py handle both dtypes through tensor.dtypes.is_low_np)
+_WIDEN_MODULES = frozenset({"conv", "linalg", "lapack"})
+# torch's index_add / scatter_add / scatter_reduce accumulate float16/bfloat16 in float32 and round once (numpy's
+# ufunc.at would round after every add): these kernels get float32 copies of both dtypes
+_WIDEN_KERNELS = frozenset({"scatter", "index_reduce_dim"})
+# numpy's sorts and searches on ml_dtypes' bfloat16 compare NaN without a total order (a NaN scrambles the whole
+# result): these run on exact float32 copies
+_ORDER_KERNELS = frozenset({"sort", "topk", "unique_sorted", "unique_dim", "searchsorted", "median", "cummax",
+                            "cummin"})
+_BF16 = next((d.np for d in ALL_DTYPES if d.name == "bfloat16"), None)
+
+
+def _widened(fn, dtypes):
+    dtypes = tuple(d for d in dtypes if d is not None)
+    if not dtypes:
+        return fn
+    ids = frozenset(id(d) for d in dtypes)
+
+    @functools.wraps(fn)   # (keeps the kernel's attributes: claims, bind, ...)
+    def widened(backend, outs, ins, attrs):
+        # (identity tests: numpy's native float16/bfloat16 dtypes are single instances; this runs on every product)
+        for a in ins:
+            if id(a.dtype) in ids:
+                return _run_widened(fn, dtypes, backend, outs, ins, attrs)
+        for o in outs:
+            if id(o.dtype) in ids:
+                return _run_widened(fn, dtypes, backend, outs, ins, attrs)
+        return fn(backend, outs, ins, attrs)
+    return widened
+
+
+def _run_widened(fn, dtypes, backend, outs, ins, attrs):
+    tmp = [o.astype(np.float32) if o.dtype in dtypes else o for o in outs]
+    r = fn(backend, tmp, [a.astype(np.float32) if a.dtype in dtypes else a for a in ins], attrs)
+    for o, t in zip(outs, tmp):
+        if t is not o:
+            with np.errstate(over="ignore"):
+                np.copyto(o, t, casting="unsafe")
+    return r
 
 
 class _Span:
@@ -53,6 +98,13 @@ class CPUBackend(Backend):
         for name, op in OPS.items():
             if op.kind == "elementwise" and "py" in op.expr and name not in k:
                 k[name] = _ew_kernel(op, launch)
+        for name, fn in list(k.items()):
+            if getattr(fn, "__module__", "").rsplit(".", 1)[-1] in _WIDEN_MODULES:
+                k[name] = _widened(fn, (_BF16,))
+            elif name in _WIDEN_KERNELS:
+                k[name] = _widened(fn, LOW_NP)
+            elif name in _ORDER_KERNELS:
+                k[name] = _widened(fn, (_BF16,))
         self.kernels = k
         self.allocated = 0
 
@@ -72,7 +124,7 @@ class CPUBackend(Backend):
         return array
 
     def copy_(self, dst, src):
-        if dst.size >= (1 << 16) and dst.dtype != np.float16 and src.dtype != np.float16:
+        if dst.size >= (1 << 16) and not is_low_np(dst.dtype) and not is_low_np(src.dtype):
             # large copies/casts run on every core through the generated "cast" kernel
             from .elementwise import launch
             from ...ops.registry import OPS
@@ -104,7 +156,9 @@ class CPUBackend(Backend):
                                  "shape": tuple(shape), "strides": tuple(s * isz for s in strides),
                                  "typestr": a.dtype.str, "version": 3}
         h._keep = a
-        return np.asarray(h)
+        r = np.asarray(h)
+        # (the typestr of an ml_dtypes type such as bfloat16 reads back as raw bytes, "<V2": view it)
+        return r if r.dtype == a.dtype else r.view(a.dtype)
 
     # fused groups from the JIT (jit/fusion.py decides, this backend renders)
     def compile_group(self, group):

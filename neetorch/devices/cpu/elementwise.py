@@ -128,8 +128,12 @@ def get_kernel(op, in_np: list, out_np):
     if k is None:
         from ...ops.elementwise import ew_dtypes
         in_dt = [_dt.from_numpy_dtype(np.dtype(d)) for d in in_np]
+        if any(d.category == 3 for d in in_dt) or np.dtype(out_np).kind == "c":
+            # eager complex ops never get here (launch() hands them to numpy): a compiled graph did
+            raise NotImplementedError(f"{op.name}: complex values have no generated CPU kernel; nee.jit / "
+                                      f"compiled graphs do not support complex64/complex128 (run them eagerly)")
         comp, _ = ew_dtypes(op.ew, in_dt)
-        comp = [_dt.float32 if c is _dt.float16 else c for c in comp]
+        comp = [_dt.compute_dtype(c) for c in comp]   # float16/bfloat16 compute in float32
         first = op.ew.promote[0] if op.ew.promote else 0
         template = op.expr["py"](comp[first])
         args = [f"v{i}" if d is c else f"{_NP_CTOR[c.name]}(v{i})" for i, (d, c) in enumerate(zip(in_dt, comp))]
@@ -143,16 +147,39 @@ def launch(op, out: np.ndarray, ins: list) -> None:
     """Run elementwise ``op``: ``out`` (any layout) = op(*ins broadcast to out.shape)."""
     if out.size == 0:
         return
-    if out.dtype == np.float16:
-        tmp = np.empty(out.shape, np.float32)
+    if out.dtype.kind == "c" or any(a.dtype.kind == "c" for a in ins):
+        # complex operands: numpy computes them (the generated kernels have no complex type)
+        from ...ops.complex import launch_complex
+        launch_complex(op, out, ins)
+        return
+    if _dt.is_low_np(out.dtype):   # float16/bfloat16: computed in float32, each result rounded once
+        tmp = _f32_scratch(out.shape)
         launch(op, tmp, ins)
         with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (like torch)
             np.copyto(out, tmp, casting="unsafe")
         return
-    ins = [a.astype(np.float32) if a.dtype == np.float16 else a for a in ins]
+    ins = [_widen(a) for a in ins]
     ins = [_unalias(out, a) for a in ins]
     kern = get_kernel(op, [a.dtype for a in ins], out.dtype)
     run_strided(kern, out, ins)
+
+
+def _f32_scratch(shape) -> np.ndarray:
+    """A float32 temporary (large ones from the backend's buffer pool: no page faults on first touch)."""
+    from . import _POOL_MIN, _pool_take
+    n = 1
+    for d in shape:
+        n *= d
+    return _pool_take(4 * n).view(np.float32).reshape(shape) if 4 * n >= _POOL_MIN else np.empty(shape, np.float32)
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 operands as float32 (exact) for the float32 kernels; other dtypes as they are."""
+    if not _dt.is_low_np(a.dtype):
+        return a
+    w = _f32_scratch(a.shape)
+    np.copyto(w, a, casting="unsafe")
+    return w
 
 
 def _unalias(out: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -301,6 +328,29 @@ def _scalar_buf(v, npdt):
     return b
 
 
+def _low_plan(op, args, ins, meta, device):
+    """The launch closure of an op with float16/bfloat16 operands or result: :func:`launch` (operands widened
+    to float32, the float32 kernel, the result rounded once), with the dispatch decided once."""
+    from ...tensor.tensor import Tensor
+    odt, shape = meta.dtype, tuple(meta.shape)
+    kinds = [(isinstance(a, Tensor), t._data.dtype) for a, t in zip(args, ins)]
+    prof_active = profiler._active
+    make = Tensor._make
+
+    def plan(args):
+        arrs = [a._data if is_t else _scalar_buf(a, sdt).reshape(()) for a, (is_t, sdt) in zip(args, kinds)]
+        out = np.empty(shape, odt.np)
+        if prof_active[0] is not None or profiler.timing_enabled():
+            t0 = time.perf_counter()
+            launch(op, out, arrs)
+            profiler.record(op.name, "kernel", device, t0, time.perf_counter() - t0,
+                            out.nbytes + sum(x.nbytes for x in arrs), detail=str(shape))
+        else:
+            launch(op, out, arrs)
+        return make(out, device, odt)
+    return plan
+
+
 def prepare(op, args, ins, meta, device):
     """A launch closure for ``op`` on arguments with these dtypes/shapes/strides.
 
@@ -310,8 +360,10 @@ def prepare(op, args, ins, meta, device):
     """
     from ...tensor.tensor import Tensor
     odt = meta.dtype
-    if odt.np == np.float16 or any(t._data.dtype == np.float16 for t in ins):
-        return None
+    if _dt.is_low_np(odt.np) or any(_dt.is_low_np(t._data.dtype) for t in ins):
+        return _low_plan(op, args, ins, meta, device)
+    if odt.category == 3 or any(t._dtype.category == 3 for t in ins):
+        return None   # complex: launch() hands it to numpy (ops/complex.py)
     shape = tuple(meta.shape)
     out_np = odt.np
     kern = get_kernel(op, [t._data.dtype for t in ins], out_np)
@@ -423,12 +475,14 @@ def prepare(op, args, ins, meta, device):
 
 
 def _kdt(dtype) -> str:
-    """The dtype a value has inside CPU kernels (Numba has no float16: computed in float32)."""
-    return "float32" if dtype is _dt.float16 else dtype.name
+    """The dtype a value has inside CPU kernels (Numba has no float16/bfloat16: computed in float32)."""
+    return _dt.compute_dtype(dtype).name
 
 
 def compile_group(group):
     """Render and load the kernel of a fused elementwise group (see jit/fusion.py)."""
+    if any(v.dtype.category == 3 for v in list(group.inputs) + list(group.outputs)):
+        raise NotImplementedError("complex values have no fused CPU kernel")
     return load_group("fused", group.name, *_group_pieces(group))
 
 
@@ -483,8 +537,8 @@ def launch_group(kern, outs: list, ins: list) -> None:
     """Run a fused group's kernel: ``outs`` (same shape, any layout) from broadcast ``ins``."""
     if outs[0].size == 0:
         return
-    tmp = [np.empty(o.shape, np.float32) if o.dtype == np.float16 else o for o in outs]
-    ins = [a.astype(np.float32) if a.dtype == np.float16 else a for a in ins]
+    tmp = [_f32_scratch(o.shape) if _dt.is_low_np(o.dtype) else o for o in outs]
+    ins = [_widen(a) for a in ins]
     if len(outs) == 1:
         ins = [_unalias(outs[0], a) for a in ins]
     else:

@@ -31,7 +31,7 @@ resampling, padding, indexing and scatter, scans, arg reductions, sorting, einsu
 * ``index_add`` / ``index_copy`` / ``index_fill`` (``index_reduce_dim``): the scatter kernel with the
   vector index spread over the source; ``repeat_interleave``: the gather kernel with the source
   index built on the host from the (small) repeats.
-* ``searchsorted``: a binary search per value (numpy's NaN-last order), int64 or int32 results.
+* ``searchsorted``: a binary search per value (torch's comparisons: its answers where the sequence holds NaNs), int64 or int32 results.
 * ``index`` (``x[key]`` with index tensors / masks): one flat int64 offset per result entry built
   with CuPy (masks through ``cupy.nonzero``), then the same gather kernel.
 * ``scatter`` (``scatter`` / ``scatter_add`` / ``scatter_reduce``): a gather per output element over
@@ -373,16 +373,14 @@ def scatter_source(dn: str, idn: str) -> tuple[str, str]:
     """scatter / scatter_reduce as a GATHER: each element (o, t, i) of the output region (O, n, I)
     scans the index column idx[o, :, i] (O, k, I) for entries equal to t and folds their src values
     in index order, so duplicates resolve exactly like the CPU's serial loop (the last write wins;
-    sums and products round in the storage dtype step by step; amax/amin propagate NaN; mean sums in
+    float16 sums and products accumulate in float and round once, like torch's CPU kernels; amax/amin propagate NaN; mean sums in
     float64 / int64 then divides, flooring for integers).  No atomics: deterministic, O(k) per output
     element.  ``kind``: 0 assign, 1 sum, 2 prod, 3 amax, 4 amin, 5 mean."""
     T, A, ld, st = _io(dn)
     I = _IDX[idn]
     isf = dn in FLOATS
     R = "double" if isf else "llong"                    # mean accumulator
-    if dn == "float16":
-        rnd = lambda e: f"nee_h2f(nee_f2h((float)({e})))"   # float16 sums/products round every step
-    elif isf:
+    if isf:
         rnd = lambda e: e
     else:
         A = "llong"                                             # integers / bool: int64, cast at the end
@@ -426,14 +424,12 @@ def scatter_source(dn: str, idn: str) -> tuple[str, str]:
 
 def searchsorted_source(dn: str, odn: str) -> tuple[str, str]:
     """Binary search per value in its row of the sorted sequence (one row for a 1-D sequence):
-    numpy's order (NaN after everything), ``right``: the first entry greater than the value, else the
-    first entry not less than it."""
+    PyTorch's steps (right while ``!(e >= x)``, ``!(e > x)`` for ``right``): numpy's answers on a sorted
+    sequence, torch's path-dependent ones where the sequence holds NaNs (the CPU kernel does the same)."""
     T, A, ld, _ = _io(dn)
     O = _IDX[odn]
     name = f"nee_searchsorted_{dn}_{O}"
-    lt = "((a) < (b) || ((b) != (b) && (a) == (a)))"
     return name, (
-        f"#ifndef NEE_LT_NAN\n#define NEE_LT_NAN(a, b) {lt}\n#endif\n"
         f'extern "C" __global__ void {name}(const {T}* __restrict__ seq, const {T}* __restrict__ v, '
         f"{O}* __restrict__ y, const llong total, const llong n, const llong m, const int rows, "
         "const int right) {\n" + _GRID +
@@ -443,7 +439,7 @@ def searchsorted_source(dn: str, odn: str) -> tuple[str, str]:
         "    while (lo < hi) {\n"
         "      const llong mid = lo + (hi - lo) / 2;\n"
         f"      const {A} e = {ld('s[mid]')};\n"
-        "      const bool go = right ? !NEE_LT_NAN(x, e) : NEE_LT_NAN(e, x);\n"
+        "      const bool go = right ? !(e > x) : !(e >= x);\n"
         "      if (go) lo = mid + 1; else hi = mid;\n"
         "    }\n"
         f"    y[g] = ({O})lo;\n"

@@ -7,7 +7,7 @@ from .normalization import (  # noqa: F401
     LayerNorm, GroupNorm, RMSNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d,
 )
 from .sparse import Embedding  # noqa: F401
-from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d, AlphaDropout  # noqa: F401
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d, AlphaDropout, FeatureAlphaDropout  # noqa: F401
 from .activation import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
@@ -26,7 +26,7 @@ __all__ = ["Module", "RemovableHandle", "Sequential", "ModuleList", "ModuleDict"
            "Identity", "Linear", "Bilinear", "NonDynamicallyQuantizableLinear", "Conv1d", "Conv2d", "ConvTranspose1d",
            "ConvTranspose2d", "LayerNorm", "GroupNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
            "InstanceNorm1d", "InstanceNorm2d", "Embedding", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-           "AlphaDropout"] + _a.__all__ + _p.__all__ + _s.__all__ + _l.__all__ + _t.__all__
+           "AlphaDropout", "FeatureAlphaDropout"] + _a.__all__ + _p.__all__ + _s.__all__ + _l.__all__ + _t.__all__
 from . import rnn as _r, volumetric as _v, extra as _x  # noqa: E402
 __all__ += _r.__all__ + _v.__all__ + _x.__all__
 __all__ += ["CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d"]

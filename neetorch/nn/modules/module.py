@@ -78,7 +78,10 @@ def _to_host_array(value):
         if hasattr(v, "cpu"):
             v = v.cpu()
         if "bfloat16" in str(getattr(v, "dtype", "")):
-            v = v.float()
+            if _dt.bfloat16 is None:
+                v = v.float()
+            else:                       # exact: the bits of a bfloat16 are the top half of a float32's
+                return v.float().numpy().astype(_dt.bfloat16.np)
         return v.numpy()
     if hasattr(value, "__array__"):
         return np.asarray(value)
@@ -535,6 +538,11 @@ class Module:
 
     def half(self) -> "Module":
         return self._float_cast(_dt.float16)
+
+    def bfloat16(self) -> "Module":
+        if _dt.bfloat16 is None:
+            raise TypeError("Module.bfloat16(): bfloat16 needs the ml_dtypes package")
+        return self._float_cast(_dt.bfloat16)
 
     def to_empty(self, *, device=None, recurse: bool = True) -> "Module":
         from ...tensor import creation

@@ -376,6 +376,28 @@ def unique_dim_kernel(backend, outs, ins, attrs):
 
 
 # ---------------------------------------------------------------- searchsorted
+def _searchsorted_1d(seq, vals, side):
+    """np.searchsorted, or PyTorch's own binary search where the sequence holds NaNs: torch steps right while
+    ``!(seq[mid] >= v)`` (``>`` for right), so a NaN probed on the way sends it right and the answer depends on
+    the search path (numpy orders NaN last instead).  Same answers for a sequence without NaNs."""
+    if seq.dtype.kind != "f" or not np.isnan(seq).any():
+        return np.searchsorted(seq, vals, side=side)
+    v = np.asarray(vals)
+    n = seq.shape[0]
+    lo = np.zeros(v.shape, np.int64)
+    hi = np.full(v.shape, n, np.int64)
+    while True:
+        act = lo < hi
+        if not act.any():
+            return lo
+        mid = lo + ((hi - lo) >> 1)
+        e = seq[np.minimum(mid, n - 1)]
+        with np.errstate(invalid="ignore"):
+            go = ~(e > v) if side == "right" else ~(e >= v)
+        lo = np.where(act & go, mid + 1, lo)
+        hi = np.where(act & ~go, mid, hi)
+
+
 @kernel("searchsorted")
 def searchsorted_kernel(backend, outs, ins, attrs):
     seq, vals = ins
@@ -384,10 +406,10 @@ def searchsorted_kernel(backend, outs, ins, attrs):
     if out.size == 0:
         return
     if seq.ndim == 1:
-        out[...] = np.searchsorted(seq, vals, side=side)
+        out[...] = _searchsorted_1d(seq, vals, side)
         return
     s2 = seq.reshape(-1, seq.shape[-1])
     v2 = vals.reshape(-1, vals.shape[-1])
     o2 = out.reshape(-1, out.shape[-1])
     for r in range(s2.shape[0]):
-        o2[r] = np.searchsorted(s2[r], v2[r], side=side)
+        o2[r] = _searchsorted_1d(s2[r], v2[r], side)

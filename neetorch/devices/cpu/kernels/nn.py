@@ -22,6 +22,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from .. import kernel, threads, layout
+from ....tensor import dtypes as _dtypes
 from ..scalar import f_exp32, f_exp64, f_log32, f_log64
 
 _opts = dict(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
@@ -351,14 +352,30 @@ def _abn(st, shape, d):
 
 
 def _f32(a):
-    return a.astype(np.float32) if a.dtype == np.float16 else a
+    return _dtypes.widen(a)   # float16/bfloat16 -> float32
+
+
+def _log_softmax_low_lastdim(x: np.ndarray, out: np.ndarray) -> None:
+    """float16/bfloat16 log_softmax over the last dim as torch's CPU kernel computes it: in float32, except
+    that the row's sum of exponentials and its log are rounded to the storage dtype before the subtraction
+    (ATen's vectorized last-dim kernel keeps them in scalar_t); other dims round once, like every op."""
+    low = out.dtype
+    x = x.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = x - x.max(axis=-1, keepdims=True)
+        s = np.exp(d).sum(axis=-1, keepdims=True, dtype=np.float32)
+        lse = np.log(s.astype(low).astype(np.float32)).astype(low).astype(np.float32)
+        np.copyto(out, d - lse, casting="unsafe")
 
 
 def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bool = False) -> None:
     if out.size == 0:
         return
-    if out.dtype == np.float16 or x.dtype != out.dtype:
-        tmp = np.empty(out.shape, np.float32 if out.dtype == np.float16 else out.dtype)
+    if log and _dtypes.is_low_np(out.dtype) and x.ndim and dim in (-1, x.ndim - 1):
+        _log_softmax_low_lastdim(x, out)
+        return
+    if _dtypes.is_low_np(out.dtype) or x.dtype != out.dtype:
+        tmp = np.empty(out.shape, _dtypes.compute_np(out.dtype))
         softmax_launch(_f32(x).astype(tmp.dtype, copy=False), tmp, dim, log, safe)
         np.copyto(out, tmp, casting="unsafe")
         return
@@ -480,7 +497,7 @@ def norm_launch(x, out, w, b, R, G, cpg, HW, per_elem, eps, rms, stats=None):
     """Rows: x viewed as (R, cpg*HW); w/b: None or 1-D arrays (per element or per channel)."""
     if out.size == 0:
         return
-    cdt = np.float32 if out.dtype == np.float16 else out.dtype
+    cdt = _dtypes.compute_np(out.dtype)
     n = cpg * HW
     x = x.astype(cdt, copy=False)
     xs = None
@@ -711,7 +728,7 @@ def nll_loss_terms_kernel(backend, outs, ins, attrs):
     lp = ins[0]
     N, C = lp.shape[0], lp.shape[1]
     K = lp.size // (N * C) if N * C else (int(np.prod(lp.shape[2:])) if lp.ndim > 2 else 1)
-    cdt = np.float32 if lp.dtype == np.float16 else lp.dtype
+    cdt = _dtypes.compute_np(lp.dtype)
     if N * C * K == 0:
         outs[0].fill(0)
         outs[1].fill(0)

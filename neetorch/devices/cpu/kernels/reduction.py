@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from ....tensor.dtypes import compute_np, is_low_np
+
 from .. import codegen, kernel, threads
 
 _NB = {"bool": "boolean", "uint8": "uint8", "int8": "int8", "int16": "int16", "int32": "int32",
@@ -341,9 +343,9 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
     red = tuple(red)
     if out.size == 0:
         return
-    if x.dtype == np.float16:
+    if is_low_np(x.dtype):   # float16/bfloat16: computed in float32
         x = x.astype(np.float32)
-    if out.dtype == np.float16:
+    if is_low_np(out.dtype):
         tmp = np.empty(out.shape, np.float32)
         reduce_into(kind, x, tmp, red, idx)
         with np.errstate(over="ignore"):   # float32 -> float16 overflow is inf, as in torch (no warning)
@@ -503,7 +505,7 @@ def _argmax(backend, outs, ins, attrs):
     else:
         dims = (dim,)
         shp = tuple(1 if d == dim else n for d, n in enumerate(x.shape))
-    vals = np.empty(shp, np.float32 if x.dtype == np.float16 else x.dtype)
+    vals = np.empty(shp, compute_np(x.dtype))
     reduce_into(kind, x, vals, dims, idx=outs[0].reshape(shp))
 
 
@@ -568,9 +570,9 @@ def _scan(backend, outs, ins, attrs):
     out = outs[0]
     if out.size == 0:
         return
-    if x.dtype == np.float16:
+    if is_low_np(x.dtype):   # float16/bfloat16: computed in float32
         x = x.astype(np.float32)
-    if out.dtype == np.float16:
+    if is_low_np(out.dtype):
         tmp = np.empty(out.shape, np.float32)
         _scan(backend, [tmp] + list(outs[1:]), [x], attrs)
         with np.errstate(over="ignore"):
