@@ -166,7 +166,10 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
         r = _full(tuple(e.shape), False, e, _dt.bool_)
     else:
         s = _E("sort")(t2).values
-        idx = _E("searchsorted")(s, e2.reshape(-1)).clamp_max(t2.shape[0] - 1)
+        # searched with its NaNs (sorted last) as +inf: searchsorted follows torch's binary search, whose answers
+        # past a NaN depend on the path; the gather below reads the original values (NaN matches nothing)
+        key = s.masked_fill(s.isnan(), float("inf")) if s.is_floating_point() else s
+        idx = _E("searchsorted")(key, e2.reshape(-1)).clamp_max(t2.shape[0] - 1)
         r = (s.gather(0, idx) == e2.reshape(-1)).reshape(tuple(e.shape))
     return r.logical_not() if invert else r
 
