@@ -297,3 +297,13 @@ def test_batch_norm_training_on_an_empty_batch():
         bn = L.nn.BatchNorm2d(3)
         return bn(x).detach(), bn.running_mean, bn.running_var, bn.num_batches_tracked
     check(module, z)
+
+
+def test_top_level_trace_is_torch_trace():
+    # ``neetorch.trace`` is also the tracer's subpackage: calling it is torch.trace (sum of the diagonal)
+    a = np.arange(12.0).reshape(3, 4)
+    for dt in (np.float32, np.int64):
+        check(lambda L, x: L.trace(x), a.astype(dt))
+    check(lambda L, x: L.trace(x), a[0].astype(np.float32))     # both raise on a vector
+    import neetorch as nee
+    assert callable(nee.trace.trace) and nee.trace.Graph.__name__ == "Graph"
