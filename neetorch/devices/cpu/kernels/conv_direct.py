@@ -100,16 +100,31 @@ def _params_and_claim(a, names, ctr_slot: int, off_slot: int, extra: list, body:
     for line in extra:
         a(line)
     a('  br label %claim')
-    a('claim:')
-    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
-    a('  %gt0 = mul i64 %g, %G')
-    a('  %any = icmp slt i64 %gt0, %T1')
-    a('  br i1 %any, label %grp, label %done')
-    a('grp:')
-    a('  %gt1a = add i64 %gt0, %G')
-    a('  %gts = icmp slt i64 %gt1a, %T1')
-    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
-    a(f'  br label %{body}')
+    claim_ir(a, body)
+
+
+def claim_ir(a, body: str) -> None:
+    """The claim of a run of G units [%gt0, %gt1) of %T1 from the atomic counter %ctr, branching to ``body``
+    (``%done`` when none is left): the head of every self-claiming kernel here and in pool_native /
+    depthwise_native."""
+    for line in ("claim:", "  %g = atomicrmw add i64* %ctr, i64 1 monotonic", "  %gt0 = mul i64 %g, %G",
+                 "  %any = icmp slt i64 %gt0, %T1", "  br i1 %any, label %grp, label %done", "grp:",
+                 "  %gt1a = add i64 %gt0, %G", "  %gts = icmp slt i64 %gt1a, %T1",
+                 "  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1", f"  br label %{body}"):
+        a(line)
+
+
+def plane_band_ir(a, tname: str) -> None:
+    """Block ``unit``: unit %u (from %grp, or %u1 from %unit_end) is band %bd of plane %pl (%NB bands of %RB
+    output rows per plane): output rows [%r0, %r1) of %OH, and the plane's input / output bases %xb / %ob (planes
+    of %HW / %OHW elements of type ``tname``).  Shared by pool_native and depthwise_native."""
+    for line in ("unit:", "  %u = phi i64 [ %gt0, %grp ], [ %u1, %unit_end ]", "  %pl = udiv i64 %u, %NB",
+                 "  %bd.m = mul i64 %pl, %NB", "  %bd = sub i64 %u, %bd.m", "  %r0 = mul i64 %bd, %RB",
+                 "  %r1a = add i64 %r0, %RB", "  %r1s = icmp slt i64 %r1a, %OH",
+                 "  %r1 = select i1 %r1s, i64 %r1a, i64 %OH", "  %xbo = mul i64 %pl, %HW",
+                 f"  %xb = getelementptr {tname}, {tname}* %x, i64 %xbo", "  %obo = mul i64 %pl, %OHW",
+                 f"  %ob = getelementptr {tname}, {tname}* %out, i64 %obo"):
+        a(line)
 
 
 def _render(R: int, P: int, relu: bool = False) -> str:

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from .. import threads
+from .conv_direct import claim_ir, plane_band_ir
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)
@@ -66,30 +67,9 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
     a(f'  %span0 = mul i64 %DW, {KW - 1}')
     a(f'  %span = add i64 %span0, {sw * V}')
     a('  br label %claim')
-    a('claim:')
-    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
-    a('  %gt0 = mul i64 %g, %G')
-    a('  %any = icmp slt i64 %gt0, %T1')
-    a('  br i1 %any, label %grp, label %done')
-    a('grp:')
-    a('  %gt1a = add i64 %gt0, %G')
-    a('  %gts = icmp slt i64 %gt1a, %T1')
-    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
-    a('  br label %unit')
-    a('unit:')
-    a('  %u = phi i64 [ %gt0, %grp ], [ %u1, %unit_end ]')
-    a('  %pl = udiv i64 %u, %NB')
-    a('  %bd.m = mul i64 %pl, %NB')
-    a('  %bd = sub i64 %u, %bd.m')
-    a('  %r0 = mul i64 %bd, %RB')
-    a('  %r1a = add i64 %r0, %RB')
-    a('  %r1s = icmp slt i64 %r1a, %OH')
-    a('  %r1 = select i1 %r1s, i64 %r1a, i64 %OH')
+    claim_ir(a, 'unit')
+    plane_band_ir(a, tname)
     a('  %ch = urem i64 %pl, %C')
-    a('  %xbo = mul i64 %pl, %HW')
-    a(f'  %xb = getelementptr {tname}, {tname}* %x, i64 %xbo')
-    a('  %obo = mul i64 %pl, %OHW')
-    a(f'  %ob = getelementptr {tname}, {tname}* %out, i64 %obo')
     a(f'  %bsp = getelementptr {tname}, {tname}* %bias, i64 %ch')
     a(f'  %bs = load {tname}, {tname}* %bsp')
     a(f'  %bv.0 = insertelement {v} undef, {tname} %bs, i32 0')

@@ -32,6 +32,7 @@ import threading
 import numpy as np
 
 from .. import threads
+from .conv_direct import claim_ir, plane_band_ir
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)          # column strides with a kernel (others: conv.py's Numba kernel)
@@ -87,29 +88,8 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('  %fc = icmp slt i64 %fi1, %TLB')
     a('  br i1 %fc, label %fill, label %claim')
     # ---- claim a run of units [gt0, gt1)
-    a('claim:')
-    a('  %g = atomicrmw add i64* %ctr, i64 1 monotonic')
-    a('  %gt0 = mul i64 %g, %G')
-    a('  %any = icmp slt i64 %gt0, %T1')
-    a('  br i1 %any, label %grp, label %done')
-    a('grp:')
-    a('  %gt1a = add i64 %gt0, %G')
-    a('  %gts = icmp slt i64 %gt1a, %T1')
-    a('  %gt1 = select i1 %gts, i64 %gt1a, i64 %T1')
-    a('  br label %unit')
-    a('unit:')
-    a('  %u = phi i64 [ %gt0, %grp ], [ %u1, %unit_end ]')
-    a('  %pl = udiv i64 %u, %NB')
-    a('  %bd.m = mul i64 %pl, %NB')
-    a('  %bd = sub i64 %u, %bd.m')
-    a('  %r0 = mul i64 %bd, %RB')
-    a('  %r1a = add i64 %r0, %RB')
-    a('  %r1s = icmp slt i64 %r1a, %OH')
-    a('  %r1 = select i1 %r1s, i64 %r1a, i64 %OH')
-    a('  %xbo = mul i64 %pl, %HW')
-    a(f'  %xb = getelementptr {tname}, {tname}* %x, i64 %xbo')
-    a('  %obo = mul i64 %pl, %OHW')
-    a(f'  %ob = getelementptr {tname}, {tname}* %out, i64 %obo')
+    claim_ir(a, 'unit')
+    plane_band_ir(a, tname)
     a('  %rany = icmp slt i64 %r0, %r1')
     a('  br i1 %rany, label %batch, label %unit_end')
     # ---- a batch of output rows [b0, b1): their vertical passes, then their horizontal ones (a load right
