@@ -41,6 +41,7 @@ benchmarks), unset: the cost rule.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -466,16 +467,37 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
 _C_G, _C_CTR, _C_OFF = 4, 11, 12
 
 
-def _source_key() -> str:
-    """Hash of this file (the renderers and the parameter layouts they read): any edit recompiles."""
-    k = _src_key[0]
-    if k is None:
-        with open(__file__, "rb") as fh:
-            k = _src_key[0] = hashlib.sha1(fh.read()).hexdigest()[:12]
-    return k
+@functools.cache
+def source_key(path: str = __file__) -> str:
+    """Hash of a kernel module's file (its renderers and the parameter layouts they read): any edit recompiles.
+    Used by this module, pool_native and depthwise_native for their disk-cache keys."""
+    with open(path, "rb") as fh:
+        return hashlib.sha1(fh.read()).hexdigest()[:12]
 
 
-_src_key = [None]
+def gather_lanes_ir(a, loads, sw, V, v, nm):
+    """Lanes i * sw of the concatenated vector loads ``loads`` (column stride sw): sw - 1 two-source shuffles
+    named ``%nm.s<m>``; returns the value holding the gathered vector (shared by pool_native and
+    depthwise_native)."""
+    if sw == 1:
+        return loads[0]
+    # lane i <- element i * sw: from load (i * sw) // V, lane (i * sw) % V
+    src = [((i * sw) // V, (i * sw) % V) for i in range(V)]
+    cur = loads[0]
+    have = {i for i in range(V) if src[i][0] == 0}
+    for m in range(1, sw):
+        idx = []
+        for i in range(V):
+            if src[i][0] == m:
+                idx.append(f"i32 {V + src[i][1]}")
+            elif i in have:
+                idx.append(f"i32 {i if m > 1 else src[i][1]}")
+            else:
+                idx.append("i32 undef")
+        a(f'  %{nm}.s{m} = shufflevector {v} {cur}, {v} {loads[m]}, <{V} x i32> <{", ".join(idx)}>')
+        cur = f"%{nm}.s{m}"
+        have |= {i for i in range(V) if src[i][0] == m}
+    return cur
 
 
 def kernel(kind: str, A: int, B: int, relu: bool = False):
@@ -491,7 +513,7 @@ def kernel(kind: str, A: int, B: int, relu: bool = False):
             from .. import llvm_call, llvm_render
             rl = "r" if relu else ""
             key = f"convdirect{kind}{A}x{B}{rl}_" + hashlib.sha1(
-                f"{VERSION}|{_source_key()}|{kind}|{A}|{B}|{relu}".encode()).hexdigest()[:16]
+                f"{VERSION}|{source_key()}|{kind}|{A}|{B}|{relu}".encode()).hexdigest()[:16]
             render = (lambda: _render(A, B, relu)) if kind == "pix" else \
                 (lambda: _render_c(A, B, relu, kind == "dw"))
             addr = llvm_render.compile_ir(key, render)

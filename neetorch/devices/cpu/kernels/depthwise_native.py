@@ -24,7 +24,7 @@ import threading
 import numpy as np
 
 from .. import threads
-from .conv_direct import claim_ir, plane_band_ir
+from .conv_direct import claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)
@@ -161,7 +161,7 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
                         a(f'  %{nm}.l{m} = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %{nm}.p{m}, i32 4, '
                           f'<{V} x i1> %mk{kj}_{m}, {v} zeroinitializer)')
                     vals.append(f"%{nm}.l{m}")
-                xv = _gather(a, vals, sw, V, v, nm)
+                xv = gather_lanes_ir(a, vals, sw, V, v, nm)
                 # each row tap its own partial sum (short dependency chains), added to the total after it
                 if kj == 0 and ki > 0:
                     a(f'  %{nm}.acc = fmul {v} {xv}, %wv{t}')
@@ -211,39 +211,6 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
     return "\n".join(L) + "\n"
 
 
-def _gather(a, loads, sw, V, v, nm):
-    """Lanes i * sw of the concatenated loads (column stride sw): sw - 1 two-source shuffles."""
-    if sw == 1:
-        return loads[0]
-    src = [((i * sw) // V, (i * sw) % V) for i in range(V)]
-    cur = loads[0]
-    have = {i for i in range(V) if src[i][0] == 0}
-    for m in range(1, sw):
-        idx = []
-        for i in range(V):
-            if src[i][0] == m:
-                idx.append(f"i32 {V + src[i][1]}")
-            elif i in have:
-                idx.append(f"i32 {i if m > 1 else src[i][1]}")
-            else:
-                idx.append("i32 undef")
-        a(f'  %{nm}.s{m} = shufflevector {v} {cur}, {v} {loads[m]}, <{V} x i32> <{", ".join(idx)}>')
-        cur = f"%{nm}.s{m}"
-        have |= {i for i in range(V) if src[i][0] == m}
-    return cur
-
-
-def _source_key() -> str:
-    k = _src_key[0]
-    if k is None:
-        with open(__file__, "rb") as fh:
-            k = _src_key[0] = hashlib.sha1(fh.read()).hexdigest()[:12]
-    return k
-
-
-_src_key = [None]
-
-
 def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
     """The builtin ``f(x, w, bias, out, params)``; compiled once per process (machine code cached on disk)."""
     k = (dt.char, KH, KW, sw, relu)
@@ -257,7 +224,7 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
             from . import conv_direct
             tname = "float" if dt == np.float32 else "double"
             key = f"dwconv{tname[0]}{KH}x{KW}s{sw}{'r' if relu else ''}_" + hashlib.sha1(
-                f"{VERSION}|{_source_key()}|{tname}|{KH}|{KW}|{sw}|{relu}".encode()).hexdigest()[:16]
+                f"{VERSION}|{source_key(__file__)}|{tname}|{KH}|{KW}|{sw}|{relu}".encode()).hexdigest()[:16]
             addr = llvm_render.compile_ir(key, lambda: _render(tname, KH, KW, sw, relu))
             f = llvm_call.make(addr, 5)
             conv_direct._addr_of[id(f)] = addr      # conv_direct._native_parallel runs it on the native workers

@@ -32,7 +32,7 @@ import threading
 import numpy as np
 
 from .. import threads
-from .conv_direct import claim_ir, plane_band_ir
+from .conv_direct import claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)          # column strides with a kernel (others: conv.py's Numba kernel)
@@ -226,25 +226,7 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
             a(f'  %{nm}.p{m} = bitcast {tname}* %{nm}.p{m}.f to {vp}')
             a(f'  %{nm}.l{m} = load {v}, {vp} %{nm}.p{m}, align 4')
             loads.append(f"%{nm}.l{m}")
-        if sw == 1:
-            return loads[0]
-        # lane i <- element i * sw: from load (i * sw) // V, lane (i * sw) % V
-        src = [((i * sw) // V, (i * sw) % V) for i in range(V)]
-        cur = loads[0]
-        have = {i for i in range(V) if src[i][0] == 0}
-        for m in range(1, sw):
-            idx = []
-            for i in range(V):
-                if src[i][0] == m:
-                    idx.append(f"i32 {V + src[i][1]}")
-                elif i in have:
-                    idx.append(f"i32 {i if m > 1 else src[i][1]}")
-                else:
-                    idx.append("i32 undef")
-            a(f'  %{nm}.s{m} = shufflevector {v} {cur}, {v} {loads[m]}, <{V} x i32> <{", ".join(idx)}>')
-            cur = f"%{nm}.s{m}"
-            have |= {i for i in range(V) if src[i][0] == m}
-        return cur
+        return gather_lanes_ir(a, loads, sw, V, v, nm)
 
     a('hj:')
     a('  %j = phi i64 [ 0, %hz_pre ], [ %j1, %hj_end ]')
@@ -315,17 +297,6 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def _source_key() -> str:
-    k = _src_key[0]
-    if k is None:
-        with open(__file__, "rb") as fh:
-            k = _src_key[0] = hashlib.sha1(fh.read()).hexdigest()[:12]
-    return k
-
-
-_src_key = [None]
-
-
 def kernel(dt: np.dtype, is_max: bool, sw: int):
     """The builtin ``f(x, out, dv, params)`` for (dtype, max / average, column stride sw); compiled once per
     process (machine code cached on disk by llvm_render)."""
@@ -341,7 +312,7 @@ def kernel(dt: np.dtype, is_max: bool, sw: int):
             tname = "float" if dt == np.float32 else "double"
             kind = "max" if is_max else "avg"
             key = f"pool{kind}{tname[0]}{sw}_" + hashlib.sha1(
-                f"{VERSION}|{_source_key()}|{tname}|{is_max}|{sw}".encode()).hexdigest()[:16]
+                f"{VERSION}|{source_key(__file__)}|{tname}|{is_max}|{sw}".encode()).hexdigest()[:16]
             addr = llvm_render.compile_ir(key, lambda: _render(tname, is_max, sw))
             f = llvm_call.make(addr, 4)
             conv_direct._addr_of[id(f)] = addr      # conv_direct._native_parallel runs it on the native workers
