@@ -500,27 +500,37 @@ def gather_lanes_ir(a, loads, sw, V, v, nm):
     return cur
 
 
+def builtin(cache: dict, k, name: str, params: str, render, nargs: int):
+    """``cache[k]``, else the LLVM kernel ``render()`` compiled once per process (machine code cached on disk by
+    llvm_render under ``name`` + a hash of ``params``, VERSION and the calling module's source key) and wrapped
+    as a builtin of ``nargs`` pointer arguments, registered for :func:`_native_parallel`.  One path for the direct
+    conv's, pool_native's and depthwise_native's kernels."""
+    f = cache.get(k)
+    if f is not None:
+        return f
+    with _lock:
+        f = cache.get(k)
+        if f is None:
+            from .. import llvm_call, llvm_render
+            key = f"{name}_" + hashlib.sha1(f"{VERSION}|{params}".encode()).hexdigest()[:16]
+            addr = llvm_render.compile_ir(key, render)
+            f = llvm_call.make(addr, nargs)
+            _addr_of[id(f)] = addr        # f lives in its cache for the process: its id stays its own
+            cache[k] = f
+    return f
+
+
 def kernel(kind: str, A: int, B: int, relu: bool = False):
     """The builtin ``f(xq, wpack, out, bias, params)`` of micro-kernel ``kind`` ("pix": R = A channels x P =
     B pixel vectors; "chan": NB = A channel blocks x R = B pixels), ``relu``: its final stores through
     torch's relu; compiled once per process (machine code cached on disk by llvm_render)."""
-    f = _kernels.get((kind, A, B, relu))
+    k = (kind, A, B, relu)
+    f = _kernels.get(k)
     if f is not None:
         return f
-    with _lock:
-        f = _kernels.get((kind, A, B, relu))
-        if f is None:
-            from .. import llvm_call, llvm_render
-            rl = "r" if relu else ""
-            key = f"convdirect{kind}{A}x{B}{rl}_" + hashlib.sha1(
-                f"{VERSION}|{source_key()}|{kind}|{A}|{B}|{relu}".encode()).hexdigest()[:16]
-            render = (lambda: _render(A, B, relu)) if kind == "pix" else \
-                (lambda: _render_c(A, B, relu, kind == "dw"))
-            addr = llvm_render.compile_ir(key, render)
-            f = llvm_call.make(addr, 5 if kind == "pix" else 6)
-            _addr_of[id(f)] = addr        # f lives in _kernels for the process: its id stays its own
-            _kernels[(kind, A, B, relu)] = f
-    return f
+    render = (lambda: _render(A, B, relu)) if kind == "pix" else (lambda: _render_c(A, B, relu, kind == "dw"))
+    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}",
+                   f"{source_key()}|{kind}|{A}|{B}|{relu}", render, 5 if kind == "pix" else 6)
 
 
 _calls: dict = {}

@@ -17,14 +17,12 @@ column stride 1-4 and windows of up to 49 taps).
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 
 import numpy as np
 
 from .. import threads
-from .conv_direct import claim_ir, gather_lanes_ir, plane_band_ir, source_key
+from .conv_direct import builtin, claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)
@@ -34,7 +32,6 @@ MAX_TAPS = 49
  _P_N) = range(16)
 _NAMES = ("H", "W", "OH", "OW", "SH", "PT", "PL", "DH", "DW", "C", "NB", "RB", "G", "T1")
 
-_lock = threading.Lock()
 _kernels: dict = {}
 
 
@@ -217,19 +214,9 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
     f = _kernels.get(k)
     if f is not None:
         return f
-    with _lock:
-        f = _kernels.get(k)
-        if f is None:
-            from .. import llvm_call, llvm_render
-            from . import conv_direct
-            tname = "float" if dt == np.float32 else "double"
-            key = f"dwconv{tname[0]}{KH}x{KW}s{sw}{'r' if relu else ''}_" + hashlib.sha1(
-                f"{VERSION}|{source_key(__file__)}|{tname}|{KH}|{KW}|{sw}|{relu}".encode()).hexdigest()[:16]
-            addr = llvm_render.compile_ir(key, lambda: _render(tname, KH, KW, sw, relu))
-            f = llvm_call.make(addr, 5)
-            conv_direct._addr_of[id(f)] = addr      # conv_direct._native_parallel runs it on the native workers
-            _kernels[k] = f
-    return f
+    tname = "float" if dt == np.float32 else "double"
+    return builtin(_kernels, k, f"dwconv{tname[0]}{KH}x{KW}s{sw}{'r' if relu else ''}",
+                   f"{source_key(__file__)}|{tname}|{KH}|{KW}|{sw}|{relu}", lambda: _render(tname, KH, KW, sw, relu), 5)
 
 
 # NEE_DEPTHWISE_NATIVE=0 (or MODE[0] = "0": tests, benchmarks) keeps every depthwise conv on conv.py's other paths

@@ -25,14 +25,12 @@ conv.py's Numba kernels.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 
 import numpy as np
 
 from .. import threads
-from .conv_direct import claim_ir, gather_lanes_ir, plane_band_ir, source_key
+from .conv_direct import builtin, claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)          # column strides with a kernel (others: conv.py's Numba kernel)
@@ -45,7 +43,6 @@ MAX_ROW_BYTES = 256 << 10       # the row buffer lives on the stack of the calli
  _P_BR, _P_CTR, _P_N) = range(19)
 _NAMES = ("H", "W", "OH", "OW", "KH", "KW", "SH", "PH", "PW", "DH", "DW", "NB", "RB", "G", "T1", "TL", "BR")
 
-_lock = threading.Lock()
 _kernels: dict = {}
 
 
@@ -304,20 +301,9 @@ def kernel(dt: np.dtype, is_max: bool, sw: int):
     f = _kernels.get(k)
     if f is not None:
         return f
-    with _lock:
-        f = _kernels.get(k)
-        if f is None:
-            from .. import llvm_call, llvm_render
-            from . import conv_direct
-            tname = "float" if dt == np.float32 else "double"
-            kind = "max" if is_max else "avg"
-            key = f"pool{kind}{tname[0]}{sw}_" + hashlib.sha1(
-                f"{VERSION}|{source_key(__file__)}|{tname}|{is_max}|{sw}".encode()).hexdigest()[:16]
-            addr = llvm_render.compile_ir(key, lambda: _render(tname, is_max, sw))
-            f = llvm_call.make(addr, 4)
-            conv_direct._addr_of[id(f)] = addr      # conv_direct._native_parallel runs it on the native workers
-            _kernels[k] = f
-    return f
+    tname = "float" if dt == np.float32 else "double"
+    return builtin(_kernels, k, f"pool{'max' if is_max else 'avg'}{tname[0]}{sw}",
+                   f"{source_key(__file__)}|{tname}|{is_max}|{sw}", lambda: _render(tname, is_max, sw), 4)
 
 
 _avail = [None]
