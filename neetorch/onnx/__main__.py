@@ -1,4 +1,4 @@
-"""``python3 -m neetorch.onnx model.onnx [--input name=file.npy] [--repeat N] [--eager]``.
+"""``python3 -m neetorch.onnx model.onnx [--input name=file.npy] [--repeat N] [--eager] [--provider NAME]``.
 
 Runs the model (inputs not given are filled with deterministic data, symbolic dims = 1),
 prints each output's name, shape and dtype, the first-call time (trace + compile) and the
@@ -19,11 +19,14 @@ def main(argv=None) -> int:
     ap.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--eager", action="store_true", help="run the lowered graph without nee.jit")
+    ap.add_argument("--provider", action="append", default=None, metavar="NAME",
+                    help="an onnxruntime provider name (CPUExecutionProvider, CUDAExecutionProvider, "
+                         "OpenCLExecutionProvider, ...; see get_available_providers()); repeat for a list")
     a = ap.parse_args(argv)
     from . import InferenceSession, OnnxError
     from .loader import ONNX_TO_NP
     try:
-        sess = InferenceSession(a.model, jit=not a.eager)
+        sess = InferenceSession(a.model, providers=a.provider, jit=not a.eager)
     except OnnxError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -63,6 +66,7 @@ def main(argv=None) -> int:
     for o, v in zip(sess.get_outputs(), outs):
         shp = list(np.shape(v)) if not isinstance(v, list) else f"sequence of {len(v)}"
         print(f"{o.name}: shape {shp} dtype {getattr(v, 'dtype', 'seq')}")
+    print(f"providers: {sess.get_providers()} (device {sess.device})")
     print(f"mode: {sess.info['mode']}" + (f" ({sess.info['fallback_reason']})" if sess.info["fallback_reason"] else ""))
     print(f"first run (trace + compile): {first * 1e3:.1f} ms")
     if ts:

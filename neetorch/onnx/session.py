@@ -1,6 +1,7 @@
 """``InferenceSession``: onnxruntime's API over a lowered, jitted ONNX graph."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -21,6 +22,20 @@ from .loader import (
 )
 from .lowering import EMPTY, Program, carry_np, unsupported_nodes
 from .optimize import fold_affine, fold_enabled
+from .ort_api import (
+    InvalidArgument,
+    OrtSessionAPI,
+    OrtValue,
+    SessionOptions,
+    SessionProfiler,
+    check_run_options,
+    ort_load_error,
+    override_free_dims,
+    provider_for_device,
+    replace_initializers,
+    resolve_providers,
+)
+from .ort_api import _NotImplemented as NotImplementedModelError
 
 __all__ = ["InferenceSession", "NodeArg"]
 
@@ -48,29 +63,53 @@ def _dims(tp):
     for d in tp.tensor_type.shape.dim:
         if d.HasField("dim_value"):
             out.append(int(d.dim_value))
-        elif d.HasField("dim_param"):
+        elif d.HasField("dim_param") and not d.dim_param.startswith("unk__"):
             out.append(d.dim_param)
-        else:
+        else:  # unknown, or a name ONNX shape inference made up for an unknown dim ("unk__0"): None, as onnxruntime
             out.append(None)
     return out
 
 
-class NodeArg:
-    """An input or output description (``name``, ``shape``, ``type``), as onnxruntime's."""
+def _optional_dims(tp):
+    """An ``optional(tensor(...))`` type's tensor dims (None for any other type)."""
+    if tp.WhichOneof("value") != "optional_type":
+        return None
+    return _dims(tp.optional_type.elem_type)
 
-    def __init__(self, name, shape, type_, elem_type=None):
-        self.name, self.shape, self.type = name, shape, type_
+
+class NodeArg:
+    """An input or output description, as onnxruntime's: ``name``, ``type`` ("tensor(float)", "seq(tensor(int64))",
+    "map(int64,tensor(float))", ...), ``shape`` (ints, symbolic dims as their names, unknown dims None; ``[]``
+    when the rank is unknown, as onnxruntime; ``_shape`` is None then)."""
+
+    def __init__(self, name, shape, type_, elem_type=None, ort_shape=None):
+        self.name, self._shape, self.type = name, shape, type_
         self.elem_type = elem_type
+        self._ort_shape = ort_shape  # an optional tensor's: its tensor's dims (what onnxruntime reports)
+
+    @property
+    def shape(self):
+        if self._ort_shape is not None:
+            return self._ort_shape
+        return [] if self._shape is None else self._shape
 
     def __repr__(self):
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
-class InferenceSession:
-    """Run an ONNX model with neetorch.
+class InferenceSession(OrtSessionAPI):
+    """Run an ONNX model with neetorch; onnxruntime's ``InferenceSession`` API (:mod:`.ort_api`).
 
-    ``InferenceSession(model, providers=None, device=None)``: ``model`` is a path, bytes
-    or ``onnx.ModelProto``.  The model is validated, checked for unsupported ops (one
+    ``InferenceSession(path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device=None,
+    jit=True, buckets="pow2", check=True, enable_fallback=1)``: ``path_or_bytes`` is a path, bytes
+    or ``onnx.ModelProto``; ``providers`` (onnxruntime's names, :func:`~.ort_api.resolve_providers`) or
+    ``device`` (a neetorch device, which wins) say where it runs; ``sess_options``: :class:`~.ort_api.SessionOptions`
+    (or onnxruntime's).  Errors are onnxruntime's classes (:mod:`.ort_api`), subclasses of :class:`OnnxError`'s.
+    ``run(output_names, input_feed, run_options=None)`` as onnxruntime's: lists are converted to the input's
+    dtype, OrtValues accepted, omitted optional inputs are empty, overridable initializers (initializers listed
+    as graph inputs) may be fed (a second compiled session per set of fed names).
+
+    The model is validated, checked for unsupported ops (one
     error listing all of them), lowered onto nee ops and compiled with ``nee.jit``
     (symbolic input dims become dynamic dims with shape buckets).  ``jit=False`` runs
     the lowered graph eagerly.  ``info`` says how the model runs.  ``sess_options`` may be an
@@ -78,7 +117,7 @@ class InferenceSession:
     neetorch's (process-wide) CPU thread count (``nee.set_num_threads``); ``graph_optimization_level ==
     ORT_DISABLE_ALL`` (or ``NEE_ONNX_FOLD=0``) turns off :func:`~neetorch.onnx.optimize.fold_affine`, which
     folds per-channel BatchNormalization / Mul / Add by constants into the preceding Conv / Gemm / MatMul
-    weights (``info["folded"]``: how many nodes, None when off); other options are ignored.
+    weights (``info["folded"]``: how many nodes, None when off); the other options: :class:`~.ort_api.SessionOptions`.
 
     String tensors (``tensor(string)``) are numpy object arrays of ``str`` on the host: ``run()`` takes
     numpy str / bytes / object arrays for them and returns object arrays, as onnxruntime does.  The
@@ -88,18 +127,45 @@ class InferenceSession:
     onnxruntime (``ops_map.as_map`` checks its key and value types); ``seq(map(...))`` a list of dicts.
     """
 
-    def __init__(self, model, sess_options=None, providers=None, device=None, *, jit=True, buckets="pow2",
-                 check=True):
+    def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *, device=None,
+                 jit=True, buckets="pow2", check=True, **kwargs):
         import neetorch as nee
+        model = path_or_bytes
+        extra = sorted(set(kwargs) - {"enable_fallback", "read_config_from_model", "disabled_optimizers"})
+        if extra:
+            raise TypeError(f"InferenceSession() got unexpected keyword argument(s) {extra}")
+        t_start = time.perf_counter()
+        self._ort_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        self._ort_init_args = {"model": model, "sess_options": sess_options, "jit": jit, "buckets": buckets,
+                               "check": check}
+        self._ort_options = so = SessionOptions._from(sess_options)
+        if device is None:
+            if providers is None and so.has_providers():
+                providers = list(so._providers)
+            device, self._ort_providers, self._ort_provider_options = resolve_providers(
+                providers, provider_options, self._ort_fallback)
+        else:
+            name = provider_for_device(device)
+            self._ort_providers = list(dict.fromkeys([name, "CPUExecutionProvider"]))
+            self._ort_provider_options = {n: {} for n in self._ort_providers}
+        self._profiler = SessionProfiler(so.profile_file_prefix) if so.enable_profiling else None
         threads = getattr(sess_options, "intra_op_num_threads", 0) or 0
         if threads:
             # neetorch's CPU threads are one process-wide pool: the session's count sets it (the last
             # session created with a count wins); 0 keeps the current setting, like onnxruntime's default
             nee.set_num_threads(int(threads))
-        m, base_dir, notes = load_model(model, check=check)
+        try:
+            m, base_dir, notes = load_model(model, check=check)
+        except OnnxError as e:  # onnxruntime's classes (NoSuchFile, InvalidProtobuf, InvalidGraph, NotImplemented)
+            raise ort_load_error(e) from None
+        t_loaded = time.perf_counter()
         g = m.graph
+        if so._dim_by_name or so._dim_by_denotation:
+            override_free_dims(g, so._dim_by_name, so._dim_by_denotation)
+        if so._initializers:
+            replace_initializers(g, so._initializers)
         if len(g.sparse_initializer):
-            raise UnsupportedModelError("sparse initializers are not supported")
+            raise NotImplementedModelError("sparse initializers are not supported")
         self._model = m
         self.opset = default_opset(m)
         bad = unsupported_nodes(g)
@@ -108,29 +174,34 @@ class InferenceSession:
             for t, n in bad:
                 by.setdefault(t, []).append(n)
             parts = [f"{t} (nodes: {', '.join(ns[:5])}{', ...' if len(ns) > 5 else ''})" for t, ns in sorted(by.items())]
-            raise UnsupportedModelError(f"model uses {len(by)} op type(s) neetorch.onnx does not support: "
-                                        + "; ".join(parts))
-        if device is None and providers:
-            p = providers[0] if isinstance(providers[0], str) else providers[0][0]
-            device = "cuda" if "CUDA" in p else "cpu"
+            raise NotImplementedModelError(f"model uses {len(by)} op type(s) neetorch.onnx does not support: "
+                                           + "; ".join(parts))
         self.device = nee.device(device or "cpu")
         # Conv/Gemm/MatMul + per-channel BatchNormalization/Mul/Add by constants: folded into the weights
         optimize = fold_enabled(sess_options)
         folded = fold_affine(m, base_dir) if optimize else None
+        if so.optimized_model_filepath:
+            from .ort_api import write_optimized_model
+            write_optimized_model(m, base_dir, so.optimized_model_filepath)
         inits = {t.name: tensor_to_numpy(t, base_dir) for t in g.initializer}
+        # initializers listed as graph inputs (IR >= 4) can be fed to run(): onnxruntime's overridable initializers
+        self._overridable = {vi.name for vi in g.input if vi.name in inits} if m.ir_version >= 4 else set()
+        self._overridable_args = [NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), vi.type.tensor_type.elem_type)
+                                  for vi in g.input if vi.name in self._overridable]
+        self._override_sessions = {}
         self._inputs = []
         for vi in g.input:
             if vi.name in inits:
                 continue
             et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
             if et is not None and et != _STRING and carry_np(ONNX_TO_NP.get(et, np.dtype(object))) is None:
-                raise UnsupportedModelError(f"input {vi.name!r} has type {_type_string(vi.type)}, which neetorch "
-                                            f"cannot hold")
-            self._inputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
+                raise NotImplementedModelError(f"input {vi.name!r} has type {_type_string(vi.type)}, which "
+                                               f"neetorch cannot hold")
+            self._inputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et, _optional_dims(vi.type)))
         self._outputs = []
         for vi in g.output:
             et = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else None
-            self._outputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et))
+            self._outputs.append(NodeArg(vi.name, _dims(vi.type), _type_string(vi.type), et, _optional_dims(vi.type)))
         self._output_names = [o.name for o in self._outputs]
         self._input_names = [a.name for a in self._inputs]
         self._plan = self._input_plan()
@@ -161,6 +232,12 @@ class InferenceSession:
             # (freeze="views": transposed weights of products stored row-major, passes.freeze_constants)
             self._jit = nee.jit(self._program, dynamic=dynamic, buckets=buckets, name=self._program.__name__,
                                 freeze=freeze) if jit else None
+        if self._profiler is not None:
+            self._profiler.add("model_loading_" + ("uri" if isinstance(model, (str, os.PathLike)) else "array"),
+                               t_start, t_loaded - t_start)
+            self._profiler.add("session_initialization", t_start, time.perf_counter() - t_start)
+        self._log(f"session on {self.device} ({', '.join(self._ort_providers)}): {self.info['mode']}, "
+                  f"{len(g.node)} node(s), folded {folded}")
 
     def _init_segments(self, nee, jit, buckets, freeze=False):
         """A graph with string values runs as host / nee segments (``Program.segments``): each numeric segment
@@ -200,12 +277,6 @@ class InferenceSession:
     def get_outputs(self):
         return list(self._outputs)
 
-    def get_modelmeta(self):
-        return self._model
-
-    def get_providers(self):
-        return ["NeetorchExecutionProvider"]
-
     def _input_plan(self):
         """Per input, what a call checks: (NodeArg, expected numpy dtype or None (object: strings), its carry
         dtype, rank or None, [(dim, size)] fixed sizes, kind: 0 tensor, 1 optional, 2 sequence)."""
@@ -216,19 +287,24 @@ class InferenceSession:
             kind = 3 if a.type.startswith("map(") else kind  # one dict per run (ops_map.as_map)
             fixed = [(k, d) for k, d in enumerate(a.shape or ()) if isinstance(d, int)]
             plan.append((a, want, carry_np(want) if want is not None else None,
-                         None if a.shape is None else len(a.shape), fixed, kind))
+                         None if a._shape is None else len(a._shape), fixed, kind))
         return plan
 
     def _convert_inputs(self, input_feed):
         if not isinstance(input_feed, dict):
             raise InvalidInputError(f"input_feed must be a dict {{name: array}}, got {type(input_feed).__name__}")
         if len(input_feed) != len(self._plan) or any(k not in input_feed for k in self._input_names):
+            # onnxruntime's order: missing required inputs first (a ValueError), then unknown names
             names = self._input_names
             unknown = [k for k in input_feed if k not in names]
+            missing = [a.name for a in self._inputs if a.name not in input_feed and not a.type.startswith("optional")]
+            if missing:
+                also = f"; unknown input name(s) {unknown}" if unknown else ""
+                raise InvalidInputError(f"missing input(s) {missing}: required inputs are missing from the input feed "
+                                        f"{list(input_feed)}{also}; the model's inputs are {names}")
             if unknown:
-                raise InvalidInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
-            missing = [k for k in names if k not in input_feed]
-            raise InvalidInputError(f"missing input(s) {missing}; the model's inputs are {names}")
+                raise InvalidArgument(f"unknown input name(s) {unknown}; the model's inputs are {names}")
+            input_feed = {**{k: None for k in names}, **input_feed}  # omitted optional inputs: empty
         out = []
         fast = self._fast_inputs()
         for (a, want, carry, rank, fixed, kind), fdt in zip(self._plan, fast):
@@ -242,8 +318,8 @@ class InferenceSession:
                     continue
                 if kind == 2 and a.type.startswith("seq(map("):  # a list of dicts, on the host
                     if not isinstance(v, list):
-                        raise InvalidInputError(f"input {a.name!r}: expected {a.type} (a list of dicts), got "
-                                                f"{type(v).__name__}")
+                        raise InvalidArgument(f"input {a.name!r}: expected {a.type} (a list of dicts), got "
+                                              f"{type(v).__name__}")
                     out.append([self._to_map(a, x, a.type[4:-1], k) for k, x in enumerate(v)])
                     continue
                 if isinstance(v, list) and kind == 2:
@@ -253,24 +329,24 @@ class InferenceSession:
                         out.append([self._to_tensor(a, np.asarray(x)) for x in v])
                     continue
             if isinstance(v, dict) or (isinstance(v, list) and v and isinstance(v[0], dict)):
-                raise InvalidInputError(f"input {a.name!r}: expected {a.type}, got "
-                                        f"{'a dict (a map)' if isinstance(v, dict) else 'a list of dicts (maps)'}")
+                raise InvalidArgument(f"input {a.name!r}: expected {a.type}, got "
+                                      f"{'a dict (a map)' if isinstance(v, dict) else 'a list of dicts (maps)'}")
             if a.elem_type == _STRING and kind == 0:
-                arr = self._to_strings(a, v)
+                arr = self._to_strings(a, v._host() if isinstance(v, OrtValue) else v)
             else:
-                arr = v if isinstance(v, np.ndarray) else np.asarray(v)
+                arr = v if isinstance(v, np.ndarray) else _as_array(a, v, want)
             if want is not None and arr.dtype != want:
-                raise InvalidInputError(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
-                                        f"{arr.dtype.name}")
+                raise InvalidArgument(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
+                                      f"{arr.dtype.name}")
             if rank is not None:
                 if arr.ndim != rank:
-                    raise InvalidInputError(f"input {a.name!r}: expected rank {rank} (shape {a.shape}), "
-                                            f"got rank {arr.ndim} (shape {list(arr.shape)})")
+                    raise InvalidArgument(f"input {a.name!r}: expected rank {rank} (shape {a.shape}), "
+                                          f"got rank {arr.ndim} (shape {list(arr.shape)})")
                 shape = arr.shape
                 for k, d in fixed:
                     if shape[k] != d:
-                        raise InvalidInputError(f"input {a.name!r}: dim {k} must be {d}, got shape "
-                                                f"{list(shape)} (expected {a.shape})")
+                        raise InvalidArgument(f"input {a.name!r}: dim {k} must be {d}, got shape "
+                                              f"{list(shape)} (expected {a.shape})")
             if a.elem_type == _STRING and kind == 0:
                 out.append(arr)  # strings stay numpy, on the host
             elif fdt is not None and arr.flags.c_contiguous and arr.flags.writeable:
@@ -301,8 +377,8 @@ class InferenceSession:
         except TypeError as e:
             dt = getattr(v, "dtype", None)
             got = f"numpy {dt.name}" if dt is not None else type(v).__name__
-            raise InvalidInputError(f"input {a.name!r}: expected {a.type} (a numpy str array or object array of "
-                                    f"str), got {got}: {e}") from None
+            raise InvalidArgument(f"input {a.name!r}: expected {a.type} (a numpy str array or object array of "
+                                  f"str), got {got}: {e}") from None
 
     def _to_map(self, a, v, type_string, index=None):
         """A map input (one dict) checked against its declared map type (``ops_map.as_map``)."""
@@ -311,12 +387,12 @@ class InferenceSession:
         try:
             return as_map(v, type_string, what)
         except TypeError as e:
-            raise InvalidInputError(str(e)) from None
+            raise InvalidArgument(str(e)) from None
 
     def _to_tensor(self, a, arr):
         c = carry_np(arr.dtype)
         if c is None:
-            raise InvalidInputError(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
+            raise InvalidArgument(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
         if arr.dtype != c or not arr.flags.c_contiguous or not arr.flags.writeable:
             arr = np.array(arr, dtype=c, order="C", copy=True)
         t = _from_numpy(arr)
@@ -384,16 +460,23 @@ class InferenceSession:
         return self._call(list(tensors))
 
     def run(self, output_names, input_feed, run_options=None):
-        del run_options
+        if run_options is not None:
+            check_run_options(run_options)
+        if self._overridable and not self._overridable.isdisjoint(input_feed):
+            return self._override_session(input_feed).run(output_names, input_feed, run_options)
         tensors = self._convert_inputs(input_feed)
         t0 = time.perf_counter()
-        outs = self._call(tensors)
+        if self._profiler is None:
+            outs = self._call(tensors)
+        else:
+            with self._profiler.run(getattr(run_options, "logid", "")):
+                outs = self._call(tensors)
         self.info["last_run_seconds"] = time.perf_counter() - t0
         all_names = self._output_names
         if output_names:
             bad = [n for n in output_names if n not in all_names]
             if bad:
-                raise InvalidInputError(f"unknown output name(s) {bad}; the model's outputs are {all_names}")
+                raise InvalidArgument(f"unknown output name(s) {bad}; the model's outputs are {all_names}")
             idx = [all_names.index(n) for n in output_names]
         else:
             idx = range(len(all_names))
@@ -416,6 +499,26 @@ class InferenceSession:
             else:
                 res.append(self._to_numpy(t, self._outputs[i], keep))
         return res
+
+    def _override_session(self, input_feed):
+        """The session that runs with the overridable initializers fed in ``input_feed`` as inputs (one per set
+        of fed names, made on first use from this session's model without those initializers)."""
+        key = frozenset(self._overridable.intersection(input_feed))
+        sub = self._override_sessions.get(key)
+        if sub is None:
+            import onnx
+            m = onnx.ModelProto()
+            m.CopyFrom(self._model)
+            keep = [t for t in m.graph.initializer if t.name not in key]
+            del m.graph.initializer[:]
+            m.graph.initializer.extend(keep)
+            so = SessionOptions._from(self._ort_options)
+            so.enable_profiling, so.optimized_model_filepath = False, ""
+            so._initializers, so._dim_by_name, so._dim_by_denotation = {}, {}, {}  # already in self._model
+            a = self._ort_init_args
+            sub = InferenceSession(m, so, device=str(self.device), jit=a["jit"], buckets=a["buckets"], check=False)
+            self._override_sessions[key] = sub
+        return sub
 
     def _out_dtypes(self):
         """Per output, the numpy dtype its declared elem type asks for (None: undeclared / strings)."""
@@ -472,6 +575,20 @@ class InferenceSession:
 
 
 _STRING = 8  # onnx.TensorProto.STRING
+
+
+def _as_array(a, v, want):
+    """A non-ndarray input value as numpy: an OrtValue's array; a Python list / scalar in the input's
+    declared dtype (onnxruntime converts lists to the expected type)."""
+    if isinstance(v, OrtValue):
+        return v._host()
+    if want is not None and isinstance(v, (list, int, float, bool, np.generic)) and want != np.dtype(object):
+        try:
+            return np.asarray(v, dtype=want)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(f"input {a.name!r}: cannot make a {a.type} tensor from the given "
+                                  f"{type(v).__name__}: {e}") from None
+    return np.asarray(v)
 
 
 def _names(names, k=8):
