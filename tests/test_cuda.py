@@ -248,7 +248,7 @@ def test_static_claims_match_supports():
     assert {"add", "exp", "where", "sum", "mean", "softmax", "log_softmax", "matmul"} <= set(claims)
     assert "float16" in claims["add"] and "float16" in claims["exp"] and "bool" in claims["eq"]
     assert "float32" not in claims["bitwise_and"] and claims["matmul"] == {"float16", "float32", "float64"}
-    assert "median" not in claims and claims["conv2d"] == {"float16", "float32", "float64"}
+    assert "linalg_det" not in claims and claims["conv2d"] == {"float16", "float32", "float64"}
     for name, dts in claims.items():
         op = OPS[name]
         for dn in dts:
@@ -265,7 +265,7 @@ def test_static_claims_match_supports():
             if {x.name for x in ins + [odt]} <= dts:
                 assert bk.supports(name, ins + [odt]) is None, (name, dn)
     # and what is not claimed has a reason
-    assert "no cuda kernel for median" == bk.supports("median", [_dt.float32, _dt.float32, _dt.int64])
+    assert "no cuda kernel for linalg_det" == bk.supports("linalg_det", [_dt.float32, _dt.float32])
     assert "cuBLAS" in bk.supports("matmul", [_dt.int32, _dt.int32, _dt.int32])
 
 
@@ -647,15 +647,15 @@ def test_fused_jit_groups_match_eager_cpu(bk):
 def test_fallback_visible_and_strict(bk):
     nee.reset_fallbacks()
     a = np.array([[3.0, 1.0, 2.0], [0.5, -1.0, 9.0]], np.float32)
-    v = nee.median(cu(a), dim=1)       # an op the cuda backend does not claim (sort is: tests/test_cuda_nn.py)
-    vals = v[0] if isinstance(v, tuple) else v.values
-    assert vals.device.type == "cuda"
-    np.testing.assert_array_equal(host(vals), [2.0, 0.5])
-    assert any(r.op == "median" and r.device == "cuda:0" for r in nee.fallback_report().records.values())
+    m = a[:, :2]
+    v = nee.linalg.det(cu(m))          # an op the cuda backend does not claim (LAPACK-style factorizations)
+    assert v.device.type == "cuda"
+    np.testing.assert_allclose(host(v), np.linalg.det(m), rtol=1e-6)
+    assert any(r.op == "linalg_det" and r.device == "cuda:0" for r in nee.fallback_report().records.values())
     nee.set_strict(True)
     try:
-        with pytest.raises(nee.FallbackError, match="median"):
-            nee.median(cu(a), dim=1)
+        with pytest.raises(nee.FallbackError, match="linalg_det"):
+            nee.linalg.det(cu(m))
         (cu(a) + 1).sum()
     finally:
         nee.set_strict(False)

@@ -609,3 +609,60 @@ def test_roll_matches_cpu_and_torch(clean, dn):
     # a repeated dim: the shifts add up (torch.roll)
     got = nee.roll(cu(x), (1, 2), (1, 1)).cpu().numpy()
     np.testing.assert_array_equal(got, torch.roll(torch.from_numpy(x.numpy()), (1, 2), (1, 1)).numpy())
+
+
+# ================================================================ kernels shared with the OpenCL backend (ckernels.py)
+@needs_gpu
+@pytest.mark.parametrize("dn", ["float32", "float16", "int32", "bool"])
+def test_cummax_diag_embed_median_masked_match_cpu(clean, dn):
+    """cummax / cummin (ties move the index to the latest, NaN takes over), diag_embed, median (the lower
+    median or the first NaN), masked_select / masked_scatter (chunked stream compaction): the same kernel
+    sources the OpenCL backend runs (tests/test_opencl_nn.py)."""
+    rng = np.random.default_rng(31)
+    x = rnd(rng, (3, 7, 4), dn)
+    if dn.startswith("float"):
+        a = x.numpy().copy()
+        a[1, 2, 0] = a[1, 5, 0] = np.nan
+        a[0, :, 1] = 2.0
+        x = nee.tensor(a)
+    m = nee.tensor(rng.random((7, 4)) < 0.4)
+    for xc in (cu(x), cu(x.transpose(0, 2).contiguous()).transpose(0, 2)):
+        for d in (0, 1, -1):
+            for f in (nee.cummax, nee.cummin):
+                g, w = f(xc, d), f(x, d)
+                check(g[0], w[0], exact=True, msg=f"{f.__name__} {d}")
+                check(g[1], w[1], msg=f"{f.__name__} indices {d}")
+            if dn != "bool":
+                g, w = nee.median(xc, d), nee.median(x, d)
+                check(g[0], w[0], exact=True, msg=f"median {d}")
+                check(g[1], w[1], msg=f"median indices {d}")
+        for off, d1, d2 in [(0, -2, -1), (2, 0, 2), (-1, 1, 0)]:
+            check(nee.diag_embed(xc, off, d1, d2), nee.diag_embed(x, off, d1, d2), exact=True, msg="diag_embed")
+        check(nee.masked_select(xc, cu(m)), nee.masked_select(x, m), exact=True, msg="masked_select")
+        src = rnd(rng, (100,), dn)
+        check(nee.masked_scatter(xc, cu(m), cu(src)), nee.masked_scatter(x, m, src), exact=True, msg="masked_scatter")
+    big = nee.tensor(rng.random(9000) < 0.3)
+    check(nee.masked_select(cu(big.to(x.dtype)), cu(big)), nee.masked_select(big.to(x.dtype), big), exact=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dn", ["float32", "float64", "float16"])
+def test_batch_norm_stats_and_nll_terms_match_cpu(clean, dn):
+    rng = np.random.default_rng(32)
+    y = rnd(rng, (4, 3, 7), dn)
+    w, b = rnd(rng, (3,), dn), rnd(rng, (3,), dn)
+    rm, rv = nee.zeros(3, dtype=y.dtype), nee.ones(3, dtype=y.dtype)
+    rmc, rvc = cu(rm), cu(rv)
+    check(F.batch_norm(cu(y), rmc, rvc, cu(w), cu(b), training=True), F.batch_norm(y, rm, rv, w, b, training=True))
+    check(rmc, rm)
+    check(rvc, rv)
+    x, t = rnd(rng, (6, 5), dn), nee.tensor(rng.integers(0, 5, 6))
+    cw = nee.tensor(rng.random(5).astype(dn))
+    for kw in [{}, {"weight": cw, "ignore_index": 2}, {"label_smoothing": 0.1}, {"reduction": "none"}]:
+        kc = {k: cu(v) if isinstance(v, nee.Tensor) else v for k, v in kw.items()}
+        check(F.cross_entropy(cu(x), cu(t), **kc), F.cross_entropy(x, t, **kw), msg=f"cross_entropy {kw}")
+    with pytest.raises(IndexError) as cpu_err:
+        F.nll_loss(x, nee.tensor([0, 1, 7, 2, 2, 9]))
+    with pytest.raises(IndexError) as err:
+        F.nll_loss(cu(x), cu(nee.tensor([0, 1, 7, 2, 2, 9])))
+    assert str(err.value) == str(cpu_err.value)

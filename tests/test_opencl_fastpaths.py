@@ -115,7 +115,9 @@ def test_softmax_rows_against_torch():
 
 
 def test_matmul_tiles_against_numpy():
-    for sa, sb in [((130, 70), (70, 48)), ((3, 5, 7), (7, 16)), ((6, 9), (9, 8)), ((2, 1, 5, 4), (3, 4, 8))]:
+    # b larger than a (conv's weights @ im2col columns): the tiles walk rows fastest; M >= 32: 8 x 8 tiles
+    for sa, sb in [((130, 70), (70, 48)), ((3, 5, 7), (7, 16)), ((6, 9), (9, 8)), ((2, 1, 5, 4), (3, 4, 8)),
+                   ((7, 13), (3, 13, 40)), ((9, 30), (30, 1024)), ((37, 20), (2, 20, 64)), ((45, 3), (3, 16))]:
         a, b = _f32(sa), _f32(sb)
         got = host(dev(a) @ dev(b))
         np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)

@@ -69,7 +69,7 @@ import weakref
 import numpy as np
 
 from ...tensor import dtypes as _dt
-from ..cexpr import CUDA
+from .. import ckernels as ck
 
 __all__ = ["COL_BUDGET", "all_sources", "static_claims", "table"]
 
@@ -81,398 +81,68 @@ MAX_BLOCKS = 1 << 20
 _BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ullong"}
 _ACC = {"float16": "float", "float32": "float", "float64": "double"}
 _IDX = {"int32": "int", "int64": "llong"}
-_GRID = ("  const llong step = (llong)gridDim.x * blockDim.x;\n"
-         "  for (llong g = (llong)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += step) {\n")
 
 
 def _dn(a) -> str:
     return _dt.from_numpy_dtype(a.dtype).name
 
 
-def _io(dn: str):
-    """(storage C type, compare/accumulate C type, load, store) for dtype ``dn``."""
-    if dn == "float16":
-        return "nhalf", "float", (lambda e: f"nee_h2f({e})"), (lambda e: f"nee_f2h((float)({e}))")
-    ct = CUDA.ctype[dn]
-    return ct, ct, (lambda e: e), (lambda e: f"({ct})({e})")
-
-
 # ---------------------------------------------------------------- sources
+# The kernel sources live in ..ckernels (dialect-neutral: the OpenCL backend prints the same kernels
+# as OpenCL C); these wrappers print them in the CUDA dialect.
 def im2col_source(isz: int) -> tuple[str, str]:
-    U = _BITS[isz]
-    name = f"nee_im2col_{U}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {U}* __restrict__ x, {U}* __restrict__ col, const llong total, '
-        "const llong H, const llong W, const int KH, const int KW, const int sh, const int sw, const int pt, "
-        "const int pl, const int dh, const int dw, const llong OH, const llong OW) {\n" + _GRID +
-        "    const llong ow = g % OW; llong t = g / OW; const llong oh = t % OH; t /= OH;\n"
-        "    const int kw = (int)(t % KW); t /= KW; const int kh = (int)(t % KH); t /= KH;   /* t: n * C + c */\n"
-        "    const llong ih = oh * sh - pt + (llong)kh * dh, iw = ow * sw - pl + (llong)kw * dw;\n"
-        f"    col[g] = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x[(t * H + ih) * W + iw] : ({U})0;\n"
-        "  }\n}\n")
+    return ck.im2col_source(ck.CUDA, isz)
 
 
 def depthwise_source(dn: str) -> tuple[str, str]:
-    """Convolution with one input channel per group (depthwise, any channel multiplier ``Og``): one
-    thread per output, taps in (kh, kw) order, float16/32 accumulated in float, float64 in double."""
-    T, A, ld, st = _io(dn)
-    A = _ACC[dn]
-    name = f"nee_depthwise_{dn}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ x, const {T}* __restrict__ w, '
-        f"const {T}* __restrict__ bias, {T}* __restrict__ y, const llong total, const llong C, const llong O, "
-        "const llong H, const llong W, const int KH, const int KW, const int sh, const int sw, const int pt, "
-        "const int pl, const int dh, const int dw, const llong OH, const llong OW, const int has_bias) {\n" + _GRID +
-        "    const llong ow = g % OW; llong t = g / OW; const llong oh = t % OH; t /= OH;\n"
-        "    const llong o = t % O, n = t / O, c = o / (O / C);\n"
-        f"    const {T}* xp = x + (n * C + c) * H * W;\n"
-        f"    const {T}* wp = w + o * KH * KW;\n"
-        f"    {A} acc = has_bias ? ({A}){ld('bias[o]')} : ({A})0;\n"
-        "    for (int kh = 0; kh < KH; kh++) {\n"
-        "      const llong ih = oh * sh - pt + (llong)kh * dh;\n"
-        "      if (ih < 0 || ih >= H) continue;\n"
-        "      for (int kw = 0; kw < KW; kw++) {\n"
-        "        const llong iw = ow * sw - pl + (llong)kw * dw;\n"
-        "        if (iw < 0 || iw >= W) continue;\n"
-        f"        acc += ({A}){ld('xp[ih * W + iw]')} * ({A}){ld('wp[kh * KW + kw]')};\n"
-        "      }\n"
-        "    }\n"
-        f"    y[g] = {st('acc')};\n"
-        "  }\n}\n")
+    return ck.depthwise_source(ck.CUDA, dn)
 
 
 def col2im_source(dn: str) -> tuple[str, str]:
-    """out[p, oh, ow] (+ bias[p % Cout]) = sum of the column entries col[p, kh, kw, ih, iw] with
-    ih * sh - ph + kh * dh == oh (same for w): the transposed convolution's scatter, as a gather."""
-    T, A, ld, st = _io(dn)
-    if dn == "float32":
-        A = "double"            # the CPU kernel adds float32 columns in BLAS/numpy order: keep the sum tight
-    name = f"nee_col2im_{dn}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ col, const {T}* __restrict__ bias, '
-        f"{T}* __restrict__ y, const llong total, const llong H, const llong W, const int KH, const int KW, "
-        "const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, const llong OH, "
-        "const llong OW, const llong Cout, const int has_bias) {\n" + _GRID +
-        "    const llong ow = g % OW; llong t = g / OW; const llong oh = t % OH; const llong p = t / OH;\n"
-        f"    {A} acc = 0;\n"
-        f"    const {T}* cp = col + p * (llong)KH * KW * H * W;\n"
-        "    for (int kh = 0; kh < KH; kh++) {\n"
-        "      const llong a = oh + ph - (llong)kh * dh;\n"
-        "      if (a < 0 || a % sh) continue;\n"
-        "      const llong ih = a / sh;\n"
-        "      if (ih >= H) continue;\n"
-        "      for (int kw = 0; kw < KW; kw++) {\n"
-        "        const llong b = ow + pw - (llong)kw * dw;\n"
-        "        if (b < 0 || b % sw) continue;\n"
-        "        const llong iw = b / sw;\n"
-        "        if (iw >= W) continue;\n"
-        f"        acc += ({A}){ld('cp[(((llong)kh * KW + kw) * H + ih) * W + iw]')};\n"
-        "      }\n"
-        "    }\n"
-        f"    if (has_bias) acc += ({A}){ld('bias[p % Cout]')};\n"
-        f"    y[g] = {st('acc')};\n"
-        "  }\n}\n")
+    return ck.col2im_source(ck.CUDA, dn)
 
 
 def maxpool_source(dn: str) -> tuple[str, str]:
-    T, A, ld, st = _io(dn)
-    name = f"nee_maxpool_{dn}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ x, {T}* __restrict__ y, llong* __restrict__ idx, '
-        "const llong total, const llong H, const llong W, const llong OH, const llong OW, const int KH, "
-        "const int KW, const int sh, const int sw, const int ph, const int pw, const int dh, const int dw, "
-        "const int has_idx) {\n" + _GRID +
-        "    const llong ow = g % OW; const llong t = g / OW; const llong oh = t % OH; const llong p = t / OH;\n"
-        "    const llong hs = oh * sh - ph, ws = ow * sw - pw;\n"
-        f"    const {T}* xp = x + p * H * W;\n"
-        f"    {A} best = 0; llong bi = -1;\n"
-        "    for (int ki = 0; ki < KH; ki++) {\n"
-        "      const llong ih = hs + (llong)ki * dh;\n"
-        "      if (ih < 0 || ih >= H) continue;\n"
-        "      for (int kj = 0; kj < KW; kj++) {\n"
-        "        const llong iw = ws + (llong)kj * dw;\n"
-        "        if (iw < 0 || iw >= W) continue;\n"
-        f"        const {A} v = {ld('xp[ih * W + iw]')};\n"
-        "        if (bi < 0 || v > best || v != v) { best = v; bi = ih * W + iw; }   /* torch: NaN takes over */\n"
-        "      }\n"
-        "    }\n"
-        f"    y[g] = {st('best')};\n"
-        "    if (has_idx) idx[g] = bi;\n"
-        "  }\n}\n")
+    return ck.maxpool_source(ck.CUDA, dn)
 
 
 def avgpool_source(dn: str) -> tuple[str, str]:
-    T, A, ld, st = _io(dn)
-    A = _ACC[dn]
-    name = f"nee_avgpool_{dn}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ x, {T}* __restrict__ y, const llong total, '
-        "const llong H, const llong W, const llong OH, const llong OW, const int KH, const int KW, const int sh, "
-        "const int sw, const int ph, const int pw, const int cip, const llong divisor) {\n" + _GRID +
-        "    const llong ow = g % OW; const llong t = g / OW; const llong oh = t % OH; const llong p = t / OH;\n"
-        "    const llong hs = oh * sh - ph, ws = ow * sw - pw;\n"
-        "    const llong he = hs + KH < H + ph ? hs + KH : H + ph, we = ws + KW < W + pw ? ws + KW : W + pw;\n"
-        "    const llong h0 = hs > 0 ? hs : 0, w0 = ws > 0 ? ws : 0, h1 = he < H ? he : H, w1 = we < W ? we : W;\n"
-        f"    const {T}* xp = x + p * H * W;\n"
-        f"    {A} acc = 0;\n"
-        "    for (llong ih = h0; ih < h1; ih++)\n"
-        f"      for (llong iw = w0; iw < w1; iw++) acc += {ld('xp[ih * W + iw]')};\n"
-        "    const llong d = divisor ? divisor : (cip ? (he - hs) * (we - ws) : (h1 - h0) * (w1 - w0));\n"
-        f"    y[g] = {st('(double)acc / (double)d')};\n"
-        "  }\n}\n")
+    return ck.avgpool_source(ck.CUDA, dn)
 
 
 def adaptive_source(dn: str, is_max: bool) -> tuple[str, str]:
-    """Adaptive pooling: output (oh, ow) covers rows [oh*H/OH, ceil((oh+1)*H/OH)) (same for columns);
-    max: the CPU's rule (first element, then v > best or NaN; plane index), avg: the sum over count."""
-    T, A, ld, st = _io(dn)
-    if not is_max:
-        A = _ACC[dn]
-    name = f"nee_adaptive_{'max' if is_max else 'avg'}_{dn}"
-    L = [f'extern "C" __global__ void {name}(const {T}* __restrict__ x, {T}* __restrict__ y, '
-         "llong* __restrict__ idx, const llong total, const llong H, const llong W, const llong OH, const llong OW, "
-         "const int has_idx) {\n" + _GRID +
-         "    const llong ow = g % OW; const llong t = g / OW; const llong oh = t % OH; const llong p = t / OH;\n"
-         "    const llong h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;\n"
-         "    const llong w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;\n"
-         f"    const {T}* xp = x + p * H * W;\n"]
-    if is_max:
-        L += [f"    {A} best = 0; llong bi = -1;\n",
-              "    for (llong ih = h0; ih < h1; ih++)\n",
-              "      for (llong iw = w0; iw < w1; iw++) {\n",
-              f"        const {A} v = {ld('xp[ih * W + iw]')};\n",
-              "        if (bi < 0 || v > best || v != v) { best = v; bi = ih * W + iw; }\n",
-              "      }\n",
-              f"    y[g] = {st('best')};\n",
-              "    if (has_idx) idx[g] = bi;\n"]
-    else:
-        L += [f"    {A} acc = 0;\n",
-              "    for (llong ih = h0; ih < h1; ih++)\n",
-              f"      for (llong iw = w0; iw < w1; iw++) acc += {ld('xp[ih * W + iw]')};\n",
-              f"    y[g] = {st('(double)acc / (double)((h1 - h0) * (w1 - w0))')};\n"]
-    return name, "".join(L) + "  }\n}\n"
+    return ck.adaptive_source(ck.CUDA, dn, is_max)
 
 
 def argred_source(dn: str, kind: str, rows: bool) -> tuple[str, str]:
-    """argmax / argmin (and max/min with indices) over the middle dim of contiguous x (O, n, I): the
-    CPU's rule (first occurrence; the first NaN wins), as an order-aware comparison of (value, index)
-    pairs, so that a block's tree combine picks exactly what a serial scan picks.  ``rows``: one block
-    per row (I == 1, long rows; any power-of-two block, 1 in the emulation), else one thread per output."""
-    T, A, ld, st = _io(dn)
-    cmp = ">" if kind == "argmax" else "<"
-    name = f"nee_{kind}_{'rows' if rows else 'cols'}_{dn}"
-    better = (f"static __device__ __forceinline__ bool nee_{kind}_better_{dn}({A} v, llong j, {A} b, llong bj) {{\n"
-              "  if (bj < 0) return j >= 0;\n"
-              "  if (j < 0) return false;\n"
-              "  const bool vn = v != v, bn = b != b;\n"
-              "  if (vn || bn) return vn && (!bn || j < bj);   /* the first NaN wins */\n"
-              f"  return v {cmp} b || (v == b && j < bj);      /* ties: the first occurrence */\n"
-              "}\n")
-    guard = f"NEE_{kind.upper()}_BETTER_{dn.upper()}"
-    head = f"#ifndef {guard}\n#define {guard}\n{better}#endif\n"
-    sig = (f'extern "C" __global__ void {name}(const {T}* __restrict__ x, {T}* __restrict__ vals, '
-           "llong* __restrict__ idx, const llong O, const llong n, const llong I, const int has_vals) {\n")
-    if not rows:
-        body = ("  const llong total = O * I;\n" + _GRID +
-                "    const llong o = g / I, i = g % I;\n"
-                f"    const {T}* xr = x + o * n * I + i;\n"
-                f"    {A} b = 0; llong bj = -1;\n"
-                "    for (llong j = 0; j < n; j++) {\n"
-                f"      const {A} v = {ld('xr[j * I]')};\n"
-                f"      if (nee_{kind}_better_{dn}(v, j, b, bj)) {{ b = v; bj = j; }}\n"
-                "    }\n"
-                f"    if (has_vals) vals[g] = {st('b')};\n"
-                "    idx[g] = bj;\n"
-                "  }\n}\n")
-    else:
-        body = (f"  __shared__ {A} sv[1024]; __shared__ llong sj[1024];\n"
-                "  const int t = threadIdx.x;\n"
-                "  for (llong r = blockIdx.x; r < O; r += gridDim.x) {\n"
-                f"    const {T}* xr = x + r * n;\n"
-                f"    {A} b = 0; llong bj = -1;\n"
-                "    for (llong j = t; j < n; j += blockDim.x) {\n"
-                f"      const {A} v = {ld('xr[j]')};\n"
-                f"      if (nee_{kind}_better_{dn}(v, j, b, bj)) {{ b = v; bj = j; }}\n"
-                "    }\n"
-                "    sv[t] = b; sj[t] = bj;\n"
-                "    __syncthreads();\n"
-                "    for (int h = blockDim.x >> 1; h > 0; h >>= 1) {\n"
-                f"      if (t < h && nee_{kind}_better_{dn}(sv[t + h], sj[t + h], sv[t], sj[t])) "
-                "{ sv[t] = sv[t + h]; sj[t] = sj[t + h]; }\n"
-                "      __syncthreads();\n"
-                "    }\n"
-                "    if (t == 0) {\n"
-                f"      if (has_vals) vals[r] = {st('sv[0]')};\n"
-                "      idx[r] = sj[0];\n"
-                "    }\n"
-                "    __syncthreads();\n"
-                "  }\n}\n")
-    return name, head + sig + body
+    return ck.argred_source(ck.CUDA, dn, kind, rows)
 
 
 def bilinear_source(dn: str) -> tuple[str, str]:
-    """Bilinear resampling with the CPU kernel's per-row / per-column source indices and weights
-    (``ii``: h0[OH] h1[OH] w0[OW] w1[OW]; ``ll``: lh0 lh1 lw0 lw1 in the compute type), PyTorch's
-    arithmetic: blend along W, then ``t0 * lh0 + t1 * lh1``."""
-    T, A, ld, st = _io(dn)
-    A = _ACC[dn]
-    name = f"nee_bilinear_{dn}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ x, {T}* __restrict__ y, '
-        f"const llong* __restrict__ ii, const {A}* __restrict__ ll, const llong total, const llong H, "
-        "const llong W, const llong OH, const llong OW) {\n" + _GRID +
-        "    const llong ow = g % OW; const llong t = g / OW; const llong oh = t % OH; const llong p = t / OH;\n"
-        f"    const {T}* ra = x + p * H * W + ii[oh] * W;\n"
-        f"    const {T}* rb = x + p * H * W + ii[OH + oh] * W;\n"
-        "    const llong c0 = ii[2 * OH + ow], c1 = ii[2 * OH + OW + ow];\n"
-        f"    const {A} a0 = ll[oh], a1 = ll[OH + oh], b0 = ll[2 * OH + ow], b1 = ll[2 * OH + OW + ow];\n"
-        f"    const {A} t0 = ({A}){ld('ra[c0]')} * b0 + ({A}){ld('ra[c1]')} * b1;\n"
-        f"    const {A} t1 = ({A}){ld('rb[c0]')} * b0 + ({A}){ld('rb[c1]')} * b1;\n"
-        f"    y[g] = {st('t0 * a0 + t1 * a1')};\n"
-        "  }\n}\n")
+    return ck.bilinear_source(ck.CUDA, dn)
 
 
 def group_norm_source(dn: str) -> tuple[str, str]:
-    """group_norm: one block per (image, group) row of ``Cg * HW`` contiguous elements (the block
-    reduction of :mod:`.rows`), float64 moments like the CPU kernel, then its per-channel affine
-    ``x * sc + sh`` with ``sc = rstd * w[c]``, ``sh = b[c] - mean * rstd * w[c]`` (float16/32 in float)."""
-    from .rows import _BLOCK_HELPERS
-    T, A, ld, st = _io(dn)
-    A = _ACC[dn]
-    name = f"nee_group_norm_{dn}"
-    xa = f"({A}){ld('xr[i]')}"
-    return name, _BLOCK_HELPERS + (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ x, const {T}* __restrict__ w, '
-        f"const {T}* __restrict__ b, {T}* __restrict__ y, const llong rows, const llong G, const llong Cg, "
-        "const llong HW, const double eps, const int has_w, const int has_b) {\n"
-        "  __shared__ double sh[32];\n"
-        "  const llong n = Cg * HW;\n"
-        "  for (llong r = blockIdx.x; r < rows; r += gridDim.x) {\n"
-        f"    const {T}* xr = x + r * n; {T}* yr = y + r * n;\n"
-        "    double s = 0;\n"
-        f"    for (llong i = threadIdx.x; i < n; i += blockDim.x) s += (double){ld('xr[i]')};\n"
-        "    const double mean = nee_bsum(s, sh) / (double)n;\n"
-        "    double q = 0;\n"
-        f"    for (llong i = threadIdx.x; i < n; i += blockDim.x) {{ const double d = (double){ld('xr[i]')} - mean; "
-        "q += d * d; }\n"
-        "    const double rstd = 1.0 / sqrt(nee_bsum(q, sh) / (double)n + eps);\n"
-        "    const llong c0 = (r % G) * Cg;\n"
-        "    for (llong i = threadIdx.x; i < n; i += blockDim.x) {\n"
-        "      const llong c = c0 + i / HW;\n"
-        f"      const double sc = rstd * (has_w ? (double){ld('w[c]')} : 1.0);\n"
-        f"      const {A} a = ({A})sc, bb = ({A})((has_b ? (double){ld('b[c]')} : 0.0) - mean * sc);\n"
-        f"      yr[i] = {st(xa + ' * a + bb')};\n"
-        "    }\n"
-        "  }\n}\n")
+    return ck.group_norm_source(ck.CUDA, dn)
 
 
-_SCATTER_KINDS = {None: 0, "sum": 1, "prod": 2, "amax": 3, "amin": 4, "mean": 5}
+_SCATTER_KINDS = ck.SCATTER_KINDS
 
 
 def scatter_source(dn: str, idn: str) -> tuple[str, str]:
-    """scatter / scatter_reduce as a GATHER: each element (o, t, i) of the output region (O, n, I)
-    scans the index column idx[o, :, i] (O, k, I) for entries equal to t and folds their src values
-    in index order, so duplicates resolve exactly like the CPU's serial loop (the last write wins;
-    float16 sums and products accumulate in float and round once, like torch's CPU kernels; amax/amin propagate NaN; mean sums in
-    float64 / int64 then divides, flooring for integers).  No atomics: deterministic, O(k) per output
-    element.  ``kind``: 0 assign, 1 sum, 2 prod, 3 amax, 4 amin, 5 mean."""
-    T, A, ld, st = _io(dn)
-    I = _IDX[idn]
-    isf = dn in FLOATS
-    R = "double" if isf else "llong"                    # mean accumulator
-    if isf:
-        rnd = lambda e: e
-    else:
-        A = "llong"                                             # integers / bool: int64, cast at the end
-        rnd = lambda e: e
-    store = (lambda e: f"(uchar)(({e}) != 0)") if dn == "bool" else st
-    name = f"nee_scatter_{dn}_{I}"
-    return name, (
-        f'extern "C" __global__ void {name}({T}* __restrict__ y, const {I}* __restrict__ idx, '
-        f"const {T}* __restrict__ src, const llong total, const llong n, const llong k, const llong I, "
-        "const int kind, const int include_self) {\n" + _GRID +
-        "    const llong i = g % I; const llong t = (g / I) % n; const llong o = g / (n * I);\n"
-        f"    const {A} self = ({A}){ld('y[g]')};\n"
-        f"    {A} acc = self; {R} sum = include_self ? ({R})self : ({R})0; llong cnt = include_self ? 1 : 0;\n"
-        "    bool hit = false;\n"
-        "    if (!include_self) acc = kind == 2 ? 1 : 0;\n"
-        "    for (llong j = 0; j < k; j++) {\n"
-        "      const llong q = (o * k + j) * I + i;\n"
-        "      if ((llong)idx[q] != t) continue;\n"
-        f"      const {A} v = ({A}){ld('src[q]')};\n"
-        "      if (kind == 0) acc = v;\n"
-        f"      else if (kind == 1) acc = {rnd('acc + v')};\n"
-        f"      else if (kind == 2) acc = {rnd('acc * v')};\n"
-        "      else if (kind == 3 || kind == 4) {\n"
-        "        if (!hit && !include_self) acc = v;\n"
-        "        else if (acc != acc || v != v) acc = acc != acc ? acc : v;   /* NaN propagates */\n"
-        "        else if (kind == 3 ? v > acc : v < acc) acc = v;\n"
-        "      } else { sum += (" + R + ")v; cnt++; }\n"
-        "      hit = true;\n"
-        "    }\n"
-        "    if (!hit) continue;                     /* untouched: the input's value stays */\n"
-        "    if (kind == 5) {\n"
-        + ("      y[g] = " + store(f"sum / ({R})cnt") + ";\n" if isf else
-           "      llong qd = sum / cnt;\n"
-           "      if ((sum % cnt != 0) && ((sum < 0) != (cnt < 0))) qd--;   /* floor division */\n"
-           "      y[g] = " + store("qd") + ";\n") +
-        "    } else {\n"
-        f"      y[g] = {store('acc')};\n"
-        "    }\n"
-        "  }\n}\n")
+    return ck.scatter_source(ck.CUDA, dn, idn)
 
 
 def searchsorted_source(dn: str, odn: str) -> tuple[str, str]:
-    """Binary search per value in its row of the sorted sequence (one row for a 1-D sequence):
-    PyTorch's steps (right while ``!(e >= x)``, ``!(e > x)`` for ``right``): numpy's answers on a sorted
-    sequence, torch's path-dependent ones where the sequence holds NaNs (the CPU kernel does the same)."""
-    T, A, ld, _ = _io(dn)
-    O = _IDX[odn]
-    name = f"nee_searchsorted_{dn}_{O}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {T}* __restrict__ seq, const {T}* __restrict__ v, '
-        f"{O}* __restrict__ y, const llong total, const llong n, const llong m, const int rows, "
-        "const int right) {\n" + _GRID +
-        f"    const {T}* s = seq + (rows ? (g / m) * n : 0);\n"
-        f"    const {A} x = {ld('v[g]')};\n"
-        "    llong lo = 0, hi = n;\n"
-        "    while (lo < hi) {\n"
-        "      const llong mid = lo + (hi - lo) / 2;\n"
-        f"      const {A} e = {ld('s[mid]')};\n"
-        "      const bool go = right ? !(e > x) : !(e >= x);\n"
-        "      if (go) lo = mid + 1; else hi = mid;\n"
-        "    }\n"
-        f"    y[g] = ({O})lo;\n"
-        "  }\n}\n")
+    return ck.searchsorted_source(ck.CUDA, dn, odn)
 
 
 def take_source(isz: int, idn: str) -> tuple[str, str]:
-    """y[o, j, i] = x[o, idx[..], i] over x (outer, n, inner) and y (outer, k, inner), both contiguous;
-    idx is per output element (gather: (outer, k, inner)) or per j (index_select / embedding)."""
-    U, I = _BITS[isz], _IDX[idn]
-    name = f"nee_take3_{U}_{I}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {U}* __restrict__ x, const {I}* __restrict__ idx, '
-        f"{U}* __restrict__ y, int* __restrict__ err, const llong total, const llong n, const llong k, "
-        "const llong inner, const int per_elem, const int wrap) {\n" + _GRID +
-        "    const llong i = g % inner; const llong t = g / inner; const llong j = t % k; const llong o = t / k;\n"
-        "    llong v = (llong)idx[per_elem ? g : j];\n"
-        "    if (wrap && v < 0) v += n;   /* take: negative indices count from the end */\n"
-        f"    if (v < 0 || v >= n) {{ err[0] = 1; y[g] = ({U})0; continue; }}   /* never read out of bounds */\n"
-        "    y[g] = x[(o * n + v) * inner + i];\n"
-        "  }\n}\n")
+    return ck.take_source(ck.CUDA, isz, idn)
 
 
 def tri_source(isz: int) -> tuple[str, str]:
-    U = _BITS[isz]
-    name = f"nee_tri_{U}"
-    return name, (
-        f'extern "C" __global__ void {name}(const {U}* __restrict__ x, {U}* __restrict__ y, const llong total, '
-        "const llong R, const llong C, const llong diag, const int lower) {\n" + _GRID +
-        "    const llong c = g % C; const llong r = (g / C) % R;\n"
-        "    const bool keep = lower ? (c - r <= diag) : (c - r >= diag);\n"
-        f"    y[g] = keep ? x[g] : ({U})0;\n"
-        "  }\n}\n")
+    return ck.tri_source(ck.CUDA, isz)
 
 
 def all_sources() -> list[tuple[str, str]]:
@@ -488,6 +158,21 @@ def all_sources() -> list[tuple[str, str]]:
     out += [searchsorted_source(dn, o) for dn in STORAGE for o in _IDX]
     out += [adaptive_source(dn, True) for dn in STORAGE] + [adaptive_source(dn, False) for dn in FLOATS]
     out += [argred_source(dn, k, r) for dn in STORAGE for k in ("argmax", "argmin") for r in (False, True)]
+    # the rest of the shared kernels (devices/ckernels.py): those launched here (cummax / cummin, median,
+    # masked_*, batch_norm_stats, nll_loss_terms) and those only the OpenCL backend launches so far (sort,
+    # nonzero, index_put, embedding_renorm_, unique): nvcc (tests/test_cuda.py) and the g++ emulation check that
+    # all of them stay valid CUDA C
+    C = ck.CUDA
+    for dn in STORAGE:
+        out += [ck.sort_source(C, dn), ck.count_chunks_source(C, dn), ck.nonzero_source(C, dn),
+                ck.index_put_source(C, dn, False), ck.index_put_source(C, dn, True), ck.median_pick_source(C, dn),
+                ck.nll_terms_source(C, dn), ck.unique_rows_source(C, dn)]
+        if dn in FLOATS:
+            out += [ck.channel_moments_source(C, dn), ck.renorm_rows_source(C, dn)]
+        out += [ck.scanarg_source(C, dn, k) for k in ("cummax", "cummin")]
+        out += [ck.scan_source(C, dn, dn if dn in FLOATS else "int64", k) for k in ("cumsum", "cumprod")]
+    out += [ck.masked_source(C, isz, s) for isz in _BITS for s in (False, True)]
+    out += [ck.scan_chunks_source(C), ck.nll_totals_source(C), ck.unique_finish_source(C), ck.take_first_source(C)]
     return out
 
 
@@ -541,6 +226,12 @@ def _cstrides(shape):
     return tuple(reversed(st))
 
 
+def _runs(total, OW):
+    """(RW, NR) of the row-run kernels (ckernels: conv / pool): one thread per output here (RW = 1,
+    NR = OW runs per row: ``total`` threads, as before); the OpenCL backend runs whole rows."""
+    return _i64(1), _i64(OW)
+
+
 def _flag(backend):
     f = backend.empty((1,), _dt.int32)
     backend.fill_(f, 0)
@@ -585,7 +276,7 @@ def _conv2d(backend, outs, ins, attrs):
         _launch(backend, depthwise_source(dt.name), total,
                 (x.a, w.a, (bb if bb is not None else w).a, res.a, _i64(total), _i64(C), _i64(O), _i64(H), _i64(W),
                  _i32(KH), _i32(KW), _i32(sh), _i32(sw), _i32(pt), _i32(pl), _i32(dh), _i32(dw), _i64(OH),
-                 _i64(OW), _i32(bb is not None)))
+                 _i64(OW), _i32(bb is not None)) + _runs(total, OW))
         _done(backend, out, res)
         return
     else:
@@ -603,7 +294,7 @@ def _conv2d(backend, outs, ins, attrs):
                 _launch(backend, im2col_source(x.itemsize), total,
                         (_view(backend, x, (n, C, H, W), n0 * C * H * W).a, col.a, _i64(total), _i64(H), _i64(W),
                          _i32(KH), _i32(KW), _i32(sh), _i32(sw), _i32(pt), _i32(pl), _i32(dh), _i32(dw),
-                         _i64(OH), _i64(OW)))
+                         _i64(OH), _i64(OW)) + _runs(total, OW))
                 cols = _view(backend, col, (n, G, K, L), 0, _cstrides((n, G, K, L)))
             dst = _view(backend, res, (n, G, Og, L), n0 * O * L, _cstrides((n, G, Og, L)))
             with backend.on():
@@ -681,7 +372,7 @@ def _im2col(backend, outs, ins, attrs):
     total = res.size
     _launch(backend, im2col_source(x.itemsize), total,
             (x.a, res.a, _i64(total), _i64(H), _i64(W), _i32(KH), _i32(KW), _i32(sh), _i32(sw), _i32(ph), _i32(pw),
-             _i32(dh), _i32(dw), _i64(OH), _i64(OW)))
+             _i32(dh), _i32(dw), _i64(OH), _i64(OW)) + _runs(total, OW))
     _done(backend, out, res)
 
 
@@ -723,7 +414,7 @@ def _max_pool(backend, outs, ins, attrs):
     _launch(backend, maxpool_source(_dn(x)), total,
             (x.a, res.a, (ires if ires is not None else res).a, _i64(total), _i64(H), _i64(W), _i64(OH), _i64(OW),
              _i32(KH), _i32(KW), _i32(sh), _i32(sw), _i32(ph), _i32(pw), _i32(dh), _i32(dw),
-             _i32(ires is not None)))
+             _i32(ires is not None)) + _runs(total, OW))
     _done(backend, out, res)
     if ires is not None:
         _done(backend, outs[1], ires)
@@ -744,7 +435,7 @@ def _avg_pool(backend, outs, ins, attrs):
     _launch(backend, avgpool_source(_dn(x)), total,
             (x.a, res.a, _i64(total), _i64(H), _i64(W), _i64(OH), _i64(OW), _i32(KH), _i32(KW), _i32(sh),
              _i32(sw), _i32(ph), _i32(pw), _i32(bool(attrs["count_include_pad"])),
-             _i64(int(attrs.get("divisor_override") or 0))))
+             _i64(int(attrs.get("divisor_override") or 0))) + _runs(total, OW))
     _done(backend, out, res)
 
 
@@ -1340,6 +1031,172 @@ def _tri(lower):
     return run
 
 
+
+# ---------------------------------------------------------------- shared with the OpenCL backend (ckernels)
+def _ond(x, d):
+    if x.ndim == 0:
+        return 1, 1, 1
+    d %= x.ndim
+    return _prod(x.shape[:d]), x.shape[d], _prod(x.shape[d + 1:])
+
+
+def _scanarg(kind):
+    """cummax / cummin: one thread per (outer, inner) column, the CPU kernel's rule (ckernels.scanarg_source)."""
+    def run(backend, outs, ins, attrs):
+        x, vals, inds = ins[0], outs[0], outs[1]
+        if vals.size == 0:
+            return
+        xc = _contig(backend, x)
+        O, n, I = _ond(xc, attrs["dim"])
+        vres, ires = _work(backend, vals), _work(backend, inds)
+        _launch(backend, ck.scanarg_source(ck.CUDA, _dn(xc), kind), O * I,
+                (xc.a, vres.a, ires.a, _i64(O), _i64(n), _i64(I)))
+        _done(backend, vals, vres)
+        _done(backend, inds, ires)
+    run.__name__ = f"cuda_{kind}"
+    return run
+
+
+def _diag_embed(backend, outs, ins, attrs):
+    """Zeros, then the input copied into the (dim1, dim2) diagonal of the output: a strided view."""
+    x, out = ins[0], outs[0]
+    if out.size == 0:
+        return
+    backend.fill_(out, 0)
+    if x.size == 0:
+        return
+    off, d1, d2 = attrs["offset"], attrs["dim1"], attrs["dim2"]
+    st = out.estrides
+    rest = [q for q in range(out.ndim) if q not in (d1, d2)]
+    strides = [st[q] for q in rest] + [st[d1] + st[d2]]
+    start = off * st[d2] if off >= 0 else -off * st[d1]
+    backend.copy_(backend.as_strided(out, x.shape, strides, start), x)
+
+
+def _median(backend, outs, ins, attrs):
+    """The stable sort of the dim (``cupy.argsort``), then the lower median or the first NaN
+    (ckernels.median_pick_source): the OpenCL backend's kernel."""
+    x, vals, inds = ins[0], outs[0], outs[1]
+    if vals.size == 0:
+        return
+    d = attrs["dim"]
+    xc = _contig(backend, x)
+    if d is None or xc.ndim == 0:
+        xc = backend.as_strided(xc, (xc.size,), (1,), 0)
+        d = 0
+    O, n, I = _ond(xc, d)
+    order = _argsort(backend, xc, d, False)
+    vres, ires = _work(backend, vals), _work(backend, inds)
+    _launch(backend, ck.median_pick_source(ck.CUDA, _dn(xc)), O * I,
+            (xc.a, order.a, vres.a, ires.a, _i64(O), _i64(n), _i64(I)))
+    _done(backend, vals, vres)
+    _done(backend, inds, ires)
+
+
+def _batch_norm_stats(backend, outs, ins, attrs):
+    """Per-channel mean / biased variance in float64: one block per channel (ckernels.channel_moments_source)."""
+    from .rows import _block
+    x = ins[0]
+    mean, var = outs
+    if mean.size == 0:
+        return
+    N, C = x.shape[0], x.shape[1]
+    B = x.size // (N * C) if N * C else 0
+    xc = _contig(backend, x)
+    mres, vres = _work(backend, mean), _work(backend, var)
+    name, src = ck.channel_moments_source(ck.CUDA, _dn(xc))
+    kern = backend.modules.kernel(name, src)
+    with backend.on():
+        kern((min(C, 1 << 16),), (_block(backend, N * B),), (xc.a, mres.a, vres.a, _i64(N), _i64(C), _i64(B)))
+    backend.launches += 1
+    _done(backend, mean, mres)
+    _done(backend, var, vres)
+
+
+_CHUNK = 4096
+
+
+def _chunk_offsets(backend, m):
+    n = m.size
+    nch = -(-n // _CHUNK)
+    cnt = backend.empty((nch,), _dt.int64)
+    _launch(backend, ck.count_chunks_source(ck.CUDA, _dn(m)), nch, (m.a, cnt.a, _i64(n), _i64(_CHUNK)))
+    _launch(backend, ck.scan_chunks_source(ck.CUDA), 1, (cnt.a, _i64(nch)))
+    return cnt, nch
+
+
+def _masked(scatter):
+    """masked_select / masked_scatter: per-chunk counts, their scan, ordered writes (ckernels)."""
+    def run(backend, outs, ins, attrs):
+        out = outs[0]
+        if out.size == 0:
+            return
+        if scatter:
+            x, m, src = ins
+            backend.copy_(out, x)
+            if not attrs["count"]:
+                return
+            mc, vc = _contig(backend, m), _contig(backend, src)
+            res = _contig(backend, out)
+        else:
+            x, m = ins
+            mc, vc = _contig(backend, m), _contig(backend, x)
+            res = _work(backend, out)
+        cnt, nch = _chunk_offsets(backend, mc)
+        _launch(backend, ck.masked_source(ck.CUDA, vc.itemsize, scatter), nch,
+                (mc.a, vc.a, res.a, cnt.a, _i64(mc.size), _i64(_CHUNK)))
+        _done(backend, out, res)
+    run.__name__ = "cuda_masked_scatter" if scatter else "cuda_masked_select"
+    return run
+
+
+def _mask_claims(backend, dtypes):
+    if len(dtypes) >= 3 and dtypes[1].name != "bool":
+        return f"cuda masked_select / masked_scatter take a bool mask, not {dtypes[1].name}"
+    return None
+
+
+def _nll_loss_terms(backend, outs, ins, attrs):
+    """Per-(n, k) terms in parallel, the totals by one thread in order (the CPU's float64 sums exactly);
+    out-of-range targets flagged by the kernel and reported with the CPU kernel's error (ckernels)."""
+    lp = ins[0]
+    nll, sm, tot = outs
+    N, C = lp.shape[0], lp.shape[1]
+    K = lp.size // (N * C) if N * C else (_prod(lp.shape[2:]) if lp.ndim > 2 else 1)
+    if N * C * K == 0:
+        for o in outs:
+            backend.fill_(o, 0)
+        return
+    lpc = _contig(backend, lp)
+    tgt = ins[1]
+    if tgt.dtype != np.int64 or not tgt.a.flags.c_contiguous:
+        t64 = backend.empty(tgt.shape, _dt.int64)
+        backend.copy_(t64, tgt)
+        tgt = t64
+    w = backend.empty((C,), _dt.float64)
+    if attrs["has_weight"]:
+        backend.copy_(w, ins[2])
+    else:
+        backend.fill_(w, 1.0)
+    m = N * K
+    nres, sres = _work(backend, nll), _work(backend, sm)
+    part = backend.empty((3 * m,), _dt.float64)
+    flag = _flag(backend)
+    _launch(backend, ck.nll_terms_source(ck.CUDA, _dn(lpc)), m,
+            (lpc.a, tgt.a, w.a, nres.a, sres.a, part.a, flag.a, _i64(N), _i64(C), _i64(K),
+             _i64(attrs["ignore_index"]), _i32(bool(attrs["smooth"]))))
+    if int(backend.to_host(flag)[0]):
+        t = backend.to_host(tgt).reshape(-1)
+        bad = t[(t != attrs["ignore_index"]) & ((t < 0) | (t >= C))]
+        raise IndexError(f"nll_loss: target {int(bad[0])} is out of bounds (expected a class index in [0, {C}) or "
+                         f"ignore_index={attrs['ignore_index']})")
+    tres = _work(backend, tot)
+    _launch(backend, ck.nll_totals_source(ck.CUDA), 1, (part.a, tres.a, _i64(m)))
+    _done(backend, nll, nres)
+    _done(backend, sm, sres)
+    _done(backend, tot, tres)
+
+
 # ---------------------------------------------------------------- claims and the table
 def _floats_same(op):
     def claims(backend, dtypes):
@@ -1371,6 +1228,10 @@ _CLAIMS = {
     "im2col": STORAGE, "col2im": FLOATS, "group_norm": FLOATS, "nansum": STORAGE, "count_nonzero": STORAGE,
     "scatter": STORAGE, "index": STORAGE, "index_reduce_dim": STORAGE, "repeat_interleave": STORAGE,
     "searchsorted": STORAGE, "roll": STORAGE,
+    "cummax": STORAGE, "cummin": STORAGE, "diag_embed": STORAGE, "batch_norm_stats": FLOATS,
+    "masked_select": STORAGE, "masked_scatter": STORAGE,
+    "nll_loss_terms": STORAGE,   # (the frontends pass floats; the kernel computes in double for any dtype)
+    "median": STORAGE,   # (the frontend refuses bool, as torch)
 }
 
 
@@ -1386,7 +1247,11 @@ def table() -> dict:
          "upsample_bilinear2d": _upsample_bilinear, "im2col": _im2col, "col2im": _col2im,
          "group_norm": _group_norm, "nansum": _reduce_np("nansum"), "count_nonzero": _reduce_np("count_nonzero"),
          "scatter": _scatter, "index": _index, "index_reduce_dim": _index_reduce_dim,
-         "repeat_interleave": _repeat_interleave, "searchsorted": _searchsorted, "roll": _roll}
+         "repeat_interleave": _repeat_interleave, "searchsorted": _searchsorted, "roll": _roll,
+         "cummax": _scanarg("cummax"), "cummin": _scanarg("cummin"), "diag_embed": _diag_embed,
+         "batch_norm_stats": _batch_norm_stats, "masked_select": _masked(False), "masked_scatter": _masked(True),
+         "nll_loss_terms": _nll_loss_terms, "median": _median}
+    t["masked_select"].claims = t["masked_scatter"].claims = _mask_claims
     assert set(t) == set(_CLAIMS)
     return t
 
@@ -1403,6 +1268,7 @@ _index_reduce_dim.claims = _index_claims
 _upsample_bilinear.claims = _floats("upsample_bilinear2d")
 _col2im.claims = _floats("col2im")
 _group_norm.claims = _floats("group_norm")
+_batch_norm_stats.claims = _floats("batch_norm_stats")
 
 
 def _adaptive_avg(backend, outs, ins, attrs):

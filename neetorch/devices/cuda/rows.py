@@ -20,54 +20,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...tensor import dtypes as _dt
+from .. import ckernels as ck
 from ..cexpr import CUDA
 
 __all__ = ["ROW_OPS", "contiguous_rows", "launch_rows", "row_source"]
 
 ROW_OPS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 _ACC = {"float16": "float", "float32": "float", "float64": "double"}
-_BLOCK_HELPERS = r"""
-#ifndef NEE_ROW_HELPERS
-#define NEE_ROW_HELPERS
-template <typename A> static __device__ __forceinline__ A nee_wsum(A v) {
-  for (int o = blockDim.x >= 32 ? 16 : 0; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename A> static __device__ __forceinline__ A nee_wmax(A v) {
-  for (int o = blockDim.x >= 32 ? 16 : 0; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-/* every thread of the block gets the sum (max) of v over the block; sh: 32 slots of shared memory */
-template <typename A> static __device__ __forceinline__ A nee_bsum(A v, A* sh) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = nee_wsum(v);
-  __syncthreads();                       /* sh may still be read by the previous reduction */
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < nw ? sh[lane] : (A)0;
-    v = nee_wsum(v);
-    if (lane == 0) sh[0] = v;
-  }
-  __syncthreads();
-  return sh[0];
-}
-template <typename A> static __device__ __forceinline__ A nee_bmax(A v, A* sh) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = nee_wmax(v);
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < nw ? sh[lane] : (A)(-INFINITY);
-    v = nee_wmax(v);
-    if (lane == 0) sh[0] = v;
-  }
-  __syncthreads();
-  return sh[0];
-}
-#endif
-"""
+_BLOCK_HELPERS = ck.CUDA_BLOCK_HELPERS      # shared with the OpenCL dialect's kernels (devices/ckernels.py)
 
 
 def _io(dn: str):
@@ -121,30 +81,8 @@ def row_source(op: str, dn: str) -> str:
                   f"yr[i] = {st(ex + '(' + ld('xr[i]') + ' - m) * inv')};"]
         L += ["  }", "}"]
     else:
-        rms = op == "rms_norm"
-        L += [f'extern "C" __global__ void {name}(const {T}* __restrict__ x, const {T}* __restrict__ w, '
-              f"const {T}* __restrict__ b, {T}* __restrict__ y, const llong rows, const llong n, const double eps, "
-              "const int has_w, const int has_b) {",
-              "  __shared__ double sh[32];",
-              "  for (llong r = blockIdx.x; r < rows; r += gridDim.x) {",
-              f"    const {T}* xr = x + r * n; {T}* yr = y + r * n;",
-              "    double mean = 0;"]
-        if not rms:
-            L += ["    double s = 0;",
-                  f"    for (llong i = threadIdx.x; i < n; i += blockDim.x) s += (double){ld('xr[i]')};",
-                  "    mean = nee_bsum(s, sh) / (double)n;"]
-        L += ["    double q = 0;",
-              f"    for (llong i = threadIdx.x; i < n; i += blockDim.x) {{ const double d = (double){ld('xr[i]')}"
-              " - mean; q += d * d; }",
-              "    const double rstd = 1.0 / sqrt(nee_bsum(q, sh) / (double)n + eps);",
-              "    for (llong i = threadIdx.x; i < n; i += blockDim.x) {",
-              f"      double v = ((double){ld('xr[i]')} - mean) * rstd;",
-              f"      if (has_w) v *= (double){ld('w[i]')};",
-              f"      if (has_b) v += (double){ld('b[i]')};",
-              f"      yr[i] = {st('v')};",
-              "    }",
-              "  }",
-              "}"]
+        # layer_norm / rms_norm: the dialect-neutral source (the OpenCL backend runs the same kernel)
+        return _BLOCK_HELPERS + ck.norm_rows_source(ck.CUDA, op, dn, name)
     return "\n".join(L) + "\n"
 
 

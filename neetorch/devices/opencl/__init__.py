@@ -8,8 +8,11 @@ is the N-th device of all OpenCL platforms, in platform order.
   strides, element offset, numpy dtype); bool is stored as ``uchar`` 0/1;
 * elementwise ops and JIT-fused groups: rendered from the C expression table in
   :mod:`.exprs` by :mod:`.render` (one kernel per op/group and dtypes, every layout);
-* a few other kernels (:mod:`.kernels`): sum/mean/prod/amax/amin/any/all over any
-  dims, softmax/log_softmax over any dim, matmul;
+* a few other kernels (:mod:`.special`): sum/mean/prod/amax/amin/any/all/nansum/count_nonzero
+  over any dims, softmax/log_softmax over any dim, matmul;
+* convolution, pooling, resampling, data movement (cat/pad/flip/roll/repeat/tril/triu/diag_embed),
+  indexing and scatter, scans, arg reductions, sort/topk, row norms, nonzero/masked_*: :mod:`.nn`,
+  running the CUDA backend's kernel sources printed as OpenCL C (:mod:`..ckernels`);
 * everything else falls back to the CPU through the dispatcher, visibly.
 """
 from __future__ import annotations
@@ -19,11 +22,11 @@ import weakref
 
 import numpy as np
 
+from ...tensor import dtypes as _dt
 from ..base import Backend
 from ..common import MemberByMember
-from ...tensor import dtypes as _dt
 
-__all__ = ["OpenCLBackend", "CLArray"]
+__all__ = ["CLArray", "OpenCLBackend"]
 
 _BASE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32")
 
@@ -47,7 +50,7 @@ def _all_devices():
 # ---------------------------------------------------------------- storage
 class _Storage:
     """One ``cl.Buffer``; every view of it holds this object."""
-    __slots__ = ("buffer", "nbytes", "__weakref__")
+    __slots__ = ("__weakref__", "buffer", "nbytes")
 
     def __init__(self, buffer, nbytes):
         self.buffer = buffer
@@ -67,7 +70,7 @@ class CLArray:
 
     ``estrides`` and ``offset`` are in elements; ``strides`` is in bytes like numpy's.
     """
-    __slots__ = ("storage", "shape", "estrides", "offset", "dtype", "writeable", "__weakref__")
+    __slots__ = ("__weakref__", "dtype", "estrides", "offset", "shape", "storage", "writeable")
 
     def __init__(self, storage, shape, estrides, offset, dtype, writeable=True):
         self.storage = storage
@@ -221,8 +224,7 @@ class OpenCLBackend(Backend):
                 self.reserved -= cls
             self.allocated += nbytes
             self.num_allocs += 1
-            if self.allocated > self.peak:
-                self.peak = self.allocated
+            self.peak = max(self.peak, self.allocated)
         if buf is None:
             cl = self.cl
             try:

@@ -37,4 +37,6 @@ def build_table(backend) -> dict:
             table[name] = _ew(op)
     from . import special
     table.update(special.table())
+    from . import nn  # conv, pooling, data movement, indexing, scans, norms: kernels shared with CUDA (ckernels)
+    table.update(nn.table())
     return table

@@ -1,6 +1,6 @@
 """Non-elementwise OpenCL kernels: reductions, softmax, matmul.
 
-* reductions (sum, mean, prod, amax, amin, any, all) over ANY set of dims: the kept
+* reductions (sum, mean, prod, amax, amin, any, all, nansum, count_nonzero) over ANY set of dims: the kept
   and the reduced dims are each collapsed to at most 4 (strides as in the
   elementwise kernels); one work-item per output element walks its reduced
   elements.  When there are few outputs and many reduced elements (``x.sum()``),
@@ -9,7 +9,8 @@
   -inf give zeros).
 * matmul with broadcast batch dims and any strides (one work-item per output
   element, ``j`` fastest so neighbouring work-items read neighbouring ``b``); float32 with
-  contiguous rows and N % 8 == 0: a work-item per 4 x 8 tile, with vector loads.
+  contiguous rows and N % 8 == 0: a work-item per 8 x 8 (M >= 32) or 4 x 8 tile, with vector loads;
+  tiles walk row-tiles fastest when b is the larger operand (conv's im2col columns stay in cache).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _store(expr, frm, to, to_bool):
 
 
 # ---------------------------------------------------------------- reductions
-_RED_OPS = ("sum", "mean", "prod", "amax", "amin", "any", "all")
+_RED_OPS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "nansum", "count_nonzero")
 
 
 def _acc_type(backend, kind, in_ct):
@@ -47,6 +48,8 @@ def _acc_type(backend, kind, in_ct):
         return "uchar"
     if kind in ("amax", "amin"):
         return in_ct
+    if kind == "count_nonzero":
+        return "long"
     if in_ct == "float":
         return "double" if backend.fp64 else "float"
     if in_ct == "double":
@@ -56,8 +59,12 @@ def _acc_type(backend, kind, in_ct):
 
 def _init_combine(kind, in_ct, acc):
     fl = in_ct in _FLOATS
-    if kind in ("sum", "mean"):
+    if kind in ("sum", "mean") or (kind == "nansum" and not fl):
         return "0", f"acc += ({acc})v;"
+    if kind == "nansum":
+        return "0", f"acc += isnan(v) ? ({acc})0 : ({acc})v;"
+    if kind == "count_nonzero":
+        return "0", "acc += (v != 0);"
     if kind == "prod":
         return "1", f"acc *= ({acc})v;"
     if kind == "any":
@@ -76,7 +83,7 @@ def _init_combine(kind, in_ct, acc):
 _RMETA = "#ifndef NEE_RMETA\n#define NEE_RMETA\ntypedef struct { long v[26]; } nee_rmeta;\n#endif\n"
 
 
-@functools.lru_cache(maxsize=None)   # sources are rebuilt per call otherwise (~20 us)
+@functools.cache   # sources are rebuilt per call otherwise (~20 us)
 def _reduce_source(backend, kind, in_ct, out_ct, out_bool, final):
     """Kernel: ``final`` writes ``out[po]`` (mean divided by m.v[25]); else partials at ``out[g]``."""
     acc = _acc_type(backend, kind, in_ct)
@@ -168,7 +175,7 @@ def _reduce(kind):
         part = backend.empty((nout * nch,), _dt.from_numpy_dtype(np.dtype(_NP[acc_ct])))
         meta = no + so + [out.offset] + sx + [xoff] + nr + sr + [R, chunk, nch, R]
         backend.enqueue(k1, nout * nch, [part.storage.buffer, x.storage.buffer], np.array(meta, np.int64))
-        k2kind = {"mean": "mean", "sum": "sum", "prod": "prod"}.get(kind, kind)
+        k2kind = {"nansum": "sum", "count_nonzero": "sum"}.get(kind, kind)
         name2, src2, _ = _reduce_source(backend, k2kind, acc_ct, out_ct, out_bool, True)
         k2 = backend.programs.kernel(name2, src2)
         # partial of output (i0..i3) sits at ((i0*no1 + i1)*no2 + i2)*no3 + i3) * nch
@@ -189,7 +196,7 @@ def _reduce(kind):
 _SMETA = "#ifndef NEE_SMETA\n#define NEE_SMETA\ntypedef struct { long v[17]; } nee_smeta;\n#endif\n"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _softmax_source(ct, log, safe):
     """One work-item per row (rows spread over the cores).  float rows that are contiguous in x and out
     take float8 vector loops (PoCL does not vectorize across work-items here: each walks its own row),
@@ -288,7 +295,7 @@ def _softmax(log):
 _MMETA = "#ifndef NEE_MMETA\n#define NEE_MMETA\ntypedef struct { long v[28]; } nee_mmeta;\n#endif\n"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _matmul_source(ct):
     name = _name("matmul", ct)
     src = _MMETA + f"""
@@ -311,24 +318,28 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {c
     return name, src
 
 
-@functools.lru_cache(maxsize=None)
-def _matmul_v8_source(ct):
-    """float matmul with out and b contiguous along j and N % 8 == 0: a work-item computes a 4 x 8
-    tile with vector loads of b (PoCL does not vectorize the scalar kernel: its k loop is inside the
+@functools.cache
+def _matmul_v8_source(ct, R=4):
+    """float matmul with out and b contiguous along j and N % 8 == 0: a work-item computes an R x 8
+    tile (R = 8 for M >= 32: half the loads of b per multiply-add, 2x on PoCL; else 4) with vector loads of b (PoCL does not vectorize the scalar kernel: its k loop is inside the
     work-item).  Sums run over k in order, like the scalar kernel."""
-    name = _name("matmul_v8", ct)
+    name = _name("matmul_v8", ct if R == 4 else f"{ct}|r{R}")
     v = f"{ct}8"
-    rows = range(4)
+    rows = range(R)
     src = _MMETA + f"""
 __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {ct}* b, const nee_mmeta m) {{
   const long g = get_global_id(0);
   const long nb0 = m.v[0], nb1 = m.v[1], nb2 = m.v[2], nb3 = m.v[3];
-  const long M = m.v[19], N = m.v[20], K = m.v[21];
-  const long NT = N >> 3, MT = (M + 3) >> 2;
+  const int itf = m.v[19] < 0;
+  const long M = itf ? -m.v[19] : m.v[19], N = m.v[20], K = m.v[21];
+  const long NT = N >> 3, MT = (M + {R - 1}) / {R};
   if (g >= nb0 * nb1 * nb2 * nb3 * MT * NT) return;
-  const long jt = g % NT; long t = g / NT; const long it = t % MT; t /= MT;
+  /* it_fast (m.v[19] < 0 marks it: M = -m.v[19]): neighbouring work-items take neighbouring row tiles, so a
+     work-group reuses one 8-column strip of b from cache (b larger than a, e.g. im2col columns) */
+  long jt, it, t;
+  if (itf) {{ it = g % MT; t = g / MT; jt = t % NT; t /= NT; }} else {{ jt = g % NT; t = g / NT; it = t % MT; t /= MT; }}
   const long i3 = t % nb3; t /= nb3; const long i2 = t % nb2; t /= nb2; const long i1 = t % nb1; const long i0 = t / nb1;
-  const long i = it * 4, j = jt * 8;
+  const long i = it * {R}, j = jt * 8;
   const long soi = m.v[22], sai = m.v[24], sak = m.v[25], sbk = m.v[26];
   const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7] + i * soi + j;
   const long pa = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12] + i * sai;
@@ -370,13 +381,16 @@ def _matmul(backend, outs, ins, attrs):
     ct = CTYPE[_dt.from_numpy_dtype(out.dtype).name]
     # float only: double8 breaks PoCL builds for AVX2 targets (no kernel in the program, then a crash)
     vec = ct == "float" and N % 8 == 0 and out.estrides[-1] == 1 and (b.estrides[-1] == 1 or N == 1)
-    name, src = _matmul_v8_source(ct) if vec else _matmul_source(ct)
+    R = 8 if M >= 32 else 4                 # 8 x 8 tiles: half the loads of b per multiply-add
+    name, src = _matmul_v8_source(ct, R) if vec else _matmul_source(ct)
     k = backend.programs.kernel(name, src)
     sak = a.estrides[-1] if K > 1 else 0
     sbk = b.estrides[-2] if K > 1 else 0
-    meta = (nbs + so4 + [out.offset] + sa4 + [a.offset] + sb4 + [b.offset] + [M, N, K]
+    # the tile kernel walks row tiles fastest when b is the larger operand (its strips then stay in cache)
+    mm = -M if (vec and K * N > M * K and M > R) else M
+    meta = (nbs + so4 + [out.offset] + sa4 + [a.offset] + sb4 + [b.offset] + [mm, N, K]
             + [out.estrides[-2], out.estrides[-1], a.estrides[-2], sak, sbk, b.estrides[-1]])
-    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * (-(-M // 4) * (N // 8) if vec else M * N)
+    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * (-(-M // R) * (N // 8) if vec else M * N)
     backend.enqueue(k, total, [out.storage.buffer, a.storage.buffer, b.storage.buffer], np.array(meta, np.int64))
 
 
