@@ -73,6 +73,11 @@ class Backend:
             host = np.array(value).astype(array.dtype)
         self.copy_(array, self.from_host(host.reshape(())))
 
+    def mark_immutable(self, array) -> None:
+        """A promise from the compiler: ``array`` (a frozen constant of a compiled graph) never changes while
+        it lives, so kernels may cache transforms of it (packed / Winograd weights) without re-checking
+        them on every call.  Default: nothing to do."""
+
     def free(self, array) -> None:  # reference counted storage: nothing to do
         pass
 

@@ -6,6 +6,9 @@ the same groups.  Three stages, run in this order by :func:`fuse_elementwise`
 
 1. ``group_elementwise``: chains of elementwise nodes sharing one iteration space become
    one :class:`FusedElementwise` node (CPU renderer: ``devices/cpu/elementwise.compile_group``).
+   A float16/bfloat16 result joins a group only on a backend whose fused kernels round it after
+   its member op, as eager stores it (``rounds_low_float_members``: the CPU); elsewhere it ends
+   the group.  Stages 2 and 3 take no group computing a low float.
 2. ``fuse_reduction_prologues``: an elementwise group feeding a row reduction over the last
    dim (softmax, log_softmax, layer_norm, rms_norm) joins it: one :class:`ReductionPrologue`
    node computes the group and normalizes its rows while they are in cache (residual add +
@@ -65,8 +68,9 @@ def group_elementwise(g: Graph) -> Graph:
     group_of: dict = {}
     groups: list[list[Node]] = []
     for n in g.nodes:
-        if not _is_ew(n) or any(o.dtype in LOW_FLOATS for o in n.outputs):
-            # (a float16/bfloat16 result is rounded after every op, as in eager: such nodes run alone)
+        if not _is_ew(n) or (any(o.dtype in LOW_FLOATS for o in n.outputs) and not _rounds_low(n.outputs[0].device)):
+            # a float16/bfloat16 result is rounded after every op, as in eager: it joins a group only on a
+            # backend whose fused kernels round each member's result (``rounds_low_float_members``)
             continue
         shape = n.outputs[0].shape
         target = None
@@ -199,11 +203,38 @@ EPILOGUE_PRODUCERS = ("matmul", "conv2d")
 
 
 _ROW_REDUCTIONS = ("softmax", "log_softmax", "layer_norm", "rms_norm")
-_FLOAT = ("float32", "float64")   # float16 computes through float32 copies: left unfused
+_FLOAT = ("float32", "float64")   # patterns (row kernels, GEMM epilogues) do not render float16/bfloat16
 
 
 def _floats_only(vals) -> bool:
     return all(v.dtype not in LOW_FLOATS for v in vals)
+
+
+def _members(grp: Node) -> list:
+    """Every value a group (or reduction prologue) node computes inside, its members' results included."""
+    op = grp.op
+    if isinstance(op, ReductionPrologue):
+        return _members(op.group) + list(op.red.outputs)
+    return [o for m in getattr(op, "nodes", ()) for o in m.outputs]
+
+
+_LOW_ROUNDING: dict = {}
+
+
+def _rounds_low(dev) -> bool:
+    """Whether the backend of ``dev`` renders fused groups with float16/bfloat16 members rounded after
+    each member op (the backend attribute ``rounds_low_float_members``; CPU: yes).  Elsewhere a
+    low-float result ends a group (the member then runs alone, as in eager)."""
+    key = str(dev)
+    r = _LOW_ROUNDING.get(key)
+    if r is None:
+        from ..devices import device, get_backend
+        try:
+            be = get_backend(device(key))
+        except RuntimeError:   # a device unavailable here: its graphs never run
+            return False
+        r = _LOW_ROUNDING[key] = bool(getattr(be, "rounds_low_float_members", False))
+    return r
 
 
 def _as_group(g: Graph, n: Node, users) -> Node | None:
@@ -260,7 +291,7 @@ def fuse_reduction_prologues(g: Graph) -> Graph:
         if any(a in grp.op.outputs for a in red.inputs[1:]):
             continue   # weight/bias computed by the group: not a prologue
         vals = list(grp.op.inputs) + list(grp.op.outputs) + list(red.inputs) + list(red.outputs)
-        if not _floats_only(vals) or not _same_device(vals):
+        if not _floats_only(vals + _members(grp)) or not _same_device(vals):
             continue
         # the group now runs at red's position: nobody may read its outputs in between
         ri = index[red]
@@ -334,7 +365,7 @@ def fuse_matmul_epilogues(g: Graph) -> Graph:
         if tuple(shape) != tuple(acc.shape):
             continue   # the epilogue broadcasts the product: not one pass over it
         vals = list(mm.inputs) + list(e.op.inputs) + list(e.op.outputs)
-        if not _floats_only(vals) or not _same_device(vals):
+        if not _floats_only(vals + _members(e)) or not _same_device(vals):
             continue
         op = MatmulEpilogue(mm, e)
         node = Node(op, op.inputs, {}, op.outputs)

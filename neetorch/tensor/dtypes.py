@@ -117,9 +117,62 @@ def compute_np(npdt):
     return _F32_NP if npdt in LOW_NP else npdt
 
 
+# set by the CPU backend (devices/cpu/elementwise.py): ``convert(dst, src)`` writes numpy array ``src`` into
+# ``dst`` (same shape) converted by a generated kernel, float16/bfloat16 widened / rounded to nearest even in
+# vector registers (numpy's own float16 conversions go element by element: ~10x slower); None: numpy
+_CONVERT = [None]
+_CONVERT_MIN = 4096   # elements from which the kernel is worth its launch
+
+
 def widen(a):
     """``a`` as an array kernels can compute on: float16/bfloat16 widened to a float32 copy, others as is."""
-    return a.astype(np.float32) if a.dtype in LOW_NP else a
+    if a.dtype not in LOW_NP:
+        return a
+    f = _CONVERT[0]
+    if f is not None and a.size >= _CONVERT_MIN and type(a) is np.ndarray:
+        out = np.empty_like(a, dtype=np.float32)   # (astype's layout: order "K")
+        f(out, a)
+        return out
+    return a.astype(np.float32)
+
+
+def via_f32(src_np, dst_np) -> bool:
+    """Whether converting ``src_np`` values to ``dst_np`` goes through float32 first: torch narrows every
+    wider value (float64, int64, ...) to float16/bfloat16 as ``Half(float(x))`` -- two roundings
+    (1 + 2**-11 + 2**-40 becomes 1.0, not numpy's single-rounded 1 + 2**-10)."""
+    return dst_np in LOW_NP and src_np not in LOW_NP and src_np != _F32_NP and src_np.kind in "fiub"
+
+
+def astype_low(a, dst_np):
+    """``a.astype(dst_np)`` with torch's narrowing to float16/bfloat16 (through float32, :func:`via_f32`)."""
+    dst_np = np.dtype(dst_np)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if via_f32(a.dtype, dst_np):
+            a = a.astype(np.float32)
+        return a.astype(dst_np, copy=False)
+
+
+def scalar_low(v, dt):
+    """Python / numpy real scalar ``v`` as torch stores it into ``dt``: through float32 for float16/bfloat16."""
+    if dt.np in LOW_NP and isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, bool):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(np.float32(v))
+    return v
+
+
+def copy_into(dst, src) -> None:
+    """``np.copyto(dst, src, casting="unsafe")`` (overflow to inf silently, as torch), with conversions to and
+    from float16/bfloat16 through the CPU backend's kernels (see ``_CONVERT``); wider values narrow to
+    float16/bfloat16 through float32 as torch's do (:func:`via_f32`)."""
+    if isinstance(src, np.ndarray) and via_f32(src.dtype, dst.dtype):
+        src = astype_low(src, np.float32)
+    f = _CONVERT[0]
+    if f is not None and dst.size >= _CONVERT_MIN and dst.dtype != src.dtype and \
+            (dst.dtype in LOW_NP or src.dtype in LOW_NP) and type(dst) is np.ndarray and type(src) is np.ndarray:
+        f(dst, src)
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.copyto(dst, src, casting="unsafe")
 
 
 def finfo_np(npdt):
@@ -324,6 +377,7 @@ def check_scalar(v, dt: DType, op: str):
 def fit_scalar(v, dt: DType, op: str):
     """``v`` checked like :func:`check_scalar`, with negative ints wrapped for unsigned ``dt`` (torch: uint8 -1 -> 255)."""
     check_scalar(v, dt, op)
+    v = scalar_low(v, dt)
     if dt.category == 1 and not dt.is_signed and isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v < 0:
         return int(v) + (1 << (8 * dt.itemsize))
     return v

@@ -46,6 +46,12 @@ _WIDEN_KERNELS = frozenset({"scatter", "index_reduce_dim"})
 _ORDER_KERNELS = frozenset({"sort", "topk", "unique_sorted", "unique_dim", "searchsorted", "median", "cummax",
                             "cummin"})
 _BF16 = next((d.np for d in ALL_DTYPES if d.name == "bfloat16"), None)
+# kernels whose float16/bfloat16 path is exactly "operands copied to float32, the float32 kernel, each result
+# rounded once" (kernels/reduction.py reduce_into, kernels/nn.py softmax_launch / norm_launch): the copies are
+# made here by the generated cast kernel (numpy's float16 conversions are element by element, ~10x slower);
+# log_softmax is not among them (its last-dim path rounds the row's log-sum-exp, like torch)
+_FAST_LOW_KERNELS = frozenset({"sum", "mean", "nansum", "prod", "amax", "amin", "softmax", "layer_norm",
+                               "rms_norm"})
 
 
 def _widened(fn, dtypes):
@@ -77,6 +83,35 @@ def _run_widened(fn, dtypes, backend, outs, ins, attrs):
     return r
 
 
+def _fast_low(fn):
+    """``fn`` with float16/bfloat16 operands widened and results rounded by the cast kernel (see
+    _FAST_LOW_KERNELS); other dtypes go straight through."""
+    from ...tensor import dtypes as _dtypes
+    from .elementwise import _f32_scratch
+    low = frozenset(id(d) for d in LOW_NP)
+
+    def wide(a):
+        if not isinstance(a, np.ndarray) or id(a.dtype) not in low:
+            return a
+        if not a.flags.c_contiguous:
+            return _dtypes.widen(a)    # (astype's layout, order "K": a reduction's order stays the same)
+        w = _f32_scratch(a.shape)      # (large ones from the pool: no page faults on first touch)
+        _dtypes.copy_into(w, a)
+        return w
+
+    @functools.wraps(fn)
+    def fast(backend, outs, ins, attrs):
+        if not any(id(a.dtype) in low for a in ins) and not any(id(o.dtype) in low for o in outs):
+            return fn(backend, outs, ins, attrs)
+        tmp = [_f32_scratch(o.shape) if id(o.dtype) in low else o for o in outs]
+        r = fn(backend, tmp, [wide(a) for a in ins], attrs)
+        for o, t in zip(outs, tmp):
+            if t is not o:
+                _dtypes.copy_into(o, t)
+        return r
+    return fast
+
+
 class _Span:
     __slots__ = ("__array_interface__", "_keep")
 
@@ -84,6 +119,9 @@ class _Span:
 class CPUBackend(Backend):
     type = "cpu"
     dtypes = frozenset(d.name for d in ALL_DTYPES)
+    # fused groups round every float16/bfloat16 member's result as the eager op does (elementwise._ROUND):
+    # jit/fusion.py lets low-float members join groups on this backend
+    rounds_low_float_members = True
 
     @classmethod
     def probe(cls):
@@ -105,8 +143,16 @@ class CPUBackend(Backend):
                 k[name] = _widened(fn, LOW_NP)
             elif name in _ORDER_KERNELS:
                 k[name] = _widened(fn, (_BF16,))
+            elif name in _FAST_LOW_KERNELS:
+                k[name] = _fast_low(fn)
         self.kernels = k
         self.allocated = 0
+        # float16/bfloat16 <-> float32 conversions of the kernels that compute low floats through float32
+        # copies (dtypes.widen / copy_into) run as the generated cast kernel
+        from ...tensor import dtypes as _dtypes
+        if _dtypes._CONVERT[0] is None:
+            cast = OPS["cast"]
+            _dtypes._CONVERT[0] = lambda dst, src: launch(cast, dst, [src])
 
     # ---------------------------------------------------------------- allocator
     def empty(self, shape, dtype):
@@ -124,16 +170,29 @@ class CPUBackend(Backend):
         return array
 
     def copy_(self, dst, src):
-        if dst.size >= (1 << 16) and not is_low_np(dst.dtype) and not is_low_np(src.dtype):
-            # large copies/casts run on every core through the generated "cast" kernel
+        low = is_low_np(dst.dtype) or is_low_np(src.dtype)
+        if (dst.size >= (1 << 16) and not (low and dst.dtype == src.dtype)) or \
+                (low and dst.size >= 64 and dst.dtype != src.dtype):
+            # large copies/casts run on every core through the generated "cast" kernel, and so do
+            # float16/bfloat16 conversions (numpy's are element by element) from small sizes: the kernel
+            # converts in vector registers, rounding to nearest even.  A float16/bfloat16 copy to its own
+            # dtype stays a plain copy (through float32 a NaN's payload would not survive)
             from .elementwise import launch
             from ...ops.registry import OPS
             launch(OPS["cast"], dst, [src])
         else:
-            np.copyto(dst, src, casting="unsafe")
+            from ...tensor.dtypes import copy_into
+            copy_into(dst, src)   # (wider values narrow to float16/bfloat16 through float32, as torch's)
 
     def fill_(self, dst, value):
         dst.fill(value)
+
+    def mark_immutable(self, array):
+        # conv weights' cached Winograd / packed forms are then used without the bitwise check against a kept
+        # copy (kernels/winograd.py: a pass over 2x the weights per call)
+        if array.dtype.kind == "f":
+            from .kernels import winograd
+            winograd.freeze(array)
 
     def memory_stats(self):
         with _pool_lock:

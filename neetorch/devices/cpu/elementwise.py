@@ -10,6 +10,13 @@ Two renderers take the same pieces (dtypes, body statements, results): ``render_
 writes Numba source, ``llvm_render.render_ir`` LLVM IR built with llvmlite directly (20-50x
 faster to compile); ``load_group`` uses the IR one for every kernel it covers and Numba for
 the rest (``NEE_CPU_RENDERER=numba``: Numba for all).  See docs/JIT.md.
+
+float16 / bfloat16: the IR kernels load and store them themselves (widened to float32 in registers,
+the float32 kernel's arithmetic, each result rounded once to nearest even: the bits of the float32
+kernel on float32 copies rounded by numpy / ml_dtypes, and of torch's CPU kernels); where the IR
+renderer does not cover a kernel, :func:`launch` / :func:`launch_group` compute through float32
+copies instead.  In fused groups every low-float member's result is rounded (``_ROUND``), as eager
+stores it.
 """
 from __future__ import annotations
 
@@ -120,25 +127,32 @@ def render_group(name: str, in_dt: list, out_dt: list, body: list, results: list
 
 
 _kernels: dict = {}
+_LOW_NAMES = ("float16", "bfloat16")
 
 
 def get_kernel(op, in_np: list, out_np):
+    """The kernel of elementwise ``op`` on arrays of these dtypes.  With a float16/bfloat16 operand or
+    result: the LLVM kernel that loads and stores them itself (widened to float32 in registers, the
+    float32 kernel's arithmetic, each result rounded once to nearest even), or None where the LLVM
+    renderer does not cover the op (or is off): :func:`launch` then computes through float32 copies."""
     key = (op.name, tuple(in_np), out_np)
     k = _kernels.get(key)
-    if k is None:
+    if k is None and key not in _kernels:
         from ...ops.elementwise import ew_dtypes
         in_dt = [_dt.from_numpy_dtype(np.dtype(d)) for d in in_np]
         if any(d.category == 3 for d in in_dt) or np.dtype(out_np).kind == "c":
             # eager complex ops never get here (launch() hands them to numpy): a compiled graph did
             raise NotImplementedError(f"{op.name}: complex values have no generated CPU kernel; nee.jit / "
                                       f"compiled graphs do not support complex64/complex128 (run them eagerly)")
-        comp, _ = ew_dtypes(op.ew, in_dt)
-        comp = [_dt.compute_dtype(c) for c in comp]   # float16/bfloat16 compute in float32
+        raw, _ = ew_dtypes(op.ew, in_dt)
+        comp = [_dt.compute_dtype(c) for c in raw]   # float16/bfloat16 compute in float32
         first = op.ew.promote[0] if op.ew.promote else 0
         template = op.expr["py"](comp[first])
-        args = [f"v{i}" if d is c else f"{_NP_CTOR[c.name]}(v{i})" for i, (d, c) in enumerate(zip(in_dt, comp))]
-        k, _ = load_group(f"ew_{op.name}", op.name, [d.name for d in in_dt], [np.dtype(out_np).name], [],
-                          [template.format(*args)])
+        args = [_operand(f"v{i}", d.name, c.name, r) for i, (d, c, r) in enumerate(zip(in_dt, comp, raw))]
+        out_name = np.dtype(out_np).name
+        low = out_name in _LOW_NAMES or any(d.name in _LOW_NAMES for d in in_dt)
+        k, _ = load_group(f"ew_{op.name}", op.name, [d.name for d in in_dt], [out_name], [],
+                          [template.format(*args)], native_only=low)
         _kernels[key] = k
     return k
 
@@ -152,6 +166,13 @@ def launch(op, out: np.ndarray, ins: list) -> None:
         from ...ops.complex import launch_complex
         launch_complex(op, out, ins)
         return
+    if _dt.is_low_np(out.dtype) or any(_dt.is_low_np(a.dtype) for a in ins):
+        kern = get_kernel(op, [a.dtype for a in ins], out.dtype)
+        if kern is not None:   # float16/bfloat16 loaded and stored by the kernel itself
+            run_strided(kern, out, [_unalias(out, a) for a in ins])
+            return
+    if any(_dt.is_low_np(a.dtype) for a in ins) and any(a.dtype.kind in "biu" for a in ins):
+        ins = _round_int_operands(op, ins)
     if _dt.is_low_np(out.dtype):   # float16/bfloat16: computed in float32, each result rounded once
         tmp = _f32_scratch(out.shape)
         launch(op, tmp, ins)
@@ -162,6 +183,19 @@ def launch(op, out: np.ndarray, ins: list) -> None:
     ins = [_unalias(out, a) for a in ins]
     kern = get_kernel(op, [a.dtype for a in ins], out.dtype)
     run_strided(kern, out, ins)
+
+
+def _round_int_operands(op, ins: list) -> list:
+    """The widening path's form of :func:`_operand`: integer / bool operands of an op computed in
+    float16/bfloat16, as values of that dtype (through float32: torch's conversion)."""
+    from ...ops.elementwise import ew_dtypes
+    raw, _ = ew_dtypes(op.ew, [_dt.from_numpy_dtype(a.dtype) for a in ins])
+    out = []
+    for a, r in zip(ins, raw):
+        if r.name in _ROUND and a.dtype.kind in "biu":
+            a = a.astype(np.float32).astype(r.np)
+        out.append(a)
+    return out
 
 
 def _f32_scratch(shape) -> np.ndarray:
@@ -360,13 +394,13 @@ def prepare(op, args, ins, meta, device):
     """
     from ...tensor.tensor import Tensor
     odt = meta.dtype
-    if _dt.is_low_np(odt.np) or any(_dt.is_low_np(t._data.dtype) for t in ins):
-        return _low_plan(op, args, ins, meta, device)
     if odt.category == 3 or any(t._dtype.category == 3 for t in ins):
         return None   # complex: launch() hands it to numpy (ops/complex.py)
     shape = tuple(meta.shape)
     out_np = odt.np
     kern = get_kernel(op, [t._data.dtype for t in ins], out_np)
+    if kern is None:   # float16/bfloat16 the LLVM renderer does not cover: through float32 copies
+        return _low_plan(op, args, ins, meta, device)
     n = 1
     for s in shape:
         n *= s
@@ -474,16 +508,37 @@ def prepare(op, args, ins, meta, device):
     return plan
 
 
+def _operand(name: str, kd: str, c: str, raw, storage=None) -> str:
+    """The expression of an operand held as ``kd`` (its kernel dtype) that an op computes in ``c`` (``raw``:
+    the dtype before float16/bfloat16 widen to float32).  An integer or bool operand of a float16/bfloat16
+    op is rounded to that dtype first, as torch casts it to the common dtype (int32 299 + bfloat16 is
+    300 + x): converted to float32, then rounded (torch's int -> float -> low conversion)."""
+    e = name if kd == c else f"{_NP_CTOR[c]}({name})"
+    st = _dt.to_dtype(kd) if storage is None else storage
+    if raw.name in _ROUND and st.category <= 1:
+        e = f"{_ROUND[raw.name]}({e})"
+    return e
+
+
 def _kdt(dtype) -> str:
     """The dtype a value has inside CPU kernels (Numba has no float16/bfloat16: computed in float32)."""
     return _dt.compute_dtype(dtype).name
 
 
 def compile_group(group):
-    """Render and load the kernel of a fused elementwise group (see jit/fusion.py)."""
+    """Render and load the kernel of a fused elementwise group (see jit/fusion.py).  float16/bfloat16
+    inputs and outputs are loaded and stored by the LLVM kernel itself (the Numba one, where the LLVM
+    renderer does not cover the group, takes float32 copies: :func:`launch_group`)."""
     if any(v.dtype.category == 3 for v in list(group.inputs) + list(group.outputs)):
         raise NotImplementedError("complex values have no fused CPU kernel")
-    return load_group("fused", group.name, *_group_pieces(group))
+    return load_group("fused", group.name, *_group_pieces(group, storage=True))
+
+
+def native_low(kern) -> bool:
+    """Whether ``kern`` takes float16/bfloat16 arrays as they are (an LLVM kernel: its pieces name the
+    storage dtypes); a Numba kernel takes float32 copies of them."""
+    from . import llvm_render
+    return isinstance(kern, llvm_render.LLVMKernel)
 
 
 def group_source(group, outputs=None):
@@ -492,8 +547,15 @@ def group_source(group, outputs=None):
     return render_group(group.name, *_group_pieces(group, outputs))
 
 
-def _group_pieces(group, outputs=None):
-    """(input dtypes, output dtypes, body statements, result names) of a fused group's kernel."""
+# a member whose result is float16/bfloat16 rounds it (and widens it again) in the fused kernel, as the
+# eager op stores it: a fused chain gives eager's bits (scalar.f_round_f16 / f_round_bf16)
+_ROUND = {"float16": "f_round_f16", "bfloat16": "f_round_bf16"}
+
+
+def _group_pieces(group, outputs=None, storage=False):
+    """(input dtypes, output dtypes, body statements, result names) of a fused group's kernel.  Dtypes are
+    those the kernel computes in (float32 for float16/bfloat16), or with ``storage`` the operands' own
+    (the LLVM renderer loads/stores low floats itself)."""
     from ...ops.elementwise import ew_dtypes
     outputs = group.outputs if outputs is None else outputs
     names = {}
@@ -503,15 +565,20 @@ def _group_pieces(group, outputs=None):
         kdt[v] = _kdt(v.dtype)
     body = []
     for k, n in enumerate(group.nodes):
-        comp, _ = ew_dtypes(n.op.ew, [v.dtype for v in n.inputs])
-        comp = [_kdt(c) for c in comp]
-        args = [names[v] if kdt[v] == c else f"{_NP_CTOR[c]}({names[v]})" for v, c in zip(n.inputs, comp)]
+        raw, _ = ew_dtypes(n.op.ew, [v.dtype for v in n.inputs])
+        comp = [_kdt(c) for c in raw]
+        args = [_operand(names[v], kdt[v], c, r, v.dtype) for v, c, r in zip(n.inputs, comp, raw)]
         first = n.op.ew.promote[0] if n.op.ew.promote else 0
         cdt = _dt.to_dtype(comp[first])
         od = _kdt(n.outputs[0].dtype)
-        body.append(f"t{k} = {_NP_CTOR[od]}({n.op.expr['py'](cdt).format(*args)})")
+        e = f"{_NP_CTOR[od]}({n.op.expr['py'](cdt).format(*args)})"
+        rnd = _ROUND.get(n.outputs[0].dtype.name)
+        body.append(f"t{k} = {rnd}({e})" if rnd else f"t{k} = {e}")
         names[n.outputs[0]] = f"t{k}"
         kdt[n.outputs[0]] = od
+    if storage:
+        return ([v.dtype.name for v in group.inputs], [o.dtype.name for o in outputs], body,
+                [names[o] for o in outputs])
     return [kdt[v] for v in group.inputs], [kdt[o] for o in outputs], body, [names[o] for o in outputs]
 
 
@@ -520,22 +587,38 @@ def _group_pieces(group, outputs=None):
 RENDERER = os.environ.get("NEE_CPU_RENDERER", "llvm")
 
 
-def load_group(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results: list):
+def load_group(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results: list,
+               native_only: bool = False):
     """(kernel, source) of an elementwise kernel: LLVM IR through llvmlite when the
-    renderer covers every expression (~25 ms cold), else generated Numba source (~0.5 s)."""
-    src = render_group(name, in_dt, out_dt, body, results)
+    renderer covers every expression (~25 ms cold), else generated Numba source (~0.5 s).
+
+    ``in_dt`` / ``out_dt`` name the operands' storage dtypes: the LLVM kernel loads and stores
+    float16/bfloat16 itself; the Numba kernel takes them as float32 copies (:func:`native_low` tells
+    which).  ``native_only``: (None, source) instead of a Numba kernel."""
+    cin = [_dt.compute_dtype(_dt.to_dtype(d)).name if d in _LOW_NAMES else d for d in in_dt]
+    cout = [_dt.compute_dtype(_dt.to_dtype(d)).name if d in _LOW_NAMES else d for d in out_dt]
+    src = render_group(name, cin, cout, body, results)
     if RENDERER == "llvm":
         from . import llvm_render
         try:
             return llvm_render.load(prefix, name, in_dt, out_dt, body, results, src)
         except NotImplementedError:
             pass
+    if native_only:
+        return None, src
     return codegen.load_kernel(prefix, src), src
 
 
 def launch_group(kern, outs: list, ins: list) -> None:
     """Run a fused group's kernel: ``outs`` (same shape, any layout) from broadcast ``ins``."""
     if outs[0].size == 0:
+        return
+    if native_low(kern):   # float16/bfloat16 operands as they are (compile_group)
+        if len(outs) == 1:
+            ins = [_unalias(outs[0], a) for a in ins]
+        else:
+            ins = [a.copy() if any(np.may_share_memory(o, a) for o in outs) else a for a in ins]
+        run_strided(kern, outs, ins)
         return
     tmp = [_f32_scratch(o.shape) if _dt.is_low_np(o.dtype) else o for o in outs]
     ins = [_widen(a) for a in ins]

@@ -21,6 +21,12 @@ emits LLVM IR directly: ~30 ms per kernel on an idle core (parse + O2 + object c
   Anything outside that subset (other libm calls, ``for`` loops...) raises
   :class:`NotImplementedError`; the caller then uses the Numba renderer.  Nothing is approximated
   differently (tests/test_llvm_render.py compares the kernels bit for bit).
+* float16 / bfloat16 operands (storage dtypes) are loaded widened to float32 (exact: ``half`` fpext,
+  bfloat16 the upper half of the float32 bits), computed as the float32 kernel computes them, and each
+  result is rounded once to nearest even on store (fptrunc; bfloat16: the bit rounding of ml_dtypes, a
+  NaN becoming sign | 0x7fc0); fused groups round every low-float member's result the same way
+  (``scalar.f_round_f16`` / ``f_round_bf16``), so a fused chain gives eager's bits.  Without F16C
+  (x86) float16 kernels are not rendered (the widening path in elementwise.py runs them).
 * The float constants of the loops are read once at entry from writable globals, so the vector
   loop keeps them in registers instead of reloading each through a 64-bit address per iteration
   (MCJIT's large code model); launches that write half the last-level cache or more (or
@@ -122,6 +128,92 @@ def _storage(t: _T):
     return ir.IntType(8) if t.kind == "b" else t.lt
 
 
+# float16 / bfloat16: storage-only dtypes.  A kernel loads them widened to float32 (exact), computes in
+# float32 like the float32 kernel, and rounds each stored result once to nearest even: float16 through
+# LLVM's ``half`` (fpext / fptrunc: F16C's vcvtph2ps / vcvtps2ph), bfloat16 as the upper half of the
+# float32 bits (:func:`_bf16_bits`).  Inside fused groups ``f_round_f16`` / ``f_round_bf16`` (scalar.py)
+# round a member's result the same way (:func:`_round_low`).
+LOW = ("float16", "bfloat16")
+
+
+def _compute_name(d: str) -> str:
+    """The dtype a kernel computes an operand of storage dtype ``d`` in."""
+    return "float32" if d in LOW else d
+
+
+def _storage_lt(d: str):
+    ir, _ = _init()
+    if d == "float16":
+        return ir.HalfType()
+    if d == "bfloat16":
+        return ir.IntType(16)
+    return _storage(_types()[d])
+
+
+def _storage_bytes(d: str) -> int:
+    return 2 if d in LOW else max(1, _types()[d].bits // 8)
+
+
+def _f16c() -> bool:
+    """Whether the host converts float16 in hardware (x86 F16C; other targets: LLVM's native lowering).
+    Without it, LLVM would lower fpext / fptrunc of ``half`` to compiler-rt calls the JIT may not resolve:
+    float16 kernels are then not rendered here (the widening path runs them)."""
+    f = _state.get("f16c")
+    if f is None:
+        _, llvm = _init()
+        triple = llvm.get_process_triple()
+        if triple.startswith(("x86_64", "i386", "i686")):
+            f = "+f16c" in llvm.get_host_cpu_features().flatten().split(",")
+        else:
+            f = triple.startswith(("aarch64", "arm64"))
+        _state["f16c"] = f
+    return f
+
+
+def _bf16_bits(b, x):
+    """IR: the bfloat16 bits (i16) nearest float32 ``x`` (ties to even); NaN: sign | 0x7fc0 (ml_dtypes)."""
+    ir, _ = _init()
+    i32 = ir.IntType(32)
+    u = b.bitcast(x, i32)
+    lsb = b.and_(b.lshr(u, i32(16)), i32(1))
+    r = b.lshr(b.add(u, b.add(lsb, i32(0x7FFF))), i32(16))
+    q = b.or_(b.and_(b.lshr(u, i32(16)), i32(0x8000)), i32(0x7FC0))
+    isnan = b.fcmp_unordered("uno", x, x)
+    return b.trunc(b.select(isnan, q, r), ir.IntType(16))
+
+
+def _load_low(b, d: str, v):
+    """IR: the float32 value of storage value ``v`` of low float ``d`` (exact)."""
+    ir, _ = _init()
+    if d == "float16":
+        return b.fpext(v, ir.FloatType())
+    i32 = ir.IntType(32)
+    return b.bitcast(b.shl(b.zext(v, i32), i32(16)), ir.FloatType())
+
+
+def _store_low(b, d: str, x):
+    """IR: float32 ``x`` rounded to low float ``d``'s storage (to nearest even)."""
+    ir, _ = _init()
+    if d == "float16":
+        return b.fptrunc(x, ir.HalfType())
+    return _bf16_bits(b, x)
+
+
+def _round_low(d: str):
+    """The call handler of scalar.f_round_f16 / f_round_bf16: float32 -> the nearest ``d`` -> float32."""
+    def h(em, args):
+        (x,) = args
+        if x.t is not _types()["float32"]:
+            raise _Unsupported(f"round to {d} of a {x.t.name}")
+        if d == "float16" and not _f16c():
+            raise _Unsupported("float16 without hardware conversions")
+        st = _store_low(em.b, d, x.v)
+        r = _V(_load_low(em.b, d, st), x.t)
+        r.low = (d, st)     # stored as ``d`` as it is: no second rounding (a fused group's output)
+        return r
+    return h
+
+
 class _Unsupported(NotImplementedError):
     pass
 
@@ -149,10 +241,11 @@ def _unify(a: _T, b: _T, arith: bool = False) -> _T:
 
 # ------------------------------------------------------------------------------------ values
 class _V:
-    __slots__ = ("lit", "t", "v")
+    __slots__ = ("lit", "low", "t", "v")
 
     def __init__(self, v, t, lit=None):
         self.v, self.t, self.lit = v, t, lit
+        self.low = None     # (low float name, storage value) of a float32 value rounded to it (_round_low)
 
 
 def _scalar_const(x):
@@ -676,7 +769,7 @@ _CALLS: dict = {}
 def _register_calls():
     if _CALLS:
         return
-    from . import fastmath as fm
+    from . import fastmath as fm, scalar
     _CALLS.update({
         _key(fm.fmuladd): _fmuladd, _key(fm.fdiv): _fdiv,
         _key(fm.f32_as_i32): _bits("f32_as_i32", "int32"), _key(fm.f64_as_i64): _bits("f64_as_i64", "int64"),
@@ -699,6 +792,7 @@ def _register_calls():
         _key(np.log): _float_unary("log"), _key(math.log): _float_unary("log"),
         _key(np.exp): _float_unary("exp"), _key(math.exp): _float_unary("exp"), _key(np.exp2): _float_unary("exp2"),
         _key(np.fmod): _fmod,
+        _key(scalar.f_round_f16): _round_low("float16"), _key(scalar.f_round_bf16): _round_low("bfloat16"),
     })
     # the rest of Numba's unary_math_extern family: numpy's and math's spelling call the same libm symbol
     for npf, mf, base in ((np.arcsin, math.asin, "asin"), (np.arccos, math.acos, "acos"),
@@ -1016,12 +1110,14 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
     body_ast = [ast.parse(s).body[0] for s in body]
     res_ast = [ast.parse(r, mode="eval").body for r in results]
     nin, nout = len(in_dt), len(out_dt)
-    tin = [T[d] for d in in_dt]
-    tout = [T[d] for d in out_dt]
+    if "float16" in list(in_dt) + list(out_dt) and not _f16c():
+        raise _Unsupported("float16 without hardware conversions")
+    tin = [T[_compute_name(d)] for d in in_dt]
+    tout = [T[_compute_name(d)] for d in out_dt]
     i64 = ir.IntType(64)
     mod = ir.Module(name="nee_kernel")
     mod.triple = llvm.get_process_triple()
-    ptys = [ir.PointerType(_storage(t)) for t in tout + tin]
+    ptys = [ir.PointerType(_storage_lt(d)) for d in list(out_dt) + list(in_dt)]
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), ptys + [ir.PointerType(i64)]), "kernel")
     *bufs, m = fn.args
     bd = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -1094,12 +1190,16 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
         v = mark(bd.load(p))
         if t.kind == "b":
             v = bd.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
+        elif in_dt[k] in LOW:
+            v = _load_low(bd, in_dt[k], v)
         return _V(v, t)
 
     def store(j, idx, v):
         x = v.v
         if tout[j].kind == "b":
             x = bd.zext(x, ir.IntType(8))
+        elif out_dt[j] in LOW:
+            x = v.low[1] if v.low is not None and v.low[0] == out_dt[j] else _store_low(bd, out_dt[j], x)
         if streaming[0]:
             # only ever executed at 64-byte aligned vector positions (see the streaming loop)
             st = mark(bd.store(x, bd.gep(bufs[j], [idx]), align=_NT_LINE))
@@ -1147,8 +1247,7 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
             for k in range(nout + nin):
                 if k >= nout and (k - nout) in fixed:
                     continue
-                t = tout[k] if k < nout else tin[k - nout]
-                sz = max(1, t.bits // 8)
+                sz = _storage_bytes(out_dt[k] if k < nout else in_dt[k - nout])
                 lo = bd.ptrtoint(bd.gep(bufs[k], [ptr[k]]), i64)
                 ranges.append((k, sz, lo, bd.add(lo, bd.mul(n[3], i64(sz)))))
             ok = ir.Constant(ir.IntType(1), 1)
@@ -1231,7 +1330,7 @@ def body_cost(in_dt, out_dt, body, results) -> int:
         _register_calls()
         T = _types()
         from . import scalar
-        tin, tout = [T[d] for d in in_dt], [T[d] for d in out_dt]
+        tin, tout = [T[_compute_name(d)] for d in in_dt], [T[_compute_name(d)] for d in out_dt]
         mod = ir.Module(name="nee_cost")
         fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [t.lt for t in tin]), "cost")
         em = _Emitter(ir.IRBuilder(fn.append_basic_block("entry")))
@@ -1287,8 +1386,8 @@ def nt_threshold() -> int:
 def nt_eligible(out_dt) -> bool:
     """Whether a kernel with these outputs has a non-temporal variant: outputs of one element size
     of 4 or 8 bytes (a cache line is then a whole number of elements of each)."""
-    sizes = {np.dtype(d).itemsize for d in out_dt}
-    return len(sizes) == 1 and sizes <= {4, 8} and all(np.dtype(d).kind != "b" for d in out_dt)
+    sizes = {_storage_bytes(d) for d in out_dt}
+    return len(sizes) == 1 and sizes <= {4, 8} and all(d != "bool" for d in out_dt)
 
 
 _HOIST_CONSTANTS = True    # False: constants stay immediate operands (to compare; part of the cache key)
@@ -1463,7 +1562,7 @@ class LLVMKernel:
         # row cost 10-20% on compute-bound ones (16 MiB, 2 threads: gelu, cost 49: 3.25 vs 2.94 ms;
         # tanh, 30: 1.97 vs 1.64), while x*w+b (2) and relu(x*w+b) (5) gain 1.2-1.7x (nt_threshold)
         self._nt_bytes = (nt_eligible(pieces[1]) and body_cost(*pieces) <= _NT_MAX_COST and
-                          sum(np.dtype(d).itemsize for d in pieces[1]))
+                          sum(_storage_bytes(d) for d in pieces[1]))
 
     def __call__(self, *arrays):
         m = arrays[-1]
@@ -1639,7 +1738,8 @@ def load(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results:
     return LLVMKernel(prefix, name, pieces, src, unit), src
 
 
-_KNOWN = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"})
+_KNOWN = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64", "float16",
+                    "bfloat16"})
 
 
 # ------------------------------------------------------------------------------------ row kernels

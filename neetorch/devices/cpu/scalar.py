@@ -389,3 +389,42 @@ def f_xlogy(x, y):
     if y != y:
         return y
     return x - x if x == 0 else x * np.log(y)  # +0.0 for x = -0.0, like torch
+
+
+# ---- float16 / bfloat16 rounding inside fused kernels (jit/fusion.py groups low-float ops: every member's
+# result is rounded to its storage dtype and widened again, so a fused chain gives eager's bits).  The LLVM
+# renderer emits its own code for these two (llvm_render: fptrunc/fpext through ``half``, the bfloat16 bit
+# rounding); these bodies serve the Numba renderer and are checked against numpy / ml_dtypes in
+# tests/test_lowfloat.py.
+from .fastmath import _add32, _and32, _sar32, f32_as_i32, i32_as_f32  # noqa: E402
+
+_f16_min_normal = np.float32(2.0 ** -14)
+_f16_overflow = np.float32(65536.0)
+_half_f32 = np.float32(0.5)
+_inf32 = np.float32(np.inf)
+
+
+@njit(**_inl)
+def f_round_bf16(x):
+    """float32 ``x`` rounded to the nearest bfloat16 (ties to even), as float32.  NaN: the quiet NaN
+    with ``x``'s sign (ml_dtypes' float32 -> bfloat16)."""
+    b = f32_as_i32(x)
+    r = _and32(_add32(b, _add32(_and32(_sar32(b, 16), 1), 32767)), -65536)
+    q = _add32(_and32(b, -2147483648), 2143289344)     # sign | 0x7fc00000
+    return i32_as_f32(r) if x == x else i32_as_f32(q)
+
+
+@njit(**_inl)
+def f_round_f16(x):
+    """float32 ``x`` rounded to the nearest float16 (ties to even; subnormals, overflow to inf), as float32.
+    NaN: quieted, payload truncated to float16's 10 bits (the F16C conversion's result)."""
+    a = abs(x)
+    if a < _f16_min_normal:    # float16 subnormals: multiples of 2**-24 (0.5's float32 ulp)
+        return np.copysign((a + _half_f32) - _half_f32, x)
+    b = f32_as_i32(x)
+    if x != x:
+        return i32_as_f32(_and32(_add32(_and32(b, -4194305), 4194304), -8192))   # quiet bit set, low bits cut
+    y = i32_as_f32(_and32(_add32(b, _add32(_and32(_sar32(b, 13), 1), 4095)), -8192))
+    if abs(y) >= _f16_overflow:
+        return np.copysign(_inf32, x)
+    return y
