@@ -142,6 +142,8 @@ class JitFunction:
         if self.freeze:
             with self._frozen_lock:
                 g = passes.freeze_constants(g, self.freeze, self._frozen)
+            for t in g.consts.values():   # frozen: never written again (True: our snapshots; "views": owners' promise)
+                t._backend().mark_immutable(t._data)
         g = passes.run_pipeline(g, on_stage)
         g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
         if on_stage and g.placement.transfers:

@@ -13,6 +13,7 @@ step at all, the others copy only the rest.  Nested cats (DenseNet) share one bu
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -315,11 +316,23 @@ class Executable:
         if off is None or dev.type != "cpu":
             be = self.backend if dev is self.device else get_backend(dev)
             return Tensor._make(be.empty(shape, v.dtype), dev, v.dtype)
+        # one Tensor per (value, shape) over this thread's arena, made once (the generic loop's views of it
+        # are then the same objects at every call: see its view steps)
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None or bufs[0] is not arena:
+            bufs = self._local.bufs = (arena, {})
+        t = bufs[1].get((v, shape))
+        if t is not None:
+            return t
         n = v.dtype.itemsize
         for d in shape:
             n *= d
         arr = arena[off:off + n].view(v.dtype.np).reshape(shape)
-        return Tensor._make(arr, dev, v.dtype)
+        t = Tensor._make(arr, dev, v.dtype)
+        if len(bufs[1]) >= 4096:      # (many sizes of a dynamic dim)
+            bufs[1].clear()
+        bufs[1][(v, shape)] = t
+        return t
 
     def __call__(self, *inputs):
         if self._placement is not None:
@@ -348,8 +361,12 @@ class Executable:
     # Built once per thread (the arena is per thread): values live in a list indexed by slot
     # numbers fixed here, each step is a closure with its kernel, attributes and argument
     # slots bound, and the Tensors over arena buffers are made once and reused by every call
-    # (intermediates never escape: outputs and what they alias are not in the arena).  The
-    # generic loop below serves dynamic shapes and profiling.
+    # (intermediates never escape: outputs and what they alias are not in the arena).  Those
+    # Tensors, the constants, and the views of them (a decoder step's heads split off its fused QKV
+    # projection: 72 of its 121 steps) are put in the template once, so those view steps do not run
+    # (_frozen_view; NEE_JIT_FREEZE_VIEWS=0 runs them); measured one-thread CPU time of a small
+    # 6-layer decoder step, the same process alternating: 229 vs 257 us.  The generic loop below
+    # serves dynamic shapes and profiling.
     def _build_fast(self, arena):
         g = self.graph
         slot: dict = {}
@@ -363,6 +380,9 @@ class Executable:
             slot[v] = len(template)
             template.append(t)
         in_slots = [new_slot(v) for v in g.inputs]
+        # slots holding the same Tensor at every call, set in the template: constants, arena outputs of
+        # steps that write the same Tensor each call, views of those made once here (_frozen_view)
+        fixed = set(range(len(g.consts))) if _FREEZE_VIEWS[0] else set()
         runners = []
         for step in self.steps:
             n = step[1]
@@ -373,9 +393,46 @@ class Executable:
             if step[0] == "cat" and not step[2]:
                 # every input was written in place: the output is its arena buffer, no step runs
                 template[outs[0]] = self._buffer(n.outputs[0], arena)
+                fixed.add(outs[0])
                 continue
-            runners.append(self._fast_step(step, ins, outs, arena))
+            if step[0] == "view" and fixed and all(i in fixed for i in ins):
+                rs = self._frozen_view(n, [template[i] for i in ins])
+                if rs is not None:
+                    for i, t in zip(outs, rs):
+                        template[i] = t
+                        fixed.add(i)
+                    continue
+            run = self._fast_step(step, ins, outs, arena)
+            ts = getattr(run, "fixed_outs", None)
+            if ts is not None and fixed:
+                # (the runner still stores them: a slot's value is only read after its step ran)
+                for i, t in zip(outs, ts):
+                    template[i] = t
+                    fixed.add(i)
+            run.step = step    # (for profiling tools and tests)
+            runners.append(run)
         return template, in_slots, runners, [slot[o] for o in g.outputs]
+
+    def _frozen_view(self, n, args):
+        """The results of view node ``n`` on ``args`` (Tensors that are the same objects at every call:
+        constants, arena buffers, views of them) made once, for the fast path's template; None when they
+        must be made at each call: a returned value, a result that is not a plain view of the first
+        argument's memory (a reshape that copies, an index gather), autograd, another device's arrays."""
+        g = self.graph
+        if any(o in g.outputs for o in n.outputs) or \
+                any(not isinstance(a, Tensor) or a.requires_grad or type(a._data) is not np.ndarray for a in args):
+            return None
+        attrs = n.attrs
+        try:
+            r = n.op.fn(args[0], *attrs["args"], *args[1:], **dict(attrs["kwargs"]))
+        except Exception:  # noqa: BLE001  (the per-call runner raises it, with the step's context)
+            return None
+        rs = tuple(r) if isinstance(r, (tuple, list)) else (r,)
+        if len(rs) != len(n.outputs) or \
+                not all(isinstance(t, Tensor) and not t.requires_grad and type(t._data) is np.ndarray and
+                        np.may_share_memory(t._data, args[0]._data) for t in rs):
+            return None
+        return rs
 
     def _out_maker(self, outputs, arena):
         """A function returning (output Tensors, their arrays) for a step's outputs."""
@@ -393,10 +450,18 @@ class Executable:
             return make
         makers = [(lambda t=t: t) if t is not None else self._fresh_maker(o, arena)
                   for t, o in zip(cached, outputs)]
+        if len(makers) == 1:
+            m0 = makers[0]
 
-        def make():
-            ts = [m() for m in makers]
-            return ts, [t._data for t in ts]
+            def make():
+                t = m0()
+                return [t], [t._data]
+        else:
+            def make():
+                ts = [m() for m in makers]
+                return ts, [t._data for t in ts]
+        # the fast path runs at the traced shapes only: the same shapes, dtypes and layouts every call
+        make.same_layout = True
         return make
 
     def _fresh_maker(self, o, arena):
@@ -423,6 +488,7 @@ class Executable:
                 for i, dst in pairs:
                     copyto(dst, env[i]._data, casting="unsafe")
                 env[o0] = t
+            run.fixed_outs = [t]
             return run
         if kind in ("kernel", "fused", "pattern"):
             make = self._out_maker(n.outputs, arena)
@@ -440,8 +506,18 @@ class Executable:
 
                     def binder(arrs, xs):
                         return bind_kernel(op, arrs, xs, attrs)
+                elif check is None and be.device.type == "cpu" and n.op.name == "cat" and \
+                        isinstance(attrs.get("dim"), int) and attrs["dim"] >= 0 and _BIND_CAT[0]:
+                    # the KV cache's append: its native copy plan (kernels/shape.py) made once per layout
+                    from ..devices.cpu.kernels.shape import bind_cat
+                    dim = attrs["dim"]
+
+                    def binder(arrs, xs):
+                        return bind_cat(arrs[0], xs, dim) if len(arrs) == 1 else None
                 if binder is not None:
                     run = _bound_runner(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, make, ins, outs)
+                    if getattr(make, "fixed", None) is not None:
+                        run.fixed_outs = make.fixed[0]
                     return run
 
                 def run(env):
@@ -468,11 +544,25 @@ class Executable:
             else:
                 prun = step[2]
                 run = _bound_runner(prun, getattr(prun, "bind", None), make, ins, outs)
+            fixed = getattr(make, "fixed", None)
+            if fixed is not None:
+                run.fixed_outs = fixed[0]
             return run
         if kind == "view":
             fn, vargs, kwargs = n.op.fn, attrs["args"], dict(attrs["kwargs"])
             i0, rest = ins[0], ins[1:]
             g = self.graph
+            perm = self._plain_permute(n)
+            if perm is not None:
+                # a permute of a step's new CPU array every call (the KV cache's transpose for q @ k^T):
+                # what views.permute does on the CPU, its dims checked once
+                o0, make = outs[0], Tensor._make
+                dev, dt = n.outputs[0].device, n.outputs[0].dtype
+                dev = self.device if dev is self.device or dev == self.device else _device(dev)
+
+                def run(env):
+                    env[o0] = make(env[i0]._data.transpose(perm), dev, dt)
+                return run
             # [arguments of the last call, its results]: a view of the same Tensor objects (an arena
             # intermediate's, a constant's: the same every call) is the same view, so it is made once.
             # Checked by identity at each call; a step whose arguments change (a view of another
@@ -536,6 +626,28 @@ class Executable:
                 env[i] = t
         return run
 
+    def _plain_permute(self, n):
+        """The axes of view node ``n`` when it is a permute, on the CPU, of a value that a kernel step
+        writes (an intermediate or a returned value the executor made: never an input, a constant or
+        a Tensor with autograd), not itself returned; else None."""
+        if n.op.name != "permute" or len(n.inputs) != 1 or len(n.outputs) != 1 or n.attrs.get("kwargs") or \
+                _FREEZE_VIEWS[0] is False or n.outputs[0] in self.graph.outputs:
+            return None
+        a = n.inputs[0]
+        p = a.producer
+        if p is None or isinstance(p.op, ViewOp) or not _is_cpu(a) or not _is_cpu(n.outputs[0]) or \
+                a in self.graph.inputs or a in self.graph.consts:
+            return None
+        args = n.attrs.get("args", ())
+        dims = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+        nd = len(a.shape)
+        if len(dims) != nd or not all(isinstance(d, int) and -nd <= d < nd for d in dims):
+            return None
+        perm = tuple(d % nd for d in dims)
+        if sorted(perm) != list(range(nd)) or tuple(a.shape[d] for d in perm) != tuple(n.outputs[0].shape):
+            return None
+        return perm
+
     def _root(self, v):
         """The value whose buffer ``v`` views (itself when its producer is not a view; as plan_memory)."""
         roots = getattr(self, "_roots", None)
@@ -546,6 +658,60 @@ class Executable:
                     for o in n.outputs:
                         roots[o] = roots.get(n.inputs[0], n.inputs[0])
         return roots.get(v, v)
+
+    # ---- the generic loop's shortcuts (shape-polymorphic calls at other shapes than traced: a decoder whose
+    # KV cache grows each step).  Per pattern step (a matmul with its epilogue), the output metas per input
+    # shapes and the bound kernel call per array layouts (fused.py's ``bind``, as the fast path's) are kept
+    # in small per-step tables: the layers' weight products have the same shapes at every step, the
+    # attention's change with the cache.  NEE_JIT_GENERIC_BIND=0 runs the analysis at each call.
+    def _pattern_metas(self, step, args):
+        cache = self._gen_tables(step)[0]
+        key = tuple(a.shape for a in args)
+        metas = cache.get(key)
+        if metas is None:
+            n = step[1]
+            metas = n.op.infer([Meta(a.shape, v.dtype) for a, v in zip(args, n.inputs)], n.attrs)
+            if len(cache) >= _GENERIC_TABLE:
+                cache.clear()
+            cache[key] = metas
+        return metas
+
+    def _gen_tables(self, step):
+        tables = getattr(self._local, "gen", None)
+        if tables is None:
+            tables = self._local.gen = {}
+        t = tables.get(id(step))
+        if t is None:
+            t = tables[id(step)] = ({}, {})
+        return t
+
+    def _view_memo(self, step):
+        """[arguments, results] of view step ``step``'s last generic call, None where the view is made at
+        every call: a view of the caller's input (its Tensor may be the same object with other memory) or
+        one returned to the caller.  A view of the same argument objects (arena buffers: _buffer keeps
+        one Tensor per value and shape; constants; views of those) is the same view."""
+        tables = self._gen_tables(step)
+        if len(tables) < 3:
+            n, g = step[1], self.graph
+            ok = not any(a in g.inputs for a in n.inputs) and not any(o in g.outputs for o in n.outputs)
+            tables = self._local.gen[id(step)] = tables[:2] + ([None, None] if ok else None,)
+        return tables[2]
+
+    def _generic_bound(self, step, oarrs, xs):
+        """(key, the bound call for these arrays' layouts): None not bound yet (or bound at another thread
+        count: bound again), False no shortcut for this layout; key None: not host arrays."""
+        if not all(type(a) is np.ndarray for a in oarrs) or not all(type(a) is np.ndarray for a in xs):
+            return None, None
+        key = (tuple(_layouts(oarrs)), tuple(_layouts(xs)))
+        return key, self._gen_tables(step)[1].get(key)
+
+    def _generic_bind(self, step, key, oarrs, xs):
+        table = self._gen_tables(step)[1]
+        bind = getattr(step[2], "bind", None)
+        f = bind(oarrs, xs) if bind is not None else None
+        if len(table) >= _GENERIC_TABLE:
+            table.clear()
+        table[key] = f if f is not None else False
 
     def _call_generic(self, inputs):
         g = self.graph
@@ -592,10 +758,20 @@ class Executable:
             elif kind == "pattern":
                 args = [env[a]._data for a in n.inputs]
                 if self.dynamic:
-                    metas = n.op.infer([Meta(a.shape, v.dtype) for a, v in zip(args, n.inputs)], n.attrs)
+                    metas = self._pattern_metas(step, args)
                     outs = [self._buffer(o, arena, m.shape, un) for o, m in zip(n.outputs, metas)]
                 else:
                     outs = [self._buffer(o, arena, None, un) for o in n.outputs]
+                if not profiler.timing_enabled() and _GENERIC_BIND[0]:
+                    oarrs = [o._data for o in outs]
+                    key, f = self._generic_bound(step, oarrs, args)
+                    if not f or not f(oarrs, args):
+                        step[2](oarrs, args)
+                        if key is not None and f is not False:
+                            self._generic_bind(step, key, oarrs, args)
+                    for o, t in zip(n.outputs, outs):
+                        env[o] = t
+                    continue
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[2]([o._data for o in outs], args)
@@ -624,9 +800,18 @@ class Executable:
                                     detail=str(o.shape))
                 env[o] = t
             elif kind == "view":
-                r = n.op.fn(env[n.inputs[0]], *n.attrs["args"], *[env[a] for a in n.inputs[1:]],
-                            **dict(n.attrs["kwargs"]))
-                rs = r if isinstance(r, (tuple, list)) else (r,)
+                args = [env[a] for a in n.inputs]
+                memo = self._view_memo(step) if _GENERIC_BIND[0] else None
+                if memo is not None and memo[0] is not None and all(map(_is, args, memo[0])):
+                    rs = memo[1]      # the same Tensors as the last call's (arena buffers, constants, views)
+                else:
+                    r = n.op.fn(args[0], *n.attrs["args"], *args[1:], **dict(n.attrs["kwargs"]))
+                    rs = r if isinstance(r, (tuple, list)) else (r,)
+                    if memo is not None:
+                        if all(isinstance(t, Tensor) and not t.requires_grad for t in list(args) + list(rs)):
+                            memo[0], memo[1] = args, rs
+                        else:
+                            memo[0] = None
                 for o, t in zip(n.outputs, rs):
                     env[o] = t
             else:
@@ -649,6 +834,14 @@ class Executable:
 
 
 _COPYING_RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
+# NEE_JIT_FREEZE_VIEWS=0: the fast path replays every view step at each call (else views of Tensors that are
+# the same at every call, the arena's and constants', are made once when the fast path is built)
+_FREEZE_VIEWS = [os.environ.get("NEE_JIT_FREEZE_VIEWS", "1") not in ("0", "")]
+# NEE_JIT_BIND_CAT=0: the fast path's large cats go through cat_kernel at each call (else their native
+# copy plan is bound once per layout, kernels/shape.py bind_cat)
+_BIND_CAT = [os.environ.get("NEE_JIT_BIND_CAT", "1") not in ("0", "")]
+_GENERIC_BIND = [os.environ.get("NEE_JIT_GENERIC_BIND", "1") not in ("0", "")]
+_GENERIC_TABLE = 16     # layouts / input shapes remembered per step by the generic loop
 
 
 def _infer_cat_shape(arrays, d) -> tuple:
@@ -696,9 +889,11 @@ def _bound_runner(prun, binder, make, ins, outs):
     state = [None, None, None, None, 0]
     o0 = outs[0] if len(outs) == 1 else None
     fixed = getattr(make, "fixed", None)
-    if fixed is not None and o0 is not None:
-        # the common step: one arena output (the same Tensor every call)
-        t0, arrs0 = fixed[0][0], fixed[1]
+    if fixed is not None:
+        # the common step: arena outputs (the same Tensors every call)
+        ts0, arrs0 = fixed
+        t0 = ts0[0]
+        pairs = list(zip(outs, ts0))
 
         def run(env):
             xs = [env[i]._data for i in ins]
@@ -706,7 +901,11 @@ def _bound_runner(prun, binder, make, ins, outs):
             if f is not None:
                 if (all(map(_is, xs, state[1])) or _layouts(xs) == state[3][0]) and f(arrs0, xs):
                     state[1] = xs
-                    env[o0] = t0
+                    if o0 is not None:
+                        env[o0] = t0
+                    else:
+                        for i, t in pairs:
+                            env[i] = t
                     return
                 state[0] = state[1] = state[2] = state[3] = None
             prun(arrs0, xs)
@@ -715,8 +914,11 @@ def _bound_runner(prun, binder, make, ins, outs):
                 f = binder(arrs0, xs)
                 if f is not None:
                     state[0], state[1], state[2], state[3] = f, xs, arrs0, (_layouts(xs), _layouts(arrs0))
-            env[o0] = t0
+            for i, t in pairs:
+                env[i] = t
         return run
+    # outputs made by ``make`` at the step's static shapes: the same layouts every call (the fast path)
+    same = getattr(make, "same_layout", False)
 
     def run(env):
         ts, arrs = make()
@@ -724,7 +926,7 @@ def _bound_runner(prun, binder, make, ins, outs):
         f = state[0]
         if f is not None:
             if (all(map(_is, xs, state[1])) or _layouts(xs) == state[3][0]) and \
-                    (arrs is state[2] or _layouts(arrs) == state[3][1]) and f(arrs, xs):
+                    (same or arrs is state[2] or _layouts(arrs) == state[3][1]) and f(arrs, xs):
                 state[1] = xs
                 if o0 is not None:
                     env[o0] = ts[0]

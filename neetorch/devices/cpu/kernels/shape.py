@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 
 import numpy as np
 
@@ -92,6 +93,71 @@ e:
 """
 
 
+# NEE_CAT_NT=1 (x86-64 only: the kernel's fence is SSE's): from CAT_NT_BYTES of output the threaded cat's
+# copies write with non-temporal stores (no read of the destination's lines before writing them, no eviction
+# of the cache's contents by the output).  Off by default: on the ONNX GPT step (12 KV-cache appends of 1.6 MB
+# per step) it measured 0.89x of the step's time with memcpy under a load of ~4 from other processes (in-process
+# A/B, 25 alternations, min and median) but 0.99-1.00x at load ~1.6 (median of 60-100 paired alternations):
+# not a clear win, and an output read soon after (from the cache with memcpy) would come from memory.
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+CAT_NT = [os.environ.get("NEE_CAT_NT", "0") not in ("0", "") and _X86]
+CAT_NT_BYTES = int(os.environ.get("NEE_CAT_NT_BYTES", str(1 << 20)))
+_NT_IR = """declare void @llvm.memcpy.p0i8.p0i8.i64(i8* noalias nocapture writeonly, i8* noalias nocapture readonly, i64, i1)
+declare void @llvm.x86.sse.sfence()
+
+define i8* @"kernel"(i8* %dst, i8* %src, i64 %len) {
+entry:
+  %d = ptrtoint i8* %dst to i64
+  %mis = and i64 %d, 63
+  %h0 = sub i64 64, %mis
+  %head = and i64 %h0, 63
+  %need = add i64 %head, 256
+  %small = icmp ult i64 %len, %need
+  br i1 %small, label %plain, label %go
+plain:
+  call void @llvm.memcpy.p0i8.p0i8.i64(i8* %dst, i8* %src, i64 %len, i1 false)
+  ret i8* %dst
+go:
+  call void @llvm.memcpy.p0i8.p0i8.i64(i8* %dst, i8* %src, i64 %head, i1 false)
+  %body = sub i64 %len, %head
+  %nblk = lshr i64 %body, 6
+  %db = getelementptr i8, i8* %dst, i64 %head
+  %sb = getelementptr i8, i8* %src, i64 %head
+  %dv = bitcast i8* %db to <8 x i64>*
+  %sv = bitcast i8* %sb to <8 x i64>*
+  br label %c
+c:
+  %i = phi i64 [ 0, %go ], [ %i1, %b ]
+  %more = icmp ult i64 %i, %nblk
+  br i1 %more, label %b, label %e
+b:
+  %sp = getelementptr <8 x i64>, <8 x i64>* %sv, i64 %i
+  %v = load <8 x i64>, <8 x i64>* %sp, align 1
+  %dp = getelementptr <8 x i64>, <8 x i64>* %dv, i64 %i
+  store <8 x i64> %v, <8 x i64>* %dp, align 64, !nontemporal !0
+  %i1 = add i64 %i, 1
+  br label %c
+e:
+  %done = shl i64 %nblk, 6
+  %toff = add i64 %head, %done
+  %tail = sub i64 %len, %toff
+  %dt = getelementptr i8, i8* %dst, i64 %toff
+  %st = getelementptr i8, i8* %src, i64 %toff
+  call void @llvm.memcpy.p0i8.p0i8.i64(i8* %dt, i8* %st, i64 %tail, i1 false)
+  call void @llvm.x86.sse.sfence()
+  ret i8* %dst
+}
+
+!0 = !{i32 1}
+"""
+
+
+def _nt_copy() -> int:
+    """Address of a memcpy(dst, src, n) whose 64-byte-aligned body is written with non-temporal stores."""
+    from .. import llvm_render
+    return llvm_render.compile_ir("catnt_" + hashlib.sha1(_NT_IR.encode()).hexdigest()[:16], lambda: _NT_IR)
+
+
 def _rows_view(x: np.ndarray, d: int):
     """(rows, bytes per row, row byte stride) of x seen as rows of its dims from ``d`` on (those
     C-contiguous), the dims before ``d`` merging into one non-negative stride; None otherwise."""
@@ -139,7 +205,8 @@ def _cat_make(out: np.ndarray, ins, d: int):
     total = out.nbytes
     nt = threads.NUM_THREADS
     want = nt * max(CAT_TASKS_PER_THREAD, 1)
-    memcpy = ctypes.cast(ctypes.CDLL(None).memcpy, ctypes.c_void_p).value
+    memcpy = _nt_copy() if CAT_NT[0] and total >= CAT_NT_BYTES else \
+        ctypes.cast(ctypes.CDLL(None).memcpy, ctypes.c_void_p).value
     tasks, off = [], 0
     for i, (_, rb, ss) in enumerate(views):
         parts = max(1, round(want * rows * rb / total))
@@ -193,6 +260,40 @@ def _cat_native(out: np.ndarray, ins, d: int) -> bool:
         return False
     call(desc, out, out, out, out, *ps, meta)
     return True
+
+
+def bind_cat(out: np.ndarray, ins, d: int):
+    """``f(outs, ins)`` doing what cat_kernel does for arrays of these layouts (shapes, strides, dtypes)
+    and this thread count, its native plan looked up once (False: the thread count changed); None where
+    cat_kernel would not take the native path.  For a compiled graph's steps, whose output never
+    overlaps an input (an arena buffer or a fresh one)."""
+    if not isinstance(out, np.ndarray) or out.size == 0 or threads.NUM_THREADS <= 1 or not CAT_PAR[0] or \
+            out.nbytes < CAT_PAR_BYTES or not all(isinstance(a, np.ndarray) for a in ins) or \
+            any(np.may_share_memory(out, a) for a in ins):
+        return None
+    plan = _cat_make(out, ins, d)
+    if plan is False:
+        return None
+    desc, call, meta, idx = plan
+    nt = threads.NUM_THREADS
+    if len(idx) == 2:
+        i0, i1 = idx
+
+        def f(outs, ins):
+            if threads.NUM_THREADS != nt:
+                return False
+            o = outs[0]
+            call(desc, o, o, o, o, ins[i0], ins[i1], meta)
+            return True
+        return f
+
+    def f(outs, ins):
+        if threads.NUM_THREADS != nt:
+            return False
+        o = outs[0]
+        call(desc, o, o, o, o, *[ins[i] for i in idx], meta)
+        return True
+    return f
 
 
 @kernel("flip")
