@@ -125,6 +125,35 @@ def test_direct_groups_relu_shift(nthreads, force, kind, shapes):
         _close(got, want, (kind, shapes, xs, ws, relu))
 
 
+@pytest.mark.parametrize("kind,shapes", [("pix", ((6, 4),)), ("chan", ((2, 8),)), ("chan", ((3, 8),)),
+                                         ("chan", ((2, 7),))])
+def test_direct_residual_in_stores(nthreads, force, kind, shapes, monkeypatch):
+    # a residual (the JIT epilogue's add of a tensor of the output's shape) added in the "chan" / "dw" kernels'
+    # final stores before relu (masked rows: pixel tails); after the "pix" kernel in a pass
+    force(kind, shapes)
+    made = []
+    orig = D.kernel
+    monkeypatch.setattr(D, "kernel", lambda *a: made.append(a) or orig(*a))
+    for i, (xs, ws, s, pads, d) in enumerate(CASES[:4] + GROUP_CASES):
+        x, w, b = _data(xs, ws, bias=i % 2 == 0)
+        relu = i % 3 != 2
+        want = _want(x, w, b, s, pads, d, xs[1] // ws[1])
+        e = RNG.standard_normal(want.shape).astype(np.float32)
+        want = want + e
+        if relu:
+            want = np.maximum(want, 0)
+        got = np.full(want.shape, np.nan, np.float32)
+        assert D.conv2d(x, w, b, got, *s, *pads, *d, relu, None, e)
+        _close(got, want, (kind, shapes, xs, ws, relu))
+    # the kernels asked for: the forced kind with the residual in its stores ("pix": without, relu in the pass)
+    assert {a[0] for a in made} == {kind, "dw"}
+    assert all(a[4] for a in made if a[0] != "pix") and all(not a[3] for a in made if a[0] == "pix")
+    with pytest.raises(ValueError, match="residual"):
+        x, w, b = _data(*CASES[0][:2])
+        out = np.empty((1, 7, 9, 11), np.float32)
+        D.conv2d(x, w, b, out, 1, 1, 1, 1, 1, 1, 1, 1, False, None, out)
+
+
 def test_direct_chunks(force, monkeypatch):
     # the "chan" kernel's (channel, tap) loop in chunks (partial sums stored and reloaded): 7 pairs a chunk
     force("chan", ((2, 8),))
@@ -207,7 +236,18 @@ def test_conv2d_rule_and_switch(spy, monkeypatch):
     # unpadded 1x1 of under _SHORT_K input channels per group, and grouped convs but those 1x1: direct
     assert D.pays((1, 16, 55, 55), (64, 16, 1, 1), (1, 64, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1)
     assert D.pays((1, 24, 56, 56), (112, 6, 1, 1), (1, 112, 56, 56), 1, 1, 0, 0, 0, 0, 1, 1, 4)
-    assert not D.pays((1, 272, 14, 14), (272, 68, 1, 1), (1, 272, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+    # grouped 1x1 of more input channels per group: GEMMs on one thread; with more threads, direct where those
+    # GEMMs would stay on the calling thread (under conv._PAR_FLOPS) and the kernel splits (_NATIVE_PAR_FLOPS)
+    old = threads.get_num_threads()
+    try:
+        for nt in (1, 2):
+            threads.set_num_threads(nt)
+            assert D.pays((1, 272, 14, 14), (272, 68, 1, 1), (1, 272, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1, 4) == (nt > 1)
+            assert not D.pays((1, 272, 28, 28), (272, 68, 1, 1), (1, 272, 28, 28), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+            assert not D.pays((1, 136, 7, 7), (136, 34, 1, 1), (1, 136, 7, 7), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+            assert not D.pays((2, 272, 14, 14), (272, 68, 1, 1), (2, 272, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1, 4)
+    finally:
+        threads.set_num_threads(old)
     assert D.pays((1, 128, 28, 28), (128, 4, 3, 3), (1, 128, 28, 28), 1, 1, 1, 1, 1, 1, 1, 1, 32)
     # depthwise: small planes only (many channels at 3x3)
     assert D.pays((1, 544, 7, 7), (544, 1, 3, 3), (1, 544, 7, 7), 1, 1, 1, 1, 1, 1, 1, 1, 544)

@@ -512,9 +512,13 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
         _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
-    if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1], act[0]):
+    # the residual goes into the direct kernel's stores where it can be read in place
+    ed = e if (e is not None and e.flags.c_contiguous and e.shape == res.shape and e.dtype == res.dtype
+               and not np.may_share_memory(e, res)) else None
+    if Cg and conv_direct.try_conv2d(x, w, b, res, attrs, w is ins[1], relu if ed is not None else act[0], e=ed):
         # float32 where the cost rule (or NEE_CONV_DIRECT=1) picks the direct kernel (kernels/conv_direct.py)
-        _finish_epilogue(res, None, e, relu and not act[0])
+        if ed is None:
+            _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
     wu = _winograd_u(x, w, G, attrs, OH, OW, w is ins[1]) if Cg else None
@@ -726,6 +730,9 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     nt = threads.NUM_THREADS
     par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
     want = nt * _BLOCKS_PER_THREAD if par else 1
+    if par and _WINO_NATIVE[0] and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES and \
+            _wino_native(x, U, b, res, m, pt, pl, relu):
+        return
     bias = b if b is not None else _NO_BIAS[dt]
     # blocks of output channels: multiples of 16 rows, enough for every thread to claim a few
     nb = max(-(-O // _WINO_BLOCK), min(want, -(-O // 16)))
@@ -779,6 +786,93 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
             return
         threads.run_parallel(inp, threads.split(N * C, want))
         threads.run_parallel(outp, [(i, i + 1) for i in range(len(blocks))])
+
+
+# Winograd on gemm_driver's native workers (_wino_native) where all the products M (alpha^2, O, tiles) and the
+# transformed input V (alpha^2, C, tiles) each fit this many bytes (they go from one phase to the next through the
+# cache: 14x14 and 28x28 layers); larger ones keep the bands / blocks of output channels below (a block's GEMM
+# and output transform back to back, in cache) on the Python pool.
+# NEE_WINOGRAD_NATIVE=0: never
+_WINO_NATIVE_BYTES = 2 << 20
+_WINO_NATIVE = [os.environ.get("NEE_WINOGRAD_NATIVE", "1") not in ("0", "")]
+_wino_jobs: dict = {}
+_WINO_TASKS_PER_THREAD = 4
+
+
+def _wino_job(phase, dt, planes, nt, per_task):
+    """(descriptor, caller, metas) running ``phase``'s cfunc (winograd.task_addr) over ``planes`` planes in about
+    _WINO_TASKS_PER_THREAD * nt tasks (one meta row each, its plane range and scratch offset filled in; the
+    other words left to the caller), or False (no driver)."""
+    key = (phase, dt.char, planes, nt, per_task)
+    job = _wino_jobs.get(key)
+    if job is None:
+        drv = _driver()
+        job = False
+        if drv:
+            chunks = threads.split(planes, nt * _WINO_TASKS_PER_THREAD)
+            metas = np.zeros((len(chunks), winograd.META), np.int64)
+            for i, (c0, c1) in enumerate(chunks):
+                metas[i, winograd._M_P0], metas[i, winograd._M_P1] = c0, c1
+                metas[i, winograd._M_SOFF] = i * per_task
+            d = drv.call_plan(winograd.task_addr(phase, dt), 4, min(nt, len(chunks)), len(chunks), metas.strides[0])
+            if d is not None:
+                job = (d, drv.epilogue_caller(4), metas)
+        if len(_wino_jobs) > 1024:
+            _wino_jobs.clear()
+        _wino_jobs[key] = job
+    return job
+
+
+def _wino_native(x, U, b, res, m, pt, pl, relu) -> bool:
+    """_conv_winograd's blocks path as three native jobs: the input transform (tasks over the input planes), the
+    alpha^2 GEMMs as one batched gemm_driver product, the output transform (tasks over the output planes; + bias,
+    relu).  False (nothing written) when the driver cannot run them."""
+    N, C, H, W = x.shape
+    O = U.shape[1]
+    OH, OW = res.shape[2], res.shape[3]
+    dt = x.dtype
+    a2 = (m + 2) * (m + 2)
+    th, tw = -(-OH // m), -(-OW // m)
+    NT = N * th * tw
+    nt = threads.NUM_THREADS
+    per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
+    per_out = m * (m + 2) * th * tw
+    jin = _wino_job("in", dt, N * C, nt, per_in)
+    jout = _wino_job("out", dt, N * O, nt, per_out)
+    if not jin or not jout:
+        return False
+    V = _buffer(a2 * C * NT, dt, "wino_v")
+    M = _buffer(a2 * O * NT, dt, "wino_m")
+    V3, M3 = V.reshape(a2, C, NT), M.reshape(a2, O, NT)
+    d, call, metas = jin
+    mt = metas.copy()
+    mt[:, :winograd._M_P0] = (m, C, H, W, pt, pl, th, tw, NT, x.size, V.size, len(mt) * per_in)
+    sin = _buffer(len(mt) * per_in, dt, "wino_xp")
+    xf = x.reshape(-1)
+    call(d, mt, mt, mt, xf, V, sin, mt)
+    # the products in row blocks of at most _WINO_BLOCK output channels (OpenBLAS runs (256 x C) @ (C x 16) at ~60%
+    # of the speed of its four (64 x C) blocks: 1 thread, 36 of them 2.5 vs 1.4 ms)
+    key = ("gemm", M3.shape, M3.strides, U.shape, U.strides, V3.strides, dt.char, nt)
+    gd = _wino_jobs.get(key)
+    if gd is None:
+        gd = _driver().plan(M3, U, V3, nt, -(-O // _WINO_BLOCK), 0, 1, 16)
+        gd = _wino_jobs[key] = False if gd is None else gd
+    if gd is False:
+        with threads.serial_blas():
+            np.matmul(U, V3, out=M3)
+    else:
+        _driver().run(gd, U, V3, M3)
+    d, call, metas = jout
+    mt = metas.copy()
+    has_bias = b is not None
+    sout = _buffer(O + len(mt) * per_out, dt, "wino_t")
+    if has_bias:
+        sout[:O] = b
+    mt[:, :winograd._M_P0] = (m, O, OH, OW, 0, 0, th, tw, NT, M.size, res.size, sout.size)
+    mt[:, winograd._M_SOFF] += O
+    mt[:, winograd._M_FLAGS] = (1 if has_bias else 0) | (2 if relu else 0)
+    call(d, mt, mt, mt, M, res.reshape(-1), sout, mt)
+    return True
 
 
 # ---------------------------------------------------------------- convolution over padded rows

@@ -294,12 +294,13 @@ def _transpose_ir(a, pre: str, vals: list) -> list:
     return rows
 
 
-def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
+def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool = False) -> str:
     """The channel-vector micro-kernel: a tile of NB blocks of 16 output channels x R output pixels (compact
     pixel indices; their wide input positions from a table), NB x R accumulators; per (channel, tap) NB
     weight vectors and R input scalars broadcast; stored as [channel block][pixel][16].  The (channel, tap)
     pairs go in chunks of KC (all tiles of the range per chunk: the chunk's weights stay in L2), the first
-    chunk starting from the bias, the others from the stored partial sums."""
+    chunk starting from the bias, the others from the stored partial sums.  ``res``: a 7th argument ``e`` (the
+    output's layout: a residual) added to each channel's row of pixels in the final stores, before relu."""
     v = f"<{VEC} x float>"
     vp = f"<{VEC} x float>*"
     CW = NB * VEC
@@ -309,8 +310,10 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
         raise ValueError(f"conv_direct: the channel-vector kernel stores rows of at most 8 pixels, not {R}")
     a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
     a('declare void @llvm.masked.store.v8f32.p0v8f32(<8 x float>, <8 x float>*, i32, <8 x i1>)')
+    if res:
+        a('declare <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>*, i32, <8 x i1>, <8 x float>)')
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
-      'i64* noalias %p, float* noalias %y) {')
+      'i64* noalias %p, float* noalias %y' + (', float* noalias %e' if res else '') + ') {')
     a('entry:')
     _params_and_claim(a, ("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR"), _C_CTR, _C_OFF,
                       ['  %qtab = getelementptr i64, i64* %offs, i64 %K', f'  %KCW = mul i64 %K, {CW}'], "chunk")
@@ -430,8 +433,11 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
     a('  %yt0 = mul i64 %obase, %L')
     a('  %yt = add i64 %yt0, %i0')
     a('  %ytp = getelementptr float, float* %y, i64 %yt')
+    if res:
+        a('  %etp = getelementptr float, float* %e, i64 %yt')
     for j in range(NB):
-        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu else f"%nacc{j}_{r}") for r in range(R)]
+        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
+                for r in range(R)]
         rows = _transpose_ir(a, f"tr{j}_", vals)
         for c in range(VEC):
             ch = j * VEC + c
@@ -442,7 +448,20 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False) -> str:
             a(f'  %yo{ch} = mul i64 {ch}, %L')
             a(f'  %yq{ch}.f = getelementptr float, float* %ytp, i64 %yo{ch}')
             a(f'  %yq{ch} = bitcast float* %yq{ch}.f to <8 x float>*')
-            a(f'  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> {rows[c]}, <8 x float>* %yq{ch}, i32 4, '
+            row = rows[c]
+            if res:
+                # the residual's row (lanes past the last pixel not read), added before relu
+                a(f'  %eq{ch}.f = getelementptr float, float* %etp, i64 %yo{ch}')
+                a(f'  %eq{ch} = bitcast float* %eq{ch}.f to <8 x float>*')
+                a(f'  %ev{ch} = call <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>* %eq{ch}, i32 4, '
+                  '<8 x i1> %pmask, <8 x float> zeroinitializer)')
+                a(f'  %es{ch} = fadd <8 x float> {row}, %ev{ch}')
+                row = f'%es{ch}'
+                if relu:
+                    a(f'  %el{ch} = fcmp olt <8 x float> {row}, zeroinitializer')
+                    a(f'  %er{ch} = select <8 x i1> %el{ch}, <8 x float> zeroinitializer, <8 x float> {row}')
+                    row = f'%er{ch}'
+            a(f'  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> {row}, <8 x float>* %yq{ch}, i32 4, '
               '<8 x i1> %pmask)')
     a('  br label %st_done')
     a('st_done:')
@@ -520,17 +539,20 @@ def builtin(cache: dict, k, name: str, params: str, render, nargs: int):
     return f
 
 
-def kernel(kind: str, A: int, B: int, relu: bool = False):
+def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False):
     """The builtin ``f(xq, wpack, out, bias, params)`` of micro-kernel ``kind`` ("pix": R = A channels x P =
-    B pixel vectors; "chan": NB = A channel blocks x R = B pixels), ``relu``: its final stores through
-    torch's relu; compiled once per process (machine code cached on disk by llvm_render)."""
-    k = (kind, A, B, relu)
+    B pixel vectors; "chan" / "dw": NB = A channel blocks x R = B pixels, two more arguments: the output, and
+    with ``res`` a residual added in the stores), ``relu``: its final stores through torch's relu; compiled
+    once per process (machine code cached on disk by llvm_render)."""
+    res = bool(res) and kind != "pix"
+    k = (kind, A, B, relu, res)
     f = _kernels.get(k)
     if f is not None:
         return f
-    render = (lambda: _render(A, B, relu)) if kind == "pix" else (lambda: _render_c(A, B, relu, kind == "dw"))
-    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}",
-                   f"{source_key()}|{kind}|{A}|{B}|{relu}", render, 5 if kind == "pix" else 6)
+    render = (lambda: _render(A, B, relu)) if kind == "pix" else (
+        lambda: _render_c(A, B, relu, kind == "dw", res))
+    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}",
+                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}", render, 5 if kind == "pix" else 6 + res)
 
 
 _calls: dict = {}
@@ -648,7 +670,7 @@ class _Layout:
     """Everything about one convolution shape that does not depend on the data (cached per shape): the
     micro-kernel, the scratch layout, the params array (offsets, pixel table) and the fill slices."""
     __slots__ = ("A", "B", "CW", "S", "bare", "base", "direct_out", "fill", "kind", "multi", "nob", "nph", "npt",
-                 "oshape", "t0", "t1", "tail", "xlen")
+                 "oshape", "preps", "t0", "t1", "tail", "xlen")
 
     def __init__(self, xs, ws, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force):
         _, C, H, W = xs
@@ -727,6 +749,7 @@ class _Layout:
             self.tail = None
         self.kind, self.A, self.B, self.CW, self.nob, self.npt, self.S, self.nph = kind, A, B, CW, nob, npt, S, nph
         self.bare, self.direct_out, self.base, self.xlen = bare, direct_out, base, xlen
+        self.preps = {}                         # (relu, threads, thresholds) -> _Prep
         # the fill: per phase, (plane rows [r0, r1), columns [c0, c1) <- input rows i0::sh, columns j0::sw)
         fill = []
         for a, bb in phases:
@@ -747,11 +770,55 @@ class _Layout:
 _layouts: dict = {}
 
 
-def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
+class _Prep:
+    """Everything about one launch that does not depend on the data (per layout, relu, thread count and the
+    thresholds; in ``_Layout.preps``): the kernel, the native caller, the params template with the claim run
+    length, a zero bias.  A conv's Python work per call is then the operand checks, the packed-weights lookup,
+    the bias and the fill (~10 us less per call than rebuilding them)."""
+    __slots__ = ("f", "lay", "native", "nthr", "par", "par_copy", "pix", "dwise", "G", "Og", "zero_bias", "base",
+                 "res", "post")
+
+    def __init__(self, lay, xs, ws, OH, OW, relu, has_e):
+        N, C, H, W = xs
+        O, C2, KH, KW = ws
+        self.lay = lay
+        self.dwise = lay.kind == "dw"
+        self.pix = lay.kind == "pix"
+        # depthwise: one group of O output channels, each reading its own input
+        self.G = 1 if self.dwise else C // C2
+        self.Og = O // self.G
+        # a residual: added in the "chan" / "dw" kernels' stores; after the "pix" kernel (and its relu) in a pass
+        self.res = has_e and not self.pix
+        self.post = has_e and self.pix
+        self.f = kernel(lay.kind, lay.A, lay.B, bool(relu) and not self.post, self.res)
+        ntiles = lay.nob * lay.npt
+        nt = threads.NUM_THREADS
+        flops = 2.0 * O * C2 * KH * KW * OH * OW
+        par = nt > 1 and flops >= _NATIVE_PAR_FLOPS and ntiles > 1
+        self.nthr = min(nt, ntiles)
+        self.native = _native_parallel(self.f, 5 if self.pix else 6 + self.res, self.nthr) if par else None
+        if self.native is None and flops < _PAR_FLOPS:
+            par = False             # (the Python pool's hand-off only pays from _PAR_FLOPS)
+        self.par = par
+        self.par_copy = par and O > 1 and flops >= _PAR_FLOPS
+        # one params array per call (its claim counter): every thread calls the kernel once and claims runs
+        # of tiles until none are left (a thread scheduled late finds none and returns)
+        base = lay.base.copy()
+        base[lay.t0] = -(-ntiles // (self.nthr * _CHUNKS_PER_THREAD)) if par else ntiles
+        base[lay.t1] = 0
+        base.flags.writeable = False
+        self.base = base
+        z = np.zeros(lay.nob * lay.CW, np.float32)
+        z.flags.writeable = False
+        self.zero_bias = z
+
+
+def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=None):
     """res (N, O, OH, OW) = conv2d(x, w) + b (+ b2: a second per-channel bias, both summed into the
-    accumulators' start), through relu when ``relu``; x (N, C, H, W) and w (O, C/G, KH, KW) C-contiguous
-    float32 (G = C / w.shape[1] groups), res C-contiguous float32.  Returns False (nothing written) when the
-    weights are being trained (no packed copy)."""
+    accumulators' start) (+ e: a residual of res's shape, C-contiguous float32, not sharing res's memory), through
+    relu when ``relu``; x (N, C, H, W) and w (O, C/G, KH, KW) C-contiguous float32 (G = C / w.shape[1] groups),
+    res C-contiguous float32.  Returns False (nothing written) when the weights are being trained (no packed
+    copy)."""
     N, C, H, W = x.shape
     O, C2, KH, KW = w.shape
     OH, OW = res.shape[2], res.shape[3]
@@ -759,60 +826,56 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
     if (x.dtype != np.float32 or w.dtype != np.float32 or res.dtype != np.float32 or C2 < 1 or G * C2 != C
             or O % G or res.shape[:2] != (N, O)
             or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous)
-            or any(v is not None and (v.dtype != np.float32 or v.shape != (O,)) for v in (b, b2))):
+            or any(v is not None and (v.dtype != np.float32 or v.shape != (O,)) for v in (b, b2))
+            or (e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous
+                                   or np.may_share_memory(e, res)))):
         raise ValueError(f"conv_direct.conv2d: unsupported operands x {x.shape} {x.dtype}, w {w.shape} {w.dtype}, "
-                         f"out {res.shape} {res.dtype}")
-    if OH != (H + pt + pb - dh * (KH - 1) - 1) // sh + 1 or OW != (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 or \
-            min(OH, OW, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0 or C < 1:
-        raise ValueError(f"conv_direct.conv2d: output {res.shape} does not match input {x.shape}, kernel "
-                         f"{w.shape}, stride {(sh, sw)}, padding {(pt, pb, pl, pr)}, dilation {(dh, dw)}")
+                         f"out {res.shape} {res.dtype}" + ("" if e is None else f", residual {e.shape} {e.dtype}"))
     key = (x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
     lay = _layouts.get(key)
     if lay is None:
+        if OH != (H + pt + pb - dh * (KH - 1) - 1) // sh + 1 or OW != (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 \
+                or min(OH, OW, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0 or C < 1:
+            raise ValueError(f"conv_direct.conv2d: output {res.shape} does not match input {x.shape}, kernel "
+                             f"{w.shape}, stride {(sh, sw)}, padding {(pt, pb, pl, pr)}, dilation {(dh, dw)}")
         lay = _Layout(x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
         if len(_layouts) > 1024:
             _layouts.clear()
         _layouts[key] = lay
-    CW, nob = lay.CW, lay.nob
-    dwise = lay.kind == "dw"
-    if dwise:
-        G = 1                   # depthwise: one group of O output channels, each reading its own input
+    pkey = (bool(relu), e is not None, threads.NUM_THREADS, _PAR_FLOPS, _NATIVE_PAR_FLOPS)
+    prep = lay.preps.get(pkey)
+    if prep is None:
+        prep = lay.preps[pkey] = _Prep(lay, x.shape, w.shape, OH, OW, relu, e is not None)
+    CW, nob, G, Og, pix, dwise = lay.CW, lay.nob, prep.G, prep.Og, prep.pix, prep.dwise
     wp = packed_weights(w, CW, G)
     if wp is None:
         return False
     if wp.shape != (nob, C2 * KH * KW, CW):
         raise AssertionError("conv_direct: packed weights of the wrong shape")
     # the bias by channel block, each group's blocks on their own (as the packed weights)
-    Og = O // G
-    bias = np.zeros((G, nob // G * CW), np.float32)
-    if b is not None:
-        bias[:, :Og] = b.reshape(G, Og)
-    if b2 is not None:
-        bias[:, :Og] += b2.reshape(G, Og)
-    bias = bias.reshape(-1)
+    if b is None and b2 is None:
+        bias = prep.zero_bias
+    elif G == 1 and nob * CW == O and b2 is None and b.flags.c_contiguous:
+        bias = b
+    else:
+        bias = np.zeros((G, nob // G * CW), np.float32)
+        if b is not None:
+            bias[:, :Og] = b.reshape(G, Og)
+        if b2 is not None:
+            bias[:, :Og] += b2.reshape(G, Og)
+        bias = bias.reshape(-1)
     from .conv import _buffer
-    L = OH * OW
     if dwise:
         xbuf = _buffer(lay.xlen, np.float32, "direct_x")
         xbuf[lay.nph * lay.S * C:] = 0
         xq = xbuf[:lay.nph * lay.S * C].reshape(lay.nph, lay.S, C)
     elif not lay.bare:
         xq = _buffer(lay.xlen, np.float32, "direct_x").reshape(C, lay.nph, lay.S)
-    pix = lay.kind == "pix"
     # the pix kernel's wide rows; the chan kernel's partial sums (only with several chunks of (channel, tap))
     wide = None
     if not lay.direct_out and (pix or lay.multi):
         wide = _buffer(int(np.prod(lay.oshape)), np.float32, "direct_out").reshape(lay.oshape)
-    f = kernel(lay.kind, lay.A, lay.B, bool(relu))
-    ntiles = nob * lay.npt
-    nt = threads.NUM_THREADS
-    base, g_slot, ctr_slot = lay.base, lay.t0, lay.t1
-    flops = 2.0 * O * C2 * KH * KW * L
-    par = nt > 1 and flops >= _NATIVE_PAR_FLOPS and ntiles > 1
-    nthr = min(nt, ntiles)
-    native = _native_parallel(f, 5 if pix else 6, nthr) if par else None
-    if native is None and flops < _PAR_FLOPS:
-        par = False             # (the Python pool's hand-off only pays from _PAR_FLOPS)
+    f, native, par = prep.f, prep.native, prep.par
     for n in range(N):
         if lay.bare:
             xq = x[n]
@@ -822,28 +885,31 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None):
             _fill(x[n], xq, lay.fill)
         y = res[n]
         dst = y if lay.direct_out else (y if wide is None else wide)
-        args = (xq, wp, dst, bias) if pix else ((xbuf if dwise else xq), wp, dst, bias, None, y)
-        # one params array per call (its claim counter): every thread calls the kernel once and claims runs
-        # of tiles until none are left (a thread scheduled late finds none and returns)
-        p = base.copy()
-        p[g_slot] = -(-ntiles // (nthr * _CHUNKS_PER_THREAD)) if par else ntiles
-        p[ctr_slot] = 0
-        arrays = (args[0], args[1], args[2], args[3], p) if pix else (args[0], args[1], args[2], args[3], p, args[5])
+        p = prep.base.copy()
+        if pix:
+            arrays = (xq, wp, dst, bias, p)
+        elif prep.res:
+            arrays = ((xbuf if dwise else xq), wp, dst, bias, p, y, e[n])
+        else:
+            arrays = ((xbuf if dwise else xq), wp, dst, bias, p, y)
         if native is not None:
             native(*arrays)
         elif par:
-            threads.run_parallel(lambda _, a=arrays: f(*a), [None] * nthr)
+            threads.run_parallel(lambda _, a=arrays: f(*a), [None] * prep.nthr)
         else:
             f(*arrays)
         if pix and not lay.direct_out:
             # the wide rows compacted into the output (split over the threads with the kernel's)
             OH_, Wq, OW_ = lay.tail
             src = np.lib.stride_tricks.as_strided(wide, (O, OH_, OW_), (wide.strides[0], Wq * 4, 4))
-            if par and O > 1 and flops >= _PAR_FLOPS:
+            if prep.par_copy:
                 threads.run_parallel(lambda c, y=y, src=src: np.copyto(y[c[0]:c[1]], src[c[0]:c[1]]),
-                                     threads.split(O, nthr))
+                                     threads.split(O, prep.nthr))
             else:
                 np.copyto(y, src)
+    if prep.post:
+        from .conv import _finish_epilogue
+        _finish_epilogue(res, None, e, relu)
     return True
 
 
@@ -904,10 +970,10 @@ def applies(x, w, res, G) -> bool:
             and res.flags.c_contiguous and w.shape[1] > 0 and available())
 
 
-def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None) -> bool:
+def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> bool:
     """conv2d_kernel's branch: run the direct kernel into res when NEE_CONV_DIRECT / the cost rule pick it
     for this convolution (``kept``: w is the caller's array, its packing cached across calls); False when
-    it did not run (nothing written).  ``relu`` / ``b2``: as conv2d's."""
+    it did not run (nothing written).  ``relu`` / ``b2`` / ``e``: as conv2d's."""
     mode = MODE[0]
     if mode == "0" or not applies(x, w, res, attrs["groups"]):
         return False
@@ -917,7 +983,7 @@ def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None) -> bool:
     if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw,
                                           attrs["groups"])):
         return False
-    return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2)
+    return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
 
 
 # unpadded 1x1 convs with fewer input channels per group than this go direct: OpenBLAS runs GEMMs this short
@@ -943,12 +1009,13 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
     planes up to 14x14 without Winograd, 3x3 stride 2, 5x5, 7x7 stems) ran 1.0-1.7x faster direct than with
     im2col or padded-rows GEMMs; grouped 3x3 (32 groups, 128 and 256 channels on 28x28 / 14x14) 1.3-2.8x
     faster than im2col + a GEMM per group (one launch over all groups)."""
-    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G)
+    nt = threads.NUM_THREADS
+    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt)
     r = _pays.get(key)
     if r is None:
         if len(_pays) > 4096:
             _pays.clear()
-        r = _pays[key] = _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G)
+        r = _pays[key] = _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt)
     return r
 
 
@@ -962,7 +1029,7 @@ _DW_MIN_C = 512
 _DW_PLANE_BIG = 196
 
 
-def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G) -> bool:
+def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1) -> bool:
     N, C, H, W = xs
     O, Cg, KH, KW = ws
     if Cg == 1 and G > 1:
@@ -972,6 +1039,12 @@ def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G) -> bool:
     if KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
         if Cg < _SHORT_K:
             return True
+        if G > 1 and N == 1 and nt > 1:
+            # conv.py runs a grouped 1x1 as one GEMM per group, all on the calling thread below its _PAR_FLOPS
+            # (the Python pool's hand-off costs more than it saves); the direct kernel (1.2x their time on one
+            # thread) splits over gemm_driver's native workers from _NATIVE_PAR_FLOPS
+            from . import conv
+            return _NATIVE_PAR_FLOPS <= 2.0 * O * Cg * rs[2] * rs[3] < conv._PAR_FLOPS
         if G > 1 or sh != 1 or sw != 1:
             return False
         kind, _, _, use = plan(O, rs[2], rs[3], W)

@@ -33,7 +33,7 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 _NOGIL = dict(cache=True, nogil=True)
 
@@ -98,21 +98,51 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.int32 if a.itemsize == 4 else np.int64)
 
 
+# buffers whose owner promised they never change while they live (:func:`freeze`): (address, bytes) -> True
+_frozen: dict = {}
+
+
+def freeze(a: np.ndarray) -> bool:
+    """Mark ``a``'s memory as never changing while the object owning it lives (the caller's promise: ONNX
+    initializers and the JIT's frozen constants, which nobody else can reach).  The cached transforms of a
+    frozen buffer (:func:`weights`: Winograd U, conv_direct's packed weights) are then used without the
+    bitwise check against a kept copy (a pass over 2x the weights on every call: ~6 ms of a ResNet-50 run)
+    and without keeping that copy.  The mark goes with the owner's memory.  False (nothing marked) when the
+    owner cannot be weakly referenced (its end could not be seen) or ``a`` is not a C-contiguous array."""
+    if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or a.size == 0:
+        return False
+    owner = _owner(a)
+    if owner is None:
+        return False
+    key = (a.__array_interface__["data"][0], a.nbytes)
+    if key not in _frozen:
+        _frozen[key] = True
+        weakref.finalize(owner, _frozen.pop, key, None)
+    return True
+
+
+def is_frozen(a: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0], a.nbytes) in _frozen
+
+
 def weights(w: np.ndarray, m, transform=None):
     """The cached U of w (C-contiguous (O, C, 3, 3)) for F(m, 3), recomputed when w's contents changed; None
     once they have changed on _VOLATILE calls in a row (weights being trained: each call would transform
     them again; the caller takes the GEMM path for this buffer).  ``transform(w, m)``: another packing of w
-    cached the same way (kernels/conv_direct.py; ``m`` then a hashable tag naming it)."""
-    key = (w.__array_interface__["data"][0], w.shape, w.dtype.char, m)
+    cached the same way (kernels/conv_direct.py; ``m`` then a hashable tag naming it).  Buffers marked by
+    :func:`freeze` are not compared (nor copied)."""
+    addr = w.__array_interface__["data"][0]
+    key = (addr, w.shape, w.dtype.char, m)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
+    frozen = (addr, w.nbytes) in _frozen
     misses = 0
     if hit is not None:
         if hit[1] is None:
             return None
-        if _same(_bits(hit[0]), _bits(w)):
+        if frozen or (hit[0] is not None and _same(_bits(hit[0]), _bits(w))):
             if hit[2]:
                 hit[2] = 0
             return hit[1]
@@ -122,7 +152,7 @@ def weights(w: np.ndarray, m, transform=None):
         u = None
     else:
         u = (transform or transform_weights)(w, m)
-        ent = [w.copy(), u, misses]
+        ent = [None if frozen else w.copy(), u, misses]
     with _cache_lock:
         old = _cache.pop(key, None)
         if old is not None:
@@ -165,7 +195,7 @@ _VOLATILE = 2
 
 
 def _nbytes(ent) -> int:
-    return 0 if ent[1] is None else ent[0].nbytes + ent[1].nbytes
+    return 0 if ent[1] is None else (0 if ent[0] is None else ent[0].nbytes) + ent[1].nbytes
 
 
 def clear_cache() -> None:
@@ -450,3 +480,65 @@ def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, t
                 for j in range(ys.size):
                     if ys[j] < 0:
                         ys[j] = 0
+
+
+# ---------------------------------------------------------------- the phases as native tasks
+# conv.py runs the input and output transforms of small convolutions as gemm_driver call jobs (the GEMMs in
+# between as one batched driver product): the driver's native workers, woken in a few us, where the Python
+# pool's two hand-offs per convolution (~60 us each) cost 15-30% of a 14x14 layer on 2 threads.  Each task is
+# a Numba cfunc ``task(x, y, scratch, meta)`` over one row of per-task metas (``META`` int64 words): the plane
+# range it transforms and the offset of its own scratch; sizes are runtime values (one machine-code function
+# per phase and dtype, compiled once, cached on disk by Numba).
+META = 16
+(_M_M, _M_C, _M_H, _M_W, _M_PH, _M_PW, _M_TH, _M_TW, _M_NT, _M_XLEN, _M_YLEN, _M_SLEN, _M_P0, _M_P1, _M_SOFF,
+ _M_FLAGS) = range(META)
+
+
+def _in_task_py(x, V, s, meta):
+    """Input transform of planes [p0, p1): V (alpha^2, C, NT) from x (N*C, H, W); meta words as ``_M_*``
+    (output: C = input channels)."""
+    mt = carray(meta, (META,))
+    m, C, H, W, ph, pw, th, tw, NT = mt[0], mt[1], mt[2], mt[3], mt[4], mt[5], mt[6], mt[7], mt[8]
+    xa = carray(x, (mt[9],))
+    Va = carray(V, (mt[10],))
+    sa = carray(s, (mt[11],))
+    plane = (th * m + 2) * (tw * m + 2)
+    so = mt[14]
+    input_tiles(xa, Va, sa[so:so + plane], sa[so + plane:so + plane + (m + 2) * (m + 2) * th * tw], m, C, H, W,
+                ph, pw, 0, th, tw, NT, th * tw, mt[12], mt[13])
+
+
+def _out_task_py(M, out, s, meta):
+    """Output transform of output planes [q0, q1) from M (alpha^2, O, NT); meta words as ``_M_*`` (C = output
+    channels, H, W = OH, OW; flags bit 0: a bias, bit 1: relu); the bias is the scratch's first O elements."""
+    mt = carray(meta, (META,))
+    m, O, OH, OW, th, tw, NT = mt[0], mt[1], mt[2], mt[3], mt[6], mt[7], mt[8]
+    Ma = carray(M, (mt[9],))
+    oa = carray(out, (mt[10],))
+    sa = carray(s, (mt[11],))
+    so = mt[14]
+    output_tiles(Ma, oa, sa[so:so + m * (m + 2) * th * tw], sa[:O], (mt[15] & 1) != 0, m, O, O, 0, OH, OW, 0, th,
+                 tw, NT, th * tw, mt[12], mt[13], (mt[15] & 2) != 0)
+
+
+_tasks: dict = {}            # (phase, dtype char) -> address of the compiled cfunc
+_task_fns: list = []         # the cfunc objects (kept alive: their machine code stays mapped)
+_tasks_lock = threading.Lock()
+
+
+def task_addr(phase: str, dt) -> int:
+    """Address of the cfunc ``task(x, y, scratch, meta)`` of ``phase`` ("in" / "out") for float dtype ``dt``
+    (compiled on first use)."""
+    key = (phase, np.dtype(dt).char)
+    a = _tasks.get(key)
+    if a is None:
+        with _tasks_lock:
+            a = _tasks.get(key)
+            if a is None:
+                from numba import cfunc, types
+                fp = types.CPointer(types.float32 if key[1] == "f" else types.float64)
+                sig = types.void(fp, fp, fp, types.CPointer(types.int64))
+                fn = cfunc(sig, cache=True)(_in_task_py if phase == "in" else _out_task_py)
+                _task_fns.append(fn)
+                a = _tasks[key] = fn.address
+    return a
