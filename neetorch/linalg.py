@@ -17,6 +17,9 @@ from .ops.lapack import linalg_eigvals as eigvals
 from .ops.lapack import linalg_eigvalsh as eigvalsh
 from .ops.lapack import linalg_inv as inv
 from .ops.lapack import linalg_inv_ex as inv_ex
+from .ops.lapack import linalg_ldl_factor as ldl_factor
+from .ops.lapack import linalg_ldl_factor_ex as ldl_factor_ex
+from .ops.lapack import linalg_ldl_solve as ldl_solve
 from .ops.lapack import linalg_lstsq as lstsq
 from .ops.lapack import linalg_lu as lu
 from .ops.lapack import linalg_lu_factor as lu_factor
@@ -42,7 +45,8 @@ from .ops.matrix import linalg_cross as cross
 from .ops.reduction import vector_norm
 
 __all__ = ["LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals",
-           "eigvalsh", "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
+           "eigvalsh", "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex",
+           "ldl_solve", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
            "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
            "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vander", "vdot",
            "vecdot", "vector_norm"]

@@ -37,8 +37,10 @@ def _out(r, out):
         return r
     if not isinstance(out, Tensor):
         raise TypeError(f"out must be a Tensor, got {type(out).__name__}")
-    if tuple(out.shape) != tuple(r.shape):
-        raise RuntimeError(f"out has shape {list(out.shape)}, the result has shape {list(r.shape)}")
+    from .ops.elementwise import _can_cast, resize_out
+    if out._dtype is not r._dtype and not _can_cast(r._dtype, out._dtype):
+        raise RuntimeError(f"result type {r._dtype.name} can't be cast to the desired output type {out._dtype.name}")
+    resize_out(out, r.shape, "out=")       # (torch: another shape is resized, with a warning when it held elements)
     return out.copy_(r)
 
 

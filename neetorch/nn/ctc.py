@@ -60,6 +60,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0, 
                                   "(floating point log-probabilities expected)")
     if log_probs.ndim not in (2, 3):
         raise ValueError(f"ctc_loss: log_probs must be (T, N, C) or (T, C), got shape {list(log_probs.shape)}")
+    if log_probs.numel() == 0:
+        raise RuntimeError(f"ctc_loss: log_probs tensor must not be empty (got shape {list(log_probs.shape)})")
     unbatched = log_probs.ndim == 2
     lp = log_probs.unsqueeze(1) if unbatched else log_probs
     T, N, C = lp.shape

@@ -376,6 +376,7 @@ _LAZY = {
     "pad": ("shape",),
     "pixel_shuffle": ("conv", "shape"), "pixel_unshuffle": ("conv", "shape"),
     "channel_shuffle": ("conv", "shape"),
+    "native_channel_shuffle": ("nn",), "conv_tbc": ("nn",),
 }
 
 

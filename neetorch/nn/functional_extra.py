@@ -60,7 +60,6 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                            f"{weight.ndim}-dimensional weight of size {_lst(weight.shape)} instead")
     if x._dtype is not weight._dtype:
         raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
-    _check_float(x, name)
     groups = int(groups)
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
@@ -101,6 +100,9 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     if any(pn < e for pn, e in zip(padded, eff)):
         raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
                            f"({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input size")
+    if _c._int_conv_check(x, name, dil, False):
+        y = _c._conv_int(x, weight, bias, st, pads, dil, groups)
+        return y.squeeze(0) if unbatched else y
     from . import functional as F
     (pd0, pd1), (ph0, ph1), (pw0, pw1) = pads
     sym_hw = ph0 == ph1 and pw0 == pw1
@@ -130,7 +132,6 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
         raise RuntimeError(f"Expected 5-dimensional weight for {name}, but got weight of size {_lst(weight.shape)}")
     if x._dtype is not weight._dtype:
         raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
-    _check_float(x, name)
     groups = int(groups)
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
@@ -165,6 +166,9 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     if any(o <= 0 for o in outs):
         raise RuntimeError(f"Given input size per channel: ({D} x {H} x {W}). Calculated output size per channel: "
                            f"({' x '.join(map(str, outs))}). Output size is too small")
+    if _c._int_conv_check(x, name, dil, True):
+        y = _c._conv_transpose_int(x, weight, bias, st, pad, opad, dil, groups)
+        return y.squeeze(0) if unbatched else y
     from . import functional as F
     # (H, W): one 2-D transposed conv per input depth slice, the depth taps riding in the output channels
     x2 = x.permute(0, 2, 1, 3, 4).reshape(N * D, Cin, H, W)
@@ -189,12 +193,14 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 # ---------------------------------------------------------------- 3-D pooling (separable over 2-D pools)
-def _as5d(input, op, msg):
+def _as5d(input, op, msg, integer=False):
+    """``integer``: the integer dtypes pass too (True: all of them; a dtype: that one)."""
     if input.ndim not in (4, 5):
         raise RuntimeError(msg)
     unbatched = input.ndim == 4
     x = input.unsqueeze(0) if unbatched else input
-    _check_float(x, op)
+    if not (integer is True and x._dtype.category == 1) and x._dtype is not integer:
+        _check_float(x, op)
     return x, unbatched
 
 
@@ -218,14 +224,15 @@ def _combine_indices(i_hw, i_d, N, C, D, H, W, OHW):
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """3-D max pooling over (N, C, D, H, W) or (C, D, H, W) (``torch.nn.functional.max_pool3d``)."""
     op = "max_pool3d"
-    if isinstance(input, Tensor) and input._dtype in (_dt.uint8, _dt.int8, _dt.int16, _dt.int32):
-        # integer max pooling (torch has it): exact through float64, which holds every such value
-        r = max_pool3d(input.to(_dt.float64), kernel_size, stride, padding, dilation, ceil_mode, return_indices)
-        return (r[0].to(input._dtype), r[1]) if return_indices else r.to(input._dtype)
     x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
-                              f"{_lst(input.shape)}")
+                              f"{_lst(input.shape)}", integer=True)
     ks, st, pad, dil = _c._pool_args(3, op, kernel_size, stride, padding, dilation)
     _check_pool3d_out(op, x, ks, st, pad, dil, ceil_mode)
+    if x._dtype.category == 1:
+        r = _c._max_pool_int(x, ks, st, pad, dil, bool(ceil_mode), return_indices)
+        if return_indices:
+            return (r[0].squeeze(0), r[1].squeeze(0)) if unb else r
+        return r.squeeze(0) if unb else r
     N, C, D, H, W = x.shape
     r = _c.max_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], dil[1:], ceil_mode, return_indices)
     r, i_hw = r if return_indices else (r, None)
@@ -251,7 +258,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     """3-D average pooling (``torch.nn.functional.avg_pool3d``)."""
     op = "avg_pool3d"
     x, unb = _as5d(input, op, f"{op}: non-empty 4D or 5D (batch mode) tensor expected for input, but got "
-                              f"{_lst(input.shape)}")
+                              f"{_lst(input.shape)}", integer=_dt.int64)
     ks, st, pad, _ = _c._pool_args(3, op, kernel_size, stride, padding, 1)
     if divisor_override is not None and int(divisor_override) == 0:
         raise RuntimeError("divisor must be not zero")
@@ -260,6 +267,10 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     if D < ks[0] or H < ks[1] or W < ks[2]:            # PyTorch checks the unpadded input (3-D only)
         raise RuntimeError(f"input image (T: {D} H: {H} W: {W}) smaller than kernel size (kT: {ks[0]} kH: {ks[1]} "
                            f"kW: {ks[2]})")
+    if x._dtype is _dt.int64:
+        r = _c._avg_pool_int(x, ks, st, pad, bool(ceil_mode), bool(count_include_pad),
+                             None if divisor_override is None else int(divisor_override))
+        return r.squeeze(0) if unb else r
     dv = None if divisor_override is None else 1   # sums in both stages, one division at the end
     r = _c.avg_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], ceil_mode, count_include_pad, dv)
     OH, OW = r.shape[2], r.shape[3]

@@ -251,7 +251,7 @@ def lcm(input, other):
 @export(inplace=True)
 def ldexp(input, other):
     """``torch.ldexp``: ``input * 2.0 ** other`` as torch computes it: the power in ``other``'s dtype when that
-    is floating (else in the result dtype), the product in the floating version of the promoted dtype; a
+    is floating (else, and for a 0-d one into a float64 result, in the result dtype), the product in the floating version of the promoted dtype; a
     floating ``input`` refuses a bool exponent."""
     _tensor_arg("ldexp", "input", 1, input)
     _tensor_arg("ldexp", "other", 2, other)
@@ -259,7 +259,9 @@ def ldexp(input, other):
     odt = rt if rt.category == 2 else _dt.get_default_dtype()
     if other.dtype is _dt.bool_ and input.dtype.category == 2:
         raise NotImplementedError("ldexp: not implemented for a 'Bool' exponent with a floating input")
-    pdt = other.dtype if other.dtype.category == 2 else odt
+    # (measured on torch 2.13: a 0-d exponent into a float64 result takes its power in float64, e.g.
+    # ldexp(float64, 0-d float16) is float64-exact, while ldexp(float32, 0-d float16) rounds 2**e to float16)
+    pdt = other.dtype if other.dtype.category == 2 and (other.ndim or odt is not _dt.float64) else odt
     return _back(_E("mul")(input, _E("pow")(2.0, other.to(pdt))), odt)
 
 
@@ -617,6 +619,132 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):
         widths = edges[1:] - edges[:-1]
         hist = hist / (hist.sum() * widths)
     return _rt_hist()(hist, edges)
+
+
+@export(method=False)
+def histogramdd(input, bins=10, *, range=None, weight=None, density=False):
+    """``torch.histogramdd``: ``(hist, bin_edges)`` of the points ``input`` (..., D): ``bins`` an int, D ints or
+    D 1-D edge tensors; ``range`` a flat [lo_0, hi_0, lo_1, hi_1, ...] (default: each coordinate's min / max);
+    each dim bins like ``histogram`` (the last bin includes its right edge), the D bin indices flattened into one
+    ``scatter_add``."""
+    _tensor_arg("histogramdd", "input", 1, input)
+    if input._dtype.category != 2:
+        raise RuntimeError(f"torch.histogramdd: input tensor and bins tensors should have the same dtype, and be "
+                           f"floating point (got {input._dtype.name})")
+    if input.ndim < 2:
+        raise RuntimeError(f"torch.histogramdd: input tensor should have at least 2 dimensions, but got "
+                           f"{input.ndim}")
+    D = input.shape[-1]
+    pts = input.reshape(-1, D)
+    if isinstance(bins, (list, tuple)):
+        if len(bins) != D:
+            raise RuntimeError(f"torch.histogramdd: expected {D} sequences of bin edges for each of the {D} "
+                               f"dimensions of the input, but got {len(bins)}")
+        per = list(bins)
+    else:
+        per = [bins] * D
+    if range is not None:
+        rng = [_float(v) for v in range]
+        if len(rng) != 2 * D:
+            raise RuntimeError(f"torch.histogramdd: for a {D}-dimensional histogram, range should have {2 * D} "
+                               f"elements, but got {len(rng)}")
+    if weight is not None and tuple(weight.shape) != tuple(input.shape[:-1]):
+        raise RuntimeError(f"torch.histogramdd: if weight tensor is provided it should have the same shape as the "
+                           f"input tensor excluding its innermost dimension, but got {list(weight.shape)} and "
+                           f"{list(input.shape)}")
+    from ..tensor.creation import zeros
+    edges, flat, inside = [], None, None
+    for d in builtins.range(D):
+        x = pts.select(1, d)
+        e = _hist_edges(x, per[d], None if range is None else rng[2 * d:2 * d + 2], "histogramdd")
+        nb = e.shape[0] - 1
+        edges.append(e)
+        pos = _E("searchsorted")(e.contiguous(), x.contiguous(), right=True) - 1
+        pos = _where(x == e[-1], nb - 1, pos).clamp(0, max(nb - 1, 0))
+        ok = _E("logical_and")(x >= e[0], x <= e[-1])
+        flat = pos if flat is None else flat * nb + pos
+        inside = ok if inside is None else _E("logical_and")(inside, ok)
+    shape = tuple(e.shape[0] - 1 for e in edges)
+    n = math.prod(shape)
+    hist = zeros((n,), dtype=input._dtype, device=input._device)
+    if n and pts.shape[0]:
+        w = weight.reshape(-1).to(input._dtype) if weight is not None else _full((), 1.0, input)
+        w = _where(inside, w, 0.0).expand((pts.shape[0],)).contiguous()
+        hist = hist.scatter_add(0, flat.clamp(0, n - 1), w)
+    hist = hist.reshape(shape)
+    if density:
+        vol = None
+        for d, e in enumerate(edges):
+            wd = (e[1:] - e[:-1]).reshape(tuple(-1 if i == d else 1 for i in builtins.range(D)))
+            vol = wd if vol is None else vol * wd
+        hist = hist / (hist.sum() * vol)
+    from .reduction import _rt
+    return _rt("histogramdd", ("hist", "bin_edges"))(hist, tuple(edges))
+
+
+_SEG_REDUCE = {"sum": "sum", "prod": "prod", "mean": "mean", "max": "amax", "amax": "amax", "min": "amin",
+               "amin": "amin"}
+
+
+@export(method=False)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """``torch.segment_reduce``: reduce consecutive segments of ``data`` along ``axis`` (``lengths`` (*, S) or
+    ``offsets`` (*, S+1), leading dims those of ``data`` before ``axis``); 'sum' / 'prod' / 'mean' / 'max' ('amax')
+    / 'min' ('amin'); ``initial`` joins every segment (the value of an empty one; without it: 0, 1, NaN, -inf,
+    inf).  Composed: each position's segment from the cumulative lengths (``searchsorted``), one
+    ``scatter_reduce``."""
+    from ..tensor.creation import full, zeros
+    if reduce not in _SEG_REDUCE:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if data._dtype.category != 2:
+        raise NotImplementedError(f"\"_segment_reduce_cpu\" not implemented for '{data._dtype.name}' (floating "
+                                  f"point data only)")
+    if indices is not None and lengths is None and offsets is None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    if lengths is None and offsets is None:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    ax = wrap_dim(axis, data.ndim, "segment_reduce")
+    if lengths is not None:
+        lengths = lengths.to(_dt.int64)
+        ends = lengths.cumsum(-1)
+        starts = ends - lengths
+    else:
+        offsets = offsets.to(_dt.int64)
+        starts, ends = offsets[..., :-1], offsets[..., 1:]
+        lengths = ends - starts
+    if lengths.ndim != ax + 1 or tuple(lengths.shape[:-1]) != tuple(data.shape[:ax]):
+        raise RuntimeError(f"segment_reduce(): Expected lengths / offsets of shape data.shape[:axis] + (segments,) = "
+                           f"{list(data.shape[:ax])} + [S], got {list(lengths.shape)}")
+    if lengths.numel() and bool((lengths < 0).any()):
+        raise RuntimeError("lengths contains negative value!")
+    L = data.shape[ax]
+    if not unsafe and lengths.numel() and bool((ends[..., -1] != L).any()):
+        raise RuntimeError(f"segment_reduce(): Expected all rows of lengths along axis to sum to "
+                           f"data.size(lengths.dim()-1) when !unsafe (data.size({ax}) = {L}, got totals "
+                           f"{ends[..., -1].tolist()})")
+    S = lengths.shape[-1]
+    from ..tensor.creation import arange
+    pos = arange(L, device=data.device).expand(tuple(data.shape[:ax]) + (L,)).contiguous()
+    seg = _E("searchsorted")(ends.contiguous(), pos, right=True)          # segment of each position (S: none)
+    valid = seg < S
+    tail = tuple(data.shape[ax + 1:])
+    idx = seg.clamp(max=max(S - 1, 0)).reshape(tuple(seg.shape) + (1,) * len(tail)).expand(tuple(data.shape))
+    keep = valid.reshape(tuple(valid.shape) + (1,) * len(tail)).expand(tuple(data.shape))
+    red = _SEG_REDUCE[reduce]
+    neutral = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "amax": float("-inf"), "amin": float("inf")}[red]
+    start = neutral if initial is None else float(initial)
+    out_shape = tuple(data.shape[:ax]) + (S,) + tail
+    if S == 0:
+        return zeros(out_shape, dtype=data._dtype, device=data.device)
+    vals = _where(keep, data, neutral).contiguous()
+    out = full(out_shape, start, dtype=data._dtype, device=data.device)
+    out = out.scatter_reduce(ax, idx.contiguous(), vals, "sum" if red == "mean" else red, include_self=True)
+    if red == "mean":
+        cnt = lengths.to(data._dtype).reshape(tuple(lengths.shape) + (1,) * len(tail))
+        empty = cnt == 0
+        fill = float("nan") if initial is None else float(initial)
+        out = _where(empty, fill, out / _where(empty, 1.0, cnt))
+    return out
 
 
 def _rt_hist():

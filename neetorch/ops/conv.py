@@ -138,6 +138,156 @@ def _lst(shape) -> str:
     return str(list(shape))
 
 
+# ---------------------------------------------------------------- integer convolution / pooling
+# PyTorch computes integer convolutions (``slow_conv2d``: every integer dtype; dilated and transposed ones: int64
+# only) and int64 average / integer max pooling on the CPU.  neetorch defines them once, N-d, as compositions:
+# the zero- (or minimum-) padded input viewed as sliding windows (``Tensor.unfold`` per spatial dim, a view),
+# then an int64 contraction / sum / max over the window dims.  Wrapping int64 arithmetic cast back to the input
+# dtype gives the bits torch's same-dtype accumulation gives (the cast is reduction modulo 2**bits).
+def _int_conv_check(x: Tensor, op: str, dilation, transposed: bool) -> bool:
+    """True when ``x`` takes the integer path; raises where torch has no kernel for the dtype."""
+    dt = x._dtype
+    if dt.category == 2:
+        return False
+    cap = _CAP[dt.name]
+    kern = f"slow_conv_transpose{op[-2]}_out_cpu" if transposed else f"slow_conv{op[-2]}_cpu".replace("1", "2")
+    if dt.category != 1 or (transposed and dt is not _dt.int64):
+        raise RuntimeError(f"\"{kern}\" not implemented for '{cap}' ({op} of {dt.name} input)")
+    if any(int(d) > 1 for d in dilation) and dt is not _dt.int64:
+        raise RuntimeError(f"\"slow_conv_dilated<>\" not implemented for '{cap}' ({op} with dilation "
+                           f"{tuple(dilation)}; dilated integer convolutions take int64 only)")
+    return True
+
+
+def _windows(x: Tensor, ks, st, dil, pads, value=0) -> Tensor:
+    """(N, C, *out, *ks) sliding windows of (N, C, *sp) padded by ``pads`` [(lo, hi)] per dim with ``value``."""
+    from .shape import pad as _pad
+    nd = len(ks)
+    flat = []
+    for lo, hi in reversed(pads):
+        flat += [lo, hi]
+    if any(flat):
+        x = _pad(x, flat, value=value)
+    for i in range(nd):
+        x = x.unfold(2 + i, dil[i] * (ks[i] - 1) + 1, st[i])
+    if any(d > 1 for d in dil):
+        x = x[(Ellipsis,) + tuple(slice(None, None, d) for d in dil)]
+    return x
+
+
+def _conv_int(x: Tensor, w: Tensor, bias, st, pads, dil, groups: int) -> Tensor:
+    """Integer N-d cross-correlation of (N, C, *sp) with (O, C/groups, *ks)."""
+    from .linalg import einsum
+    nd = w.ndim - 2
+    dt = x._dtype
+    win = _windows(x.to(_dt.int64), tuple(w.shape[2:]), st, dil, pads)
+    N, C = win.shape[:2]
+    out = tuple(win.shape[2:2 + nd])
+    O = w.shape[0]
+    letters = "klmn"[:nd]
+    sp = "xyz"[:nd]
+    win = win.reshape((N, groups, C // groups) + out + tuple(w.shape[2:]))
+    wg = w.to(_dt.int64).reshape((groups, O // groups) + tuple(w.shape[1:]))
+    y = einsum(f"ngc{sp}{letters},goc{letters}->ngo{sp}", win, wg).reshape((N, O) + out)
+    if bias is not None:
+        y = y + bias.to(_dt.int64).reshape((1, O) + (1,) * nd)
+    return y.to(dt)
+
+
+def _conv_transpose_int(x: Tensor, w: Tensor, bias, st, pad, opad, dil, groups: int) -> Tensor:
+    """Integer N-d transposed convolution: the stride-dilated input cross-correlated with the flipped,
+    in/out-swapped weight, padded by ``dil*(k-1) - pad`` (negative: cropped) plus ``output_padding`` at the end."""
+    from ..tensor.creation import zeros
+    nd = w.ndim - 2
+    N, Cin = x.shape[:2]
+    ks = tuple(w.shape[2:])
+    Cog = w.shape[1]
+    xs = zeros((N, Cin) + tuple((n - 1) * s + 1 for n, s in zip(x.shape[2:], st)), dtype=x._dtype,
+               device=x.device)
+    xs[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in st)] = x
+    wt = w.reshape((groups, Cin // groups, Cog) + ks).transpose(1, 2).flip(list(range(3, 3 + nd)))
+    wt = wt.reshape((groups * Cog, Cin // groups) + ks)
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(ks, dil, pad, opad)]
+    from .shape import pad as _pad
+    flat = []
+    for lo, hi in reversed(pads):
+        flat += [lo, hi]
+    xs = _pad(xs, flat)
+    return _conv_int(xs, wt, bias, (1,) * nd, [(0, 0)] * nd, dil, groups)
+
+
+def _pool_pads(sp, ks, st, pad, dil, ceil):
+    """(output sizes, [(lo, hi)] pads) of a pooling window grid (ceil_mode's extra windows padded on the right)."""
+    outs = [_pool_out(n, k, p, s, d, ceil) for n, k, p, s, d in zip(sp, ks, pad, st, dil)]
+    pads = [(p, max(p, (o - 1) * s + d * (k - 1) + 1 - n - p, 0))
+            for n, k, p, s, d, o in zip(sp, ks, pad, st, dil, outs)]
+    return outs, pads
+
+
+def _crop(win: Tensor, outs) -> Tensor:
+    for i, o in enumerate(outs):
+        if win.shape[2 + i] != o:
+            win = win.narrow(2 + i, 0, o)
+    return win
+
+
+def _max_pool_int(x: Tensor, ks, st, pad, dil, ceil, return_indices):
+    """Exact N-d max pooling of an integer (N, C, *sp) tensor; indices flat over ``sp`` like torch's (the first
+    maximum of the window in scan order, padding never chosen)."""
+    from ..tensor.creation import tensor
+    nd = len(ks)
+    sp = tuple(x.shape[2:])
+    outs, pads = _pool_pads(sp, ks, st, pad, dil, ceil)
+    win = _crop(_windows(x, ks, st, dil, pads, int(np.iinfo(x._dtype.np).min)), outs)
+    K = int(np.prod(ks))
+    flat = win.reshape(tuple(win.shape[:2 + nd]) + (K,))
+    val = flat.amax(-1)
+    if not return_indices:
+        return val
+    # the flat input index of every window tap; a padding tap maps to its window's first real tap, which can only
+    # win (through argmax's first occurrence) when every real tap holds the dtype's minimum
+    grids = [np.arange(o)[:, None] * s - p + np.arange(k)[None, :] * d
+             for o, s, p, k, d in zip(outs, st, pad, ks, dil)]           # per dim: (out, k) input coordinates
+    coord = np.zeros(tuple(outs) + tuple(ks), np.int64)
+    valid = np.ones(tuple(outs) + tuple(ks), bool)
+    for i, g in enumerate(grids):
+        shape = [1] * (2 * nd)
+        shape[i], shape[nd + i] = g.shape
+        gi = g.reshape(shape)
+        coord = coord * sp[i] + gi
+        valid = valid & (gi >= 0) & (gi < sp[i])
+    coord = coord.reshape(tuple(outs) + (K,))
+    valid = valid.reshape(tuple(outs) + (K,))
+    first = np.take_along_axis(coord, valid.argmax(-1)[..., None], -1)
+    coord = np.where(valid, coord, first)
+    am = flat.argmax(-1)
+    idx = tensor(coord, dtype=_dt.int64, device=x.device).expand(tuple(flat.shape))
+    return val, idx.gather(-1, am.unsqueeze(-1)).squeeze(-1)
+
+
+def _avg_pool_int(x: Tensor, ks, st, pad, ceil, count_include_pad, divisor_override):
+    """Exact N-d average pooling of an int64 (N, C, *sp) tensor: the window sum divided by torch's divisor,
+    truncated toward zero (C++ integer division)."""
+    from ..tensor.creation import tensor
+    from .elementwise import div
+    nd = len(ks)
+    sp = tuple(x.shape[2:])
+    outs, pads = _pool_pads(sp, ks, st, pad, (1,) * nd, ceil)
+    win = _crop(_windows(x, ks, st, (1,) * nd, pads, 0), outs)
+    tot = win.sum(tuple(range(2 + nd, 2 + 2 * nd)))
+    if divisor_override is not None:
+        return div(tot, int(divisor_override), rounding_mode="trunc")
+    div_n = np.ones((), np.int64)
+    for o, s, p, k, n in zip(outs, st, pad, ks, sp):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        if not count_include_pad:
+            end = np.minimum(end, n)
+            start = np.maximum(start, 0)
+        div_n = np.multiply.outer(div_n, end - start)
+    return div(tot, tensor(div_n, dtype=_dt.int64, device=x.device), rounding_mode="trunc")
+
+
 # ---------------------------------------------------------------- convolution
 def _conv(nd, name, input, weight, bias, stride, padding, dilation, groups):
     if not isinstance(input, Tensor) or not isinstance(weight, Tensor):
@@ -153,7 +303,6 @@ def _conv(nd, name, input, weight, bias, stride, padding, dilation, groups):
                            f"instead")
     if x._dtype is not weight._dtype:
         raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
-    _float_check(x, name)
     groups = int(groups)
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
@@ -201,6 +350,9 @@ def _conv(nd, name, input, weight, bias, stride, padding, dilation, groups):
     if any(pn < e for pn, e in zip(padded, eff)):
         raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
                            f"({' x '.join(map(str, eff))}). Kernel size can't be greater than actual input size")
+    if _int_conv_check(x, name, dilation, False):
+        r = _conv_int(x, weight, bias, stride, pads, dilation, groups)
+        return r.squeeze(0) if unbatched else r
     if nd == 1:
         x4, w4 = x.unsqueeze(2), weight.unsqueeze(2)
         attrs = {"stride": (1, stride[0]), "padding": (0, 0) + pads[0], "dilation": (1, dilation[0]),
@@ -238,7 +390,6 @@ def _conv_t(nd, name, input, weight, bias, stride, padding, output_padding, grou
                            f"{_lst(weight.shape)}")
     if x._dtype is not weight._dtype:
         raise RuntimeError(f"expected scalar type {_CAP[x._dtype.name]} but found {_CAP[weight._dtype.name]}")
-    _float_check(x, name)
     groups = int(groups)
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
@@ -278,6 +429,9 @@ def _conv_t(nd, name, input, weight, bias, stride, padding, output_padding, grou
     if any(o <= 0 for o in outs):
         raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, x.shape[2:]))}). Calculated output "
                            f"size per channel: ({' x '.join(map(str, outs))}). Output size is too small")
+    if _int_conv_check(x, name, dilation, True):
+        r = _conv_transpose_int(x, weight, bias, stride, padding, opad, dilation, groups)
+        return r.squeeze(0) if unbatched else r
     if nd == 1:
         x4, w4 = x.unsqueeze(2), weight.unsqueeze(2)
         attrs = {"stride": (1, stride[0]), "padding": (0, padding[0]), "output_padding": (0, opad[0]),
@@ -314,6 +468,8 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
         raise RuntimeError(f"Input Error: Only 3D or 4D input Tensors are supported (got {input.ndim}D)")
     unbatched = input.ndim == 3
     x = input.unsqueeze(0) if unbatched else input
+    if x._dtype is _dt.bool_:            # (torch's im2col takes bool: a copy, exact through float32)
+        return unfold(input.to(_dt.float32), kernel_size, dilation, padding, stride) != 0
     _float_check(x, "im2col")
     ks = _tuple(kernel_size, 2, "kernel_size", "unfold")
     dil = _tuple(dilation, 2, "dilation", "unfold")
@@ -338,6 +494,8 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
                            f"{input.ndim}D)")
     unbatched = input.ndim == 2
     x = input.unsqueeze(0) if unbatched else input
+    if x._dtype is _dt.bool_:            # (torch's col2im takes bool: the sum of overlapping taps, as a bool)
+        return fold(input.to(_dt.float32), output_size, kernel_size, dilation, padding, stride) != 0
     _float_check(x, "col2im")
     osz = _tuple(output_size, 2, "output_size", "fold")
     ks = _tuple(kernel_size, 2, "kernel_size", "fold")
@@ -414,15 +572,15 @@ def _max_pool(nd, op, input, kernel_size, stride, padding, dilation, ceil_mode, 
     msg = ("non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
            f"max_pool1d() Expected 2D or 3D input tensor, but got {_lst(input.shape)}")
     x, unb = _as4d(input, nd, op, msg)
-    if x._dtype in (_dt.uint8, _dt.int8, _dt.int16, _dt.int32):
-        # integer max pooling (torch has it): a max is exact through float64, which holds every such value
-        r = _max_pool(nd, op, input.to(_dt.float64), kernel_size, stride, padding, dilation, ceil_mode,
-                      return_indices)
-        return (r[0].to(x._dtype), r[1]) if return_indices else r.to(x._dtype)
-    _float_check(x, op)
+    integer = x._dtype.category == 1
+    if not integer or (nd == 1 and not return_indices):   # (torch's max_pool1d_impl is floating only)
+        _float_check(x, "max_pool1d_impl" if nd == 1 and not return_indices else op)
     ks, st, pad, dil = _pool_args(nd, op, kernel_size, stride, padding, dilation)
     attrs = {"kernel_size": ks, "stride": st, "padding": pad, "dilation": dil, "ceil_mode": bool(ceil_mode)}
     _check_pool_out(x, nd, attrs, ceil_mode)
+    if integer:
+        r = _max_pool_int(x, ks, st, pad, dil, bool(ceil_mode), return_indices)
+        return (_back(r[0], nd, unb), _back(r[1], nd, unb)) if return_indices else _back(r, nd, unb)
     if return_indices:
         r, i = run(MAX_POOL2D_IDX, [x], attrs)
         return _back(r, nd, unb), _back(i, nd, unb)
@@ -455,7 +613,8 @@ def _avg_pool(nd, op, input, kernel_size, stride, padding, ceil_mode, count_incl
     msg = ("non-empty 3D or 4D (batch mode) tensor expected for input" if nd == 2 else
            f"avg_pool1d() Expected 2D or 3D input tensor, but got {_lst(input.shape)}")
     x, unb = _as4d(input, nd, op, msg)
-    _float_check(x, op)
+    if x._dtype is not _dt.int64:       # (torch averages int64, no other integer dtype)
+        _float_check(x, "avg_pool2d")
     ks, st, pad, dil = _pool_args(nd, op, kernel_size, stride, padding, 1)
     if divisor_override is not None and int(divisor_override) == 0:
         raise RuntimeError("divisor must be not zero")
@@ -463,6 +622,9 @@ def _avg_pool(nd, op, input, kernel_size, stride, padding, ceil_mode, count_incl
              "count_include_pad": bool(count_include_pad),
              "divisor_override": None if divisor_override is None else int(divisor_override)}
     _check_pool_out(x, nd, attrs, ceil_mode)
+    if x._dtype is _dt.int64:
+        r = _avg_pool_int(x, ks, st, pad, bool(ceil_mode), bool(count_include_pad), attrs["divisor_override"])
+        return _back(r, nd, unb)
     return _back(run(AVG_POOL2D, [x], attrs)[0], nd, unb)
 
 
@@ -626,6 +788,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if antialias:
         from ..nn.functional_extra import _interpolate_antialias
         return _interpolate_antialias(input, output_size, scales, mode, bool(align_corners))
+    if mode in ("nearest", "nearest-exact") and input._dtype.category != 2 and input._dtype is not _dt.uint8:
+        raise NotImplementedError(f"\"upsample_{mode}{dim}d\" not implemented for '{_CAP[input._dtype.name]}' "
+                                  f"(floating point inputs only and uint8)")
     if mode in ("bicubic", "trilinear") or (dim != 2 and mode in ("nearest", "nearest-exact")):
         # (1-D and 3-D nearest: PyTorch's kernels always use the scale, only its 2-D one copies / halves indices
         # when the output is 1x / 2x the input)

@@ -244,18 +244,25 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     metas = op.infer([Meta(t._data.shape, t._dtype) for t in ins], {}) if not opmath else \
         op.infer([Meta(t._data.shape, opmath if t._dtype is _dt.float32 else t._dtype) for t in ins], {})
     if out is not None:
-        from .indexing import _check_no_overlap
+        from .indexing import _check_no_overlap, _check_partial_overlap
         _check_no_overlap(out)  # torch refuses to write into an expanded (stride-0) output
-        if tuple(out.shape) != metas[0].shape and (out.numel() or any(a is out for a in args)):
+        for a in args:
+            _check_partial_overlap(out, a)
+        if tuple(out.shape) != metas[0].shape and any(a is out for a in args):
             # (in place, x.mul_(y): the result must fit self, torch never resizes it)
             raise RuntimeError(f"{op.name}: output with shape {tuple(out.shape)} doesn't match the broadcast shape "
                                f"{metas[0].shape}")
         resize_out(out, metas[0].shape, op.name)
         if metas[0].dtype is not out._dtype:
+            if op.name in _OUT_SAME_DTYPE:
+                raise RuntimeError(f"{op.name}: Found dtype {out._dtype.name} but expected {metas[0].dtype.name} "
+                                   f"(its out= must have the result's dtype)")
             if not _can_cast(metas[0].dtype, out._dtype):
                 raise RuntimeError(f"{op.name}: result type {metas[0].dtype.name} can't be cast to the desired output "
                                    f"type {out._dtype.name}")
-            metas = [Meta(metas[0].shape, out._dtype)]
+            # torch computes in the result dtype, then casts into out (exp(float32, out=float64) is the float32
+            # exp widened; float16.add_(float64) rounds the float64 sum once)
+            return out.copy_(run(op, ins, {}, metas)[0])
         return run(op, ins, {}, metas, out=[out])[0]
     res = run(op, ins, {}, metas)[0]
     if key is not None and len(_plans) < 65536:
@@ -271,15 +278,24 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
 
 
 def resize_out(out: Tensor, shape, op: str) -> None:
-    """torch's out= convention for an empty ``out``: resized to the result's shape.  torch also resizes (with a
-    deprecation warning) an ``out`` that holds elements; neetorch refuses that instead."""
+    """torch's out= convention: an ``out`` of another shape is resized to the result's (one that holds elements
+    with torch's deprecation UserWarning)."""
     shape = tuple(shape)
     if tuple(out.shape) == shape:
         return
     if out.numel():
-        raise RuntimeError(f"{op}: output with shape {tuple(out.shape)} doesn't match the result shape {shape} "
-                           f"(an empty out= tensor is resized; a non-empty one, deprecated in torch, is refused)")
+        import warnings
+        warnings.warn(f"{op}: An output with one or more elements was resized since it had shape "
+                      f"{list(out.shape)}, which does not match the required output shape {list(shape)}. This "
+                      f"behavior is deprecated, and in a future PyTorch release outputs will not be resized unless "
+                      f"they have zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, to "
+                      f"zero elements with t.resize_(0).", UserWarning, stacklevel=3)
     out.resize_(shape)
+
+
+# the unary ops torch builds without output casting (TensorIterator's check_all_same_dtype): out= must match
+_OUT_SAME_DTYPE = frozenset({"abs", "neg", "sign", "sgn", "round", "ceil", "floor", "trunc", "frac", "bitwise_not",
+                             "nan_to_num", "fix", "negative", "absolute", "where"})
 
 
 def _can_cast(frm: DType, to: DType) -> bool:
@@ -685,9 +701,14 @@ def pow(input, exponent, *, out=None):
         if result_type(input, exponent).category == 1:
             raise RuntimeError("Integers to negative integer powers are not allowed.")
     if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(exponent, (bool, np.bool_)) \
-            and out is None:
+            and (out is None or out is input):
         # torch special-cases a scalar exponent of 1 (a copy) and 0 (ones); other bool powers are refused
+        if out is input:                   # (pow_)
+            return input if exponent else input.fill_(True)
         return input.clone() if exponent else apply(_BIN["eq"], input, input)
+    if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, (bool, np.bool_)) and \
+            isinstance(input, Tensor) and input._dtype.category == 1:
+        _dt.check_scalar(exponent, input._dtype, "pow")   # (torch: the exponent must fit the integer dtype)
     if result_type(input, exponent) is _dt.bool_:
         raise TypeError("pow: not implemented for bool tensors (got bool ** bool)")
     return apply(_BIN["pow"], input, exponent, out=out)
@@ -746,6 +767,10 @@ def clamp(input, min=None, max=None, *, out=None):
             (min is not None and max is not None or _is_scalar(min) or _is_scalar(max)):
         # torch's one-sided tensor bound is a bool maximum/minimum; its scalar and two-sided kernels refuse bool
         raise RuntimeError("clamp: not implemented for 'Bool'")
+    if out is not None and out is not input and isinstance(input, Tensor):
+        rdt = result_type(*[a for a in (input, min, max) if a is not None])
+        if out._dtype is not rdt:      # (torch's clamp out= takes the result dtype only; clamp_ casts into self)
+            raise RuntimeError(f"clamp: Found dtype {out._dtype.name} but expected {rdt.name}")
     if min is None:
         return apply(_BIN["minimum"], input, max, out=out)
     if max is None:
@@ -778,6 +803,8 @@ def lerp(input, end, weight):
         rt = result_type(input, end, weight) if isinstance(weight, Tensor) else input._dtype
         if rt.category < 2:
             raise RuntimeError(f"lerp: only floating-point inputs are supported, got {rt.name}")
+        if _is_scalar(weight) and rt.category == 2:      # (torch converts the weight to the op's compute float)
+            _dt.check_scalar(weight, _dt.float64 if rt is _dt.float64 else _dt.float32, "lerp")
     return apply(_lerp, input, end, weight)
 
 

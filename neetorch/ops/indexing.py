@@ -392,23 +392,33 @@ def _strip_leading_ones(value: Tensor, ndim: int) -> Tensor:
 @export(name="setitem", function=False)
 def setitem(self: Tensor, index, value) -> None:
     """``self[index] = value``: writes through a view (basic) or scatters (advanced, ``index_put_``)."""
-    if 0 in self._data.strides:
-        _check_no_overlap(self)
     if type(value) in (int, float):
         value = _dt.fit_scalar(value, self._dtype, "setitem")
+    elif type(value) is complex and self._dtype.category != 3:
+        value = _dt.fit_scalar(value, self._dtype, "setitem").real     # (torch: only a zero imaginary part)
     key = _fast_key(self, index)
     if key is not None and (type(value) in (int, float, bool) or (
             isinstance(value, Tensor) and value._device.type == "cpu" and value.ndim <= self.ndim)):
         if not self._data.flags.writeable:
             raise RuntimeError("setitem: the tensor is read-only")
+        if 0 in self._data.strides:     # (what is written must not overlap itself: x.expand(3, 4)[0] may be)
+            _check_no_overlap(Tensor._make(self._data[key], self._device, self._dtype))
+        src = value._data if isinstance(value, Tensor) else value
+        if isinstance(value, Tensor) and _dt.via_f32(src.dtype, self._data.dtype):
+            src = src.astype(np.float32)   # (torch narrows to float16/bfloat16 through float32)
         try:
-            self._data[key] = value._data if isinstance(value, Tensor) else value
+            self._data[key] = src
             return
         except (IndexError, ValueError, OverflowError):
             pass  # nothing was written; the general path below raises torch's message
     v, adv = _apply_basic(self, index)
     if index is False:
         return  # torch writes nothing for a lone False index (and checks nothing)
+    if 0 in v._data.strides:
+        if adv:
+            _warn_expanded(v)
+        else:
+            _check_no_overlap(v)
     # torch's index_put_ wants matching dtypes except where it dispatches to masked_fill: a one-element value
     # and a single bool mask as the only tensor index (a True inside a tuple index becomes an int64 index
     # tensor; a lone True is torch's copy into an unsqueezed view)
@@ -447,6 +457,16 @@ _TNAME = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "in
           "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double"}
 
 
+def _warn_expanded(t: Tensor):
+    """torch scatters into an expanded tensor with a deprecation warning (the aliased elements take the last
+    write); a plain view write into one is refused (``_check_no_overlap``)."""
+    if any(st == 0 and n > 1 for n, st in zip(t._data.shape, t._data.strides)):
+        import warnings
+        warnings.warn("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before "
+                      "performing this operation. This also applies to advanced indexing e.g. tensor[indices] = "
+                      "tensor", UserWarning, stacklevel=3)
+
+
 def _check_no_overlap(t: Tensor):
     if 0 in t._data.shape:
         return
@@ -454,6 +474,41 @@ def _check_no_overlap(t: Tensor):
         if st == 0 and n > 1:
             raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                                "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _dense_range(a):
+    """(start, end) bytes of a numpy array whose elements tile that range exactly (torch's non-overlapping and
+    dense), else None."""
+    if a.size == 0:
+        return None
+    lo = hi = a.__array_interface__["data"][0]
+    for n, st in zip(a.shape, a.strides):
+        if n > 1:
+            if st == 0:
+                return None
+            if st > 0:
+                hi += (n - 1) * st
+            else:
+                lo += (n - 1) * st
+    hi += a.itemsize
+    return (lo, hi) if hi - lo == a.size * a.itemsize else None
+
+
+def _check_partial_overlap(out: Tensor, src) -> None:
+    """torch's assert_no_partial_overlap for a write into ``out`` reading ``src``: both dense over memory that
+    overlaps without being the same elements (x[1:].copy_(x[:-1]), x.t().add_(x)) is refused; the same range with
+    the same strides, or either one not dense (torch: too hard to tell), passes."""
+    if not isinstance(src, Tensor) or src is out:
+        return
+    a, b = out._data, src._data
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not np.may_share_memory(a, b):
+        return
+    ra, rb = _dense_range(a), _dense_range(b)
+    if ra is None or rb is None or (ra == rb and a.strides == b.strides):
+        return
+    if ra[0] < rb[1] and rb[0] < ra[1]:
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor refer "
+                           "to a single memory location. Please clone() the tensor before performing the operation.")
 
 
 def _index_put_impl(target: Tensor, tens, attrs, val: Tensor, accumulate: bool, res):
@@ -474,15 +529,18 @@ def _index_put_impl(target: Tensor, tens, attrs, val: Tensor, accumulate: bool, 
     run(INDEX_PUT, [target, val] + list(tens), a, [Meta(tuple(target.shape), target._dtype)], out=[target])
 
 
-@export(name="index_put_", function=False)
+@export(name="index_put_")
 def index_put_(input: Tensor, indices, values, accumulate: bool = False) -> Tensor:
     """In place ``input[indices] = values`` (``+=`` with ``accumulate=True``, duplicates summed)."""
     if not isinstance(indices, (tuple, list)):
         raise TypeError("index_put_: indices must be a tuple of tensors")
     idx = tuple(i if i is not None else slice(None) for i in indices)
-    if 0 in input._data.strides:
-        _check_no_overlap(input)
     v, adv = _apply_basic(input, idx)
+    if 0 in v._data.strides:
+        if adv:
+            _warn_expanded(v)
+        else:
+            _check_no_overlap(v)
     _check_put_dtype(input, values, adv, False, accumulate)
     val = _value_tensor(values, input)
     if not adv:
@@ -540,8 +598,11 @@ def _nd1(t: Tensor) -> Tensor:
 
 
 @export
-def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False) -> Tensor:
+def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False, out=None) -> Tensor:
     """``out[i][j][k] = input[index[i][j][k]][j][k]`` along ``dim`` (``torch.gather``)."""
+    if out is not None:
+        from .reduction import _write_out
+        return _write_out(gather(input, dim, index, sparse_grad=sparse_grad), out, "gather")
     d = _check_gather_like("gather", input, dim, index)
     if index.numel() == 0:
         from ..tensor.creation import empty
@@ -644,8 +705,11 @@ def _check_index_vector(op: str, input: Tensor, dim: int, index: Tensor, allowed
 
 
 @export
-def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+def index_select(input: Tensor, dim: int, index: Tensor, *, out=None) -> Tensor:
     """Entries of ``input`` at ``index`` (1-D) along ``dim`` (``torch.index_select``)."""
+    if out is not None:
+        from .reduction import _write_out
+        return _write_out(index_select(input, dim, index), out, "index_select")
     d = _check_index_vector("index_select", input, dim, index)
     r = run(INDEX_SELECT, [_nd1(input), index.reshape(-1)], {"dim": d})[0]
     return r.reshape(()) if input.ndim == 0 else r
@@ -778,8 +842,11 @@ def _check_mask(op, mask):
 
 
 @export
-def masked_select(input: Tensor, mask: Tensor) -> Tensor:
+def masked_select(input: Tensor, mask: Tensor, *, out=None) -> Tensor:
     """1-D tensor of the entries of ``input`` where ``mask`` (broadcast) is True."""
+    if out is not None:
+        from .reduction import _write_out
+        return _write_out(masked_select(input, mask), out, "masked_select")
     _check_mask("masked_select", mask)
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_select")
     x, m = input.expand(shape), mask.expand(shape)
@@ -818,8 +885,11 @@ NONZERO = register(OpDef("nonzero", infer=_infer_nonzero, reference=lambda xs, a
 
 
 @export
-def nonzero(input: Tensor, *, as_tuple: bool = False):
+def nonzero(input: Tensor, *, as_tuple: bool = False, out=None):
     """Indices of the nonzero entries: an ``(n, ndim)`` int64 tensor, or a tuple of 1-D tensors."""
+    if out is not None and not as_tuple:
+        from .reduction import _write_out
+        return _write_out(nonzero(input), out, "nonzero")
     count = int(np.count_nonzero(_host(input)))
     if as_tuple:
         x = input.reshape(1) if input.ndim == 0 else input
@@ -860,8 +930,8 @@ def sort(input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool
     if input.ndim == 0:
         v, i = v.reshape(()), i.reshape(())
     if out is not None:
-        out[0].copy_(v)
-        out[1].copy_(i)
+        from .reduction import _write_out
+        _write_out((v, i), out, "sort")
         return SortResult(out[0], out[1])
     return SortResult(v, i)
 

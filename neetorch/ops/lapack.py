@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from ..tensor import creation as _creation
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
@@ -714,10 +716,14 @@ def linalg_tensorsolve(A, B, dims=None, *, out=None):
 
 
 def _out(r, out):
+    """``out=`` of the linalg functions: torch's rules (the result's dtype; another shape resized, with the
+    deprecation warning when ``out`` holds elements)."""
     if out is None:
         return r
-    if tuple(out.shape) != tuple(r.shape):
-        raise RuntimeError(f"out tensor has shape {tuple(out.shape)}, expected {tuple(r.shape)}")
+    if out._dtype is not r._dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {r._dtype.name}, but got {out._dtype.name} instead")
+    from .elementwise import resize_out
+    resize_out(out, r.shape, "out=")
     out.copy_(r)
     return out
 
@@ -875,3 +881,268 @@ def triangular_solve(input, A, upper=True, transpose=False, unitriangular=False)
     batch = tuple(x.shape[:-2])
     coef = A.expand(batch + tuple(A.shape[-2:])).contiguous() if tuple(A.shape[:-2]) != batch else A.clone()
     return _rt("triangular_solve", ("solution", "cloned_coefficient"))(x, coef)
+
+
+# ------------------------------------------------------------------ Householder QR in LAPACK's compact form
+def _infer_geqrf(metas, attrs):
+    a = metas[0]
+    return [Meta(a.shape, a.dtype), Meta(a.shape[:-2] + (min(a.shape[-2:]),), a.dtype)]
+
+
+GEQRF = register(OpDef("geqrf", infer=_infer_geqrf, nout=2,
+                       doc="(a, tau): R on and above the diagonal, the Householder vectors below (LAPACK geqrf)"))
+
+
+@export
+def geqrf(input, *, out=None):
+    """``torch.geqrf``: ``(a, tau)``, LAPACK's compact QR: R in the upper triangle, the Householder reflectors
+    H_i = I - tau_i v_i v_i^T (v_i = (0, .., 1, a[i+1:, i])) below it; ``linalg.householder_product(a, tau)``
+    gives Q's first columns, ``ormqr`` applies Q."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"geqrf(): argument 'input' must be Tensor, not {type(input).__name__}")
+    if input.ndim < 2:
+        raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
+    _floating(input, "geqrf", half="kernel:geqrf_cpu", integer="kernel:geqrf_cpu")
+    a, tau = run(GEQRF, [input], {})
+    if out is not None:
+        _out(a, out[0])
+        _out(tau, out[1])
+        a, tau = out
+    return _rt("geqrf", ("a", "tau"))(a, tau)
+
+
+@export
+def orgqr(input, tau):
+    """``torch.orgqr``: ``linalg.householder_product(input, tau)``."""
+    from ..linalg import householder_product
+    return householder_product(input, tau)
+
+
+@export
+def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
+    """``torch.ormqr``: ``op(Q) @ other`` (``left``) or ``other @ op(Q)``, Q = H_1 ... H_k the (mn, mn) product of
+    ``geqrf``'s reflectors (input (*, mn, k), tau (*, min(mn, k))), op(Q) = Q^T when ``transpose``.  Composed: the
+    full Q from ``linalg.householder_product`` on the reflector columns padded to a square, then one matmul."""
+    from ..linalg import householder_product
+    from .shape import pad
+    op = "torch.ormqr"
+    for name, t in (("input", input), ("tau", tau), ("other", other)):
+        _tensor(t, "ormqr", name)
+    if input.ndim < 2:
+        raise RuntimeError(f"{op}: input must have at least 2 dimensions.")
+    if other.ndim < 2:
+        raise RuntimeError(f"{op}: other must have at least 2 dimensions.")
+    mn = other.shape[-2] if left else other.shape[-1]
+    if left and other.shape[-2] != input.shape[-2]:
+        raise RuntimeError(f"{op}: other.shape[-2] must be equal to input.shape[-2]")
+    if not left and other.shape[-1] != input.shape[-2]:
+        raise RuntimeError(f"{op}: other.shape[-1] must be equal to input.shape[-2]")
+    k = tau.shape[-1] if tau.ndim else 1
+    if k > min(mn, input.shape[-1]):
+        raise RuntimeError(f"{op}: tau.shape[-1] must be equal to min(other.shape[{-2 if left else -1}], "
+                           f"input.shape[-1])")
+    if tau.ndim != input.ndim - 1 or tuple(tau.shape[:-1]) != tuple(input.shape[:-2]):
+        raise RuntimeError(f"{op}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got "
+                           f"{list(tau.shape[:-1])}")
+    if tuple(other.shape[:-2]) != tuple(input.shape[:-2]):
+        raise RuntimeError(f"{op}: Expected batch dimensions of other to be equal to input.shape[:-2], but got "
+                           f"{list(other.shape[:-2])}")
+    if other._dtype is not input._dtype or tau._dtype is not input._dtype:
+        bad, bn = (other, "other") if other._dtype is not input._dtype else (tau, "tau")
+        raise RuntimeError(f"{op}: Expected input and {bn} to have the same dtype, but input has dtype"
+                           f"{_CAP[input._dtype.name]} and {bn} has dtype {_CAP[bad._dtype.name]}")
+    _floating(input, "ormqr", half="kernel:ormqr_cpu", integer="kernel:ormqr_cpu")
+    refl = input.narrow(-1, 0, k)
+    q = householder_product(pad(refl, (0, mn - k)), tau)          # (*, mn, mn)
+    if transpose:
+        q = _mT(q)
+    return _out(q.matmul(other) if left else other.matmul(q), out)
+
+
+# ------------------------------------------------------------------ LDL^T (Bunch-Kaufman) factor and solve
+def _infer_ldl(metas, attrs):
+    a = metas[0]
+    return [Meta(a.shape, a.dtype), Meta(a.shape[:-1], _I32), Meta(a.shape[:-2], _I32)]
+
+
+LINALG_LDL_FACTOR_EX = register(OpDef("linalg_ldl_factor_ex", infer=_infer_ldl, nout=3,
+                                      doc="(LD, pivots int32 LAPACK-style, info int32): sytrf, lower triangle"))
+LINALG_LDL_SOLVE = register(OpDef("linalg_ldl_solve", infer=_infer_solve3,
+                                  doc="X with A X = B from ldl_factor's (LD, pivots) (LAPACK sytrs)"))
+
+
+def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
+    """``torch.linalg.ldl_factor_ex``: ``(LD, pivots, info)`` of the symmetric matrices whose lower triangle is
+    ``A``'s (LAPACK's sytrf with Bunch-Kaufman pivoting: a 2x2 block of D has both pivots -p)."""
+    op = "torch.linalg.ldl_factor_ex"
+    _square(A, op)
+    _floating(A, op, half="kernel:ldl_factor_kernel_cpu")
+    r = run(LINALG_LDL_FACTOR_EX, [A], {"check_errors": bool(check_errors)})
+    if out is not None:
+        for o, v in zip(out, r):
+            _out(v, o)
+        r = list(out)
+    return _rt("linalg_ldl_factor_ex", ("LD", "pivots", "info"))(*r)
+
+
+def linalg_ldl_factor(A, *, hermitian=False, out=None):
+    """``torch.linalg.ldl_factor``: ``(LD, pivots)``; a singular ``A`` raises."""
+    r = linalg_ldl_factor_ex(A, hermitian=hermitian, check_errors=True)
+    if out is not None:
+        _out(r.LD, out[0])
+        _out(r.pivots, out[1])
+        return _rt("linalg_ldl_factor", ("LD", "pivots"))(*out)
+    return _rt("linalg_ldl_factor", ("LD", "pivots"))(r.LD, r.pivots)
+
+
+def linalg_ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
+    """``torch.linalg.ldl_solve``: X with A X = B from ``ldl_factor``'s ``(LD, pivots)`` (batch dims broadcast)."""
+    op = "torch.linalg.ldl_solve"
+    _tensor(B, op, "B")
+    _square(LD, op, "LD")
+    if B.ndim < 2:
+        raise RuntimeError(f"{op}: The input tensor B must have at least 2 dimensions.")
+    _floating(LD, op, half="kernel:ldl_solve_cpu")
+    if B._dtype is not LD._dtype:
+        raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {_CAP[B._dtype.name]} and "
+                           f"A of type {_CAP[LD._dtype.name]} instead.")
+    if pivots._dtype is not _I32:
+        raise RuntimeError(f"{op}: Expected pivots to be integers. Got {_CAP[pivots._dtype.name]}"
+                           if pivots._dtype.category != 1 else
+                           f"{op}: Expected pivots to be int32, got {_CAP[pivots._dtype.name]}")
+    if pivots.ndim != LD.ndim - 1 or pivots.shape[-1] != LD.shape[-1]:
+        raise RuntimeError(f"{op}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with "
+                           f"shape {list(pivots.shape)} instead")
+    _check_rhs(LD, B, op, True)
+    p = pivots.numpy(force=True)
+    n = LD.shape[-1]
+    if p.size and (np.abs(p).min() < 1 or np.abs(p).max() > n):
+        raise RuntimeError(f"{op}: pivots must be in [-{n}, -1] or [1, {n}] (LAPACK's 1-based form), got values "
+                           f"from {int(p.min())} to {int(p.max())}; pass the pivots returned by linalg.ldl_factor")
+    return _out(run(LINALG_LDL_SOLVE, [LD, pivots, B], {})[0], out)
+
+
+# ------------------------------------------------------------------ randomized low-rank SVD / PCA (Halko et al.)
+def _approximate_basis(A, q, niter, M):
+    """torch._lowrank.get_approximate_basis: an orthonormal (*, m, q) basis of A's (minus M's) range from a
+    Gaussian sketch and ``niter`` subspace (power) iterations, each step re-orthonormalized by QR."""
+    from ..tensor.creation import randn
+    dt = A._dtype if A._dtype.category == 2 else _dt.float32
+    R = randn(A.shape[-1], q, dtype=dt, device=A.device)
+    X = A.matmul(R) if M is None else A.matmul(R) - M.matmul(R)
+    Q = linalg_qr(X).Q
+    for _ in range(niter):
+        X = _mT(A).matmul(Q) if M is None else _mT(A).matmul(Q) - _mT(M).matmul(Q)
+        Q = linalg_qr(X).Q
+        X = A.matmul(Q) if M is None else A.matmul(Q) - M.matmul(Q)
+        Q = linalg_qr(X).Q
+    return Q
+
+
+def _svd_lowrank(A, q, niter, M):
+    q = 6 if q is None else int(q)
+    niter = 2 if niter is None else int(niter)
+    m, n = A.shape[-2:]
+    if M is not None:
+        M = M.broadcast_to(tuple(A.shape))
+    if m < n:                            # (the basis of the transpose: the smaller side)
+        A = _mT(A)
+        M = None if M is None else _mT(M)
+    Q = _approximate_basis(A, q, niter, M)
+    B = _mT(Q).matmul(A)
+    if M is not None:
+        B = B - _mT(Q).matmul(M)
+    U, S, Vh = linalg_svd(B, full_matrices=False)
+    V = _mT(Vh)
+    U = Q.matmul(U)
+    if m < n:
+        U, V = V, U
+    return U, S, V
+
+
+@export(method=False)
+def svd_lowrank(A, q=6, niter=2, M=None):
+    """``torch.svd_lowrank``: ``(U, S, V)`` with ``U diag(S) V^T`` approximating ``A - M`` at rank ``q`` (Halko,
+    Martinsson and Tropp's randomized range finder with ``niter`` power iterations, PyTorch's algorithm step for
+    step; the sketch comes from the global generator, so ``nee.manual_seed`` makes it reproducible)."""
+    _matrix(A, "svd_lowrank")
+    if A._dtype.category != 2:
+        A = A.to(_dt.float32)
+    return _svd_lowrank(A, q, niter, M)
+
+
+@export(method=False)
+def pca_lowrank(A, q=None, center=True, niter=2):
+    """``torch.pca_lowrank``: ``svd_lowrank`` of ``A`` minus its column means (``center``), ``q`` defaulting to
+    min(6, m, n)."""
+    _matrix(A, "pca_lowrank")
+    m, n = A.shape[-2:]
+    if q is None:
+        q = min(6, m, n)
+    elif not 0 <= q <= min(m, n):
+        raise ValueError(f"q(={q}) must be non-negative integer and not greater than min(m, n)={min(m, n)}")
+    if not niter >= 0:
+        raise ValueError(f"niter(={niter}) must be non-negative integer")
+    if A._dtype.category != 2:
+        A = A.to(_dt.float32)
+    if not center:
+        return _svd_lowrank(A, q, niter, None)
+    return _svd_lowrank(A - A.mean(-2, keepdim=True), q, niter, None)
+
+
+# ------------------------------------------------------------------ the old (torch < 1.9 / deprecated) entry points
+_REMOVED = {
+    "eig": "`torch.linalg.eig` returns complex tensors of dtype `cfloat` or `cdouble` rather than real tensors "
+           "mimicking complex tensors.\n\nL, _ = torch.eig(A) should be replaced with:\nL_complex = "
+           "torch.linalg.eigvals(A)\n\nand\n\nL, V = torch.eig(A, eigenvectors=True) should be replaced with:\n"
+           "L_complex, V_complex = torch.linalg.eig(A)",
+    "lstsq": "`torch.lstsq` is deprecated in favor of `torch.linalg.lstsq`.\n`torch.linalg.lstsq` has reversed "
+             "arguments and does not return the QR decomposition in the returned tuple (although it returns other "
+             "information about the problem).\n\nTo get the QR decomposition consider using `torch.linalg.qr`.\n\n"
+             "The returned solution in `torch.lstsq` stored the residuals of the solution in the last m - n columns "
+             "of the returned value whenever m > n. In torch.linalg.lstsq, the residuals are in the field "
+             "'residuals' of the returned named tuple.\n\nThe unpacking of the solution, as in\nX, _ = "
+             "torch.lstsq(B, A).solution[:A.size(1)]\nshould be replaced with:\nX = torch.linalg.lstsq(A, B).solution",
+    "solve": "`torch.solve` is deprecated in favor of `torch.linalg.solve`. `torch.linalg.solve` has its arguments "
+             "reversed and does not return the LU factorization.\n\nTo get the LU factorization see `torch.lu`, which "
+             "can be used with `torch.lu_solve` or `torch.lu_unpack`.\nX = torch.solve(B, A).solution should be "
+             "replaced with:\nX = torch.linalg.solve(A, B)",
+    "symeig": "The default behavior has changed from using the upper triangular portion of the matrix by default to "
+              "using the lower triangular portion.\n\nL, _ = torch.symeig(A, upper=upper) should be replaced with:\n"
+              "L = torch.linalg.eigvalsh(A, UPLO='U' if upper else 'L')\n\nand\n\nL, V = torch.symeig(A, "
+              "eigenvectors=True) should be replaced with:\nL, V = torch.linalg.eigh(A, UPLO='U' if upper else 'L')",
+    "matrix_rank": "\nPlease use the `torch.linalg.matrix_rank` function instead. The parameter 'symmetric' was "
+                   "renamed in `torch.linalg.matrix_rank()` to 'hermitian'.",
+}
+
+
+def _removed(name, method):
+    def f(*args, **kwargs):
+        sep = "" if _REMOVED[name].startswith("\n") else " "
+        raise RuntimeError(f"This function was deprecated since version 1.9 and is now removed.{sep}{_REMOVED[name]}")
+    f.__name__ = name
+    f.__doc__ = f"``torch.{name}``: removed in PyTorch 1.9; raises its RuntimeError (what to call instead)."
+    export(f, name=name, method=method)
+
+
+for _n in _REMOVED:
+    _removed(_n, _n != "matrix_rank")
+
+
+@export
+def lu(A, pivot=True, get_infos=False, out=None):
+    """``torch.lu`` (deprecated): ``(LU, pivots)`` of ``linalg.lu_factor_ex``, ``(LU, pivots, infos)`` with
+    ``get_infos`` (which also leaves singular matrices unchecked)."""
+    r = linalg_lu_factor_ex(A, pivot=pivot, check_errors=not get_infos)
+    return (r.LU, r.pivots, r.info) if get_infos else (r.LU, r.pivots)
+
+
+@export(method=False)
+def nuclear_norm(input, dim=None, keepdim=False, *, out=None):
+    """``torch.nuclear_norm`` (deprecated): the sum of singular values over ``dim`` (default: the last two)."""
+    from ..linalg import matrix_norm
+    if isinstance(dim, bool) and keepdim is False:       # (the old overload nuclear_norm(input, keepdim))
+        dim, keepdim = None, dim
+    if dim is None:
+        dim = (-2, -1)
+    return _out(matrix_norm(input, "nuc", tuple(dim), keepdim), out)

@@ -333,6 +333,12 @@ def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     return _out(_low_scaled_add(mv, input, (mat, vec), beta, alpha, "addmv"), out)
 
 
+@export(name="addmv_", method=False)
+def addmv_(input, mat, vec, *, beta=1, alpha=1):
+    """In place ``input = beta * input + alpha * (mat @ vec)`` (``torch.addmv_``)."""
+    return input.addmv_(mat, vec, beta=beta, alpha=alpha)
+
+
 @export
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * bmm(batch1, batch2) (``torch.baddbmm``)."""

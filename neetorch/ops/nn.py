@@ -131,8 +131,16 @@ GROUP_NORM = register(OpDef("group_norm", infer=_same_meta))
 
 
 def _norm_shape(op, input, normalized_shape):
-    if isinstance(normalized_shape, numbers.Integral):
-        normalized_shape = (int(normalized_shape),)
+    # torch's argument parser: a sequence of ints (a bare int, a Tensor, float or bool elements are refused)
+    if not isinstance(normalized_shape, (list, tuple)):
+        raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
+                        f"{type(normalized_shape).__name__}")
+    for s in normalized_shape:
+        ok = (isinstance(s, Tensor) and s.ndim == 0 and s._dtype.category == 1) or \
+            (isinstance(s, numbers.Integral) and not isinstance(s, (bool, np.bool_)))
+        if not ok:
+            raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, but found "
+                            f"element of type {type(s).__name__}")
     ns = tuple(int(s) for s in normalized_shape)
     k = len(ns)
     if k == 0:
@@ -226,6 +234,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     """Batch normalization (``torch.nn.functional.batch_norm``): running statistics when not training; batch
     statistics (and an in-place running-stat update) when training."""
     _check_float("batch_norm", input)
+    _check_momentum("batch_norm", momentum)
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected 2D or more input (got {input.ndim}D input)")
     C = input.shape[1]
@@ -248,8 +257,15 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return _affine_apply(input, mean, var, w, b, eps)
 
 
+def _check_momentum(op, momentum):
+    # the functional form takes a float; the modules' momentum=None (a cumulative moving average) is resolved by
+    # the module into a per-step factor before it calls here
+    if not isinstance(momentum, numbers.Real) or isinstance(momentum, (bool, np.bool_)):
+        raise TypeError(f"{op}(): argument 'momentum' (position 7) must be float, not {type(momentum).__name__}")
+
+
 def _update_running(running_mean, running_var, mean, var, cnt, momentum):
-    m = 0.0 if momentum is None else float(momentum)
+    m = float(momentum)
     if running_mean is not None:
         running_mean.copy_(running_mean * (1.0 - m) + mean.to(running_mean._dtype) * m)
     if running_var is not None:
@@ -261,6 +277,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                   momentum=0.1, eps=1e-5):
     """Instance normalization of ``(N, C, *)`` (``torch.nn.functional.instance_norm``)."""
     _check_float("instance_norm", input)
+    _check_momentum("instance_norm", momentum)
     if input.ndim < 2:
         raise ValueError(f"instance_norm: expected 2D or more input (got {input.ndim}D input)")
     N, C = input.shape[0], input.shape[1]
@@ -886,3 +903,266 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
             return _sum_all(loss)
         return _sum_all(loss) / input.shape[0]
     return _reduce(loss, reduction)
+
+
+# ---------------------------------------------------------------- the native_* forms (output and saved statistics)
+def _stats(input, dims):
+    """(mean, 1/sqrt(var + eps) without eps: the biased variance) over ``dims`` in the compute dtype, keepdim."""
+    x = input.to(_dt.compute_dtype(input._dtype))
+    mean = x.mean(dims, keepdim=True)
+    var = ((x - mean) * (x - mean)).mean(dims, keepdim=True)
+    return mean, var
+
+
+@export(method=False)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """``torch.native_layer_norm``: ``(output, mean, rstd)``, the statistics of each normalized row with the
+    normalized dims kept as size 1, in the input's dtype."""
+    out = layer_norm(input, tuple(normalized_shape), weight, bias, eps)
+    k = len(tuple(normalized_shape))
+    mean, var = _stats(input, tuple(range(input.ndim - k, input.ndim)))
+    return out, mean.to(input._dtype), (var + float(eps)).rsqrt().to(input._dtype)
+
+
+@export(method=False)
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """``torch.native_batch_norm``: ``(output, save_mean, save_invstd)``; training: the batch statistics per
+    channel (and the running ones updated in place); evaluation: two empty tensors."""
+    from ..tensor.creation import empty
+    out = batch_norm(input, running_mean, running_var, weight, bias, bool(training), momentum, eps)
+    if not training:
+        e = empty(0, dtype=input._dtype, device=input.device)
+        return out, e, e.clone()
+    dims = (0,) + tuple(range(2, input.ndim))
+    mean, var = _stats(input, dims)
+    return out, mean.reshape(-1).to(input._dtype), (var + float(eps)).rsqrt().reshape(-1).to(input._dtype)
+
+
+@export(method=False)
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """``torch.native_group_norm``: ``(output, mean, rstd)``, the statistics (N, group) of each group."""
+    N, C, HxW, group = int(N), int(C), int(HxW), int(group)
+    if input.numel() != N * C * HxW:
+        raise RuntimeError(f"native_group_norm: Expected input with {N} * {C} * {HxW} = {N * C * HxW} elements, "
+                           f"but got input of size {list(input.shape)}")
+    out = group_norm(input, group, weight, bias, eps)
+    mean, var = _stats(input.reshape(N, group, -1), (2,))
+    return out, mean.reshape(N, group).to(input._dtype), (var + float(eps)).rsqrt().reshape(N, group).to(input._dtype)
+
+
+@export(method=False)
+def conv_tbc(input, weight, bias, pad=0):
+    """``torch.conv_tbc``: 1-D convolution of a (time, batch, channels) sequence with a (kernel, in, out) weight,
+    ``pad`` zeros on both ends of time; (time', batch, out)."""
+    from .conv import conv1d
+    if input.ndim != 3:
+        raise RuntimeError(f"conv_tbc: Input must have 3 dims: time, batch, in_channel (got {list(input.shape)})")
+    if weight.ndim != 3:
+        raise RuntimeError(f"conv_tbc: Weight tensor must have 3 dims: kernel_width, in_channels, out_channels "
+                           f"(got {list(weight.shape)})")
+    if bias.ndim != 1:
+        raise RuntimeError(f"conv_tbc: Bias must be 1-D (got {list(bias.shape)})")
+    if input.shape[2] != weight.shape[1]:
+        raise RuntimeError(f"conv_tbc: Input dim 2 (input channels) is not == dim 1 in the weight tensor "
+                           f"({input.shape[2]} vs {weight.shape[1]})")
+    if weight.shape[2] != bias.shape[0]:
+        raise RuntimeError(f"conv_tbc: Bias size must equal dim 2 in the weight tensor (output channels) "
+                           f"({bias.shape[0]} vs {weight.shape[2]})")
+    y = conv1d(input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=int(pad))
+    return y.permute(2, 0, 1).contiguous()
+
+
+_BAG_MODES = {0: "sum", 1: "mean", 2: "max"}
+
+
+@export(method=False)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """``torch.embedding_bag`` (the ATen form, mode 0/1/2 = sum/mean/max): ``(output, offset2bag, bag_size,
+    max_indices)`` as PyTorch's CPU kernel gives them: offset2bag the bag of each index (empty for 'sum' without
+    ``padding_idx``), bag_size the non-padding count per bag (zeros for 'sum'), max_indices the row of each
+    maximum for 'max' (bag_size for 'mean', zeros for 'sum')."""
+    from ..nn.functional_extra import embedding_bag as _bag
+    from ..tensor.creation import tensor
+    if int(mode) not in _BAG_MODES:
+        raise RuntimeError(f"embedding_bag: mode has to be 0 (sum), 1 (mean) or 2 (max), got {mode}")
+    if not isinstance(offsets, Tensor):
+        raise TypeError(f"embedding_bag(): argument 'offsets' (position 3) must be Tensor, not "
+                        f"{type(offsets).__name__}")
+    if indices.ndim != 1:
+        raise RuntimeError(f"embedding_bag: input has to be a 1D Tensor, but got Tensor of dimension {indices.ndim}")
+    m = _BAG_MODES[int(mode)]
+    out = _bag(indices, weight, offsets, None, 2, scale_grad_by_freq, m, sparse, per_sample_weights,
+               include_last_offset, padding_idx)
+    B = out.shape[0]
+    dev = weight.device
+    idx = indices.numpy(force=True).astype(np.int64)
+    off = offsets.numpy(force=True).astype(np.int64)
+    bag = np.clip(np.searchsorted(off[:B], np.arange(idx.size), side="right") - 1, 0, max(B - 1, 0))
+    pad = None if padding_idx is None else int(padding_idx) % weight.shape[0]
+    keep = np.ones(idx.size, bool) if pad is None else idx != pad
+    o2b = bag if (m != "sum" or pad is not None) else np.zeros(0, np.int64)
+    # (the 'sum' kernel sizes its zeros by the offsets, include_last_offset's extra one too)
+    size = np.bincount(bag[keep], minlength=B)[:B].astype(np.int64) if m != "sum" else np.zeros(off.size, np.int64)
+    if m == "max":
+        w = weight.numpy(force=True)
+        mi = np.zeros((B, weight.shape[1]), np.int64)
+        for b in range(B):
+            rows = idx[(bag == b) & keep]
+            if rows.size:
+                mi[b] = rows[np.argmax(w[rows], axis=0)]
+    elif m == "mean":
+        mi = size.copy()
+    else:
+        mi = np.zeros(off.size, np.int64)
+    return (out, tensor(o2b, dtype=_dt.int64, device=dev), tensor(size, dtype=_dt.int64, device=dev),
+            tensor(mi, dtype=_dt.int64, device=dev))
+
+
+# ---------------------------------------------------------------- ATen-level entry points torch exposes as torch.*
+def _cell_linear(x, h, w_ih, w_hh, b_ih, b_hh):
+    from .linalg import matmul
+    g = matmul(x, w_ih.transpose(0, 1)) + matmul(h, w_hh.transpose(0, 1))
+    if b_ih is not None:
+        g = g + b_ih
+    if b_hh is not None:
+        g = g + b_hh
+    return g
+
+
+@export(method=False)
+def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """``torch.rnn_tanh_cell``: ``tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)``."""
+    return _cell_linear(input, hx, w_ih, w_hh, b_ih, b_hh).tanh()
+
+
+@export(method=False)
+def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """``torch.rnn_relu_cell``: ``relu(x W_ih^T + b_ih + h W_hh^T + b_hh)``."""
+    return _cell_linear(input, hx, w_ih, w_hh, b_ih, b_hh).relu()
+
+
+@export(method=False)
+def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """``torch.lstm_cell``: ``(h', c')`` of one LSTM step, gates (i, f, g, o) in PyTorch's order."""
+    h, c = hx
+    i, f, g, o = _cell_linear(input, h, w_ih, w_hh, b_ih, b_hh).chunk(4, 1)
+    c2 = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c2.tanh(), c2
+
+
+@export(method=False)
+def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """``torch.gru_cell``: one GRU step, gates (r, z, n) in PyTorch's order, ``r`` applied to ``h W_hn^T + b_hn``."""
+    from .linalg import matmul
+    gi = matmul(input, w_ih.transpose(0, 1)) + (b_ih if b_ih is not None else 0)
+    gh = matmul(hx, w_hh.transpose(0, 1)) + (b_hh if b_hh is not None else 0)
+    ir, iz, in_ = gi.chunk(3, 1)
+    hr, hz, hn = gh.chunk(3, 1)
+    r = (ir + hr).sigmoid()
+    z = (iz + hz).sigmoid()
+    n = (in_ + r * hn).tanh()
+    return n + z * (hx - n)
+
+
+@export(method=False)
+def native_dropout(input, p, train):
+    """``torch.native_dropout``: ``(output, mask)``; not training (``train`` False or None): the input and an
+    all-True mask."""
+    from ..tensor.creation import ones
+    if not train:
+        return input.clone(), ones(tuple(input.shape), dtype=_dt.bool_, device=input.device)
+    from ..tensor.creation import rand
+    keep = rand(tuple(input.shape), device=input.device) >= float(p)
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - float(p))
+    return input * keep.to(input._dtype) * scale, keep
+
+
+@export(method=False)
+def native_channel_shuffle(input, groups):
+    """``torch.native_channel_shuffle``: ``nn.functional.channel_shuffle``."""
+    from .conv import channel_shuffle
+    return channel_shuffle(input, groups)
+
+
+@export(method=False)
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """``torch.convolution``: the 1-, 2- or 3-D (transposed) convolution the weight's rank names."""
+    from ..nn import functional as F
+    nd = weight.ndim - 2
+    if nd not in (1, 2, 3):
+        raise RuntimeError(f"convolution: expected a 3-D, 4-D or 5-D weight, got {list(weight.shape)}")
+    if transposed:
+        f = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[nd]
+        return f(input, weight, bias, stride, padding, output_padding, groups, dilation)
+    f = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    return f(input, weight, bias, stride, padding, dilation, groups)
+
+
+@export(method=False)
+def to_dlpack(tensor):
+    """``torch.to_dlpack``: the tensor's DLPack capsule (``tensor.__dlpack__()``)."""
+    return tensor.__dlpack__()
+
+
+_GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_GRID_PADS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+def _grid_sampler(name, nd, input, grid, interpolation_mode, padding_mode, align_corners):
+    from ..nn import functional as F
+    if int(interpolation_mode) not in _GRID_MODES or int(padding_mode) not in _GRID_PADS:
+        raise RuntimeError(f"{name}: interpolation_mode must be 0 (bilinear), 1 (nearest) or 2 (bicubic) and "
+                           f"padding_mode 0 (zeros), 1 (border) or 2 (reflection), got {interpolation_mode} and "
+                           f"{padding_mode}")
+    if nd and input.ndim != nd:
+        raise RuntimeError(f"{name}: expected a {nd}-D input, got {list(input.shape)}")
+    return F.grid_sample(input, grid, _GRID_MODES[int(interpolation_mode)], _GRID_PADS[int(padding_mode)],
+                         bool(align_corners))
+
+
+@export(method=False)
+def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    """``torch.grid_sampler``: ``nn.functional.grid_sample`` with ATen's integer modes (0/1/2: bilinear / nearest /
+    bicubic; padding 0/1/2: zeros / border / reflection)."""
+    return _grid_sampler("grid_sampler", 0, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@export(method=False)
+def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """``torch.grid_sampler_2d``: ``grid_sampler`` of a 4-D input."""
+    return _grid_sampler("grid_sampler_2d", 4, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@export(method=False)
+def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """``torch.grid_sampler_3d``: ``grid_sampler`` of a 5-D input."""
+    return _grid_sampler("grid_sampler_3d", 5, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+@export(method=False)
+def affine_grid_generator(theta, size, align_corners):
+    """``torch.affine_grid_generator``: ``nn.functional.affine_grid``."""
+    from ..nn import functional as F
+    return F.affine_grid(theta, list(size), bool(align_corners))
+
+
+@export(method=False)
+def embedding_renorm_(input, indices, max_norm, norm_type):
+    """``torch.embedding_renorm_``: in place, each row of ``input`` that ``indices`` names (once, however often
+    named) whose ``norm_type``-norm exceeds ``max_norm`` is scaled by ``max_norm / (norm + 1e-7)``."""
+    from ..tensor.creation import tensor
+    if input.ndim != 2:
+        raise RuntimeError(f"embedding_renorm_: input must be 2-D, got {list(input.shape)}")
+    if indices._dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError(f"embedding_renorm_: Expected tensor for argument #2 'indices' to have one of the following "
+                           f"scalar types: Long, Int; but got {indices._dtype.name} instead")
+    rows = np.unique(indices.numpy(force=True).reshape(-1))
+    if rows.size == 0:
+        return input
+    idx = tensor(rows, dtype=_dt.int64, device=input.device)
+    sel = input.index_select(0, idx)
+    norms = sel.norm(float(norm_type), dim=1, keepdim=True)
+    scale = EXPORTS["where"][0](norms > float(max_norm), float(max_norm) / (norms + 1e-7), 1.0)
+    input.index_copy_(0, idx, sel * scale.to(input._dtype))
+    return input

@@ -192,6 +192,24 @@ def _out_dtype(name, dim, dtype, out):
     return out._dtype
 
 
+def _write_out(r, out, name, cast=False):
+    """``r`` written into ``out=`` torch's way: a tuple ``out`` takes a tuple result; each ``out`` must have its
+    result's dtype (``cast``: a floating ``out`` may be wider or narrower, the value is cast), another shape is
+    resized (see ``elementwise.resize_out``)."""
+    if isinstance(r, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(r):
+            raise TypeError(f"{name}(): argument 'out' must be a tuple of {len(r)} Tensors")
+        for v, o in zip(r, out):
+            _write_out(v, o, name, cast)
+        return type(r)(*out) if hasattr(r, "_fields") else tuple(out)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out._dtype is not r._dtype and not (cast and out._dtype.category == 2 and r._dtype.category == 2):
+        raise RuntimeError(f"{name}(): Expected out tensor to have dtype {r._dtype.name}, but got {out._dtype.name} "
+                           f"instead")
+    return _to_out(r, out, name)
+
+
 def _to_out(r, out, name):
     from .elementwise import resize_out
     resize_out(out, r.shape, name)
@@ -255,11 +273,33 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64; with ``out=``
     computed in ``out``'s dtype."""
+    _int_dim("prod", dim)
     if out is not None:
         return _to_out(prod(input, dim, keepdim, dtype=_out_dtype("prod", dim, dtype, out)), out, "prod")
     _check(input, "prod")
     x = _cast(input, dtype)
     return _reduce(PROD, x, dim, keepdim, x._dtype.name if dtype is not None else None, "prod")
+
+
+def _int_dim(op, dim):
+    """torch's ``int? dim`` arguments (prod, aminmax, ...): one dim, never a tuple or list."""
+    if dim is not None and not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"{op}(): argument 'dim' must be int, not {type(dim).__name__}")
+
+
+def _widen(input, out):
+    """A floating reduction's input for ``out=``: in ``out``'s dtype when that is a wider float (torch computes
+    var(float32, out=float64) in float64)."""
+    if isinstance(out, Tensor) and out._dtype.category == 2 and input._dtype.category == 2 and \
+            out._dtype.itemsize > input._dtype.itemsize:
+        return input.to(out._dtype)
+    return input
+
+
+def _scan_out_dtype(op, dtype, out):
+    if out._dtype is _dt.bool_:
+        raise RuntimeError(f"{op}(): the out= dtype Bool is not supported (torch's scans have no bool kernel)")
+    return out._dtype if dtype is None else dtype
 
 
 def _tname(dt):
@@ -279,15 +319,19 @@ def _minmax_all(op, x, dim, keepdim, name):
 
 
 @export
-def amax(input, dim=(), keepdim=False):
+def amax(input, dim=(), keepdim=False, *, out=None):
     """``torch.amax``: maximum over ``dim`` (all dims when empty); NaN propagates."""
+    if out is not None:
+        return _write_out(amax(input, dim, keepdim), out, "amax")
     _check(input, "amax")
     return _minmax_all(AMAX, input, dim, keepdim, "amax")
 
 
 @export
-def amin(input, dim=(), keepdim=False):
+def amin(input, dim=(), keepdim=False, *, out=None):
     """``torch.amin``: minimum over ``dim`` (all dims when empty); NaN propagates."""
+    if out is not None:
+        return _write_out(amin(input, dim, keepdim), out, "amin")
     _check(input, "amin")
     return _minmax_all(AMIN, input, dim, keepdim, "amin")
 
@@ -310,15 +354,19 @@ def _max_like(name, full_op, dim_op, input, dim, keepdim, other):
 
 
 @export
-def max(input, dim=None, keepdim=False, *, other=None):
+def max(input, dim=None, keepdim=False, *, other=None, out=None):
     """``torch.max``: full maximum; with ``dim`` a ``(values, indices)`` namedtuple (first occurrence,
     NaN wins); with a tensor second argument the elementwise ``maximum``."""
+    if out is not None:
+        return _write_out(max(input, dim, keepdim, other=other), out, "max")
     return _max_like("max", AMAX, MAX_DIM, input, dim, keepdim, other)
 
 
 @export
-def min(input, dim=None, keepdim=False, *, other=None):
+def min(input, dim=None, keepdim=False, *, other=None, out=None):
     """``torch.min``: full minimum; with ``dim`` a ``(values, indices)`` namedtuple."""
+    if out is not None:
+        return _write_out(min(input, dim, keepdim, other=other), out, "min")
     return _max_like("min", AMIN, MIN_DIM, input, dim, keepdim, other)
 
 
@@ -338,20 +386,25 @@ def _arg(name, op, input, dim, keepdim):
 
 
 @export
-def argmax(input, dim=None, keepdim=False):
+def argmax(input, dim=None, keepdim=False, *, out=None):
     """``torch.argmax``: index of the first maximum (``dim=None``: of the flattened tensor)."""
+    if out is not None:
+        return _write_out(argmax(input, dim, keepdim), out, "argmax")
     return _arg("argmax", ARGMAX, input, dim, keepdim)
 
 
 @export
-def argmin(input, dim=None, keepdim=False):
+def argmin(input, dim=None, keepdim=False, *, out=None):
     """``torch.argmin``: index of the first minimum (``dim=None``: of the flattened tensor)."""
+    if out is not None:
+        return _write_out(argmin(input, dim, keepdim), out, "argmin")
     return _arg("argmin", ARGMIN, input, dim, keepdim)
 
 
 @export
 def aminmax(input, *, dim=None, keepdim=False):
     """``torch.aminmax``: ``(min, max)`` namedtuple."""
+    _int_dim("aminmax", dim)
     _check(input, "aminmax")
     if dim is None:
         if input.numel() == 0:
@@ -445,15 +498,19 @@ def _squeeze(t, dims):
 
 
 @export
-def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
     """``torch.var`` (``correction=1`` by default; legacy ``unbiased=`` accepted)."""
+    if out is not None:
+        return _write_out(var(_widen(input, out), dim, unbiased, keepdim, correction=correction), out, "var", cast=True)
     dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "var")
     return _var_mean(input, dims, c, kd)[0]
 
 
 @export
-def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
     """``torch.std``: square root of :func:`var`."""
+    if out is not None:
+        return _write_out(std(_widen(input, out), dim, unbiased, keepdim, correction=correction), out, "std", cast=True)
     dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "std")
     return _var_mean(input, dims, c, kd)[0].sqrt()
 
@@ -475,8 +532,10 @@ def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 # ------------------------------------------------------------------ logsumexp / norms
 @export
-def logsumexp(input, dim, keepdim=False):
+def logsumexp(input, dim, keepdim=False, *, out=None):
     """``torch.logsumexp``: ``log(sum(exp(x)))`` computed stably; all ``-inf`` rows give ``-inf``."""
+    if out is not None:
+        return _write_out(logsumexp(input, dim, keepdim), out, "logsumexp", cast=True)
     _check(input, "logsumexp")
     if input._dtype.category == 3:
         raise NotImplementedError(f"logsumexp: not implemented for complex tensors (got {input._dtype.name})")
@@ -525,8 +584,10 @@ def _vector_norm(x, ord, dims, keepdim, name):
 
 
 @export(method=False)
-def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.linalg.vector_norm``."""
+    if out is not None:
+        return _write_out(vector_norm(x, ord, dim, keepdim, dtype=dtype), out, "linalg.vector_norm")
     _check(x, "linalg.vector_norm")
     x = _cast(x, dtype)
     dims = _dims(dim, x.ndim, "linalg.vector_norm")
@@ -534,9 +595,11 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 
 @export
-def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):
     """``torch.norm``: vector norms (``p`` in ``'fro'``, numbers, ``inf``/``-inf``) and ``'nuc'`` (a matrix norm
     over ``dim``)."""
+    if out is not None:
+        return _write_out(norm(input, p, dim, keepdim, dtype), out, "norm")
     _check(input, "norm")
     if isinstance(p, str) and not (p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2)):
         # 'nuc' (or 'fro' over more than 2 dims, which raises there): torch.linalg.matrix_norm, like torch.norm
@@ -589,20 +652,27 @@ def _scan(op, name, input, dim, dtype):
 
 
 @export
-def cumsum(input, dim, *, dtype=None):
-    """``torch.cumsum``: running sum along ``dim`` (bool/int give int64)."""
+def cumsum(input, dim, *, dtype=None, out=None):
+    """``torch.cumsum``: running sum along ``dim`` (bool/int give int64); ``out=`` computes in its dtype."""
+    if out is not None:
+        return _write_out(cumsum(input, dim, dtype=_scan_out_dtype("cumsum", dtype, out)), out, "cumsum")
     return _scan(CUMSUM, "cumsum", input, dim, dtype)[0]
 
 
 @export
-def cumprod(input, dim, *, dtype=None):
-    """``torch.cumprod``: running product along ``dim`` (bool/int give int64)."""
+def cumprod(input, dim, *, dtype=None, out=None):
+    """``torch.cumprod``: running product along ``dim`` (bool/int give int64); ``out=`` computes in its dtype."""
+    if out is not None:
+        return _write_out(cumprod(input, dim, dtype=_scan_out_dtype("cumprod", dtype, out)), out, "cumprod")
     return _scan(CUMPROD, "cumprod", input, dim, dtype)[0]
 
 
 @export
 def cummax(input, dim):
     """``torch.cummax``: running maximum and the index where it was reached (last of ties)."""
+    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no dim check for an empty input)
+        from ..tensor.creation import empty
+        return _rt("cummax")(input.clone(), empty(tuple(input.shape), dtype=_dt.int64, device=input.device))
     v, i = _scan(CUMMAX, "cummax", input, dim, None)
     return _rt("cummax")(v, i)
 
@@ -610,5 +680,8 @@ def cummax(input, dim):
 @export
 def cummin(input, dim):
     """``torch.cummin``: running minimum and its index."""
+    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no dim check for an empty input)
+        from ..tensor.creation import empty
+        return _rt("cummin")(input.clone(), empty(tuple(input.shape), dtype=_dt.int64, device=input.device))
     v, i = _scan(CUMMIN, "cummin", input, dim, None)
     return _rt("cummin")(v, i)

@@ -203,6 +203,10 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     """Rotate entries along ``dims`` by ``shifts``; ``dims=None`` rolls the flattened tensor (``torch.roll``)."""
     sh = (shifts,) if isinstance(shifts, (numbers.Integral, np.integer)) else tuple(shifts)
     sh = tuple(int(s) for s in sh)
+    if not sh:
+        raise RuntimeError("roll: `shifts` required")
+    if dims is not None and not isinstance(dims, (numbers.Integral, np.integer)) and len(tuple(dims)) == 0:
+        dims = None                     # (torch: no dims and one shift roll the flattened tensor)
     if dims is None:
         if len(sh) != 1:
             raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(sh)}, dims:0")
@@ -212,6 +216,10 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     ds = (dims,) if isinstance(dims, (numbers.Integral, np.integer)) else tuple(dims)
     if len(sh) != len(ds):
         raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(sh)}, dims:{len(ds)}")
+    if input.numel() == 0:            # (torch returns an empty input's copy before looking at dims)
+        return input.clone()
+    if input.ndim == 0 and ds:       # (torch refuses any dim of a 0-d tensor here, 0 and -1 included)
+        raise IndexError(f"roll: Dimension specified as {ds[0]} but tensor has no dimensions")
     ds = tuple(wrap_dim(d, input.ndim, "roll") for d in ds)
     if input.ndim == 0 or input.numel() == 0:
         return input.clone()
@@ -306,6 +314,9 @@ def repeat_interleave(input: Tensor, repeats=None, dim: int | None = None, *, ou
         return repeat_interleave(arange(reps.numel(), device=reps._device), reps.reshape(-1), 0,
                                  output_size=output_size)
     x = input.reshape(-1) if dim is None else input
+    if x.ndim == 0 and dim is not None:    # (torch: a 0-d input takes no dim, not even 0 or -1)
+        raise IndexError(f"repeat_interleave: Dimension out of range (expected to be in range of [-1, 0], but got "
+                         f"{dim}) for a 0-d input")
     d = 0 if dim is None else wrap_dim(dim, x.ndim, "repeat_interleave")
     if x.ndim == 0:
         x = x.reshape(1)
@@ -476,6 +487,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
                 "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
                 "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
                 "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode in ("reflect", "replicate") and input._dtype is _dt.bool_:
+        kern = "reflection_pad" if mode == "reflect" else "replication_pad"
+        raise NotImplementedError(f"\"{kern}{k}d\" not implemented for 'Bool'")
     widths = [(0, 0)] * nd
     x = input
     crops = []  # reflect: torch pads the original input, then crops the negative sides

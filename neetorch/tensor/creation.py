@@ -1,6 +1,7 @@
 """Tensor creation: ``tensor``, ``zeros``, ``arange``, random tensors, interop."""
 from __future__ import annotations
 
+import ctypes
 import numbers
 import threading
 
@@ -95,16 +96,26 @@ def _infer_np(data, dtype) -> np.ndarray:
     """numpy array for ``data`` (Python scalars/lists, numpy, tensors), with PyTorch's dtype inference."""
     if isinstance(data, Tensor):
         a = data.numpy(force=True)
-        return a if dtype is None else a.astype(dtype.np)
+        return a if dtype is None else _dt.astype_low(a, dtype.np)
     if isinstance(data, np.ndarray):
         if not data.dtype.isnative:
             data = data.astype(data.dtype.newbyteorder("="))
         if dtype is None:
             _dt.from_numpy_dtype(data.dtype)  # refuse unsupported dtypes clearly
             return data
-        return data.astype(dtype.np)
+        return _dt.astype_low(data, dtype.np)
+    if dtype is None and isinstance(data, (list, tuple)):
+        dt = _list_of_scalar_tensors_dtype(data)
+        if dt is not None:                 # (each one-element tensor is a scalar: [tensor([1.])] is 1-D)
+            def items(d):
+                return d.item() if isinstance(d, Tensor) else [items(e) for e in d] \
+                    if isinstance(d, (list, tuple)) else d
+            return _infer_np(items(data), dt)
     if isinstance(data, (np.generic,)) and dtype is None:
         return np.asarray(data)
+    if hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray) and "bfloat16" in str(getattr(data, "dtype", "")):
+        a = from_dlpack(data).numpy()        # (a torch bfloat16 tensor has no numpy form: read it through DLPack)
+        return a if dtype is None else _dt.astype_low(a, dtype.np)
     try:
         a = np.asarray(data)
     except ValueError as e:
@@ -131,8 +142,43 @@ def _infer_np(data, dtype) -> np.ndarray:
             dtype = _dt.from_numpy_dtype(a.dtype) if _contains_np_complex(data) else _dt.default_complex_dtype()
         else:
             raise TypeError(f"tensor(): unsupported element type {a.dtype}")
-    with np.errstate(over="ignore", invalid="ignore"):  # 1e100 -> float32 inf, like torch
-        return a.astype(dtype.np, copy=False)
+    return _dt.astype_low(a, dtype.np)   # (1e100 -> float32 inf, like torch)
+
+
+def _list_of_scalar_tensors_dtype(data):
+    """torch.tensor([t0, t1, 2.5]) with one-element tensors inside: every element is a scalar of its own dtype
+    (a tensor's, int64 / the default float / bool / complex for Python values) and the result is their
+    promotion (``[tensor(1.5), tensor(2)]`` is float32, not numpy's float64).  None when no tensor is inside or
+    one holds several elements (then numpy's stacking applies)."""
+    leaves, found = [], [False]
+
+    def walk(d):
+        if isinstance(d, Tensor):
+            if d.numel() != 1:
+                return False
+            found[0] = True
+            leaves.append(d._dtype)
+        elif isinstance(d, (list, tuple)):
+            return all(walk(e) is not False for e in d)
+        elif isinstance(d, (bool, np.bool_)):
+            leaves.append(_dt.bool_)
+        elif isinstance(d, np.generic):
+            leaves.append(_dt.from_numpy_dtype(d.dtype))
+        elif isinstance(d, numbers.Integral):
+            leaves.append(_dt.int64)
+        elif isinstance(d, numbers.Real):
+            leaves.append(_dt.get_default_dtype())
+        elif isinstance(d, numbers.Complex):
+            leaves.append(_dt.default_complex_dtype())
+        else:
+            return False
+        return True
+    if not walk(data) or not found[0]:
+        return None
+    out = leaves[0]
+    for d in leaves[1:]:
+        out = _dt.promote_types(out, d)
+    return out
 
 
 def _contains_np_float(data) -> bool:
@@ -209,6 +255,8 @@ def from_dlpack(ext) -> Tensor:
     """Zero-copy import of any object exporting ``__dlpack__`` (numpy, torch, CuPy...)."""
     if isinstance(ext, Tensor):
         return ext
+    if type(ext).__name__ == "PyCapsule":      # a bare capsule (torch.to_dlpack's), CPU memory
+        return _from_dlpack_capsule(ext)
     dev_type, _ = ext.__dlpack_device__() if hasattr(ext, "__dlpack_device__") else (1, 0)
     if dev_type != 1:  # kDLCPU
         from ..devices import get_backend, device
@@ -217,7 +265,86 @@ def from_dlpack(ext) -> Tensor:
             arr = b.from_dlpack(ext)
             return Tensor._make(arr, device("cuda"), _dt.from_numpy_dtype(np.dtype(arr.dtype)))
         raise RuntimeError(f"from_dlpack: unsupported DLPack device type {dev_type}")
-    return from_numpy(np.from_dlpack(ext))
+    try:
+        return from_numpy(np.from_dlpack(ext))
+    except (RuntimeError, BufferError, TypeError) as e:
+        if "dtype" not in str(e).lower():
+            raise
+        return _from_dlpack_capsule(ext)          # (numpy has no bfloat16: read the DLTensor ourselves)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor)))]
+
+
+class _DLOwner:
+    """Keeps a consumed DLPack capsule's producer memory alive; calls its deleter when the arrays are gone."""
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    def __del__(self):
+        m = self._ptr.contents
+        if m.deleter:
+            m.deleter(self._ptr)
+
+
+# DLPack type codes (kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool) -> numpy kind
+_DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+
+
+def _from_dlpack_capsule(ext) -> Tensor:
+    """Zero-copy import of a CPU DLPack capsule read directly (``ext``'s ``__dlpack__()``, or a bare capsule):
+    for the dtypes numpy's own importer lacks (bfloat16: DLPack code 4, 16 bits) and for capsules."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    cap = ext if type(ext).__name__ == "PyCapsule" else ext.__dlpack__()
+    ptr = ctypes.cast(api.PyCapsule_GetPointer(cap, b"dltensor"), ctypes.POINTER(_DLManagedTensor))
+    t = ptr.contents.dl_tensor
+    code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
+    if (code, bits, lanes) == (4, 16, 1) and _dt.bfloat16 is not None:
+        npdt = np.dtype(_dt.bfloat16.np)
+    elif code in _DL_KINDS and lanes == 1 and bits % 8 == 0:
+        npdt = np.dtype(f"{_DL_KINDS[code]}{bits // 8}")
+    else:
+        raise RuntimeError(f"from_dlpack: unsupported DLPack dtype (code {code}, {bits} bits, {lanes} lanes)")
+    if t.device.device_type != 1:
+        raise RuntimeError(f"from_dlpack: a capsule on DLPack device type {t.device.device_type} (CPU only here)")
+    api.PyCapsule_SetName(cap, b"used_dltensor")          # consumed: the deleter is ours to call now
+    owner = _DLOwner(ptr)
+    item = npdt.itemsize
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = tuple(t.strides[i] * item for i in range(t.ndim)) if t.strides else None
+    if strides is None:
+        n = int(np.prod(shape))
+    else:                                    # (DLPack producers export non-negative strides)
+        n = 1 + sum((d - 1) * s // item for d, s in zip(shape, strides)) if all(shape) else 0
+    addr = (t.data or 0) + t.byte_offset
+    buf = (ctypes.c_uint8 * max(n * item, 1)).from_address(addr) if addr else (ctypes.c_uint8 * 1)()
+    flat = np.frombuffer(buf, np.uint8, count=n * item).view(npdt)
+    a = np.lib.stride_tricks.as_strided(flat, shape, strides) if strides is not None else flat.reshape(shape)
+    buf._dl_owner = owner                    # the array's base chain keeps buf, buf keeps the producer's memory
+    return from_numpy(a)
 
 
 def scalar_tensor(s, dtype=None, device=None) -> Tensor:
@@ -241,6 +368,8 @@ def _new(shape, dtype, device, fill) -> Tensor:
     if fill is not None:
         if not isinstance(fill, (int, float)) or fill not in (0, 1):
             fill = _dt.fit_scalar(fill, dt, "full")   # torch refuses values that overflow dt
+            if isinstance(fill, (complex, np.complexfloating)) and dt.category != 3:
+                fill = fill.real        # (its imaginary part is 0: fit_scalar refuses any other)
         b.fill_(data, fill)
     return t
 
@@ -249,20 +378,45 @@ def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=Non
     return _new(_size(size), dtype, device, None)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if out is not None:
+        return _into(zeros(*size, dtype=out._dtype, device=out._device), out, dtype, "zeros")
     return _new(_size(size), dtype, device, 0)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if out is not None:
+        return _into(ones(*size, dtype=out._dtype, device=out._device), out, dtype, "ones")
     return _new(_size(size), dtype, device, 1)
 
 
-def full(size, fill_value, dtype=None, device=None, requires_grad=False) -> Tensor:
+def full(size, fill_value, dtype=None, device=None, requires_grad=False, *, out=None) -> Tensor:
+    if out is not None:
+        return _into(full(size, fill_value, dtype=out._dtype, device=out._device), out, dtype, "full")
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     if dtype is None:
         dtype = _dt.scalar_dtype(fill_value)
     return _new(_size((size,) if not isinstance(size, int) else (size,)), dtype, device, fill_value)
+
+
+def _into(r: Tensor, out: Tensor, dtype, op: str) -> Tensor:
+    """A factory's ``out=``: the values made in ``out``'s dtype (an explicit ``dtype`` must agree), ``out``
+    resized to them (without the deprecation warning the ops give: torch's factories resize silently)."""
+    if dtype is not None and _dt.to_dtype(dtype) is not out._dtype:
+        raise RuntimeError(f"{op}: dtype {_dt.to_dtype(dtype).name} does not match the out= tensor's dtype "
+                           f"{out._dtype.name}")
+    if op == "arange":                      # (torch's arange resizes like the ops, with the warning)
+        from ..ops.elementwise import resize_out
+        resize_out(out, r.shape, op)
+    elif tuple(out.shape) != tuple(r.shape):
+        out.resize_(tuple(r.shape))        # (the other factories resize out= silently)
+    return out.copy_(r)
+
+
+def _no_bool_out(out, op):
+    if out is not None and out._dtype is _dt.bool_:
+        raise NotImplementedError(f"\"{op}_cpu\" not implemented for 'Bool' (out= of dtype bool)")
 
 
 def _like(t, dtype, device):
@@ -289,7 +443,10 @@ def full_like(t, fill_value, dtype=None, device=None, memory_format=None) -> Ten
     return _new(tuple(t.shape), dt, dev, fill_value)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _no_bool_out(out, "arange")
+    if out is not None:
+        return _into(arange(start, end, step, dtype=out._dtype, device=out._device), out, dtype, "arange")
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -326,7 +483,10 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _wrap_host(a, dt, _resolve_device(device))
 
 
-def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def linspace(start, end, steps, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _no_bool_out(out, "linspace")
+    if out is not None:
+        return _into(linspace(start, end, steps, dtype=out._dtype, device=out._device), out, dtype, "linspace")
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
@@ -356,13 +516,18 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
 
 
-def logspace(start, end, steps, base=10.0, *, dtype=None, device=None) -> Tensor:
+def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, device=None) -> Tensor:
+    _no_bool_out(out, "logspace")
+    if out is not None:
+        return _into(logspace(start, end, steps, base, dtype=out._dtype, device=out._device), out, dtype, "logspace")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     a = np.power(base, linspace(start, end, steps, dtype=_dt.float64).numpy())
     return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
 
 
-def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+def eye(n, m=None, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if out is not None:
+        return _into(eye(n, m, dtype=out._dtype, device=out._device), out, dtype, "eye")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     return _wrap_host(np.eye(n, n if m is None else m, dtype=dt.np), dt, _resolve_device(device))
 

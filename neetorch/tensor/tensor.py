@@ -382,8 +382,9 @@ class Tensor:
 
     def copy_(self, src, non_blocking=False) -> "Tensor":
         """Copy ``src`` (broadcast to this tensor's shape, cast to its dtype) into this tensor."""
-        from ..ops.indexing import _check_no_overlap
+        from ..ops.indexing import _check_no_overlap, _check_partial_overlap
         _check_no_overlap(self)  # torch: writing through an expanded (stride-0) view is refused
+        _check_partial_overlap(self, src)
         return self._assign(src)
 
     def _assign(self, src) -> "Tensor":

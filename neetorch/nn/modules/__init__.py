@@ -19,6 +19,7 @@ from .extra import *  # noqa: F401,F403
 from .ctc import CTCLoss  # noqa: F401,E402
 from .lazy import *  # noqa: F401,F403,E402
 from .fractional import FractionalMaxPool2d, FractionalMaxPool3d  # noqa: F401,E402
+from .adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401,E402
 
 from . import activation as _a, pooling as _p, shape as _s, loss as _l, transformer as _t  # noqa: E402
 
@@ -29,7 +30,7 @@ __all__ = ["Module", "RemovableHandle", "Sequential", "ModuleList", "ModuleDict"
            "AlphaDropout", "FeatureAlphaDropout"] + _a.__all__ + _p.__all__ + _s.__all__ + _l.__all__ + _t.__all__
 from . import rnn as _r, volumetric as _v, extra as _x  # noqa: E402
 __all__ += _r.__all__ + _v.__all__ + _x.__all__
-__all__ += ["CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d"]
+__all__ += ["CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d", "AdaptiveLogSoftmaxWithLoss"]
 from . import lazy as _lz  # noqa: E402
 __all__ += [n for n in _lz.__all__ if n != "LazyModuleMixin"]
 del _lz

@@ -10,7 +10,7 @@ from ..parameter import Parameter
 from .loss import _Loss, _WeightedLoss
 from .module import Module
 
-__all__ = ["Unfold", "Fold", "CosineSimilarity", "PairwiseDistance", "LocalResponseNorm", "MaxUnpool1d",
+__all__ = ["Unfold", "Fold", "CosineSimilarity", "PairwiseDistance", "LocalResponseNorm", "CrossMapLRN2d", "MaxUnpool1d",
            "MaxUnpool2d", "MaxUnpool3d", "EmbeddingBag", "RReLU", "LPPool1d", "LPPool2d", "MarginRankingLoss",
            "HingeEmbeddingLoss", "SoftMarginLoss", "CosineEmbeddingLoss", "TripletMarginLoss",
            "TripletMarginWithDistanceLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
@@ -98,6 +98,44 @@ class LocalResponseNorm(Module):
 
     def forward(self, input):
         return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)
+
+
+class CrossMapLRN2d(Module):
+    """``torch.nn.CrossMapLRN2d(size, alpha=1e-4, beta=0.75, k=1)``: the legacy (Lua Torch) cross-channel LRN of a
+    4-D input, ``x * (k + alpha/size * S_c)^-beta`` with S_c the running sum of squares torch's loop keeps: channels
+    up to ``c + (size-1)//2``, and, once ``c > pre_pad``, from ``c - pre_pad + 1`` on plus channel 0 (the loop never
+    subtracts channel 0's square: reproduced, as torch's results carry it)."""
+    __constants__ = ["size", "alpha", "beta", "k"]
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1):
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def forward(self, input):
+        if input.ndim != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.ndim}D instead.")
+        C = input.shape[1]
+        sq = input * input
+        pre = int((self.size - 1) / 2 + 1)
+        cur = None
+        for c in range(min(pre, C)):
+            cur = sq.select(1, c) if cur is None else cur + sq.select(1, c)
+        scales = [cur if cur is not None else input.select(1, 0) * 0]
+        for c in range(1, C):
+            if c < C - pre + 1:
+                cur = cur + sq.select(1, c + pre - 1)
+            if c > pre:
+                cur = cur - sq.select(1, c - pre)
+            scales.append(cur)
+        from ...ops.registry import EXPORTS
+        scale = EXPORTS["stack"][0](scales, 1) * (self.alpha / self.size) + self.k
+        return scale.pow(-self.beta) * input
 
     def extra_repr(self) -> str:
         return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)

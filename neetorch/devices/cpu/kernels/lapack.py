@@ -575,3 +575,221 @@ def matrix_exp(a: np.ndarray) -> np.ndarray:
 @kernel("linalg_matrix_exp")
 def matrix_exp_kernel(backend, outs, ins, attrs):
     np.copyto(outs[0], matrix_exp(ins[0]), casting="unsafe")
+
+
+# ------------------------------------------------------------------ QR in LAPACK's compact form (geqrf)
+@kernel("geqrf")
+def geqrf_kernel(backend, outs, ins, attrs):
+    a = ins[0]
+    if a.size == 0:
+        return
+    h, tau = np.linalg.qr(a, mode="raw")        # LAPACK's geqrf: h is the transposed (Fortran) factor
+    np.copyto(outs[0], np.swapaxes(h, -1, -2), casting="unsafe")
+    np.copyto(outs[1], tau, casting="unsafe")
+
+
+# ------------------------------------------------------------------ LDL^T with Bunch-Kaufman pivoting (sytf2 / sytrs)
+@njit(cache=True, nogil=True, error_model="numpy")
+def _sytf2_lower(a, ipiv, info):
+    """LAPACK's dsytf2 (uplo='L') on every matrix of a (batch, n, n), in place: a's lower triangle becomes L and
+    the 1x1 / 2x2 blocks of D; ipiv 1-based (a 2x2 block: both entries -p); info the first zero pivot (1-based).
+    Only the lower triangle is read."""
+    nb, n, _ = a.shape
+    alpha = (1.0 + math.sqrt(17.0)) / 8.0
+    for b in range(nb):
+        A = a[b]
+        k = 0
+        while k < n:
+            kstep = 1
+            absakk = abs(A[k, k])
+            imax = k
+            colmax = 0.0
+            if k < n - 1:
+                imax = k + 1
+                colmax = abs(A[k + 1, k])
+                for i in range(k + 2, n):
+                    if abs(A[i, k]) > colmax:
+                        colmax = abs(A[i, k])
+                        imax = i
+            kp = k
+            if max(absakk, colmax) == 0.0 or math.isnan(absakk):
+                if info[b] == 0:
+                    info[b] = k + 1
+                kp = k
+            else:
+                if absakk >= alpha * colmax:
+                    kp = k
+                else:
+                    rowmax = 0.0
+                    for j in range(k, imax):
+                        rowmax = max(rowmax, abs(A[imax, j]))
+                    for i in range(imax + 1, n):
+                        rowmax = max(rowmax, abs(A[i, imax]))
+                    if absakk >= alpha * colmax * (colmax / rowmax):
+                        kp = k
+                    elif abs(A[imax, imax]) >= alpha * rowmax:
+                        kp = imax
+                    else:
+                        kp = imax
+                        kstep = 2
+                kk = k + kstep - 1
+                if kp != kk:
+                    for i in range(kp + 1, n):
+                        t = A[i, kk]
+                        A[i, kk] = A[i, kp]
+                        A[i, kp] = t
+                    for j in range(kk + 1, kp):
+                        t = A[j, kk]
+                        A[j, kk] = A[kp, j]
+                        A[kp, j] = t
+                    t = A[kk, kk]
+                    A[kk, kk] = A[kp, kp]
+                    A[kp, kp] = t
+                    if kstep == 2:
+                        t = A[k + 1, k]
+                        A[k + 1, k] = A[kp, k]
+                        A[kp, k] = t
+                if kstep == 1:
+                    if k < n - 1:
+                        d11 = 1.0 / A[k, k]
+                        for j in range(k + 1, n):          # dsyr: the trailing lower triangle
+                            xj = A[j, k]
+                            if xj != 0.0:
+                                t = -d11 * xj
+                                for i in range(j, n):
+                                    A[i, j] += A[i, k] * t
+                        for i in range(k + 1, n):
+                            A[i, k] *= d11
+                else:
+                    if k < n - 2:
+                        d21 = A[k + 1, k]
+                        d11 = A[k + 1, k + 1] / d21
+                        d22 = A[k, k] / d21
+                        t = 1.0 / (d11 * d22 - 1.0)
+                        d21 = t / d21
+                        for j in range(k + 2, n):
+                            wk = d21 * (d11 * A[j, k] - A[j, k + 1])
+                            wkp1 = d21 * (d22 * A[j, k + 1] - A[j, k])
+                            for i in range(j, n):
+                                A[i, j] -= A[i, k] * wk + A[i, k + 1] * wkp1
+                            A[j, k] = wk
+                            A[j, k + 1] = wkp1
+            if kstep == 1:
+                ipiv[b, k] = kp + 1
+            else:
+                ipiv[b, k] = -(kp + 1)
+                ipiv[b, k + 1] = -(kp + 1)
+            k += kstep
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _sytrs_lower(a, ipiv, bm):
+    """LAPACK's dsytrs (uplo='L'): solve A X = B in place of bm (batch, n, nrhs) from sytf2's (a, ipiv)."""
+    nb, n, _ = a.shape
+    nr = bm.shape[2]
+    for b in range(nb):
+        A = a[b]
+        B = bm[b]
+        k = 0
+        while k < n:                                     # L D Y = B
+            if ipiv[b, k] > 0:
+                kp = ipiv[b, k] - 1
+                if kp != k:
+                    for c in range(nr):
+                        t = B[k, c]
+                        B[k, c] = B[kp, c]
+                        B[kp, c] = t
+                for i in range(k + 1, n):
+                    for c in range(nr):
+                        B[i, c] -= A[i, k] * B[k, c]
+                for c in range(nr):
+                    B[k, c] /= A[k, k]
+                k += 1
+            else:
+                kp = -ipiv[b, k] - 1
+                if kp != k + 1:
+                    for c in range(nr):
+                        t = B[k + 1, c]
+                        B[k + 1, c] = B[kp, c]
+                        B[kp, c] = t
+                for i in range(k + 2, n):
+                    for c in range(nr):
+                        B[i, c] -= A[i, k] * B[k, c] + A[i, k + 1] * B[k + 1, c]
+                akm1k = A[k + 1, k]
+                akm1 = A[k, k] / akm1k
+                ak = A[k + 1, k + 1] / akm1k
+                denom = akm1 * ak - 1.0
+                for c in range(nr):
+                    bkm1 = B[k, c] / akm1k
+                    bk = B[k + 1, c] / akm1k
+                    B[k, c] = (ak * bkm1 - bk) / denom
+                    B[k + 1, c] = (akm1 * bk - bkm1) / denom
+                k += 2
+        k = n - 1
+        while k >= 0:                                    # L^T X = Y
+            if ipiv[b, k] > 0:
+                for c in range(nr):
+                    s = 0.0
+                    for i in range(k + 1, n):
+                        s += A[i, k] * B[i, c]
+                    B[k, c] -= s
+                kp = ipiv[b, k] - 1
+                if kp != k:
+                    for c in range(nr):
+                        t = B[k, c]
+                        B[k, c] = B[kp, c]
+                        B[kp, c] = t
+                k -= 1
+            else:
+                for c in range(nr):
+                    s0 = 0.0
+                    s1 = 0.0
+                    for i in range(k + 1, n):
+                        s0 += A[i, k] * B[i, c]
+                        s1 += A[i, k - 1] * B[i, c]
+                    B[k, c] -= s0
+                    B[k - 1, c] -= s1
+                kp = -ipiv[b, k] - 1
+                if kp != k:
+                    for c in range(nr):
+                        t = B[k, c]
+                        B[k, c] = B[kp, c]
+                        B[kp, c] = t
+                k -= 2
+
+
+@kernel("linalg_ldl_factor_ex")
+def ldl_factor_kernel(backend, outs, ins, attrs):
+    a = ins[0]
+    ld, piv, info = outs
+    n = a.shape[-1]
+    work = np.array(_flat(a), dtype=a.dtype, copy=True, order="C")
+    p = np.zeros((work.shape[0], n), np.int32)
+    inf = np.zeros(work.shape[0], np.int32)
+    if work.size:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            _sytf2_lower(work, p, inf)
+    np.copyto(ld, np.tril(work).reshape(ld.shape))       # (torch zeroes the unused upper triangle)
+    np.copyto(piv, p.reshape(piv.shape))
+    np.copyto(info, inf.reshape(info.shape))
+    if attrs["check_errors"] and inf.size and inf.max() > 0:
+        b = int(np.flatnonzero(inf.reshape(-1))[0])
+        raise LinAlgError(f"torch.linalg.ldl_factor: {_batch_prefix(b, inf.size)}The factorization could not be "
+                          f"completed because the input is singular (D[{int(inf.reshape(-1)[b]) - 1}] is exactly "
+                          f"zero).")
+
+
+@kernel("linalg_ldl_solve")
+def ldl_solve_kernel(backend, outs, ins, attrs):
+    ld, piv, b = ins
+    out = outs[0]
+    if out.size == 0:
+        return
+    bshape = out.shape[:-2]
+    n = ld.shape[-1]
+    a = np.ascontiguousarray(np.broadcast_to(ld, bshape + ld.shape[-2:])).reshape(-1, n, n)
+    p = np.ascontiguousarray(np.broadcast_to(piv, bshape + piv.shape[-1:])).reshape(-1, n).astype(np.int64)
+    x = np.array(np.broadcast_to(b, out.shape), dtype=out.dtype, copy=True, order="C").reshape((-1,) + out.shape[-2:])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        _sytrs_lower(a, p, x)
+    np.copyto(out, x.reshape(out.shape))
