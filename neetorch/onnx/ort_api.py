@@ -296,19 +296,14 @@ class SessionOptions:
                                                        _enum(ExecutionOrder, v, "execution_order")))
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"add_session_config_entry(key: str, value: str), got {type(key).__name__}, "
-                            f"{type(value).__name__}")
+        _config_check("add_session_config_entry", key, value)
         if key == "session.load_model_format" and value.upper() == "ORT":
             raise _NotImplemented("session.load_model_format=ORT: neetorch loads ONNX models only (not onnxruntime's "
                                   ".ort format)")
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
-        try:
-            return self._config[key]
-        except KeyError:
-            raise Fail(f"SessionOptions does not have configuration with key: {key}") from None
+        return _config_get(self, key)
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         self._dim_by_name[str(dim_name)] = int(dim_value)
@@ -386,19 +381,27 @@ class RunOptions:
         self._config = {}
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"add_run_config_entry(key: str, value: str), got {type(key).__name__}, "
-                            f"{type(value).__name__}")
+        _config_check("add_run_config_entry", key, value)
         self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
-        try:
-            return self._config[key]
-        except KeyError:
-            raise Fail(f"RunOptions does not have configuration with key: {key}") from None
+        return _config_get(self, key)
 
     def add_active_adapter(self, adapter) -> None:
         raise _NotImplemented("LoRA adapters (add_active_adapter) are not supported by neetorch.onnx")
+
+
+def _config_check(method: str, key, value) -> None:
+    if not isinstance(key, str) or not isinstance(value, str):
+        raise TypeError(f"{method}(key: str, value: str), got {type(key).__name__}, {type(value).__name__}")
+
+
+def _config_get(options, key: str) -> str:
+    """A SessionOptions / RunOptions config entry, or onnxruntime's Fail naming the class."""
+    try:
+        return options._config[key]
+    except KeyError:
+        raise Fail(f"{type(options).__name__} does not have configuration with key: {key}") from None
 
 
 def check_run_options(run_options) -> None:
