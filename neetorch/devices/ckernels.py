@@ -739,13 +739,18 @@ def sort_source(D, dn: str):
 # Three steps over a flat predicate array split in chunks of CH elements: count per chunk (parallel),
 # an exclusive scan of the counts (one thread: there are few chunks), then each chunk writes its
 # entries from its offset on (parallel), in order: the CPU's row-major order, deterministic.
+def _chunk_loop(D):
+    """The grid-stride loop over the chunks (g) of CH of the n elements: [lo, hi) is chunk g."""
+    return ("  const llong total = (n + CH - 1) / CH;\n" + D.grid() +
+            "    const llong lo = g * CH, hi = lo + CH < n ? lo + CH : n;\n")
+
+
 def count_chunks_source(D, dn: str):
     T, _A, ld, _ = D.io(dn)
     name = _nm(D, f"nee_count_chunks_{dn}")
     return name, (
         D.sig(name, f"const {T}* m", "llong* cnt", "const llong n", "const llong CH") +
-        "  const llong total = (n + CH - 1) / CH;\n" + D.grid() +
-        "    const llong lo = g * CH, hi = lo + CH < n ? lo + CH : n;\n"
+        _chunk_loop(D) +
         "    llong k = 0;\n"
         f"    for (llong i = lo; i < hi; i++) k += ({ld('m[i]')} != 0);\n"
         "    cnt[g] = k;\n"
@@ -769,8 +774,7 @@ def nonzero_source(D, dn: str):
     return name, (
         D.sig(name, f"const {T}* m", "llong* y", "const llong* cnt", "const llong* shape", "const llong n",
               "const llong CH", "const int nd") +
-        "  const llong total = (n + CH - 1) / CH;\n" + D.grid() +
-        "    const llong lo = g * CH, hi = lo + CH < n ? lo + CH : n;\n"
+        _chunk_loop(D) +
         "    llong r = cnt[g];\n"
         "    for (llong i = lo; i < hi; i++) {\n"
         f"      if (!({ld('m[i]')} != 0)) continue;\n"
@@ -790,8 +794,7 @@ def masked_source(D, isz: int, scatter: bool):
     return name, (
         D.sig(name, "const uchar* m", f"const {U}* x", f"{U}* y", "const llong* cnt", "const llong n",
               "const llong CH") +
-        "  const llong total = (n + CH - 1) / CH;\n" + D.grid() +
-        "    const llong lo = g * CH, hi = lo + CH < n ? lo + CH : n;\n"
+        _chunk_loop(D) +
         "    llong r = cnt[g];\n"
         f"    for (llong i = lo; i < hi; i++) if (m[i]) {{ {mv}; r++; }}\n"
         "  }\n}\n")

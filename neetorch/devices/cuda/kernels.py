@@ -25,6 +25,7 @@ import numpy as np
 
 from ...tensor import dtypes as _dt
 from .. import cexpr
+from .. import gpu_drivers as gd
 from . import rows
 
 __all__ = ["STORAGE", "build_table", "static_claims"]
@@ -163,38 +164,6 @@ def _matmul_claims(backend, dtypes):
 _matmul.claims = _matmul_claims
 
 
-# ---------------------------------------------------------------- data movement: the cast kernel into views
-def _cat(backend, outs, ins, attrs):
-    """Each input copied (and cast, like torch.cat) into its slot of the output: a view of it."""
-    out = outs[0]
-    if out.size == 0:
-        return
-    d = attrs["dim"]
-    pos = 0
-    for a in ins:
-        if a.size == 0:            # includes torch's legacy empty 1-D operands
-            continue
-        k = a.shape[d]
-        shape = list(out.shape)
-        shape[d] = k
-        backend.copy_(backend.as_strided(out, shape, out.estrides, pos * out.estrides[d]), a)
-        pos += k
-
-
-def _flip(backend, outs, ins, attrs):
-    """``out`` = a negatively strided view of the input (no kernel of its own)."""
-    x, out = ins[0], outs[0]
-    if out.size == 0:
-        return
-    st, off = list(x.estrides), 0
-    for d in attrs["dims"]:
-        d %= x.ndim
-        if x.shape[d] > 1:
-            off += (x.shape[d] - 1) * st[d]
-            st[d] = -st[d]
-    backend.copy_(out, backend.as_strided(x, x.shape, st, off))
-
-
 # ---------------------------------------------------------------- row normalizations
 def _norm(rms):
     def run(backend, outs, ins, attrs):
@@ -202,8 +171,7 @@ def _norm(rms):
         if out.size == 0:
             return
         n, eps = attrs["n"], attrs["eps"]
-        w = ins[1] if attrs["has_weight"] else None
-        b = ins[1 + (w is not None)] if (not rms and attrs["has_bias"]) else None
+        w, b = gd.norm_params(ins, attrs, rms)
         if rows.launch_rows(backend, "rms_norm" if rms else "layer_norm", out, x, n, attrs, w, b):
             return
         cp = backend.cp
@@ -242,11 +210,9 @@ def build_table() -> dict:
     table["softmax"] = _softmax(False)
     table["log_softmax"] = _softmax(True)
     table["matmul"] = _matmul
-    table["cat"] = _cat
-    table["flip"] = _flip
     table["layer_norm"] = _norm(False)
     table["rms_norm"] = _norm(True)
-    from . import nn as _nn  # conv, pooling, indexing, sorting, ...: see nn.py
+    from . import nn as _nn  # conv, pooling, indexing, sorting, cat / flip, ...: see nn.py (+ ../gpu_drivers.py)
     table.update(_nn.table())
     return table
 
@@ -273,7 +239,6 @@ def static_claims() -> dict[str, frozenset[str]]:
         out[k] = frozenset(FLOATS) if k == "mean" else frozenset(STORAGE)
     out["softmax"] = out["log_softmax"] = out["matmul"] = frozenset(FLOATS)
     out["layer_norm"] = out["rms_norm"] = frozenset(FLOATS)
-    out["cat"] = out["flip"] = frozenset(STORAGE)
     from . import nn as _nn
     out.update(_nn.static_claims())
     return out
