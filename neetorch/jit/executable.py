@@ -411,7 +411,173 @@ class Executable:
                     fixed.add(i)
             run.step = step    # (for profiling tools and tests)
             runners.append(run)
+        if _FUSE_KV[0]:
+            self._fuse_kv_products(runners, slot, arena)
+            runners = [r for r in runners if not getattr(r, "noop", False)]
         return template, in_slots, runners, [slot[o] for o in g.outputs]
+
+    def _fuse_kv_products(self, runners, slot, arena):
+        """In place in ``runners``: a KV cache's append ``present = cat([past, new], -2)`` whose only
+        reader is the product ``p @ present`` (attention's context: a decoder step's value cache) runs as
+        the copy of ``new`` into ``present`` where the cat was and, where the product was, one pass over
+        ``past`` that copies it into ``present`` and multiply-adds it into the product
+        (kernels/shape.py bind_cat_matmul) instead of a copy of the cache and a second read of it.
+        ``past`` must be (a view of) a caller's input or a constant: nothing writes it between the two
+        places (the tracer refuses in-place writes into inputs).  A layout the fused kernel does not take
+        copies ``past`` and runs the product's own step there (same results)."""
+        from ..devices.cpu.kernels.shape import bind_cat_matmul
+        g = self.graph
+        users: dict = {}
+        for n in g.nodes:
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        where = {id(r.step[1]): k for k, r in enumerate(runners) if getattr(r, "step", None) is not None}
+        for k, r in enumerate(list(runners)):
+            st = getattr(r, "step", None)
+            if st is None or st[0] != "kernel" or st[3].device.type != "cpu":
+                continue
+            n = st[1]
+            if n.op.name != "cat" or n.op.check is not None or len(n.inputs) != 2 or len(n.outputs) != 1:
+                continue
+            o = n.outputs[0]
+            past, new = n.inputs
+            nd = len(o.shape)
+            dim = n.attrs.get("dim")
+            us = users.get(o, [])
+            if nd < 2 or dim != nd - 2 or len(us) != 1 or o.dtype != past.dtype or o.dtype != new.dtype or \
+                    not (self._root(past) in g.inputs or self._root(past) in g.consts) or past in g.outputs or \
+                    not isinstance(past.shape[dim], int):
+                continue
+            mm = us[0]
+            if self._swaps_last_two(mm, nd):
+                self._fuse_kv_scores(runners, slot, arena, where, users, k, st, mm, dim)
+                continue
+            j = where.get(id(mm))
+            if mm.op.name != "matmul" or len(mm.inputs) != 2 or mm.inputs[1] is not o or mm.inputs[0] is o or \
+                    len(mm.outputs) != 1 or j is None or j <= k or runners[j].step[0] != "kernel" or \
+                    mm.op.check is not None:
+                continue
+            cat_make = self._out_maker(n.outputs, arena)
+            P = past.shape[dim]
+            new_sl = (slice(None),) * dim + (slice(P, None),)
+            past_sl = (slice(None),) * dim + (slice(0, P),)
+            runners[k] = self._kv_cat_part(cat_make, slot[new], slot[o], new_sl, st)
+            runners[j] = self._kv_product_part(runners[j], self._out_maker(mm.outputs, arena), slot[o], slot[past],
+                                               slot[mm.inputs[0]], slot[mm.outputs[0]], past_sl, bind_cat_matmul)
+
+    def _fuse_kv_scores(self, runners, slot, arena, where, users, k, st, vn, dim):
+        """The key side of _fuse_kv_products: ``present = cat([past, new], -2)`` read only through
+        ``present^T`` by a product with an epilogue ``softmax(q @ present^T * scale)`` (a pattern step
+        of kernels/fused.py): the copy of ``past`` and the scores in one pass
+        (kernels/shape.py bind_cat_dot), then the pattern's epilogue on the scores."""
+        from ..devices.cpu.kernels.shape import bind_cat_dot
+        n = st[1]
+        o = n.outputs[0]
+        past, new = n.inputs
+        kt = vn.outputs[0]
+        us = users.get(kt, [])
+        jv = where.get(id(vn))
+        if len(us) != 1 or jv is None or runners[jv] is None or kt in self.graph.outputs:
+            return
+        pat = us[0]
+        j = where.get(id(pat))
+        if j is None or j <= jv or jv <= k or runners[j].step[0] != "pattern" or len(pat.inputs) < 2 or \
+                pat.inputs[1] is not kt or kt in pat.inputs[2:] or pat.inputs[0] is kt:
+            return
+        bind_epi = getattr(runners[j].step[2], "bind_epilogue", None)
+        fixed = getattr(self._out_maker(pat.outputs, arena), "fixed", None)
+        if bind_epi is None or fixed is None:
+            return
+        cat_make = self._out_maker(n.outputs, arena)
+        P = past.shape[dim]
+        runners[k] = self._kv_cat_part(cat_make, slot[new], slot[o], (slice(None),) * dim + (slice(P, None),), st)
+        view_run, pat_run = runners[jv], runners[j]
+        ts0, arrs0 = fixed
+        pairs = list(zip([slot[v] for v in pat.outputs], ts0))
+        o_s, i_past = slot[o], slot[past]
+        p_ins = [None if v is kt else slot[v] for v in pat.inputs]
+        past_sl = (slice(None),) * dim + (slice(0, P),)
+        state = [None, None, 0]     # (bound scores, bound epilogue, scores buffer), layouts, bindings made
+
+        def run(env):
+            out, pa = env[o_s]._data, env[i_past]._data
+            xs = [None if i is None else env[i]._data for i in p_ins]
+            q = xs[0]
+            b = state[0]
+            if type(out) is np.ndarray and type(pa) is np.ndarray and type(q) is np.ndarray:
+                key = (out.shape, out.strides, out.dtype, pa.shape, pa.strides, pa.dtype, q.shape, q.strides,
+                       q.dtype, _layouts([x for x in xs[2:]]))
+                if key != state[1]:
+                    b = None
+                    if state[2] < _MAX_BINDS:
+                        state[2] += 1
+                        sc = np.empty(q.shape[:-1] + (out.shape[-2],), np.float32)
+                        fd = bind_cat_dot(out, pa, q, sc)
+                        if fd is not None:
+                            b = (fd, bind_epi(arrs0, xs), sc)
+                    state[0], state[1] = b, key
+                if b is not None:
+                    if b[0](out, pa, q, b[2]):
+                        b[1](arrs0, xs, b[2])
+                        for i, t in pairs:
+                            env[i] = t
+                        return
+                    state[0] = state[1] = None      # (the thread count changed: bound anew next call)
+            np.copyto(out[past_sl], pa, casting="unsafe")
+            view_run(env)
+            pat_run(env)
+        run.step = pat_run.step
+        runners[j] = run
+        runners[jv] = _noop_step(view_run.step)
+
+    @staticmethod
+    def _kv_cat_part(make, i_new, o, new_sl, step):
+        def run(env):
+            ts, arrs = make()
+            np.copyto(arrs[0][new_sl], env[i_new]._data, casting="unsafe")
+            env[o] = ts[0]
+        run.step = step
+        return run
+
+    def _swaps_last_two(self, vn, nd) -> bool:
+        """Whether view node ``vn`` is a transpose / permute of the last two of ``nd`` dims (of a value a
+        kernel step writes: see _plain_permute)."""
+        if len(vn.outputs) != 1 or len(vn.inputs) != 1:
+            return False
+        if vn.op.name == "transpose":
+            args = vn.attrs.get("args", ())
+            return not vn.attrs.get("kwargs") and len(args) == 2 and all(isinstance(a, int) for a in args) and \
+                sorted(a % nd for a in args) == [nd - 2, nd - 1] and vn.outputs[0] not in self.graph.outputs
+        return vn.op.name == "permute" and self._plain_permute(vn) == tuple(range(nd - 2)) + (nd - 1, nd - 2)
+
+    @staticmethod
+    def _kv_product_part(mm_run, make, o, i_past, i_p, m_out, past_sl, binder):
+        state = [None, None, 0]     # bound f, the layouts it was bound for, bindings made
+
+        def run(env):
+            out, pa, p = env[o]._data, env[i_past]._data, env[i_p]._data
+            f = state[0]
+            ts, arrs = make()
+            ctx = arrs[0]
+            if type(out) is np.ndarray and type(pa) is np.ndarray and type(p) is np.ndarray and \
+                    type(ctx) is np.ndarray:
+                key = (out.shape, out.strides, out.dtype, pa.shape, pa.strides, pa.dtype, p.shape, p.strides, p.dtype,
+                       ctx.shape, ctx.strides, ctx.dtype)
+                if key != state[1]:
+                    f = None
+                    if state[2] < _MAX_BINDS:
+                        state[2] += 1
+                        f = binder(out, pa, p, ctx)
+                    state[0], state[1] = f, key
+                if f is not None:
+                    if f(out, pa, p, ctx):
+                        env[m_out] = ts[0]
+                        return
+                    state[0] = state[1] = None      # (the thread count changed: bound anew next call)
+            np.copyto(out[past_sl], pa, casting="unsafe")
+            mm_run(env)
+        run.step = mm_run.step
+        return run
 
     def _frozen_view(self, n, args):
         """The results of view node ``n`` on ``args`` (Tensors that are the same objects at every call:
@@ -496,11 +662,12 @@ class Executable:
                 kern, be, check = step[2], step[3], n.op.check
                 binder = None
                 if check is None and be.device.type == "cpu" and \
-                        not any(v.dtype in LOW_FLOATS for v in list(n.inputs) + list(n.outputs)) and \
-                        (n.op.name in ("matmul", "layer_norm", "rms_norm") or
+                        ((n.op.name in ("matmul", "layer_norm", "rms_norm") and
+                          not any(v.dtype in LOW_FLOATS for v in list(n.inputs) + list(n.outputs))) or
                          getattr(kern, "__name__", None) == "ew_" + n.op.name):
                     # the CPU kernels of matmul and the single elementwise ops (devices/cpu: _ew_kernel)
-                    # are bound like the fused steps (kernels/fused.py bind_kernel)
+                    # are bound like the fused steps (kernels/fused.py bind_kernel; float16/bfloat16
+                    # elementwise ops where their kernel is native, elementwise.native_low)
                     from ..devices.cpu.kernels.fused import bind_kernel
                     op = n.op
 
@@ -531,13 +698,16 @@ class Executable:
             elif kind == "fused":
                 launch, kern, be = step[3].launch_group, step[2], step[3]
                 binder = None
-                if be.device.type == "cpu" and not any(o.dtype in LOW_FLOATS for o in n.outputs):
+                if be.device.type == "cpu":
+                    from ..devices.cpu.elementwise import native_low
                     from ..devices.cpu.kernels.fused import _bind_strided
+                    wide = not native_low(kern)
 
-                    def binder(arrs, xs, kern=kern):
-                        # launch_group's copies (float16, an input overlapping an output) are
-                        # not bound: those layouts keep the launch
-                        if any(is_low_np(x.dtype) or any(np.may_share_memory(o, x) for o in arrs) for x in xs):
+                    def binder(arrs, xs, kern=kern, wide=wide):
+                        # launch_group's copies (float16/bfloat16 for a kernel that takes float32
+                        # copies, an input overlapping an output) are not bound: those keep the launch
+                        if any(any(np.may_share_memory(o, x) for o in arrs) for x in xs) or \
+                                (wide and any(is_low_np(a.dtype) for a in list(xs) + list(arrs))):
                             return None
                         return _bind_strided(kern, arrs, xs)
                 run = _bound_runner(lambda arrs, xs: launch(kern, arrs, xs), binder, make, ins, outs)
@@ -840,6 +1010,9 @@ _FREEZE_VIEWS = [os.environ.get("NEE_JIT_FREEZE_VIEWS", "1") not in ("0", "")]
 # NEE_JIT_BIND_CAT=0: the fast path's large cats go through cat_kernel at each call (else their native
 # copy plan is bound once per layout, kernels/shape.py bind_cat)
 _BIND_CAT = [os.environ.get("NEE_JIT_BIND_CAT", "1") not in ("0", "")]
+# NEE_JIT_FUSE_KV=0: a KV cache's append and the attention product reading it run as two steps (a copy
+# of the cache, then the product reading the copy) instead of one pass (_fuse_kv_products)
+_FUSE_KV = [os.environ.get("NEE_JIT_FUSE_KV", "1") not in ("0", "")]
 _GENERIC_BIND = [os.environ.get("NEE_JIT_GENERIC_BIND", "1") not in ("0", "")]
 _GENERIC_TABLE = 16     # layouts / input shapes remembered per step by the generic loop
 
@@ -861,6 +1034,13 @@ def _cat_slices(out, shapes, d) -> list:
 
 # a step whose input layouts keep changing stops being re-bound after this many bindings
 _MAX_BINDS = 8
+
+
+def _noop_step(step):
+    def run(env):
+        pass
+    run.step, run.noop = step, True
+    return run
 
 
 def _layouts(arrays):

@@ -630,7 +630,30 @@ def compile_matmul_epilogue(backend, op):
             return epi(outs, [buf if j is None else ins[j] for j in eidx])
         return f
 
+    def bind_epilogue(outs, ins):
+        """``f(outs, ins, prod)``: the epilogue alone, on ``prod`` (the product ``ins[0] @ ins[1]``
+        computed elsewhere: jit/executable.py's fused KV-cache steps) for arrays of these layouts;
+        ``ins[1]`` is not read.  Its bound launch is looked up after a first run (which fills the
+        launch's cache), else it runs as the unbound epilogue."""
+        state = [None, 0]     # the bound epilogue, tries
+
+        def f(outs, ins, prod):
+            eins = [prod if j is None else ins[j] for j in eidx]
+            g = state[0]
+            if g is not None:
+                if g(outs, eins):
+                    return True
+                state[0], state[1] = None, 0      # (the thread count changed: bound anew)
+            run_epi(outs, eins)
+            if epi_bind is not None and state[1] < 2:
+                state[1] += 1
+                state[0] = epi_bind(outs, eins)
+            return True
+        return f
+
     run.bind = bind
+    if op.matmul.name == "matmul":
+        run.bind_epilogue = bind_epilogue
     return run, sources
 
 
@@ -653,9 +676,10 @@ def bind_kernel(op, outs, ins, attrs=None):
     """``f(outs, ins)`` doing what the CPU kernel of ``op`` (a compiled graph's step) does on arrays of
     these layouts and this thread count (False: the thread count changed), or None where there is no
     such shortcut: a matmul (the few-row kernel's plan looked up once), the single elementwise ops
-    (the launch's meta and machine-code caller resolved once; not float16, not an input overlapping
-    the output: those keep elementwise.launch's copies), layer_norm / rms_norm over contiguous rows
-    (the IR row kernel's metas made once; nn.norm_launch's other cases are not bound)."""
+    (the launch's meta and machine-code caller resolved once; not an input overlapping the output, not
+    float16/bfloat16 without a native kernel: those keep elementwise.launch's copies), layer_norm /
+    rms_norm over contiguous rows (the IR row kernel's metas made once; nn.norm_launch's other cases
+    are not bound)."""
     if len(outs) != 1 or not all(isinstance(x, np.ndarray) for x in list(outs) + list(ins)) or outs[0].size == 0:
         return None
     out = outs[0]
@@ -676,11 +700,12 @@ def bind_kernel(op, outs, ins, attrs=None):
     if op.kind == "elementwise" and "py" in op.expr:
         from ....ops.registry import OPS
         op = OPS.get(op.name)      # the op the CPU kernel launches (devices/cpu: _ew_kernel)
-        if getattr(op, "ew", None) is None or out.dtype == np.float16 or \
-                any(x.dtype == np.float16 or np.may_share_memory(out, x) for x in ins):
+        if getattr(op, "ew", None) is None or any(np.may_share_memory(out, x) for x in ins):
             return None
+        # (float16/bfloat16: bound where the kernel loads and stores them itself, as launch() runs it;
+        # None where it does not: launch() then widens them)
         kern = ew.get_kernel(op, [a.dtype for a in ins], out.dtype)
-        return _bind_strided(kern, outs, ins)
+        return _bind_strided(kern, outs, ins) if kern is not None else None
     return None
 
 
@@ -752,7 +777,7 @@ def _bind_strided(kern, outs, ins):
     if metas is None:
         return None
     for x in list(outs) + list(ins):
-        if not isinstance(x, np.ndarray) or x.size == 0 or x.dtype == np.float16 or layout.flat(x)[1] != 0:
+        if not isinstance(x, np.ndarray) or x.size == 0 or layout.flat(x)[1] != 0:
             return None
     launches = [(kern._specialize(m), m) for m in metas]
     if len(launches) == 1:
