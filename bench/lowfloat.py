@@ -36,6 +36,11 @@ CASES = {
     "sum": lambda m, a, b: a.sum(),
     "softmax": lambda m, a, b: m.softmax(a.reshape(-1, 1024), -1),
     "layer_norm": lambda m, a, b: m.nn.functional.layer_norm(a.reshape(-1, 1024), (1024,)),
+    "log_softmax": lambda m, a, b: m.log_softmax(a.reshape(-1, 1024), -1),
+    "log_softmax0": lambda m, a, b: m.log_softmax(a.reshape(-1, 1024), 0),
+    "group_norm": lambda m, a, b: m.nn.functional.group_norm(a.reshape(-1, 64, 1024), 8),
+    "cumsum": lambda m, a, b: a.reshape(-1, 1024).cumsum(-1),
+    "max_dim": lambda m, a, b: a.reshape(-1, 1024).max(-1)[0],
 }
 
 

@@ -51,10 +51,10 @@ def slow_path():
     real = ew.get_kernel
     low = ew._LOW_NAMES
 
-    def refuse(op, in_np, out_np):
+    def refuse(op, in_np, out_np, low_steps=None):
         if np.dtype(out_np).name in low or any(np.dtype(d).name in low for d in in_np):
             return None
-        return real(op, in_np, out_np)
+        return real(op, in_np, out_np, low_steps)
     ops_ew._plans.clear()
     ew.get_kernel = refuse
     try:
@@ -117,8 +117,7 @@ TORCH_EXACT = {"abs", "neg", "floor", "ceil", "trunc", "round", "sign", "relu", 
                "isposinf", "isneginf", "signbit", "square", "logical_not", "sqrt", "reciprocal", "add", "sub", "mul",
                "div", "maximum", "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
                "logical_or", "logical_xor", "copysign", "relu6", "hardsigmoid"}
-# (differ from torch on the slow path too, op semantics rather than kernels: hardswish(3e38) in bfloat16 is
-# finite here, inf in torch (x * (x + 3) overflows); fmod(x, y) in bfloat16 at a few inputs: see the report)
+# (fmod / remainder by a subnormal divisor differ from torch's vectorized kernel: see the fuzz test's notes)
 
 
 def _unary(m, name):
@@ -229,9 +228,8 @@ def test_mixed_dtypes_promotion(dt, tdt):
              ("int", lambda: x + i32, lambda: tx + torch.from_numpy(i32.numpy())),
              ("int-first", lambda: i32 - x, lambda: torch.from_numpy(i32.numpy()) - tx),
              ("int-big", lambda: x * i32 + 2049, lambda: tx * torch.from_numpy(i32.numpy()) + 2049),
-             # (torch reads a 0-d float32 tensor at float32 in mul, like a Python float; neetorch rounds it to
-             # the low float first, on both paths: an op-semantics difference of ops/elementwise.py)
-             ("0d-f32", lambda: x * s32, None),
+             # (torch reads a 0-d float32 tensor at float32 in mul, like a Python float)
+             ("0d-f32", lambda: x * s32, lambda: tx * torch.from_numpy(s32.numpy())),
              ("other-low", lambda: x + o, None),
              ("bool", lambda: x * (x > 0), lambda: tx * (tx > 0))]
     for name, fn, tf in cases:
@@ -405,6 +403,35 @@ def test_jit_internal_low_values_and_mixed(dt, tdt):
     assert any(n.startswith("fused[") and "+" in n for n in _fused_names(f, x, i))
 
 
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_jit_binds_native_low_float_steps(dt, tdt, monkeypatch):
+    """A compiled graph's float16/bfloat16 steps whose kernel is native (single elementwise ops, fused groups)
+    are bound after their first run like float32 ones (no elementwise.run_strided per call), with eager's bits."""
+    x = nee.tensor(values(33 * 65).reshape(33, 65)).to(dt)
+    y = nee.tensor(values(65)).to(dt)
+    i = nee.tensor(RNG.integers(-9, 9, (33, 65)))
+    fns = {"single": lambda x, y, i: nee.exp(x), "chain": lambda x, y, i: nee.tanh(x * y + x) * 0.25 - y,
+           "mixed": lambda x, y, i: (x * i + 1).float() * 2, "strided": lambda x, y, i: x.t() * 2 + 1,
+           "cmp": lambda x, y, i: x > y}
+    real, calls = ew.run_strided, [0]
+
+    def spy(*a, **k):
+        calls[0] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(ew, "run_strided", spy)
+    for name, fn in fns.items():
+        f = nee.jit(fn)
+        calls[0] = 0
+        first = f(x, y, i)
+        assert calls[0] > 0, name
+        calls[0] = 0
+        for _ in range(2):
+            got = f(x, y, i)
+        assert calls[0] == 0, f"{name}: {calls[0]} unbound launches"
+        assert_bits(got, fn(x, y, i), f"{name} bound", nan_bits=True)
+        assert_bits(first, got, f"{name} first call", nan_bits=True)
+
+
 def test_jit_numba_renderer_rounds_members(monkeypatch):
     """The Numba renderer (NEE_CPU_RENDERER=numba) takes float32 copies and rounds members with
     scalar.f_round_f16 / f_round_bf16: the same bits."""
@@ -509,3 +536,163 @@ def test_wider_values_narrow_through_float32_like_torch(low, n):
 
     for k, (want, got) in enumerate(zip(run(torch), run(nee))):
         np.testing.assert_array_equal(got, want, err_msg=f"case {k}")
+
+
+# ================================================================ kernels of non-elementwise ops: cast-kernel conversions
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_nn_reduction_kernels_convert_with_cast_kernel_same_bits(dt, tdt):
+    """kernels/nn.py and kernels/reduction.py widen float16/bfloat16 through dtypes.widen and round through
+    dtypes.copy_into (the generated cast kernel from 4096 elements): the same bits as numpy's conversions
+    (dtypes._CONVERT off), NaNs and overflow to inf included, on contiguous and transposed layouts."""
+    from neetorch.tensor import dtypes as D
+    F = nee.nn.functional
+    v = values(40 * 211, scale=30.0).reshape(40, 211)
+    v[3, 5] = 70000.0
+    x = nee.tensor(v).to(dt)
+    xt = x.t()
+    tgt = nee.tensor(RNG.integers(0, 211, 40))
+
+    def run():
+        return [F.log_softmax(x, -1), F.log_softmax(x, 0), F.log_softmax(xt, -1), F.softmax(xt, 1),
+                F.group_norm(x.reshape(4, 10, 211), 2), x.cumsum(-1), xt.cumsum(0), (x * 0.01 + 1).cumprod(1),
+                x.max(-1)[0], x.amax(0), x.sum(1), xt.mean(1), x.argmax(-1), x.logsumexp(-1),
+                F.nll_loss(F.log_softmax(x, -1), tgt, reduction="none"), F.cross_entropy(x, tgt)]
+    fast = run()
+    conv = D._CONVERT[0]
+    assert conv is not None
+    D._CONVERT[0] = None
+    try:
+        slow = run()
+    finally:
+        D._CONVERT[0] = conv
+    for i, (a, b) in enumerate(zip(fast, slow)):
+        assert_bits(a, b, f"case {i}", nan_bits=True)
+
+
+# ================================================================ op semantics vs torch
+def _t(a):
+    return tt(a) if isinstance(a, nee.Tensor) else a
+
+
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_zero_dim_operand_read_at_float32_like_torch(dt, tdt):
+    """torch's mul / div / floor_divide read a 0-d CPU tensor divisor / factor at float32 ("opmath", as a
+    Python scalar): float16 x * tensor(70000.) is finite, x * tensor(1.1) rounds once; in the first position,
+    and in add / sub / maximum / ..., the 0-d tensor is cast to the low float first.  jit == eager."""
+    x = nee.tensor(values(257)).to(dt)
+    zs = [nee.tensor(np.float32(1.1)), nee.tensor(1.1, dtype=nee.float64), nee.tensor(70000.0),
+          nee.tensor(2049), nee.tensor(np.float32(-3e-3)), nee.tensor(1.1).to(dt),
+          nee.tensor(1.5).to(nee.bfloat16 if dt is nee.float16 else nee.float16)]
+    for z in zs:
+        for name in ("mul", "div", "floor_divide", "add", "sub", "copysign", "lt"):
+            f = getattr(nee, name)
+            for a, b in ((x, z), (z, x)):
+                got = f(a, b)
+                assert_torch(got, getattr(torch, name)(_t(a), _t(b)), f"{name}({a.dtype}, {b.dtype})")
+        assert_torch(nee.div(x, z, rounding_mode="trunc"), torch.div(tt(x), tt(z), rounding_mode="trunc"), "trunc")
+        assert_torch(nee.lerp(x, x * 2, z.to(dt) if z.dtype is nee.int64 else z),
+                     torch.lerp(tt(x), tt(x) * 2, tt(z.to(dt) if z.dtype is nee.int64 else z)), "lerp (weight cast)")
+        assert_bits(nee.jit(lambda a, b: a * b + 1)(x, z), x * z + 1, f"jit {z.dtype}")
+        assert_bits(nee.jit(lambda a, b: nee.floor_divide(a, b) * 2)(x, z), nee.floor_divide(x, z) * 2, "jit //")
+    y = nee.ones(3, dtype=dt)
+    y.mul_(nee.tensor(70000.0))
+    assert_torch(y, torch.ones(3, dtype=tdt).mul_(torch.tensor(70000.0)), "mul_")
+
+
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_floor_divide_and_xlogy_in_storage_arithmetic_like_torch(dt, tdt):
+    """torch computes float16/bfloat16 floor_divide (c10::div_floor_floating) and xlogy (x * log(y), the log
+    rounded) in the storage dtype's arithmetic, each step rounded (scalar.f_floordiv_f16 / _bf16 ...): bit
+    for bit vs torch with integer / bool operands, Python scalars, strided views; jit (fused) == eager; the
+    float32-copy path (no native kernel) gives the same bits."""
+    u = values(2 * 301, scale=300.0)
+    w = values(2 * 301, scale=3.0)
+    x, y = nee.tensor(u).to(dt)[::2], nee.tensor(w).to(dt)[1::2]
+    i8 = nee.tensor(RNG.integers(-128, 128, 301).astype(np.int8))
+    u8 = nee.tensor(RNG.integers(0, 256, 301).astype(np.uint8))
+    b = nee.tensor(RNG.random(301) > 0.5)
+    forms = [(x, y), (y, x), (x, i8), (u8, x), (x, b), (x, 2.5), (x, -3), (7.0, y)]
+    for name in ("floor_divide", "xlogy"):
+        f = getattr(nee, name)
+        for k, (a, c) in enumerate(forms):
+            if name == "xlogy" and k == 7:
+                continue
+            got = f(a, c)
+            assert_torch(got, getattr(torch, name)(_t(a), _t(c)), f"{name} form {k}")
+            with slow_path():
+                assert_bits(f(a, c), got, f"{name} form {k} float32 copies", nan_bits=False)
+        g = nee.jit(lambda a, c, f=f: f(a * 1, c) - c)
+        assert_bits(g(x, y), f(x * 1, y) - y, f"{name} jit")
+
+
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_pow_scalar_exponents_and_overflowing_scalars_like_torch(dt, tdt):
+    """bfloat16 x ** 3 and x ** -2 are x * x * x and 1 / (x * x) with rounded products (torch's kernel);
+    a scalar exponent or alpha beyond the dtype's range is refused as in torch."""
+    x = nee.tensor(values(301)).to(dt)
+    for e in (2, 3, -2, -1, 0.5, 3.0, -2.0, 4, 1.5, float("inf")):
+        assert_torch(x ** e, tt(x) ** e, f"pow {e}")
+    y = x.clone()
+    y.pow_(3)
+    assert_torch(y, tt(x).pow(3), "pow_")
+    big = 70000 if dt is nee.float16 else 1e39
+    with pytest.raises(RuntimeError, match="pow.*overflow"):
+        x ** big
+    with pytest.raises(RuntimeError, match="add.*overflow"):
+        nee.add(x, x, alpha=big)
+    with pytest.raises(RuntimeError):
+        torch.add(tt(x), tt(x), alpha=big)
+
+
+@pytest.mark.parametrize("td,nd", [(torch.float32, nee.float32), (torch.float64, nee.float64)] +
+                         [(t, n) for n, t in LOW], ids=["float32", "float64"] + IDS)
+def test_hardswish_overflows_like_torch(td, nd):
+    """torch computes hardswish as x * clamp(x + 3, 0, 6) / 6: 3e38 overflows to inf (every float dtype)."""
+    v = np.concatenate([values(200), np.array([3e38, -3e38, 1e38, 3.0, -3.0, 6.0], np.float32)])
+    t = torch.from_numpy(v).to(td)
+    n = nee.tensor(t.float().numpy()).to(nd) if nd in (nee.float16, nee.bfloat16) else nee.tensor(t.numpy())
+    assert_torch(nee.nn.functional.hardswish(n), torch.nn.functional.hardswish(t), "hardswish")
+    f = nee.jit(lambda a: nee.nn.functional.hardswish(a) * 2)
+    assert_bits(f(n), nee.nn.functional.hardswish(n) * 2, "jit")
+
+
+# Left out of the fuzz below (torch's own inconsistencies or approximations, not fixed here):
+# - fmod / remainder by a subnormal divisor: torch's vectorized (Sleef) float kernel gives NaN, its scalar loop
+#   (strided, short tails) the exact remainder; neetorch is exact (also float32).
+# - the sign of a zero from maximum / minimum / fmax / fmin(-0.0, +0.0): torch's bfloat16/float16 vector body
+#   and scalar tail disagree.
+# - rsqrt: torch's strided (scalar) low-float loop rounds sqrt to the storage dtype first; its contiguous one
+#   differs from 1/sqrt in ~3e-5 of inputs.  erf / sin / atan2 / pow / mish / silu / gelu: 1-ulp libm-level.
+# - sigmoid / silu of x < -88 (and softmax outputs below float32's smallest normal): torch gives 0 / a subnormal,
+#   neetorch a subnormal / 0 (the softmax row kernels flush on purpose: kernels/nn.py _exp_ftz).
+
+
+@pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
+def test_fuzz_mixed_dtypes_layouts_vs_torch(dt, tdt):
+    """Ops computed without a transcendental function, low floats against every dtype (float64, int64, int8,
+    uint8, bool, the other low float), odd sizes, strided views, 0-d tensors, Python scalars, specials."""
+    rng = np.random.default_rng(11)
+    others = [nee.float16, nee.bfloat16, nee.float32, nee.float64, nee.int64, nee.int8, nee.uint8, nee.bool]
+    ops = ["add", "sub", "mul", "div", "floor_divide", "copysign", "eq", "lt", "ge", "logical_or", "where"]
+    for n in (1, 7, 4099):
+        x = nee.tensor(values(2 * n, scale=100.0)).to(dt)[::2]
+        for od in others:
+            if od.is_floating_point:
+                o = nee.tensor(values(2 * n, scale=7.0)).to(od)
+            elif od is nee.bool:
+                o = nee.tensor(rng.random(2 * n) > 0.5)
+            else:
+                lo, hi = (0, 256) if od is nee.uint8 else ((-128, 128) if od is nee.int8 else (-5000, 5000))
+                o = nee.tensor(rng.integers(lo, hi, 2 * n)).to(od)
+            o = o[1::2]
+            for form, b in (("tensor", o), ("0d", o[0].clone()), ("scalar", o[0].item())):
+                for name in ops:
+                    if name == "where":
+                        if form == "scalar":
+                            continue
+                        got, ref = nee.where(x > 0, x, b), torch.where(tt(x) > 0, tt(x), _t(b))
+                    else:
+                        if od is nee.bool and name in ("sub",) or (form != "tensor" and name == "logical_or"):
+                            continue
+                        got, ref = getattr(nee, name)(x, b), getattr(torch, name)(tt(x), _t(b))
+                    assert_torch(got, ref, f"{name}({dt}, {od} {form}) n={n}")

@@ -216,9 +216,20 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     opmath = False
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
-            if a._dtype is not cdt and a._data.ndim == 0 and i in idx:
-                a = _cast_0d(a, cdt)
+            if (a._dtype is not cdt or (op.name == "floor_divide" and cdt in _dt.LOW_FLOATS)) and \
+                    a._data.ndim == 0 and i in idx:
+                # (floor_divide: torch's float32 path even for a 0-d divisor of the low dtype itself)
                 key = None  # the prepared plan would feed the uncast argument
+                if cdt in _dt.LOW_FLOATS and i == _OPMATH_SCALAR_OPS.get(op.name) and a._device.type == "cpu" \
+                        and op.name != "lerp":
+                    # torch reads a 0-d CPU tensor there at float32 too, as a Python scalar (float16 x *
+                    # tensor(70000.) is finite; x * tensor(1.1) rounds once): the scalar path's computation
+                    a, opmath = _cast_0d(a, _dt.float32), cdt
+                    if _trace_hook[0] is not None:
+                        r = apply(op, *[t if t._dtype is _dt.float32 else t.to(_dt.float32) for t in ins], a)
+                        return r.to(opmath) if out is None else out.copy_(r)
+                else:
+                    a = _cast_0d(a, cdt)
             ins.append(a)
         elif _is_scalar(a):
             dt = cdt if i in idx else _dt.scalar_dtype(a)
@@ -374,7 +385,7 @@ UNARY_FLOAT = {
     "tanhshrink": ("{0} - f_tanh{s}({0})", lambda x: x - np.tanh(x)),
     "selu": ("f_selu{s}({0})", None),
     "hardsigmoid": ("f_hardsigmoid{s}({0})", None),
-    "hardswish": ("{0} * f_hardsigmoid{s}({0})", None),
+    "hardswish": ("f_hardswish{s}({0})", None),
     "relu6": ("f_clamp{s}({0}, f_zero{s}, f_six{s})", lambda x: np.clip(x, 0, 6)),
     "lgamma": ("f_lgamma{s}({0})", None),
 }
@@ -615,6 +626,8 @@ def _scale_alpha(op, input, other, alpha):
             raise RuntimeError(f"{op}: Boolean alpha only supported for Boolean results.")
     elif isinstance(alpha, (float, np.floating)) and rt.category != 2:
         raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point number.")
+    if rt.category == 2:
+        _dt.check_scalar(alpha, rt, op)   # (torch: alpha converts to the result dtype; float16 alpha=70000 raises)
     if isinstance(other, Tensor) and other._dtype is not rt:
         other = other.to(rt)  # torch scales in the result dtype: a promoted product must not re-promote the sum
     if not isinstance(other, Tensor):  # a Python scalar stays one (a 0-d product would join the promotion)
@@ -711,6 +724,20 @@ def pow(input, exponent, *, out=None):
         _dt.check_scalar(exponent, input._dtype, "pow")   # (torch: the exponent must fit the integer dtype)
     if result_type(input, exponent) is _dt.bool_:
         raise TypeError("pow: not implemented for bool tensors (got bool ** bool)")
+    if isinstance(input, Tensor) and input._dtype in _dt.LOW_FLOATS and _is_scalar(exponent) and \
+            result_type(input, exponent) is input._dtype:
+        _dt.check_scalar(exponent, input._dtype, "pow")   # (torch: the exponent converts to float16/bfloat16)
+    if isinstance(input, Tensor) and input._dtype is _dt.bfloat16 and _is_scalar(exponent) and \
+            not isinstance(exponent, (bool, np.bool_)) and exponent in (3, -2):
+        # torch's bfloat16 kernel computes these as x * x * x and 1 / (x * x), rounding each product
+        sq = apply(_BIN["mul"], input, input)
+        r = apply(_BIN["mul"], sq, input) if exponent == 3 else apply(_BIN["true_divide"], 1.0, sq)
+        return r if out is None else out.copy_(r)
+    if isinstance(input, Tensor) and input._dtype in (_dt.float32, _dt.float64, _dt.bfloat16) and out is None and \
+            _is_scalar(exponent) and not isinstance(exponent, (bool, np.bool_)) and exponent in (0.5, -0.5):
+        # torch: x ** 0.5 is sqrt(x) and x ** -0.5 rsqrt(x) for these dtypes (-inf ** 0.5 is NaN, not C's inf)
+        from .registry import OPS as _ops
+        return apply(_ops["sqrt" if exponent == 0.5 else "rsqrt"], input)
     return apply(_BIN["pow"], input, exponent, out=out)
 
 
@@ -783,11 +810,15 @@ export(clamp, name="clip")
 
 @export
 def clamp_min(input, min):
+    if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(min, (bool, np.bool_)):
+        raise NotImplementedError("clamp_min: \"clamp_min_scalar_cpu\" not implemented for 'Bool'")
     return apply(_BIN["maximum"], input, min)
 
 
 @export
 def clamp_max(input, max):
+    if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(max, (bool, np.bool_)):
+        raise NotImplementedError("clamp_max: \"clamp_max_scalar_cpu\" not implemented for 'Bool'")
     return apply(_BIN["minimum"], input, max)
 
 

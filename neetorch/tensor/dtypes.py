@@ -347,8 +347,8 @@ def scalar_overflows(v, dt: DType) -> bool:
     if isinstance(v, (complex, np.complexfloating)):
         # torch: a complex value with a nonzero imaginary part does not convert to a real dtype
         return dt.category != 3 and v.imag != 0
-    if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt is float16 or dt.category == 3:
-        return False   # torch.full((1,), 1e6, dtype=float16) gives inf rather than an error (a larger fill raises)
+    if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt.category == 3:
+        return False   # (torch's one-element full/fill_ of float16/bfloat16 skips the check: creation._new, fill_)
     if isinstance(v, (int, np.integer)):
         v = int(v)
         hi = int(np.iinfo(dt.np).max) if dt.category == 1 else float(finfo_np(dt.np).max)

@@ -130,12 +130,36 @@ _kernels: dict = {}
 _LOW_NAMES = ("float16", "bfloat16")
 
 
-def get_kernel(op, in_np: list, out_np):
+# ops whose torch CPU kernel computes float16/bfloat16 in the storage dtype's arithmetic (each step rounded):
+# the scalar helper of the float32 kernel -> its low-float form (scalar.py), name + "_f16" / "_bf16"
+_LOW_STEPS = ("f_floordiv(", "f_xlogy(")
+_LOW_SUFFIX = {"float16": "_f16(", "bfloat16": "_bf16("}
+
+
+def _low_steps(template: str, low) -> str:
+    """``template`` with the helpers of :data:`_LOW_STEPS` in their ``low`` (a dtype name or None) form."""
+    if low is None:
+        return template
+    for h in _LOW_STEPS:
+        template = template.replace(h, h[:-1] + _LOW_SUFFIX[low])
+    return template
+
+
+def _low_of(raw, storage) -> str | None:
+    """The low float an op computes in when torch rounds its steps: its compute dtype ``raw`` is
+    float16/bfloat16 and no operand is stored wider (a float32 opmath scalar, x // 2.5, keeps float32)."""
+    if raw.name not in _LOW_SUFFIX or any(d.name in ("float32", "float64") for d in storage):
+        return None
+    return raw.name
+
+
+def get_kernel(op, in_np: list, out_np, low=None):
     """The kernel of elementwise ``op`` on arrays of these dtypes.  With a float16/bfloat16 operand or
     result: the LLVM kernel that loads and stores them itself (widened to float32 in registers, the
     float32 kernel's arithmetic, each result rounded once to nearest even), or None where the LLVM
-    renderer does not cover the op (or is off): :func:`launch` then computes through float32 copies."""
-    key = (op.name, tuple(in_np), out_np)
+    renderer does not cover the op (or is off): :func:`launch` then computes through float32 copies
+    (``low``: the low float those copies hold, for :func:`_low_steps`)."""
+    key = (op.name, tuple(in_np), out_np, low)
     k = _kernels.get(key)
     if k is None and key not in _kernels:
         from ...ops.elementwise import ew_dtypes
@@ -147,7 +171,7 @@ def get_kernel(op, in_np: list, out_np):
         raw, _ = ew_dtypes(op.ew, in_dt)
         comp = [_dt.compute_dtype(c) for c in raw]   # float16/bfloat16 compute in float32
         first = op.ew.promote[0] if op.ew.promote else 0
-        template = op.expr["py"](comp[first])
+        template = _low_steps(op.expr["py"](comp[first]), low or _low_of(raw[first], in_dt))
         args = [_operand(f"v{i}", d.name, c.name, r) for i, (d, c, r) in enumerate(zip(in_dt, comp, raw))]
         out_name = np.dtype(out_np).name
         low = out_name in _LOW_NAMES or any(d.name in _LOW_NAMES for d in in_dt)
@@ -179,9 +203,15 @@ def launch(op, out: np.ndarray, ins: list) -> None:
         with np.errstate(over="ignore"):  # float32 -> float16 overflow is inf, silently (like torch)
             np.copyto(out, tmp, casting="unsafe")
         return
+    low = None
+    if any(_dt.is_low_np(a.dtype) for a in ins) and getattr(op, "ew", None) is not None:
+        from ...ops.elementwise import ew_dtypes
+        dts = [_dt.from_numpy_dtype(a.dtype) for a in ins]
+        raw, _ = ew_dtypes(op.ew, dts)
+        low = _low_of(raw[op.ew.promote[0] if op.ew.promote else 0], dts)
     ins = [_widen(a) for a in ins]
     ins = [_unalias(out, a) for a in ins]
-    kern = get_kernel(op, [a.dtype for a in ins], out.dtype)
+    kern = get_kernel(op, [a.dtype for a in ins], out.dtype, low)
     run_strided(kern, out, ins)
 
 
@@ -571,7 +601,8 @@ def _group_pieces(group, outputs=None, storage=False):
         first = n.op.ew.promote[0] if n.op.ew.promote else 0
         cdt = _dt.to_dtype(comp[first])
         od = _kdt(n.outputs[0].dtype)
-        e = f"{_NP_CTOR[od]}({n.op.expr['py'](cdt).format(*args)})"
+        tmpl = _low_steps(n.op.expr['py'](cdt), _low_of(raw[first], [v.dtype for v in n.inputs]))
+        e = f"{_NP_CTOR[od]}({tmpl.format(*args)})"
         rnd = _ROUND.get(n.outputs[0].dtype.name)
         body.append(f"t{k} = {rnd}({e})" if rnd else f"t{k} = {e}")
         names[n.outputs[0]] = f"t{k}"

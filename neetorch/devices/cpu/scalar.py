@@ -222,6 +222,17 @@ def f_hardsigmoid64(x):
     return min(max(x + _three64, f_zero64), f_six64) / f_six64
 
 
+# torch's order: x * (x + 3 clamped) / 6 (hardswish(3e38) overflows to inf there, as in torch)
+@njit(**_inl)
+def f_hardswish32(x):
+    return x * min(max(x + _three32, f_zero32), f_six32) / f_six32
+
+
+@njit(**_inl)
+def f_hardswish64(x):
+    return x * min(max(x + _three64, f_zero64), f_six64) / f_six64
+
+
 @njit(**_inl)
 def f_lgamma32(x):
     return np.float32(math.lgamma(x))
@@ -428,3 +439,58 @@ def f_round_f16(x):
     if abs(y) >= _f16_overflow:
         return np.copysign(_inf32, x)
     return y
+
+
+# ---- ops torch's CPU kernels compute in float16/bfloat16 arithmetic (every step rounded to the storage
+# dtype, not float32 "opmath"): floor_divide (c10::div_floor_floating on Half/BFloat16 values) and xlogy
+# (x * log(y) with the log rounded).  devices/cpu/elementwise.py (_LOW_STEPS) substitutes them for
+# f_floordiv / f_xlogy when every operand is stored as a low float (or an integer cast to one); a float32
+# opmath scalar (x // 2.5) keeps the float32 helper, as torch's scalar path does.  (float32 steps: an int
+# literal would make them float64, as Numba types ``d - 1``.)
+_one32 = np.float32(1.0)
+
+
+@njit(**_inl)
+def f_floordiv_f16(a, b):
+    if b == 0:
+        return a / b
+    m = np.fmod(a, b)
+    d = f_round_f16(f_round_f16(a - m) / b)
+    if m != 0 and ((b < 0) != (m < 0)):
+        d = f_round_f16(d - _one32)
+    if d != 0:
+        fd = np.floor(d)
+        if f_round_f16(d - fd) > 0.5:
+            fd = f_round_f16(fd + _one32)
+        return fd
+    return np.copysign(d * 0, a / b)
+
+
+@njit(**_inl)
+def f_floordiv_bf16(a, b):
+    if b == 0:
+        return a / b
+    m = np.fmod(a, b)
+    d = f_round_bf16(f_round_bf16(a - m) / b)
+    if m != 0 and ((b < 0) != (m < 0)):
+        d = f_round_bf16(d - _one32)
+    if d != 0:
+        fd = np.floor(d)
+        if f_round_bf16(d - fd) > 0.5:
+            fd = f_round_bf16(fd + _one32)
+        return fd
+    return np.copysign(d * 0, a / b)
+
+
+@njit(**_inl)
+def f_xlogy_f16(x, y):
+    if y != y:
+        return y
+    return x - x if x == 0 else x * f_round_f16(np.log(y))
+
+
+@njit(**_inl)
+def f_xlogy_bf16(x, y):
+    if y != y:
+        return y
+    return x - x if x == 0 else x * f_round_bf16(np.log(y))

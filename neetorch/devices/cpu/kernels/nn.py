@@ -360,12 +360,14 @@ def _log_softmax_low_lastdim(x: np.ndarray, out: np.ndarray) -> None:
     that the row's sum of exponentials and its log are rounded to the storage dtype before the subtraction
     (ATen's vectorized last-dim kernel keeps them in scalar_t); other dims round once, like every op."""
     low = out.dtype
-    x = x.astype(np.float32)
+    xf = _f32(x) if _dtypes.is_low_np(x.dtype) else x
+    d = xf.astype(np.float32, copy=xf is x)   # (order "K" as astype: the row sums keep their order)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        d = x - x.max(axis=-1, keepdims=True)
+        np.subtract(d, d.max(axis=-1, keepdims=True), out=d)
         s = np.exp(d).sum(axis=-1, keepdims=True, dtype=np.float32)
         lse = np.log(s.astype(low).astype(np.float32)).astype(low).astype(np.float32)
-        np.copyto(out, d - lse, casting="unsafe")
+        np.subtract(d, lse, out=d)
+    _dtypes.copy_into(out, d)
 
 
 def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bool = False) -> None:
@@ -377,7 +379,7 @@ def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bo
     if _dtypes.is_low_np(out.dtype) or x.dtype != out.dtype:
         tmp = np.empty(out.shape, _dtypes.compute_np(out.dtype))
         softmax_launch(_f32(x).astype(tmp.dtype, copy=False), tmp, dim, log, safe)
-        np.copyto(out, tmp, casting="unsafe")
+        _dtypes.copy_into(out, tmp)
         return
     if x.ndim == 0:
         x, out, dim = x.reshape(1), out.reshape(1), 0
@@ -499,7 +501,7 @@ def norm_launch(x, out, w, b, R, G, cpg, HW, per_elem, eps, rms, stats=None):
         return
     cdt = _dtypes.compute_np(out.dtype)
     n = cpg * HW
-    x = x.astype(cdt, copy=False)
+    x = _f32(x).astype(cdt, copy=False)
     xs = None
     if x.ndim and x.flags.c_contiguous:
         xs = n
@@ -540,7 +542,7 @@ def norm_launch(x, out, w, b, R, G, cpg, HW, per_elem, eps, rms, stats=None):
         threads.run_parallel(lambda c: _norm_rows(fx, o, w, b, c[0], c[1], xoff, xs, G, cpg, HW, wsc, wss,
                                                   float(eps), rms, mo, ro), threads.split(R, nt))
     if not direct:
-        np.copyto(out, o.reshape(out.shape), casting="unsafe")
+        _dtypes.copy_into(out, o.reshape(out.shape))
 
 
 @kernel("layer_norm")
@@ -745,6 +747,6 @@ def nll_loss_terms_kernel(backend, outs, ins, attrs):
         v = int(tgt[bad])
         raise IndexError(f"nll_loss: target {v} is out of bounds (expected a class index in [0, {C}) or "
                          f"ignore_index={attrs['ignore_index']})")
-    np.copyto(outs[0], nll.reshape(outs[0].shape), casting="unsafe")
-    np.copyto(outs[1], sm.reshape(outs[1].shape), casting="unsafe")
+    _dtypes.copy_into(outs[0], nll.reshape(outs[0].shape))
+    _dtypes.copy_into(outs[1], sm.reshape(outs[1].shape))
     np.copyto(outs[2], tot, casting="unsafe")

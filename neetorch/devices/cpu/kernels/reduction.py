@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ....tensor.dtypes import compute_np, is_low_np
+from ....tensor.dtypes import compute_np, copy_into, is_low_np, widen
 
 from .. import codegen, kernel, threads
 
@@ -343,13 +343,12 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
     red = tuple(red)
     if out.size == 0:
         return
-    if is_low_np(x.dtype):   # float16/bfloat16: computed in float32
-        x = x.astype(np.float32)
+    if is_low_np(x.dtype):   # float16/bfloat16: computed in float32 (widened by the cast kernel, order "K")
+        x = widen(x)
     if is_low_np(out.dtype):
         tmp = np.empty(out.shape, np.float32)
         reduce_into(kind, x, tmp, red, idx)
-        with np.errstate(over="ignore"):   # float32 -> float16 overflow is inf, as in torch (no warning)
-            np.copyto(out, tmp, casting="unsafe")
+        copy_into(out, tmp)   # (float32 -> float16 overflow is inf, as in torch, without a warning)
         return
     kshape = tuple(1 if d in red else n for d, n in enumerate(x.shape))
     o = out.reshape(kshape)
@@ -571,12 +570,11 @@ def _scan(backend, outs, ins, attrs):
     if out.size == 0:
         return
     if is_low_np(x.dtype):   # float16/bfloat16: computed in float32
-        x = x.astype(np.float32)
+        x = widen(x)
     if is_low_np(out.dtype):
         tmp = np.empty(out.shape, np.float32)
         _scan(backend, [tmp] + list(outs[1:]), [x], attrs)
-        with np.errstate(over="ignore"):
-            np.copyto(out, tmp, casting="unsafe")
+        copy_into(out, tmp)
         return
     x = np.ascontiguousarray(x)
     d = attrs["dim"]
