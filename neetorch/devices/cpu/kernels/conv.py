@@ -665,7 +665,8 @@ def _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, dt) -> int:
         return int(f)
     if f == "0":
         return 0
-    return _winograd_rule(N, C, O, OH, OW, dt.itemsize)
+    return _winograd_rule(N, C, O, OH, OW, dt.itemsize,
+                          dt == np.float32 and threads.NUM_THREADS == 1 and conv_direct.available())
 
 
 # The cost rule: single-thread time estimates (both paths split over threads alike): the GEMMs' multiply-adds
@@ -683,12 +684,23 @@ _MEM_BW = 15e9
 _IM2COL_NS = 0.3e-9
 _WINO_TR_NS = 1.2e-9
 _WINO_MARGIN = 0.95
+# ``direct``: the other path is conv_direct's kernel (float32, AVX-512F: it takes every 3x3 this rule leaves),
+# which has no column matrix: no im2col term.  Measured in the models (1 thread, thread CPU time of each conv in
+# its model, min of 8 runs, Winograd vs NEE_CONV_WINOGRAD=0, us): with the term the rule took F(4) for 128->128
+# on 14x14 783 vs 592 direct, 128->160 822 vs 726, 160->160 1021 vs 902, 128->192 928 vs 904, 160->192 1191 vs
+# 1091 (Inception v2), 32->128 on 27x27 568 vs 518 (SqueezeNet); without it these go direct and F(4) stays
+# where it won: 64->192 on 56x56 4519 vs 6728, 96->96 on 28x28 963 vs 1241, 192->256 on 14x14 1693 vs 1758,
+# 64->64 on 56x56 1847 vs 2292, 128->128 on 28x28 1589 vs 2311, 256->256 on 14x14 2138 vs 2270 (ResNet-50).
+# Whole models, 1 thread, CPU time, fresh processes alternated: Inception v2 0.95x, SqueezeNet 0.93x.  One
+# thread only: on two, F(4) on the native workers (_wino_native) beat the direct kernel on these shapes
+# (warm, min of 40: 128->128 on 14x14 402 vs 567 us, 160->160 585 vs 790, 32->128 on 27x27 442 vs 540) and
+# the machine was too loaded for in-model two-thread figures: the rule there is left as it was.
 
 
-def _winograd_rule(N, C, O, OH, OW, isz=4) -> int:
+def _winograd_rule(N, C, O, OH, OW, isz=4, direct=False) -> int:
     L = N * OH * OW
     w = O * C
-    best = 2.0 * w * 9 * L / _GEMM_FLOPS + 9 * w * isz / _MEM_BW + C * 9 * L * _IM2COL_NS
+    best = 2.0 * w * 9 * L / _GEMM_FLOPS + 9 * w * isz / _MEM_BW + (0.0 if direct else C * 9 * L * _IM2COL_NS)
     pick = 0
     for m in (2, 4):
         a2 = (m + 2) * (m + 2)
