@@ -47,7 +47,7 @@ for _name in _methods._VIEW_METHODS:  # nee.reshape(x, ...) is Tensor.reshape (s
         globals()[_name] = getattr(Tensor, _name)
 for _name, (_fn, _method, _function, _inplace) in _ops.EXPORTS.items():
     if _function and _name not in globals():
-        globals()[_name] = _fn
+        globals()[_name] = _ops.registry.with_out(_fn)   # (torch's out= on every function)
 del _name, _fn, _method, _function, _inplace
 
 
@@ -111,6 +111,11 @@ from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401
 _ops.complex.install_guard()   # (once the op table is complete) ops not known right for complex refuse it
 from .compare import compare  # noqa: E402,F401
+
+# torch's math constants (torch.pi, torch.e, torch.inf, torch.nan) and numpy's indexing alias torch.newaxis
+import math as _math  # noqa: E402
+pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None
+from .tensor.tensor import Layout as layout, strided  # noqa: E402,F401  (torch.layout / torch.strided)
 
 
 def __getattr__(name):

@@ -501,3 +501,378 @@ def zeta(input, other, *, out=None):
     r = _where(x < 1.0, math.nan, _where(x == 1.0, math.inf, r))
     r = _where(_E("logical_or")(x.isnan(), q.isnan()), math.nan, r)
     return _out(_back(r, odt), out)
+
+
+# dtypes torch.special's CPU kernels refuse (measured on torch 2.13; every name refuses complex unless noted):
+# the refusal names the kernel like torch's NotImplementedError, before any computation
+_HALF = ("float16", "bfloat16")
+_INTS = ("bool", "uint8", "int8", "int16", "int32", "int64")
+_REFUSED = {
+    "digamma": (), "psi": (), "entr": (), "erf": (), "erfc": (), "erfinv": (), "gammaln": (), "i0": (), "i0e": (),
+    "i1": (), "i1e": (), "logit": (), "multigammaln": (), "ndtr": (), "polygamma": (), "xlog1py": (), "xlogy": (),
+    "erfcx": _HALF, "log_ndtr": _HALF, "modified_bessel_i0": _HALF, "modified_bessel_i1": _HALF, "ndtri": _HALF,
+    "spherical_bessel_j0": _HALF, "zeta": _HALF, "gammainc": _INTS, "gammaincc": _INTS, "round": _INTS,
+    "softmax": _INTS, "log_softmax": _INTS,
+}
+
+
+def _refusing(name, fn, refused):
+    import functools
+
+    @functools.wraps(fn)
+    def f(*args, **kw):
+        for a in args:
+            if isinstance(a, Tensor) and (a._dtype.category == 3 or a._dtype.name in refused):
+                from .ops.linalg import _CAP
+                raise NotImplementedError(f"special.{name}: \"{name}_cpu\" not implemented for "
+                                          f"'{_CAP.get(a._dtype.name, a._dtype.name)}'")
+        return fn(*args, **kw)
+    return f
+
+
+for _n, _r in _REFUSED.items():
+    globals()[_n] = _refusing(_n, globals()[_n], _r)
+
+
+# ------------------------------------------------------------------ orthogonal polynomials
+# torch.special's polynomial families P_n(x), following the branches of PyTorch's CPU kernels (ATen Math.h):
+# the closed trigonometric forms for large n inside (-1, 1), exact values at the interval ends, else the
+# three-term recurrence (integer n, truncated; n < 0 gives 0).  Computed eagerly in float64 numpy on the host
+# (n is data: the recurrence length depends on its values) and rounded once to the result dtype.
+def _poly_args(name, x, n):
+    import numpy as np
+    if not isinstance(x, Tensor) and not isinstance(n, Tensor):
+        raise TypeError(f"special.{name}(): expected a Tensor for 'input' or 'n'")
+    like = x if isinstance(x, Tensor) else n
+    for a in (x, n):
+        if isinstance(a, Tensor) and (a._dtype.category == 3 or a._dtype.name in _HALF):
+            from .ops.linalg import _CAP
+            raise NotImplementedError(f"special.{name}: \"{name}_cpu\" not implemented for "
+                                      f"'{_CAP.get(a._dtype.name, a._dtype.name)}'")
+    odt = _result_dtype(*(a for a in (x, n)))
+    xa = x.numpy(force=True).astype(np.float64) if isinstance(x, Tensor) else np.float64(x)
+    na = n.numpy(force=True).astype(np.float64) if isinstance(n, Tensor) else np.float64(n)
+    xa, na = np.broadcast_arrays(np.asarray(xa, np.float64), np.asarray(na, np.float64))
+    # (torch casts n to int64: NaN / inf become INT64_MIN on x86, a negative order, so 0)
+    return like, odt, xa, np.where(np.isfinite(na), na, -1).astype(np.int64)
+
+
+def _poly_wrap(r, like, odt):
+    import numpy as np
+    t = _creation.tensor(np.asarray(r, np.float64))
+    return t.to(dtype=odt, device=like.device)
+
+
+def _recurrence(x, n, p0, p1, step):
+    """P_n(x) from P_0 = p0, P_1 = p1 and P_{k+1} = step(k, P_k, P_{k-1}), for an array of n (>= 0)."""
+    import numpy as np
+    p, q = np.broadcast_to(np.asarray(p0, np.float64), x.shape).copy(), np.asarray(p1, np.float64) + 0 * x
+    out = np.where(n == 0, p, q)
+    top = int(n.max()) if n.size else 0
+    for k in range(1, top):
+        p, q = q, step(k, q, p)
+        out = np.where(n == k + 1, q, out)
+    return out
+
+
+def _poly(name, x, n, body, out):
+    import numpy as np
+    like, odt, xa, na = _poly_args(name, x, n)
+    with np.errstate(all="ignore"):
+        r = np.where(na < 0, 0.0, body(xa, np.maximum(na, 0)))
+    return _out(_poly_wrap(r, like, odt), out)
+
+
+def _sgn_even(n):
+    import numpy as np
+    return np.where(n % 2 == 0, 1.0, -1.0)
+
+
+def chebyshev_polynomial_t(input, n, *, out=None):
+    """``torch.special.chebyshev_polynomial_t``: Chebyshev polynomials of the first kind T_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        rec = _recurrence(x, n, 1.0, x, lambda k, q, p: (x + x) * q - p)
+        r = np.where((n > 6) & (np.abs(x) < 1), np.cos(n * np.arccos(np.clip(x, -1, 1))), rec)
+        return np.where(np.abs(x) == 1, np.where((x > 0) | (n % 2 == 0), 1.0, -1.0), r)
+    return _poly("chebyshev_polynomial_t", input, n, body, out)
+
+
+def chebyshev_polynomial_u(input, n, *, out=None):
+    """``torch.special.chebyshev_polynomial_u``: Chebyshev polynomials of the second kind U_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        rec = _recurrence(x, n, 1.0, x + x, lambda k, q, p: (x + x) * q - p)
+        a = np.arccos(np.clip(x, -1, 1))
+        trig = np.where(np.sin(a) != 0, np.sin((n + 1) * a) / np.sin(a), (n + 1) * np.cos((n + 1) * a) / x)
+        r = np.where((n > 8) & (np.abs(x) < 1), trig, rec)
+        return np.where(np.abs(x) == 1, np.where((x > 0) | (n % 2 == 0), n + 1.0, -(n + 1.0)), r)
+    return _poly("chebyshev_polynomial_u", input, n, body, out)
+
+
+def chebyshev_polynomial_v(input, n, *, out=None):
+    """``torch.special.chebyshev_polynomial_v``: Chebyshev polynomials of the third kind V_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        rec = _recurrence(x, n, 1.0, x + x - 1, lambda k, q, p: (x + x) * q - p)
+        a = np.arccos(np.clip(x, -1, 1))
+        trig = np.where(np.sin(a / 2) != 1, np.cos((n + 0.5) * a) / np.cos(a / 2), _sgn_even(n) * (n + n + 1.0))
+        r = np.where((n > 8) & (np.abs(x) < 1), trig, rec)
+        return np.where(np.abs(x) == 1, np.where(x > 0, 1.0, _sgn_even(n) * (n + n + 1.0)), r)
+    return _poly("chebyshev_polynomial_v", input, n, body, out)
+
+
+def chebyshev_polynomial_w(input, n, *, out=None):
+    """``torch.special.chebyshev_polynomial_w``: Chebyshev polynomials of the fourth kind W_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        rec = _recurrence(x, n, 1.0, x + x + 1, lambda k, q, p: (x + x) * q - p)
+        a = np.arccos(np.clip(x, -1, 1))
+        end = np.where(x > 0, n + n + 1.0, _sgn_even(n))
+        trig = np.where(np.cos(a / 2) != 1, np.sin((n + 0.5) * a) / np.sin(a / 2), end)
+        r = np.where((n > 8) & (np.abs(x) < 1), trig, rec)
+        return np.where(np.abs(x) == 1, end, r)
+    return _poly("chebyshev_polynomial_w", input, n, body, out)
+
+
+def _shifted(kind):
+    def f(input, n, *, out=None):
+        plain = {"t": chebyshev_polynomial_t, "u": chebyshev_polynomial_u, "v": chebyshev_polynomial_v,
+                 "w": chebyshev_polynomial_w}[kind]
+        like, odt, xa, na = _poly_args(f"shifted_chebyshev_polynomial_{kind}", input, n)
+        r = plain(_creation.tensor(xa + xa - 1), _creation.tensor(na)).numpy()
+        return _out(_poly_wrap(r, like, odt), out)
+    f.__name__ = f"shifted_chebyshev_polynomial_{kind}"
+    f.__doc__ = f"``torch.special.shifted_chebyshev_polynomial_{kind}``: the kind-{kind} polynomial of 2x - 1."
+    return f
+
+
+shifted_chebyshev_polynomial_t = _shifted("t")
+shifted_chebyshev_polynomial_u = _shifted("u")
+shifted_chebyshev_polynomial_v = _shifted("v")
+shifted_chebyshev_polynomial_w = _shifted("w")
+
+
+def hermite_polynomial_h(input, n, *, out=None):
+    """``torch.special.hermite_polynomial_h``: physicists' Hermite polynomials H_n(x)."""
+    return _poly("hermite_polynomial_h", input, n,
+                 lambda x, n: _recurrence(x, n, 1.0, x + x, lambda k, q, p: (x + x) * q - (k + k) * p), out)
+
+
+def hermite_polynomial_he(input, n, *, out=None):
+    """``torch.special.hermite_polynomial_he``: probabilists' Hermite polynomials He_n(x)."""
+    return _poly("hermite_polynomial_he", input, n,
+                 lambda x, n: _recurrence(x, n, 1.0, x, lambda k, q, p: x * q - k * p), out)
+
+
+def laguerre_polynomial_l(input, n, *, out=None):
+    """``torch.special.laguerre_polynomial_l``: Laguerre polynomials L_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        r = _recurrence(x, n, 1.0, 1 - x, lambda k, q, p: ((k + k + (1 - x)) * q - k * p) / (k + 1))
+        return np.where(x == 0, 1.0, r)
+    return _poly("laguerre_polynomial_l", input, n, body, out)
+
+
+def legendre_polynomial_p(input, n, *, out=None):
+    """``torch.special.legendre_polynomial_p``: Legendre polynomials P_n(x)."""
+    import numpy as np
+
+    def body(x, n):
+        r = _recurrence(x, n, 1.0, x, lambda k, q, p: ((k + k + 1) * x * q - k * p) / (k + 1))
+        return np.where(np.abs(x) == 1, np.where(x > 0, 1.0, _sgn_even(n)), r)
+    return _poly("legendre_polynomial_p", input, n, body, out)
+
+
+__all__ += ["chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+            "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+            "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+            "laguerre_polynomial_l", "legendre_polynomial_p"]
+
+
+# ------------------------------------------------------------------ Bessel functions J, Y and K (orders 0, 1)
+# Host float64 numpy, rounded once: the power series for |x| <= 12 and Hankel's asymptotic expansion beyond
+# (J, Y; both accurate to ~1e-12 absolute there), and for K the integral int_0^inf exp(-x cosh t) cosh(nu t) dt
+# by the trapezoid rule (exponentially convergent for this analytic, doubly decaying integrand).
+_EULER = 0.5772156649015329
+
+
+def _bessel_small(x, nu, kind):
+    import numpy as np
+    q = -(x * x) / 4
+    term = np.ones_like(x) if nu == 0 else x / 2
+    j = term.copy()
+    h = 0.0                                             # harmonic numbers H_k
+    ysum = np.zeros_like(x) if nu == 0 else term * (-_EULER + (1 - _EULER))   # psi(1) + psi(2) at k = 0
+    for k in range(1, 60):
+        term = term * q / (k * (k + nu))
+        j = j + term
+        h += 1.0 / k
+        if nu == 0:
+            ysum = ysum - term * h                          # (-1)^(k+1) H_k (x^2/4)^k / (k!)^2
+        else:
+            ysum = ysum + term * (2 * (-_EULER + h) + 1.0 / (k + 1))   # psi(k+1) + psi(k+2)
+    if kind == "j":
+        return j
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lg = np.log(x / 2)
+        if nu == 0:
+            return (2 / np.pi) * ((lg + _EULER) * j + ysum)
+        return -2 / (np.pi * x) + (2 / np.pi) * lg * j - ysum / np.pi
+
+
+def _bessel_large(x, nu, kind):
+    import numpy as np
+    mu = 4.0 * nu * nu
+    p, qq = np.ones_like(x), np.zeros_like(x)
+    a = np.ones_like(x)
+    for k in range(1, 21):
+        a = a * (mu - (2 * k - 1) ** 2) / (k * 8 * x)
+        sign = (-1) ** (k // 2)
+        if k % 2 == 0:
+            p = p + sign * a
+        else:
+            qq = qq + sign * a
+    chi = x - (nu / 2 + 0.25) * np.pi
+    amp = np.sqrt(2 / (np.pi * x))
+    if kind == "j":
+        return amp * (p * np.cos(chi) - qq * np.sin(chi))
+    return amp * (p * np.sin(chi) + qq * np.cos(chi))
+
+
+def _bessel_jy(name, input, nu, kind, out):
+    import numpy as np
+    _arg(name, input)
+    like, odt, xa, _ = _poly_args(name, input, 0)
+    ax = np.abs(xa) if kind == "j" else xa
+    with np.errstate(all="ignore"):
+        small = np.abs(ax) <= 12
+        r = np.where(small, _bessel_small(np.where(small, ax, 1.0), nu, kind),
+                     _bessel_large(np.where(small, 13.0, ax), nu, kind))
+        if kind == "j" and nu == 1:
+            r = np.where(xa < 0, -r, r)                     # J1 is odd
+        if kind == "y":
+            r = np.where(xa == 0, -np.inf, np.where(xa < 0, np.nan, r))
+        r = np.where(np.isinf(xa), np.nan, r)             # (torch: NaN at +-inf)
+        r = np.where(np.isnan(xa), np.nan, r)
+    return _out(_poly_wrap(r, like, odt), out)
+
+
+def bessel_j0(input, *, out=None):
+    """``torch.special.bessel_j0``: the Bessel function of the first kind of order 0."""
+    return _bessel_jy("bessel_j0", input, 0, "j", out)
+
+
+def bessel_j1(input, *, out=None):
+    """``torch.special.bessel_j1``: the Bessel function of the first kind of order 1."""
+    return _bessel_jy("bessel_j1", input, 1, "j", out)
+
+
+def bessel_y0(input, *, out=None):
+    """``torch.special.bessel_y0``: the Bessel function of the second kind of order 0 (-inf at 0, NaN below)."""
+    return _bessel_jy("bessel_y0", input, 0, "y", out)
+
+
+def bessel_y1(input, *, out=None):
+    """``torch.special.bessel_y1``: the Bessel function of the second kind of order 1 (-inf at 0, NaN below)."""
+    return _bessel_jy("bessel_y1", input, 1, "y", out)
+
+
+def _bessel_k(name, input, nu, scaled, out):
+    import numpy as np
+    _arg(name, input)
+    like, odt, xa, _ = _poly_args(name, input, 0)
+    flat = xa.reshape(-1)
+    pos = flat > 0
+    xs = np.where(pos & np.isfinite(flat), flat, 1.0)
+    h = 0.05
+    tmax = float(np.arccosh(max(1.0, 60.0 / float(xs.min())))) + 1.0 if xs.size else 1.0
+    t = np.arange(0.0, tmax + h, h)[:, None]
+    with np.errstate(all="ignore"):
+        w = np.exp(-xs[None, :] * (np.cosh(t) - 1.0)) * np.cosh(nu * t)
+        s = h * (w.sum(axis=0) - 0.5 * w[0])                 # e^x K_nu(x)
+        big = xs > 30                                         # (the peak narrows: Hankel's expansion there)
+        xb = np.where(big, xs, 31.0)
+        a, asum = np.ones_like(xb), np.ones_like(xb)
+        for k in range(1, 21):
+            a = a * (4.0 * nu * nu - (2 * k - 1) ** 2) / (k * 8 * xb)
+            asum = asum + a
+        s = np.where(big, np.sqrt(np.pi / (2 * xb)) * asum, s)
+        r = s if scaled else s * np.exp(-xs)
+        r = np.where(flat == 0, np.inf, np.where(pos, r, np.nan))
+        r = np.where(np.isposinf(flat), 0.0, r)
+        r = np.where(np.isnan(flat), np.nan, r)
+    return _out(_poly_wrap(r.reshape(xa.shape), like, odt), out)
+
+
+def modified_bessel_k0(input, *, out=None):
+    """``torch.special.modified_bessel_k0``: the modified Bessel function of the second kind of order 0."""
+    return _bessel_k("modified_bessel_k0", input, 0, False, out)
+
+
+def modified_bessel_k1(input, *, out=None):
+    """``torch.special.modified_bessel_k1``: the modified Bessel function of the second kind of order 1."""
+    return _bessel_k("modified_bessel_k1", input, 1, False, out)
+
+
+def scaled_modified_bessel_k0(input, *, out=None):
+    """``torch.special.scaled_modified_bessel_k0``: ``exp(x) * K0(x)``."""
+    return _bessel_k("scaled_modified_bessel_k0", input, 0, True, out)
+
+
+def scaled_modified_bessel_k1(input, *, out=None):
+    """``torch.special.scaled_modified_bessel_k1``: ``exp(x) * K1(x)``."""
+    return _bessel_k("scaled_modified_bessel_k1", input, 1, True, out)
+
+
+__all__ += ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+            "scaled_modified_bessel_k0", "scaled_modified_bessel_k1"]
+
+
+def airy_ai(input, *, out=None):
+    """``torch.special.airy_ai``: the Airy function Ai(x).  x >= 0: ``sqrt(x / 3) K_{1/3}(zeta) / pi`` with
+    ``zeta = 2/3 x^(3/2)`` (the K integral above); -8 <= x < 0: the Maclaurin series; x < -8: the oscillating
+    asymptotic expansion (DLMF 9.7.9)."""
+    import numpy as np
+    _arg("airy_ai", input)
+    like, odt, xa, _ = _poly_args("airy_ai", input, 0)
+    flat = xa.reshape(-1)
+    with np.errstate(all="ignore"):
+        # Maclaurin: Ai = c1 f - c2 g
+        c1, c2 = 0.3550280538878172, 0.2588194037928068
+        xs = np.where((flat < 0) & (flat >= -8), flat, -1.0)
+        x3 = xs ** 3
+        f, g = np.ones_like(xs), xs.copy()
+        tf, tg = np.ones_like(xs), xs.copy()
+        for k in range(1, 60):
+            tf = tf * x3 / ((3 * k - 1) * (3 * k))
+            tg = tg * x3 / ((3 * k) * (3 * k + 1))
+            f, g = f + tf, g + tg
+        series = c1 * f - c2 * g
+        # x < -8: Ai(-z) = pi^-1/2 z^-1/4 (sin(zeta + pi/4) P - cos(zeta + pi/4) Q)
+        z = np.where(flat < -8, -flat, 9.0)
+        zeta = 2.0 / 3.0 * z ** 1.5
+        u, p, q = 1.0, np.ones_like(z), np.zeros_like(z)
+        for k in range(1, 24):
+            u = u * (6 * k - 5) * (6 * k - 3) * (6 * k - 1) / ((2 * k - 1) * 216 * k)
+            term = u / zeta ** k
+            if k % 2 == 0:
+                p = p + (-1) ** (k // 2) * term
+            else:
+                q = q + (-1) ** ((k - 1) // 2) * term
+        osc = (np.sin(zeta + np.pi / 4) * p - np.cos(zeta + np.pi / 4) * q) / (np.sqrt(np.pi) * z ** 0.25)
+        # x >= 0 through K_{1/3}
+        pos = np.where(flat > 0, flat, 1.0)
+        kz = _bessel_k("airy_ai", _creation.tensor(2.0 / 3.0 * pos ** 1.5), 1.0 / 3.0, False, None).numpy()
+        kpos = np.sqrt(pos / 3.0) * kz / np.pi
+        r = np.where(flat < -8, osc, np.where(flat < 0, series, np.where(flat == 0, c1, kpos)))
+        r = np.where(np.isinf(flat) | np.isnan(flat), np.nan, r)   # (torch: NaN at +-inf)
+    return _out(_poly_wrap(r.reshape(xa.shape), like, odt), out)
+
+
+__all__ += ["airy_ai"]

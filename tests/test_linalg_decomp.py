@@ -74,7 +74,7 @@ SQUARE = [(0, 0), (1, 1), (3, 3), (2, 4, 4), (2, 1, 5, 5), (0, 3, 3)]
 def test_det_slogdet_inv(shape, dtype):
     a = rnd(*shape, dtype=dtype) + (2 * np.eye(shape[-1], dtype=dtype) if shape[-1] else 0)
     x = noncontig(a)
-    assert not x.is_contiguous() or min(shape[-2:]) <= 1
+    assert not x.is_contiguous() or min(shape[-2:]) <= 1 or x.numel() == 0   # (torch: empty is contiguous)
     close(nee.linalg.det(x), torch.linalg.det(T(a)))
     close(x.det(), torch.det(T(a)))
     s, la = nee.linalg.slogdet(x)

@@ -13,6 +13,7 @@ import math
 from ..ops import elementwise as _ew
 from ..ops import nn as _nn
 from ..ops.registry import EXPORTS as _EXPORTS
+from ..tensor import dtypes as _dt
 
 from ..ops.nn import (  # noqa: F401
     layer_norm, rms_norm, group_norm, batch_norm, instance_norm, embedding, scaled_dot_product_attention,
@@ -110,6 +111,8 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 def softsign(input):
+    if getattr(input, "_dtype", None) is _dt.bool_:   # torch: input / (1 + abs(input)), and abs refuses bool
+        raise NotImplementedError("softsign: \"abs_cpu\" not implemented for 'Bool'")
     return _E("softsign")(input)
 
 
@@ -147,6 +150,8 @@ def logsigmoid(input):
 
 
 def tanhshrink(input):
+    if getattr(input, "_dtype", None) is _dt.bool_:   # torch: input - tanh(input), and bool refuses subtraction
+        raise RuntimeError("tanhshrink: Subtraction, the `-` operator, with a bool tensor is not supported")
     return _E("tanhshrink")(input)
 
 
@@ -284,9 +289,13 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
 # ---------------------------------------------------------------- more losses (composed)
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     reduction = _nn._legacy_reduction(size_average, reduce, reduction)
-    if input.dtype.category == 2 and target.dtype.category == 2:
+    if input.dtype.category != 2:   # torch writes the float loss into a tensor of the input's dtype
+        raise RuntimeError(f"soft_margin_loss: result type Float can't be cast to the desired output type "
+                           f"{input.dtype.name} (the input's dtype); pass a floating-point input")
+    if target.dtype.category == 2:
         target = target.to(input.dtype)  # torch: the loss keeps the input's dtype
-    return _nn._reduce(_ew.softplus(-target * input), reduction)
+    # torch's formula log1p(exp(-target * input)) in the input's dtype: a float16 margin beyond ~11 gives inf
+    return _nn._reduce((-target * input).exp().log1p(), reduction)
 
 
 def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
@@ -296,9 +305,19 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, r
 
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     reduction = _nn._legacy_reduction(size_average, reduce, reduction)
-    pos = _ew.where(target == 1, input, 0.0 * input)
-    neg = _ew.where(target == -1, _ew.clamp_min(margin - input, 0.0), 0.0 * input)
-    return _nn._reduce(pos + neg, reduction)
+    # torch's composition (aten hinge_embedding_loss): the margin term where target != 1 plus the input where
+    # target != -1, in the input's dtype (an integer input truncates the margin; target never promotes)
+    if input._dtype.category == 0:
+        raise RuntimeError("hinge_embedding_loss: Subtraction, the `-` operator, with two bool tensors is not "
+                           "supported (bool input); convert it to a number dtype first")
+    m = int(margin) if input._dtype.category == 1 else margin
+    zeros = input - input
+    neg = _ew.where(target != 1, _ew.clamp_min(m - input, 0), zeros)
+    pos = _ew.where(target != -1, input, zeros)
+    if reduction == "mean" and input._dtype.category != 2:
+        raise RuntimeError(f"hinge_embedding_loss: mean(): could not infer output dtype. Input dtype must be either "
+                           f"a floating point or complex dtype. Got: {input._dtype.name} (use reduction='sum')")
+    return _nn._reduce(neg + pos, reduction)
 
 
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,

@@ -802,6 +802,8 @@ def pdist(input, p=2):
     if input.ndim != 2:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
     _check_float(input, "pdist")
+    if input._dtype.name in ("float16", "bfloat16"):
+        raise NotImplementedError(f"\"pdist\" not implemented for '{_CAP[input._dtype.name]}'")
     if p < 0:
         raise RuntimeError("pdist only supports non-negative p values")
     n = input.shape[0]

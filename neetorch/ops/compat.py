@@ -30,7 +30,7 @@ from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .registry import EXPORTS, _trace_hook, export
 from .shape_rules import broadcast_shapes as _bshapes
-from .shape_rules import wrap_dim
+from .shape_rules import int_arg, wrap_dim
 
 _bool, _int, _float, _range, _sum, _min, _max, _abs = (builtins.bool, builtins.int, builtins.float, builtins.range,
                                                         builtins.sum, builtins.min, builtins.max, builtins.abs)
@@ -61,6 +61,10 @@ def _host(a: np.ndarray, dt, device):
 
 def _opmath(x: Tensor):
     """(x in float64 for its computation, result dtype): ints/bools -> the default float dtype."""
+    if x._dtype.category == 3:   # (torch: digamma / i0 / polygamma / mvlgamma refuse complex operands)
+        import sys
+        raise NotImplementedError(f"{sys._getframe(1).f_code.co_name}: not implemented for complex tensors "
+                                  f"(got {x._dtype.name})")
     odt = x._dtype if x._dtype.category == 2 else _dt.get_default_dtype()
     return x.to(_dt.float64), odt
 
@@ -158,6 +162,8 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     from ..tensor.creation import tensor
     e = elements if isinstance(elements, Tensor) else tensor(elements, device=like._device)
     t = test_elements if isinstance(test_elements, Tensor) else tensor(test_elements, device=like._device)
+    if e._dtype is _dt.bool_ or t._dtype is _dt.bool_:
+        raise RuntimeError("Unsupported input type encountered for isin(): Bool")
     rt = _dt.promote_types(e._dtype, t._dtype)
     if rt is _dt.bool_:
         raise RuntimeError("Unsupported input type encountered for isin(): bool")
@@ -256,6 +262,9 @@ def ldexp(input, other):
     _tensor_arg("ldexp", "input", 1, input)
     _tensor_arg("ldexp", "other", 2, other)
     rt = _dt.result_type(input, other)
+    if rt.category == 3:   # complex: input * 2 ** other in complex arithmetic
+        pdt = other.dtype if other.dtype.category == 3 else rt   # (torch: the power in a complex other's dtype)
+        return _E("mul")(input.to(rt), _E("pow")(2.0, other.to(pdt)).to(rt))
     odt = rt if rt.category == 2 else _dt.get_default_dtype()
     if other.dtype is _dt.bool_ and input.dtype.category == 2:
         raise NotImplementedError("ldexp: not implemented for a 'Bool' exponent with a floating input")
@@ -295,16 +304,22 @@ def frexp(input):
 
 @export(inplace=True)
 def float_power(input, exponent):
-    """``torch.float_power``: ``pow`` computed and returned in float64."""
-    a = input.to(_dt.float64) if isinstance(input, Tensor) else _float(input)
-    b = exponent.to(_dt.float64) if isinstance(exponent, Tensor) else _float(exponent)
+    """``torch.float_power``: ``pow`` computed and returned in float64 (complex128 when an operand is complex)."""
+    cplx = any(isinstance(v, complex) or (isinstance(v, Tensor) and v._dtype.category == 3)
+               for v in (input, exponent))
+    wdt = _dt.complex128 if cplx else _dt.float64
+    a = input.to(wdt) if isinstance(input, Tensor) else (complex(input) if cplx else _float(input))
+    b = exponent.to(wdt) if isinstance(exponent, Tensor) else (complex(exponent) if cplx else _float(exponent))
     return _E("pow")(a, b)
 
 
 def _float_power_(self, exponent):
-    if self._dtype is not _dt.float64:
+    cplx = isinstance(exponent, complex) or (isinstance(exponent, Tensor) and exponent._dtype.category == 3) \
+        or self._dtype.category == 3
+    want = _dt.complex128 if cplx else _dt.float64
+    if self._dtype is not want:
         raise RuntimeError(f"the base given to float_power_ has dtype {self._dtype.name} but the operation's "
-                           f"result requires dtype float64")
+                           f"result requires dtype {want.name}")
     return self.copy_(float_power(self, exponent))
 
 
@@ -342,6 +357,10 @@ def _no_bool_trapz(name, y, x):
 def trapezoid(y, x=None, *, dx=None, dim=-1):
     """``torch.trapezoid``: trapezoidal rule along ``dim``, with sample points ``x`` or spacing ``dx``."""
     _tensor_arg("trapezoid", "y", 1, y)
+    if x is None and y.ndim and y.shape[wrap_dim(dim, y.ndim, "trapezoid")] == 0:
+        # torch: an empty dim integrates to zeros of y's own dtype (before any dtype check)
+        d = wrap_dim(dim, y.ndim, "trapezoid")
+        return _full(tuple(s for i, s in enumerate(y.shape) if i != d), 0, y, y._dtype)
     _no_bool_trapz("trapezoid", y, x)
     d = wrap_dim(dim, y.ndim, "trapezoid")
     if x is not None and not isinstance(x, Tensor):
@@ -440,7 +459,12 @@ def gradient(input, *, spacing=1, dim=None, edge_order=1):
         hs = list(spacing)
     else:
         hs = [spacing] * len(dims)
-    odt = input._dtype if input._dtype.category == 2 else _dt.get_default_dtype()
+    if input._dtype is _dt.bool_ and input.ndim:
+        raise RuntimeError("gradient: Subtraction, the `-` operator, with two bool tensors is not supported "
+                           "(torch.gradient of a bool tensor); convert it to a number dtype first")
+    if input._dtype is _dt.uint8:   # (checked before the dims, so a 0-d uint8 is refused too; a 0-d bool is not)
+        raise RuntimeError("torch.gradient does not support uint8 input.")
+    odt = input._dtype if input._dtype.category in (2, 3) else _dt.get_default_dtype()
     f = input.to(odt)
     out = []
     for d, h in zip(dims, hs):
@@ -465,8 +489,14 @@ def frobenius_norm(input, dim=(), keepdim=False):
 def norm_except_dim(v, pow=2, dim=0):
     """``torch.norm_except_dim`` (``weight_norm``'s helper): the ``pow``-norm over every dim but ``dim``, kept
     as size-1 dims; ``dim=-1`` gives the norm of the whole tensor (0-d)."""
+    if v._dtype.category < 2:
+        from .linalg import _CAP
+        raise RuntimeError(f"norm_except_dim: norm(): input dtype should be either floating point or complex. Got "
+                           f"{_CAP.get(v._dtype.name, v._dtype.name)} instead.")
     if dim == -1:
         return _E("vector_norm")(v, pow)
+    if v.ndim == 0:
+        raise IndexError(f"norm_except_dim: Dimension specified as {dim} but tensor has no dimensions")
     d = wrap_dim(dim, v.ndim, "norm_except_dim")
     other = tuple(i for i in _range(v.ndim) if i != d)
     return _E("vector_norm")(v, pow, other, True) if other else v.abs()
@@ -507,8 +537,12 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     if input.ndim > 2:
         raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
                            f"{input.ndim} dimensions")
+    if input._dtype is _dt.bool_:
+        raise RuntimeError("cov(): bool dtype is not supported for input")
     x = input.reshape(1, -1) if input.ndim < 2 else input
-    odt = x._dtype if x._dtype.category == 2 else _dt.get_default_dtype()
+    odt = x._dtype if x._dtype.category in (2, 3) else _dt.get_default_dtype()
+    cplx = odt.category == 3
+    wdt = (_dt.float64 if odt is _dt.complex128 else _dt.float32) if cplx else odt   # weights: real
     n_obs = x.shape[1]
     w = None
     if fweights is not None:
@@ -529,10 +563,10 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
         w = aweights if w is None else w * aweights
     xf = x.to(odt)
     if w is None:
-        wsum = _full((), n_obs, xf, odt)
+        wsum = _full((), n_obs, xf, wdt)
         avg = xf.mean(1)
     else:
-        wf = w.to(odt)
+        wf = w.to(wdt)
         wsum = wf.sum()
         avg = (xf * wf).sum(1) / wsum
     if w is None:
@@ -542,12 +576,13 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     elif aweights is None:
         norm = wsum - correction
     else:
-        wf = w.to(odt)
-        norm = wsum - correction * (wf * aweights.to(odt)).sum() / wsum
+        wf = w.to(wdt)
+        norm = wsum - correction * (wf * aweights.to(wdt)).sum() / wsum
     norm = _where(norm <= 0, 0.0, norm)
     xc = xf - avg.unsqueeze(1)
-    xw = xc * w.to(odt) if w is not None else xc
-    return (_E("matmul")(xw, xc.t()) / norm).squeeze()
+    xw = xc * w.to(wdt) if w is not None else xc
+    xt = _E("conj")(xc).t() if cplx else xc.t()   # complex: X times its conjugate transpose
+    return (_E("matmul")(xw, xt) / norm).squeeze()
 
 
 @export
@@ -556,9 +591,12 @@ def corrcoef(input):
     c = cov(input)
     if c.ndim == 0:
         return c / c
-    s = c.diagonal().sqrt()
+    cplx = c._dtype.category == 3
+    s = (_E("real")(c.diagonal()) if cplx else c.diagonal()).sqrt()
     c = c / s.unsqueeze(1)
     c = c / s.unsqueeze(0)
+    if cplx:   # torch clips the real and imaginary parts separately
+        return _E("complex")(_E("real")(c).clamp(-1, 1), _E("imag")(c).clamp(-1, 1))
     return c.clamp(-1, 1)
 
 
@@ -596,6 +634,9 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):
     min/max) or a 1-D tensor of increasing edges; the last bin includes its right edge; optional ``weight`` and
     ``density`` normalisation.  Floating inputs only."""
     _tensor_arg("histogram", "input", 1, input)
+    if input._dtype in (_dt.float16, _dt.bfloat16):
+        raise NotImplementedError(f"\"histogramdd\" not implemented for '{'Half' if input._dtype is _dt.float16 else 'BFloat16'}' "
+                                  f"(torch.histogram takes float32/float64 input)")
     if input._dtype.category != 2:
         raise RuntimeError(f"torch.histogram: input tensor and bins tensors should have the same dtype, and be "
                            f"floating point (got {input._dtype.name})")
@@ -779,7 +820,7 @@ def dist(input, other, p=2):
     _tensor_arg("dist", "input", 1, input)
     _tensor_arg("dist", "other", 2, other)
     diff = input - other
-    if diff._dtype.category != 2:
+    if diff._dtype.category not in (2, 3):
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
                            f"{diff._dtype.name}")
     return _E("vector_norm")(diff, p)
@@ -855,7 +896,7 @@ def select_scatter(input, src, dim, index):
     return _where(_along(n, d, input.ndim, input._device) == i, src.unsqueeze(d), input)
 
 
-def _slice(t, dim, start, end, step):
+def _slice(t, dim=0, start=None, end=None, step=1):
     d = wrap_dim(dim, t.ndim, "slice")
     if step is None:
         step = 1
@@ -1142,6 +1183,8 @@ for _n in ("conj", "conj_physical", "resolve_conj", "resolve_neg", "real"):
 @export
 def adjoint(input):
     """``torch.adjoint``: the last two dims swapped (real tensors)."""
+    if input.ndim == 0:   # (torch: deprecated for 0-d tensors, which it returns unchanged)
+        return input
     if input.ndim < 2:
         raise RuntimeError(f"tensor.adjoint() is only supported on matrices or batches of matrices. Got "
                            f"{input.ndim}-D tensor.")
@@ -1474,7 +1517,7 @@ def polygamma(n, input):
     """``torch.polygamma(n, x)``: the n-th derivative of digamma (``n >= 0``); n = 1 is the trigamma series,
     n >= 2 ``(-1)**(n+1) n! zeta(n+1, x)`` with Cephes' Hurwitz zeta (accurate for x > -3 at fixed terms)."""
     _tensor_arg("polygamma", "input", 2, input)
-    n = _int(n)
+    n = int_arg("polygamma", "n", n)
     if n < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
     if n == 0:
@@ -1503,7 +1546,9 @@ def mvlgamma(input, p):
     """``torch.mvlgamma``: the multivariate log-gamma of dimension ``p`` (``sum_i lgamma(x - i/2)`` plus a
     constant; like torch 2.x, elements ``<= (p - 1) / 2`` are not refused)."""
     _tensor_arg("mvlgamma", "input", 1, input)
-    p = _int(p)
+    p = int_arg("mvlgamma", "p", p)
+    if input._dtype is _dt.bool_:
+        raise RuntimeError("mvlgamma: The input tensor may not be a boolean tensor.")
     if p < 1:
         raise RuntimeError(f"p has to be greater than or equal to 1 (got {p})")
     x, odt = _opmath(input)
@@ -1710,7 +1755,11 @@ _COPY_OF = ("view", "permute", "transpose", "t", "squeeze", "unsqueeze", "expand
 
 
 def _copy_variant(view_name):
-    def f(input, *args, **kwargs):
+    def f(input, *args, out=None, **kwargs):
+        if out is not None:   # torch: the copy into out= keeps the input's dtype exactly
+            r = f(input, *args, **kwargs)
+            from .reduction import _write_out
+            return _write_out(r, out, view_name + "_copy")
         if view_name == "alias":
             v = input._alias()
         elif view_name == "slice":
@@ -1759,3 +1808,22 @@ for _n in ("get_device", "resize_as_", "as_strided_"):
 def conj_physical_(input):
     """``Tensor.conj_physical_``: nothing to do for real tensors."""
     return input
+
+
+def _elu_float_only(name):
+    """torch.selu / torch.selu_ run the float-only ``elu_cpu`` kernel (F.selu checks the same)."""
+    fn, method, function, inplace = EXPORTS[name]
+
+    def f(input, *args, **kw):
+        if isinstance(input, Tensor) and input._dtype.category != 2:
+            from .linalg import _CAP
+            raise NotImplementedError(f"{name}: \"elu_cpu\" not implemented for "
+                                      f"'{_CAP.get(input._dtype.name, input._dtype.name)}'")
+        return fn(input, *args, **kw)
+    f.__name__, f.__doc__ = fn.__name__, fn.__doc__
+    EXPORTS[name] = (f, method, function, inplace)
+
+
+for _n in ("selu", "selu_"):
+    if _n in EXPORTS:
+        _elu_float_only(_n)

@@ -412,5 +412,12 @@ def _refuse(fn, input, *args, **kw):
 
 _override("vdot", lambda fn, input, other, **kw: fn(conj(input), other, **kw))   # sum(conj(a) * b)
 _override("adjoint", lambda fn, input: conj(fn(input)))                           # conjugate transpose
-_override("cov", _refuse)
-_override("corrcoef", _refuse)
+_override("isreal", lambda fn, input: imag(input) == 0)                            # real where imag is 0
+
+
+def _conj_physical_(fn, input):
+    input._assign(conj(input))   # in place: the conjugate written back (views see it, as in torch)
+    return input
+
+
+_override("conj_physical_", _conj_physical_)

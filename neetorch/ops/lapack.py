@@ -678,10 +678,14 @@ def linalg_multi_dot(tensors, *, out=None):
 def linalg_vecdot(x, y, *, dim=-1, out=None):
     _tensor(x, "linalg.vecdot", "x")
     _tensor(y, "linalg.vecdot", "y")
-    _floating(x, "linalg.vecdot", half=False)
+    if x._dtype.category != 3:
+        _floating(x, "linalg.vecdot", half=False)
     if x._dtype is not y._dtype:
         raise RuntimeError(f"linalg.vecdot: Expected x and y to have the same dtype, but found x of type "
                            f"{_CAP[x._dtype.name]} and y of type {_CAP[y._dtype.name]} instead")
+    if x._dtype.category == 3:   # sum(conj(x) * y)
+        from .registry import EXPORTS
+        x = EXPORTS["conj"][0](x)
     return _out((x * y).sum(dim), out)
 
 

@@ -14,6 +14,7 @@ from ..tensor.tensor import Tensor
 from .registry import Meta, OpDef, export, register, run
 from . import elementwise as _ew
 from ..tensor.dtypes import LOW_FLOATS as _LOW, float32 as _F32
+from ..tensor import dtypes as _dt
 
 __all__ = ["matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm",
            "baddbmm", "addr", "linear", "bilinear", "einsum", "tensordot", "chain_matmul", "kron"]
@@ -265,6 +266,8 @@ def inner(input, other, *, out=None):
     """Inner product over the last dims (``torch.inner``)."""
     if input.ndim == 0 or other.ndim == 0:
         return _out(_mul(input, other), out)
+    if input._dtype is _dt.bool_ or other._dtype is _dt.bool_:
+        raise NotImplementedError("inner: \"addmm_impl_cpu_\" not implemented for 'Bool'")
     if input.shape[-1] != other.shape[-1]:
         raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
                            f"{list(input.shape)} and {list(other.shape)}")
@@ -529,6 +532,8 @@ def einsum(equation, *operands):
 @export(method=False)
 def tensordot(a, b, dims=2, out=None):
     """Contract ``dims`` dims of ``a`` with those of ``b`` (``torch.tensordot``) as one matmul."""
+    if a._dtype is _dt.bool_ or b._dtype is _dt.bool_:
+        raise NotImplementedError("tensordot: \"dot\" not implemented for 'Bool'")
     if isinstance(dims, int):
         if dims < 0:
             raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
@@ -572,6 +577,10 @@ def chain_matmul(*matrices, out=None):
     """Product of a chain of 2-D matrices (``torch.chain_matmul``)."""
     if len(matrices) == 1 and isinstance(matrices[0], (list, tuple)):
         matrices = matrices[0]
+    for m in matrices:
+        if m.ndim != 2:
+            raise RuntimeError(f"chain_matmul: Tensor dimension is {m.ndim}, expected 2 instead (shape "
+                               f"{tuple(m.shape)})")
     r = matrices[0]
     for m in matrices[1:]:
         r = mm(r, m)

@@ -565,6 +565,8 @@ def _max_dim_abs(x, dim, keepdim):
 
 
 def _vector_norm(x, p, dim, keepdim):
+    if x._dtype.category == 3:   # a norm of complex values is that norm of their moduli
+        x = x.abs()
     if x._dtype in _dt.LOW_FLOATS:
         # torch.linalg.vector_norm: float16 / bfloat16 squares and sums in float32, rounded once
         return EXPORTS["vector_norm"][0](x, p, dim, keepdim)
@@ -889,6 +891,15 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     """Kullback-Leibler divergence, ``input`` in log space (``torch.nn.functional.kl_div``)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_reduction(reduction, ("batchmean",))
+    for nm, v in (("input", input), ("target", target)):
+        if not isinstance(v, Tensor):
+            raise TypeError(f"kl_div(): argument '{nm}' must be Tensor, not {type(v).__name__}")
+    if input._dtype.category == 3 or target._dtype.category == 3:
+        raise RuntimeError(f"kl_div: Complex inputs not supported (got {input._dtype.name} and "
+                           f"{target._dtype.name})")
+    if input._dtype.category < 2 or target._dtype.category < 2:
+        raise RuntimeError(f"kl_div: Integral inputs not supported (got {input._dtype.name} and "
+                           f"{target._dtype.name})")
     if reduction == "mean":
         warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
                       "'batchmean' divides only by the batch size, and aligns with the KL div math definition."

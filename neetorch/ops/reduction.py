@@ -17,7 +17,7 @@ from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .registry import EXPORTS, Meta, OpDef, export, register
 from .registry import run as _registry_run
-from .shape_rules import numel, wrap_dim, wrap_dims
+from .shape_rules import int_arg, numel, wrap_dim, wrap_dims
 
 _bsum, _bmax, _babs = builtins.sum, builtins.max, builtins.abs
 
@@ -656,7 +656,7 @@ def cumsum(input, dim, *, dtype=None, out=None):
     """``torch.cumsum``: running sum along ``dim`` (bool/int give int64); ``out=`` computes in its dtype."""
     if out is not None:
         return _write_out(cumsum(input, dim, dtype=_scan_out_dtype("cumsum", dtype, out)), out, "cumsum")
-    return _scan(CUMSUM, "cumsum", input, dim, dtype)[0]
+    return _scan(CUMSUM, "cumsum", input, int_arg("cumsum", "dim", dim), dtype)[0]
 
 
 @export
@@ -664,7 +664,7 @@ def cumprod(input, dim, *, dtype=None, out=None):
     """``torch.cumprod``: running product along ``dim`` (bool/int give int64); ``out=`` computes in its dtype."""
     if out is not None:
         return _write_out(cumprod(input, dim, dtype=_scan_out_dtype("cumprod", dtype, out)), out, "cumprod")
-    return _scan(CUMPROD, "cumprod", input, dim, dtype)[0]
+    return _scan(CUMPROD, "cumprod", input, int_arg("cumprod", "dim", dim), dtype)[0]
 
 
 @export

@@ -234,3 +234,54 @@ def _nbytes(m: Meta) -> int:
 def _default_device():
     from ..tensor.creation import _default_device as d
     return d()
+
+
+def with_out(fn):
+    """``fn`` as a ``nee.<name>`` function taking torch's ``out=`` keyword where it does not itself: the result
+    is written into ``out`` (a tuple result into a tuple ``out``) if its dtype can be cast there (torch's
+    ``result type X can't be cast to the desired output type Y`` otherwise), ``out`` resized to the result's
+    shape.  Functions with their own ``out`` (or ``**kwargs``) are returned unchanged."""
+    import functools
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    if "out" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn
+
+    @functools.wraps(fn)
+    def f(*args, out=None, **kw):
+        r = fn(*args, **kw)
+        if out is None:
+            return r
+        return _write_result(r, out, fn.__name__)
+    return f
+
+
+#: the pointwise ops whose out= may have another dtype the result casts to (torch's structured kernels); every
+#: other op's out= must have the result's dtype exactly (measured on torch 2.13)
+_CASTING_OUT = frozenset({"digamma", "i0", "nansum", "nanmean", "erfinv", "logit", "sinc", "deg2rad", "rad2deg",
+                          "diff", "polygamma", "mvlgamma", "xlogy", "heaviside", "ldexp", "hypot", "nextafter",
+                          "logaddexp", "logaddexp2"})
+
+
+def _write_result(r, out, name):
+    from .elementwise import _can_cast, resize_out
+    if isinstance(r, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(r):
+            raise TypeError(f"{name}(): argument 'out' must be a tuple of {len(r)} Tensors")
+        for v, o in zip(r, out):
+            _write_result(v, o, name)
+        return type(r)(*out) if hasattr(r, "_fields") else tuple(out)
+    if not isinstance(out, _Tensor) or not isinstance(r, _Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out._dtype is not r._dtype and name not in _CASTING_OUT:
+        raise RuntimeError(f"{name}(): Expected out tensor to have dtype {r._dtype.name}, but got "
+                           f"{out._dtype.name} instead")
+    if out._dtype is not r._dtype and not _can_cast(r._dtype, out._dtype):
+        raise RuntimeError(f"{name}: result type {r._dtype.name} can't be cast to the desired output type "
+                           f"{out._dtype.name}")
+    resize_out(out, r.shape, name)
+    out.copy_(r)
+    return out

@@ -13,7 +13,7 @@ import numpy as np
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .registry import Meta, OpDef, export, register, run
-from .shape_rules import wrap_dim, wrap_dims
+from .shape_rules import int_arg, wrap_dim, wrap_dims
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack", "row_stack",
            "flip", "fliplr", "flipud", "roll", "rot90", "repeat", "tile", "repeat_interleave", "narrow_copy",
@@ -364,13 +364,13 @@ def _tri(op, name, input, diagonal):
 @export(inplace=True)
 def tril(input: Tensor, diagonal: int = 0) -> Tensor:
     """Lower triangle (entries with ``col - row <= diagonal``) of the last two dims; the rest zero."""
-    return _tri(TRIL, "tril", input, diagonal)
+    return _tri(TRIL, "tril", input, int_arg("tril", "diagonal", diagonal))
 
 
 @export(inplace=True)
 def triu(input: Tensor, diagonal: int = 0) -> Tensor:
     """Upper triangle (entries with ``col - row >= diagonal``) of the last two dims; the rest zero."""
-    return _tri(TRIU, "triu", input, diagonal)
+    return _tri(TRIU, "triu", input, int_arg("triu", "diagonal", diagonal))
 
 
 # ================================================================ diag / diag_embed / diagflat

@@ -55,3 +55,14 @@ def numel(shape) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def int_arg(op: str, name: str, v):
+    """torch's ``int`` arguments (a dim, a diagonal, an order): a Python / numpy integer or a 0-d integer tensor,
+    as an int; a float, or any other tensor, raises torch's TypeError."""
+    import numpy as np
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    if getattr(v, "ndim", None) == 0 and getattr(getattr(v, "_dtype", None), "category", None) in (0, 1):
+        return int(v.item())
+    raise TypeError(f"{op}(): argument '{name}' must be int, not {type(v).__name__}")

@@ -46,9 +46,16 @@ def _tensor_arg(op, name, pos, x):
 def _to_float(x: Tensor):
     """(x in its compute dtype, result dtype): ints and bools -> the default float dtype; float16 computes
     in float32 and is rounded back once at the end."""
+    if x._dtype.category == 3:   # (torch: erfinv / logit / deg2rad / rad2deg refuse complex operands)
+        raise NotImplementedError(f"{_caller()}: not implemented for complex tensors (got {x._dtype.name})")
     odt = x._dtype if x._dtype.category == 2 else _dt.get_default_dtype()
     cdt = _dt.compute_dtype(odt)
     return (x if x._dtype is cdt else x.to(cdt)), odt
+
+
+def _caller() -> str:
+    import sys
+    return sys._getframe(2).f_code.co_name
 
 
 def _back(r: Tensor, odt) -> Tensor:
@@ -204,6 +211,9 @@ def heaviside(input, values):
 def sinc(input):
     """``torch.sinc``: ``sin(pi x) / (pi x)``, 1 at 0; integer and bool inputs give the default float dtype."""
     _tensor_arg("sinc", "input", 1, input)
+    if input._dtype.category == 3:   # complex: the same formula in complex arithmetic (torch supports it)
+        p = input * math.pi
+        return _E("where")(input == 0, Tensor.new_ones(input, tuple(input.shape)), p.sin() / p)
     x, odt = _to_float(input)
     p = x * math.pi
     return _back(_E("where")(x == 0, 1.0, p.sin() / p), odt)

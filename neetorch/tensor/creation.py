@@ -366,7 +366,12 @@ def _new(shape, dtype, device, fill) -> Tensor:
     data = b.empty(shape, dt)
     t = Tensor._make(data, dev, dt)
     if fill is not None:
-        if not isinstance(fill, (int, float)) or fill not in (0, 1):
+        if dt in (_dt.float16, _dt.bfloat16) and data.size == 1 and isinstance(fill, (int, float, np.floating)) \
+                and not isinstance(fill, bool) and not (isinstance(fill, int) and abs(fill) >= 2 ** 64):
+            with np.errstate(over="ignore"):
+                fill = float(_dt.astype_low(np.asarray(float(fill)), dt.np))
+            # (torch's one-element fast path converts without the overflow check: 1e6 -> inf in float16)
+        elif not isinstance(fill, (int, float)) or fill not in (0, 1):
             fill = _dt.fit_scalar(fill, dt, "full")   # torch refuses values that overflow dt
             if isinstance(fill, (complex, np.complexfloating)) and dt.category != 3:
                 fill = fill.real        # (its imaginary part is 0: fit_scalar refuses any other)
@@ -673,3 +678,29 @@ def as_tensor_like(v, like: Tensor) -> Tensor:
 
 def _rebuild(arr, dev):
     return tensor(arr, device=dev)
+
+
+def _accepts_layout(fn):
+    """torch's factories take ``layout=`` (and ``pin_memory=``): ``torch.strided`` (the only layout neetorch
+    has) or None are accepted, a sparse layout is refused by name."""
+    import functools
+    import inspect
+    params = inspect.signature(fn).parameters
+
+    from .tensor import strided
+
+    @functools.wraps(fn)
+    def f(*args, layout=None, **kw):
+        if layout is not None and layout is not strided:
+            raise RuntimeError(f"{fn.__name__}: layout {layout!r} is not supported; neetorch tensors are dense "
+                               f"(layout=neetorch.strided)")
+        if "pin_memory" in kw and "pin_memory" not in params:
+            kw.pop("pin_memory")   # (a CPU tensor is already host memory)
+        return fn(*args, **kw)
+    return f
+
+
+for _n in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like", "arange",
+           "linspace", "logspace", "eye", "rand", "randn", "rand_like", "randn_like", "randint", "randint_like",
+           "randperm", "scalar_tensor"):
+    globals()[_n] = _accepts_layout(globals()[_n])

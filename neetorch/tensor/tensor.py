@@ -126,6 +126,15 @@ class Tensor:
     def is_contiguous(self, memory_format=None) -> bool:
         return _is_contiguous(self._data.shape, self.stride())
 
+    # torch's storage-kind flags: neetorch tensors are dense, strided, unquantized and never on these devices
+    is_sparse = is_sparse_csr = is_quantized = is_meta = is_nested = is_mkldnn = property(lambda self: False)
+    is_xpu = is_mps = is_ipu = is_xla = is_vulkan = is_mtia = is_maia = property(lambda self: False)
+
+    @property
+    def layout(self) -> Layout:
+        """``torch.strided``: the only layout neetorch has."""
+        return strided
+
     @property
     def is_cuda(self) -> bool:
         return self._device.type == "cuda"
@@ -401,6 +410,13 @@ class Tensor:
         return self
 
     def fill_(self, value) -> "Tensor":
+        if isinstance(value, Tensor):
+            if value.dim() != 0:
+                raise RuntimeError(f"fill_: only supports 0-dimension value tensor but got tensor with {value.dim()} "
+                                   f"dimensions (shape {tuple(value.shape)})")
+        elif self.numel() != 1:
+            # (torch's one-element fast path skips the overflow check, like creation._new)
+            _dt.check_scalar(value, self._dtype, "fill_")
         return self._assign(value)   # torch allows fill_/zero_ on expanded views (every element gets value)
 
     def zero_(self) -> "Tensor":
@@ -464,7 +480,22 @@ def _wrap_dim(dim: int, ndim: int, op: str = "") -> int:
     return dim + n if dim < 0 else dim
 
 
+class Layout:
+    """``torch.layout``: neetorch has the dense strided layout only (``nee.strided``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"neetorch.{self.name}"
+
+
+strided = Layout("strided")
+
+
 def _is_contiguous(shape, strides) -> bool:
+    if 0 in shape:   # torch: a tensor without elements is contiguous whatever its strides
+        return True
     expected = 1
     for s, st in zip(reversed(shape), reversed(strides)):
         if s == 0:

@@ -320,7 +320,9 @@ def unbind(t: Tensor, dim: int = 0):
 
 
 def flatten(t: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    if t.ndim == 0:
+    if t.ndim == 0:   # torch: a 0-d tensor takes dims in [-1, 0] like a 1-d one
+        wrap_dim(start_dim, 0, "flatten")
+        wrap_dim(end_dim, 0, "flatten")
         return reshape(t, 1)
     s = wrap_dim(start_dim, t.ndim, "flatten")
     e = wrap_dim(end_dim, t.ndim, "flatten")
@@ -477,15 +479,30 @@ def vsplit(t, sections):
     return tensor_split(t, sections, 0)
 
 
-def atleast_1d(t):
+def _atleast_many(fn, t, more):
+    """torch.atleast_Nd(*tensors): several tensors (or one list / tuple of them) give a tuple."""
+    if more:
+        return tuple(fn(x) for x in (t,) + more)
+    if isinstance(t, (list, tuple)):
+        return tuple(fn(x) for x in t)
+    return fn(t)
+
+
+def atleast_1d(t, *more):
+    if more or isinstance(t, (list, tuple)):
+        return _atleast_many(atleast_1d, t, more)
     return reshape(t, 1) if t.ndim == 0 else t
 
 
-def atleast_2d(t):
+def atleast_2d(t, *more):
+    if more or isinstance(t, (list, tuple)):
+        return _atleast_many(atleast_2d, t, more)
     return reshape(t, 1, 1) if t.ndim == 0 else (unsqueeze(t, 0) if t.ndim == 1 else t)
 
 
-def atleast_3d(t):
+def atleast_3d(t, *more):
+    if more or isinstance(t, (list, tuple)):
+        return _atleast_many(atleast_3d, t, more)
     if t.ndim == 0:
         return reshape(t, 1, 1, 1)
     if t.ndim == 1:
