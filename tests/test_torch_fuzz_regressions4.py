@@ -15,6 +15,9 @@ floats; empty tensors are contiguous; ``atleast_Nd`` of several tensors; complex
 ``linalg.vecdot``; ``out=`` on every ``nee.<function>`` (torch's dtype rules).  New entry points: ``torch.pi`` /
 ``e`` / ``inf`` / ``nan`` / ``newaxis``, ``layout=`` / ``Tensor.layout`` / ``nee.strided`` and the ``is_sparse``
 family of flags, the twelve orthogonal polynomials and the Bessel J/Y/K functions of ``torch.special``.
+Round 4b: a float64 ``out=`` of float32 inputs (computed in float32), 0-d operands of the logical ops read in
+the promoted dtype, ``gelu`` / ``hardswish`` overflow, ``zeros()`` without a size, explicit ``dim=None`` refusals,
+integer divisors that wrap to 0, complex ``0 ** 0`` / ``0 ** y`` (Re y < 0) with torch's NaN / inf.
 """
 from __future__ import annotations
 
@@ -347,3 +350,102 @@ def test_trapezoid_over_an_empty_dim_keeps_the_dtype():
         check(lambda L, y: L.trapezoid(y), np.zeros((3, 0), dt))
         check(lambda L, y: L.trapz(y, dim=0, dx=2.0), np.zeros((0, 2), dt))
         check(lambda L, y: L.trapezoid(y, dim=0), np.ones((2, 3), dt))
+
+
+# ------------------------------------------------------------------------------------------------ round 4b
+def test_float32_inputs_with_a_float64_out_compute_in_float32():
+    # torch computes in the inputs' dtype and casts into out= (exp(1e-8) is exactly 1 in float32, not 1 + 1e-8)
+    x, y = np.array([1e-8, 3e-8, 0.0, -2e-8], np.float32), np.array([1.0, 1.0, 2.0, 1.0], np.float32)
+    for n in ("exp", "cos", "sqrt", "sigmoid", "erfc", "reciprocal", "log1p", "expm1"):
+        check(lambda L, x: getattr(L, n)(x + 1 if n == "sqrt" else x, out=L.empty(4, dtype=L.float64)), x)
+    for n in ("add", "sub", "mul", "div", "atan2", "hypot", "pow", "logaddexp"):
+        check(lambda L, x, y: getattr(L, n)(y, x, out=L.empty(4, dtype=L.float64)), x, y)
+    check(lambda L, x: L.neg(x, out=L.empty(4, dtype=L.float64)), x)              # same-dtype ops: refused
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16", "float32", "int8"])
+def test_logical_ops_read_a_zero_dim_operand_in_the_promoted_dtype(dt):
+    x = np.array([0.0, 1.0, 2.0, -1.0])
+    for n in ("logical_and", "logical_or", "logical_xor"):
+        for v in (1e-39, 1e-30, 0.4, 300.0, 70000.0):        # float16: 1e-39 / 1e-30 underflow to 0; int8: 0.4 -> 0
+            check(lambda L, x: getattr(L, n)(x.to(getattr(L, dt)), L.tensor(v)), x)
+            check(lambda L, x: getattr(L, n)(L.tensor(v), x.to(getattr(L, dt))), x)
+        check(lambda L, x: getattr(L, n)(x.to(getattr(L, dt)), L.tensor(256)), x)   # int8: 256 wraps to 0
+        check(lambda L, x: getattr(x.to(getattr(L, dt)), n)(L.tensor(1e-39, dtype=L.float64)), x)
+
+
+def test_gelu_overflows_like_torch():
+    big = {np.float32: [3e38, 2e38, 1.7e38, -3e38], np.float64: [1.7e308, 1e308, 8.9e307, -1e308, 3e38]}
+    for dt in (np.float32, np.float64):           # (x * (1 + erf) first, then halved: 2e38 overflows in float32)
+        x = np.array(big[dt] + [0.5, -2.0, 0.0]).astype(dt)
+        check(lambda L, x: F(L).gelu(x), x)
+        check(lambda L, x: F(L).gelu(x, approximate="tanh"), x)
+        check(lambda L, x: F(L).hardswish(x), x)
+
+
+def test_size_factories_need_a_size():
+    for n in ("zeros", "ones", "empty", "rand", "randn"):
+        check(lambda L: getattr(L, n)())                                        # refused
+        check(lambda L: getattr(L, n)(()).shape)
+        check(lambda L: getattr(L, n)([]).shape)
+        check(lambda L: getattr(L, n)(2, 3).shape)
+    for n in ("new_zeros", "new_ones", "new_empty"):
+        check(lambda L: getattr(L.ones(2), n)())                                # refused
+        check(lambda L: getattr(L.ones(2), n)(()).shape)
+    check(lambda L: (L.Tensor().shape, L.ones(2).new().shape))                  # legacy: empty 1-d
+    check(lambda L: L.full(()))
+    check(lambda L: L.full((), 2.5))
+    check(lambda L, x: L.rand_like(x).shape, np.float32(1.0))                  # 0-d *_like still works
+    check(lambda L, x: F(L).dropout(x, 0.5, training=True).shape, np.float32(1.0))
+
+
+def test_reductions_refuse_an_explicit_dim_none():
+    x = _r(3, 4)
+    for n in ("prod", "max", "min", "median", "nanmedian", "logsumexp"):
+        check(lambda L, x: getattr(L, n)(x, dim=None), x)                       # refused
+        check(lambda L, x: getattr(x, n)(dim=None), x)
+        check(lambda L, x: getattr(L, n)(x, None), x)
+        if n != "logsumexp":
+            check(lambda L, x: getattr(L, n)(x), x)
+            check(lambda L, x: getattr(x, n)(), x)
+        check(lambda L, x: getattr(L, n)(x, 1), x)
+        check(lambda L, x: getattr(x, n)(dim=0, keepdim=True), x)
+    for n in ("sum", "mean", "amax", "argmax", "std", "all", "nansum"):         # these take dim=None
+        check(lambda L, x: getattr(L, n)(x, dim=None), x)
+    check(lambda L, x: L.max(x, x), x)
+    check(lambda L, x: L.prod(x, 1, out=L.empty(0)), x)
+
+
+@pytest.mark.parametrize("dt", ["uint8", "int8", "int16", "int32"])
+def test_integer_division_by_a_scalar_that_wraps_to_zero(dt):
+    x = np.array([5, 7, 0], np.int64)
+    for v in (256, -256, 512, 257, 65536, 2 ** 32, 3):
+        for f in (lambda L, x: x.to(getattr(L, dt)) // v, lambda L, x: x.to(getattr(L, dt)) % v,
+                  lambda L, x: L.fmod(x.to(getattr(L, dt)), v),
+                  lambda L, x: L.div(x.to(getattr(L, dt)), v, rounding_mode="trunc"),
+                  lambda L, x: L.div(x.to(getattr(L, dt)), v, rounding_mode="floor"),
+                  lambda L, x: x.to(getattr(L, dt)) // L.tensor(v),
+                  lambda L, x: x.to(getattr(L, dt)).floor_divide_(v)):
+            check(f, x)
+    check(lambda L, x: x[:0].to(getattr(L, dt)) // 256, x)                      # empty: nothing to divide
+
+
+def test_complex_zero_to_the_zero_tensor_power_is_nan():
+    b = np.array([0j, -0.0 + 0j, 1 + 1j, 2, complex(0, -0.0)], np.complex64)
+    for dt in (np.complex64, np.complex128):
+        for e in (0j, 1j, 1 + 0j, 2 + 1j, -1 + 0j, 0.5 + 0j, -2 + 1j, -0.5 + 0j, -1):   # Re < 0: inf + NaNj
+            ev = np.full(5, e, dt)
+            check(lambda L, b, e: _ri(L, L.pow(b, e)), b.astype(dt), ev)        # 0 ** 0j: NaN + NaNj
+            check(lambda L, b: _ri(L, L.pow(b, e)), b.astype(dt))               # a Python-scalar exponent: 1
+            check(lambda L, b, e: _ri(L, b ** e[0]), b.astype(dt), ev)          # a 0-d tensor exponent: NaN
+            check(lambda L, e: _ri(L, L.pow(0j, e)), ev)
+
+        def ipow(L, b, e):
+            b **= e
+            return _ri(L, b)
+        check(ipow, b.astype(dt), np.zeros(5, dt))
+        check(lambda L, b, e: _ri(L, L.pow(b, e, out=L.empty(5, dtype=L.complex128))), b.astype(dt), np.zeros(5, dt))
+    check(lambda L, x, e: _ri(L, L.pow(x, e)), np.array([0.0, 1.0], np.float32), np.zeros(2, np.complex64))
+    check(lambda L, x, e: _ri(L, L.float_power(x, e)), b, np.zeros(5, np.complex64))
+    check(lambda L, x: _ri(L, L.pow(x, -1.0)), b)
+    check(lambda L, x: _ri(L, L.pow(x, -2)), b)

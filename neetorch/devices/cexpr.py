@@ -45,7 +45,7 @@ _FLOAT_HELPERS = r"""
 inline T f_sigmoid$S(T x) { return (T)1 / ((T)1 + exp(-x)); }
 inline T f_softplus$S(T x) { return (x > (T)0 ? x : (T)0) + log1p(exp(-fabs(x))); }
 inline T f_softplus_bt$S(T x, T beta, T th) { T bx = x * beta; return bx > th ? x : f_softplus$S(bx) / beta; }
-inline T f_gelu$S(T x) { return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)); }
+inline T f_gelu$S(T x) { T e = (T)1 + erf(x * (T)0.70710678118654752440); return sizeof(T) == 4 ? x * e * (T)0.5 : (T)0.5 * x * e; }  /* torch's orders: float32 overflows at 2e38 */
 inline T f_gelu_tanh$S(T x) { return (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))); }
 inline T f_selu$S(T x) { return (T)1.0507009873554804934193349852946 * (x > (T)0 ? x : (T)1.6732632423543772848170429916717 * expm1(x)); }
 inline T f_elu$S(T x, T a, T s, T is) { return x > (T)0 ? s * x : s * a * expm1(x * is); }
@@ -227,7 +227,7 @@ UNARY_FLOAT = {
     "gelu": "f_gelu$S({0})", "gelu_tanh": "f_gelu_tanh$S({0})", "mish": "({0} * tanh(f_softplus$S({0})))",
     "logsigmoid": "f_logsigmoid$S({0})", "softsign": "({0} / (($T)1 + fabs({0})))",
     "tanhshrink": "({0} - tanh({0}))", "selu": "f_selu$S({0})", "hardsigmoid": "f_hardsigmoid$S({0})",
-    "hardswish": "({0} * f_hardsigmoid$S({0}))", "relu6": "f_clamp$S({0}, ($T)0, ($T)6)",
+    "hardswish": "({0} * f_minimum$S(f_maximum$S({0} + ($T)3, ($T)0), ($T)6) / ($T)6)", "relu6": "f_clamp$S({0}, ($T)0, ($T)6)",
     "lgamma": "lgamma({0})",
 }
 

@@ -173,7 +173,7 @@ class JitFunction:
             for (kk, d), n in sizes.items():
                 if kk == k:
                     shape[d] = n
-            new = ones(*shape, dtype=t.dtype, device=t.device)
+            new = ones(tuple(shape), dtype=t.dtype, device=t.device)
             if isinstance(k, int):
                 args[k] = new
             else:

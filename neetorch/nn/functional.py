@@ -208,7 +208,7 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     from ..tensor.creation import rand
-    a = rand(*input.shape, dtype=input._dtype, device=input._device) * (upper - lower) + lower
+    a = rand(tuple(input.shape), dtype=input._dtype, device=input._device) * (upper - lower) + lower
     return _inplace(input, _ew.where(input >= 0, input, input * a), inplace)
 
 
@@ -235,7 +235,7 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
 
 def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
     from ..tensor.creation import rand
-    u = rand(*logits.shape, dtype=logits._dtype, device=logits._device)
+    u = rand(tuple(logits.shape), dtype=logits._dtype, device=logits._device)
     g = -(-(u.clamp(min=1e-20)).log()).log()
     y = _nn.softmax((logits + g) / tau, dim)
     if not hard:
@@ -279,7 +279,7 @@ def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
         from ..tensor.creation import rand
         from ..tensor import dtypes as _dt
         shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
-        u = rand(*shape, dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32, device=input._device)
+        u = rand(tuple(shape), dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32, device=input._device)
         keep = (u < (1.0 - p)).to(input._dtype)
         a = 1.0 / math.sqrt((_nn._ALPHA * _nn._ALPHA * p + 1) * (1 - p))
         r = input * (keep * a) + ((keep - 1.0) * (_nn._ALPHA * a) + _nn._ALPHA * a * p)

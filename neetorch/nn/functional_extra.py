@@ -458,7 +458,7 @@ def affine_grid(theta, size, align_corners=None):
         shape = [1] * nd
         shape[nd - 1 - i] = n
         comps.append(c.reshape(shape).expand(*spatial))
-    comps.append(_cr.ones(*spatial, dtype=dt, device=dev))
+    comps.append(_cr.ones(tuple(spatial), dtype=dt, device=dev))
     from ..ops.shape import stack
     base = stack(comps, -1).reshape(1, -1, nd + 1)
     grid = base.matmul(theta.transpose(1, 2))          # (N, prod(spatial), nd)

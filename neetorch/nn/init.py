@@ -40,13 +40,13 @@ def calculate_gain(nonlinearity, param=None) -> float:
 
 def _uniform_np(t: Tensor, a: float, b: float, generator=None) -> np.ndarray:
     dt = _dt.float64 if t.dtype is _dt.float64 else _dt.float32
-    r = creation.rand(*t.shape, generator=generator, dtype=dt).numpy()
+    r = creation.rand(tuple(t.shape), generator=generator, dtype=dt).numpy()
     return r * (b - a) + a
 
 
 def _normal_np(t: Tensor, mean: float, std: float, generator=None) -> np.ndarray:
     dt = _dt.float64 if t.dtype is _dt.float64 else _dt.float32
-    r = creation.randn(*t.shape, generator=generator, dtype=dt).numpy()
+    r = creation.randn(tuple(t.shape), generator=generator, dtype=dt).numpy()
     return r * std + mean
 
 

@@ -582,7 +582,7 @@ def _cumprod(ctx, node, x, axis):
     if rev:
         x = x.flip(d)
     if exc:
-        one = nee.ones(*[1 if i == d else s for i, s in enumerate(x.shape)], dtype=x.dtype)
+        one = nee.ones([1 if i == d else s for i, s in enumerate(x.shape)], dtype=x.dtype)
         x = nee.cat([one, x.narrow(d, 0, x.shape[d] - 1)], d) if x.shape[d] else x
     r = nee.cumprod(x, d)
     if r.dtype is not x.dtype:
@@ -772,7 +772,7 @@ def _det(ctx, node, x):
     if n > 6:
         raise LoweringError(f"Det of {n}x{n} matrices is not supported (Leibniz expansion limited to n <= 6)")
     if n == 0:
-        return nee.ones(*x.shape[:-2], dtype=x.dtype)
+        return nee.ones(tuple(x.shape[:-2]), dtype=x.dtype)
     cols = [x.narrow(x.ndim - 2, i, 1).squeeze(x.ndim - 2) for i in range(n)]  # rows: [..., n]
     acc = None
     for perm in itertools.permutations(range(n)):

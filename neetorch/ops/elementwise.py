@@ -229,6 +229,10 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
                         r = apply(op, *[t if t._dtype is _dt.float32 else t.to(_dt.float32) for t in ins], a)
                         return r.to(opmath) if out is None else out.copy_(r)
                 else:
+                    if spec.rule is _logical and a._dtype is not promoted:
+                        # torch reads the 0-d operand in the promoted dtype first: float16 x and
+                        # tensor(1e-39) is False (1e-39 underflows to 0 in float16)
+                        a = _cast_0d(a, promoted)
                     a = _cast_0d(a, cdt)
             ins.append(a)
         elif _is_scalar(a):
@@ -601,7 +605,17 @@ def _check_int_div(op, a, b):
     if not isinstance(b, Tensor):
         if b == 0:
             raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero")
-    elif _any_zero(b):
+        if pa.category == 1 and not isinstance(b, (bool, np.bool_)):
+            # torch casts the scalar to the tensor's dtype first: uint8 x // 256 divides by 256 wrapped to 0
+            bits = 8 * pa.itemsize
+            lo = -(1 << (bits - 1)) if pa.is_signed else 0
+            if (int(b) - lo) % (1 << bits) + lo == 0:
+                raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero (the divisor {b} "
+                                            f"wraps to 0 in {pa.name})")
+        return
+    if b._data.ndim == 0 and b._dtype is not pa:
+        b = _cast_0d(b, pa)          # a 0-d divisor is read in the promoted dtype (uint8 x // tensor(256): 0)
+    if _any_zero(b):
         raise IntegerDivisionByZero(f"ZeroDivisionError: {op}: integer division by zero (divisor tensor of "
                                     f"shape {tuple(b.shape)} contains zeros)")
 
@@ -738,7 +752,26 @@ def pow(input, exponent, *, out=None):
         # torch: x ** 0.5 is sqrt(x) and x ** -0.5 rsqrt(x) for these dtypes (-inf ** 0.5 is NaN, not C's inf)
         from .registry import OPS as _ops
         return apply(_ops["sqrt" if exponent == 0.5 else "rsqrt"], input)
-    return apply(_BIN["pow"], input, exponent, out=out)
+    fixes = []
+    if result_type(input, exponent).category == 3 and (isinstance(input, Tensor) or input == 0):
+        # torch's complex pow is exp(y * log(x)) at a zero base: 0 ** 0 is NaN+NaNj for a tensor exponent (a
+        # Python-scalar 0 gives ones) and 0 ** y with Re(y) < 0 is inf+NaNj; numpy's power gives 1 and NaN+NaNj.
+        # (The masks are taken first: pow_ overwrites input.)
+        zb = apply(_BIN["eq"], input, 0)
+        if isinstance(exponent, Tensor):
+            fixes.append((apply(_BIN["logical_and"], zb, apply(_BIN["eq"], exponent, 0)), math.nan))
+            re = exponent.real if exponent._dtype.category == 3 else exponent
+            fixes.append((apply(_BIN["logical_and"], zb, apply(_BIN["lt"], re, 0)), math.inf))
+        elif complex(exponent).real < 0:
+            fixes.append((zb, math.inf))
+        fixes = [(m, v) for m, v in fixes if bool(np.any(m.numpy(force=True)))]
+    r = apply(_BIN["pow"], input, exponent, out=out)
+    if fixes and r._dtype.category == 3:
+        fixed = r
+        for m, v in fixes:
+            fixed = where(m, complex(v, math.nan), fixed)
+        r = fixed if out is None else out.copy_(fixed)
+    return r
 
 
 @export(method=False)

@@ -366,7 +366,7 @@ def _keep_mask(input, p, shape):
     """Float mask of ``shape``: 1/(1-p) with probability 1-p, else 0 (the default generator)."""
     from ..tensor.creation import rand
     dt = input._dtype if input._dtype is _dt.float64 else _dt.float32
-    u = rand(*shape, dtype=dt, device=input._device)
+    u = rand(tuple(shape), dtype=dt, device=input._device)
     return _ew.apply(_ew._where, u < (1.0 - p), 1.0 / (1.0 - p), 0.0)
 
 
@@ -415,7 +415,7 @@ def alpha_dropout(input, p=0.5, training=False, inplace=False):
         r = input * 0
     else:
         from ..tensor.creation import rand
-        u = rand(*input.shape, dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32,
+        u = rand(tuple(input.shape), dtype=_dt.float64 if input._dtype is _dt.float64 else _dt.float32,
                  device=input._device)
         keep = (u < (1.0 - p)).to(input._dtype)
         a = 1.0 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))

@@ -269,13 +269,35 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return (s / cnt).to(x._dtype)
 
 
+class _NoDim:
+    """The default ``dim`` of the reductions whose torch signatures have no ``dim=None`` (``prod``, ``max``,
+    ``min``, ``median``, ``nanmedian``): the all-elements form; an explicit ``dim=None`` is torch's TypeError."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<all elements>"
+
+
+_NODIM = _NoDim()
+
+
+def _nodim(name, dim, kind="int"):
+    """``dim`` with ``_NODIM`` as None; an explicit None raises like torch's argument parser."""
+    if dim is None:
+        hint = " (leave dim out to reduce over all elements)" if kind == "int" else ""
+        raise TypeError(f"{name}(): argument 'dim' must be {kind}, not NoneType{hint}")
+    return None if dim is _NODIM else dim
+
+
 @export
-def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):
+def prod(input, dim=_NODIM, keepdim=False, *, dtype=None, out=None):
     """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64; with ``out=``
     computed in ``out``'s dtype."""
+    dim = _nodim("prod", dim)
     _int_dim("prod", dim)
     if out is not None:
-        return _to_out(prod(input, dim, keepdim, dtype=_out_dtype("prod", dim, dtype, out)), out, "prod")
+        return _to_out(prod(input, _NODIM if dim is None else dim, keepdim,
+                            dtype=_out_dtype("prod", dim, dtype, out)), out, "prod")
     _check(input, "prod")
     x = _cast(input, dtype)
     return _reduce(PROD, x, dim, keepdim, x._dtype.name if dtype is not None else None, "prod")
@@ -354,19 +376,21 @@ def _max_like(name, full_op, dim_op, input, dim, keepdim, other):
 
 
 @export
-def max(input, dim=None, keepdim=False, *, other=None, out=None):
+def max(input, dim=_NODIM, keepdim=False, *, other=None, out=None):
     """``torch.max``: full maximum; with ``dim`` a ``(values, indices)`` namedtuple (first occurrence,
     NaN wins); with a tensor second argument the elementwise ``maximum``."""
     if out is not None:
         return _write_out(max(input, dim, keepdim, other=other), out, "max")
+    dim = _nodim("max", dim)
     return _max_like("max", AMAX, MAX_DIM, input, dim, keepdim, other)
 
 
 @export
-def min(input, dim=None, keepdim=False, *, other=None, out=None):
+def min(input, dim=_NODIM, keepdim=False, *, other=None, out=None):
     """``torch.min``: full minimum; with ``dim`` a ``(values, indices)`` namedtuple."""
     if out is not None:
         return _write_out(min(input, dim, keepdim, other=other), out, "min")
+    dim = _nodim("min", dim)
     return _max_like("min", AMIN, MIN_DIM, input, dim, keepdim, other)
 
 
@@ -536,6 +560,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     """``torch.logsumexp``: ``log(sum(exp(x)))`` computed stably; all ``-inf`` rows give ``-inf``."""
     if out is not None:
         return _write_out(logsumexp(input, dim, keepdim), out, "logsumexp", cast=True)
+    _nodim("logsumexp", dim, "tuple of ints")
     _check(input, "logsumexp")
     if input._dtype.category == 3:
         raise NotImplementedError(f"logsumexp: not implemented for complex tensors (got {input._dtype.name})")
@@ -614,9 +639,10 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):
 
 # ------------------------------------------------------------------ median
 @export
-def median(input, dim=None, keepdim=False):
+def median(input, dim=_NODIM, keepdim=False):
     """``torch.median``: the lower median; with ``dim`` a ``(values, indices)`` namedtuple.
     NaN propagates (the index is the first NaN's)."""
+    dim = _nodim("median", dim)
     _check(input, "median")
     if input._dtype is _dt.bool_:
         raise NotImplementedError("median: not implemented for bool tensors")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
+from . import reduction as _red
 from .registry import EXPORTS, _trace_hook, export
 from .shape_rules import wrap_dim
 
@@ -50,9 +51,10 @@ def _arange_along(n, d, ndim, device):
 
 # ------------------------------------------------------------------ nanmedian
 @export
-def nanmedian(input, dim=None, keepdim=False):
+def nanmedian(input, dim=_red._NODIM, keepdim=False):
     """``torch.nanmedian``: the lower median of the non-NaN values (NaN when a row has none); with ``dim`` a
     ``(values, indices)`` namedtuple."""
+    dim = _red._nodim("nanmedian", dim)
     _check(input, "nanmedian")
     if input._dtype is _dt.bool_:
         raise NotImplementedError("nanmedian: not implemented for bool tensors")

@@ -67,6 +67,12 @@ def _resolve_device(dev):
     return device(dev)
 
 
+def _need_size(size, name):
+    """torch's size-taking factories refuse a call without any size (``zeros()``; ``zeros(())`` is 0-d)."""
+    if not size:
+        raise TypeError(f'{name}() missing 1 required positional arguments: "size"')
+
+
 def _size(size) -> tuple:
     if len(size) == 1 and isinstance(size[0], (tuple, list)):
         size = size[0]
@@ -380,16 +386,19 @@ def _new(shape, dtype, device, fill) -> Tensor:
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None, pin_memory=False) -> Tensor:
+    _need_size(size, "empty")
     return _new(_size(size), dtype, device, None)
 
 
 def zeros(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _need_size(size, "zeros")
     if out is not None:
         return _into(zeros(*size, dtype=out._dtype, device=out._device), out, dtype, "zeros")
     return _new(_size(size), dtype, device, 0)
 
 
 def ones(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _need_size(size, "ones")
     if out is not None:
         return _into(ones(*size, dtype=out._dtype, device=out._device), out, dtype, "ones")
     return _new(_size(size), dtype, device, 1)
@@ -604,21 +613,23 @@ def _rand_impl(fn, size, dtype, device, generator):
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _need_size(size, "rand")
     return _rand_impl("rand", _size(size), dtype, device, generator)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    _need_size(size, "randn")
     return _rand_impl("randn", _size(size), dtype, device, generator)
 
 
 def rand_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return rand(*t.shape, dtype=dt, device=dev)
+    return rand(tuple(t.shape), dtype=dt, device=dev)
 
 
 def randn_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return randn(*t.shape, dtype=dt, device=dev)
+    return randn(tuple(t.shape), dtype=dt, device=dev)
 
 
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:

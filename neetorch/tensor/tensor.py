@@ -62,7 +62,7 @@ class Tensor:
         from . import creation
         if len(args) == 1 and not isinstance(args[0], int):
             return creation.tensor(args[0], **kw)
-        return creation.empty(*args, **kw)
+        return creation.empty(*(args or (0,)), **kw)     # Tensor(): an empty 1-D tensor, like torch
 
     def __init__(self, *args, **kw):
         pass

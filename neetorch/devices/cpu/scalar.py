@@ -151,11 +151,13 @@ def f_erfc64(x):
 
 @njit(**_inl)
 def f_gelu32(x):
-    return _half32 * x * (f_one32 + f_erf32(x * _sqrt1_2_32))
+    # torch's (vectorised) float32 order: x * (1 + erf) before the halving (gelu(3e38) overflows to inf there)
+    return x * (f_one32 + f_erf32(x * _sqrt1_2_32)) * _half32
 
 
 @njit(**_inl)
 def f_gelu64(x):
+    # (float64: torch halves first, gelu(1.7e308) stays finite)
     return _half64 * x * (f_one64 + f_erf64(x * _sqrt1_2_64))
 
 

@@ -300,7 +300,7 @@ def _float_mask(mask, name: str, dtype):
     if not isinstance(mask, Tensor):
         mask = creation.tensor(mask)
     if mask.dtype.category == 0:
-        return creation.zeros(*mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+        return creation.zeros(tuple(mask.shape), dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
     if mask.dtype.category == 1:
         raise AssertionError(f"only bool and floating types of {name} are supported")
     return mask.to(dtype) if mask.dtype is not dtype else mask

@@ -54,7 +54,7 @@ class _UninitializedMixin:
         in place (``torch.nn.parameter.UninitializedTensorMixin.materialize``)."""
         device = self._device if device is None else device
         dtype = self._dtype if dtype is None else dtype
-        t = creation.empty(*tuple(int(s) for s in shape), dtype=dtype, device=device)
+        t = creation.empty(tuple(int(s) for s in shape), dtype=dtype, device=device)
         self._set_storage(t._data, t._device, t._dtype)
         self.__class__ = self.cls_to_become
 

@@ -31,9 +31,9 @@ class LayerNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(creation.empty(*self.normalized_shape, **fk))
+            self.weight = Parameter(creation.empty(tuple(self.normalized_shape), **fk))
             if bias:
-                self.bias = Parameter(creation.empty(*self.normalized_shape, **fk))
+                self.bias = Parameter(creation.empty(tuple(self.normalized_shape), **fk))
             else:
                 self.register_parameter("bias", None)
         else:
@@ -65,7 +65,7 @@ class RMSNorm(Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(creation.empty(*self.normalized_shape, **fk))
+            self.weight = Parameter(creation.empty(tuple(self.normalized_shape), **fk))
         else:
             self.register_parameter("weight", None)
         self.reset_parameters()
