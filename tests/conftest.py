@@ -103,6 +103,15 @@ def noncontig(x: nee.Tensor):
     return out
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def nthreads(request):
+    """The test at 1 and 2 threads of the CPU backend (files with their own ``nthreads`` override this one)."""
+    old = nee.get_num_threads()
+    nee.set_num_threads(request.param)
+    yield request.param
+    nee.set_num_threads(old)
+
+
 @pytest.fixture
 def torch_mod():
     return pytest.importorskip("torch")

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import neetorch as nee
-from neetorch.devices.cpu import threads
 from neetorch.devices.cpu.kernels import linalg as L
 
 RNG = np.random.default_rng(0)
@@ -25,14 +24,6 @@ def spy_on_the_kernel(monkeypatch):
     monkeypatch.setattr(L, "_rows_fns", [lambda *args, f=f: (CALLS.append(1), f(*args))[1] for f in real])
     monkeypatch.setattr(L, "_rows_plans", {})      # plans made from here hold the spies
     CALLS.clear()
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def nthreads(request):
-    old = threads.get_num_threads()
-    nee.set_num_threads(request.param)
-    yield request.param
-    nee.set_num_threads(old)
 
 
 @pytest.fixture

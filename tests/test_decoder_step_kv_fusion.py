@@ -15,14 +15,6 @@ from neetorch.jit import executable as E
 F = nee.nn.functional
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def nthreads(request):
-    old = threads.get_num_threads()
-    nee.set_num_threads(request.param)
-    yield request.param
-    nee.set_num_threads(old)
-
-
 def _t(rng, *s, dt=np.float32):
     return rng.standard_normal(s).astype(dt)
 

@@ -29,6 +29,7 @@ index_put, embedding_renorm_, unique).  Nothing here imports CuPy or pyopencl.
 """
 from __future__ import annotations
 
+import abc
 import importlib
 import itertools
 import weakref
@@ -81,7 +82,7 @@ def _ond(x, d):
 _SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-class Adapter:
+class Adapter(abc.ABC):
     """One backend instance (``.bk``) plus the primitives the shared drivers need (see the module doc)."""
     __slots__ = ("bk",)
     D: ck.KDialect
@@ -92,29 +93,34 @@ class Adapter:
         self.bk = backend
 
     # ---------------------------------------------------------------- what each backend defines
+    @abc.abstractmethod
     def ok(self, a) -> bool:
-        raise NotImplementedError
+        """Whether a kernel can take array ``a`` as it is."""
 
     @property
+    @abc.abstractmethod
     def col_budget(self) -> int:
-        raise NotImplementedError
+        """Bytes of column matrix a conv may build at once."""
 
+    @abc.abstractmethod
     def launch(self, ks, total, args):
-        raise NotImplementedError
+        """Run kernel source ``ks`` over ``total`` work items."""
 
+    @abc.abstractmethod
     def launch_rows(self, ks, rows, n, args, block=None, grid_cap=1 << 16):
-        raise NotImplementedError
+        """Run row kernel ``ks`` over ``rows`` rows of ``n``."""
 
+    @abc.abstractmethod
     def runs(self, total, OW):
         """(work items, RW, NR) of a row-run kernel over ``total`` outputs in rows of ``OW``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def matmul_into(self, dst, a, b):
-        raise NotImplementedError
+        """``dst = a @ b`` on the device."""
 
+    @abc.abstractmethod
     def sort_order(self, x, d):
         """int64 indices (contiguous) of the stable ascending sort of contiguous ``x`` along ``d``."""
-        raise NotImplementedError
 
     # ---------------------------------------------------------------- built on them
     def ew(self, op, out, ins):

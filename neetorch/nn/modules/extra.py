@@ -103,19 +103,13 @@ class LocalResponseNorm(Module):
         return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)
 
 
-class CrossMapLRN2d(Module):
+class CrossMapLRN2d(LocalResponseNorm):
     """``torch.nn.CrossMapLRN2d(size, alpha=1e-4, beta=0.75, k=1)``: the legacy (Lua Torch) cross-channel LRN of a
     4-D input, ``x * (k + alpha/size * S_c)^-beta`` with S_c the running sum of squares torch's loop keeps: channels
     up to ``c + (size-1)//2``, and, once ``c > pre_pad``, from ``c - pre_pad + 1`` on plus channel 0 (the loop never
     subtracts channel 0's square: reproduced, as torch's results carry it)."""
-    __constants__ = ["size", "alpha", "beta", "k"]
-
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1):
-        super().__init__()
-        self.size = size
-        self.alpha = alpha
-        self.beta = beta
-        self.k = k
+        super().__init__(size, alpha, beta, k)    # (torch's default k is the int 1 here: its repr says k=1)
 
     def forward(self, input):
         if input.ndim != 4:
@@ -136,9 +130,6 @@ class CrossMapLRN2d(Module):
         from ...ops.registry import EXPORTS
         scale = EXPORTS["stack"][0](scales, 1) * (self.alpha / self.size) + self.k
         return scale.pow(-self.beta) * input
-
-    def extra_repr(self) -> str:
-        return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)
 
 
 class _MaxUnpoolNd(Module):
