@@ -1,8 +1,9 @@
 """``nee.linalg``: the ``torch.linalg`` names neetorch implements (each is an op of the op table, or
 composed from them: see ``ops/lapack.py`` for the decompositions and solvers).
 
-Real dtypes only: ``eig`` / ``eigvals`` (complex results for general matrices) raise and point
-to ``eigh`` / ``eigvalsh``.
+float32/float64 and complex64/complex128 (complex values on the CPU, eager only), with torch's dtype rules:
+``eig`` / ``eigvals`` give complex results for any input; singular values, Hermitian eigenvalues and norms are
+real.  ``ldl_factor`` / ``ldl_solve`` are real-only (they raise for complex input).
 """
 import math
 
@@ -82,7 +83,14 @@ def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, ou
     if ord not in _MATRIX_ORDS:
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
     if dtype is not None:
-        input = input.to(dtype)
+        from .ops.lapack import _CAP
+        from .tensor import dtypes as _dt
+        want = _dt.to_dtype(dtype)
+        if (want.category == 3) != (input._dtype.category == 3):
+            kind = "complex for complex" if input._dtype.category == 3 else "real for real"
+            raise RuntimeError(f"linalg.matrix_norm: dtype should be {kind} inputs, but got "
+                               f"{_CAP.get(want.name, want.name)}")
+        input = input.to(want)
     dim = (dim,) if isinstance(dim, int) else tuple(dim)
     if len(dim) != 2:
         raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dim))}")
@@ -150,10 +158,10 @@ def cond(A, p=None, *, out=None):
 def vander(x, *, N=None):
     """``torch.linalg.vander``: (*, n) -> (*, n, N), the powers ``x**0 .. x**(N-1)`` (increasing, unlike
     ``torch.vander``) along a new last dim, as a ``cumprod`` like PyTorch; integer inputs give int64."""
-    from .tensor import dtypes as _dt
     from .ops.registry import EXPORTS
+    from .tensor import dtypes as _dt
     _tensor(x, "linalg.vander", "x")
-    if x._dtype not in (_dt.float32, _dt.float64) and (x._dtype.category != 1 or x._dtype is _dt.bool_):
+    if x._dtype.category not in (1, 3) and x._dtype not in (_dt.float32, _dt.float64) or x._dtype is _dt.bool_:
         raise RuntimeError(f"linalg.vander supports floating point, complex, and integer tensors, but got "
                            f"{x._dtype.name}")
     x = x.unsqueeze(-1) if x.ndim == 0 else x
@@ -168,12 +176,12 @@ def vander(x, *, N=None):
 
 
 def householder_product(A, tau, *, out=None):
-    """``torch.linalg.householder_product``: the first n columns of H_1 ... H_k, H_i = I - tau_i v_i v_i^T with
-    v_i = (0, .., 0, 1, A[i+1:, i]) (LAPACK's orgqr, e.g. Q from ``geqrf``); A (*, m, n), tau (*, k),
+    """``torch.linalg.householder_product``: the first n columns of H_1 ... H_k, H_i = I - tau_i v_i v_i^H with
+    v_i = (0, .., 0, 1, A[i+1:, i]) (LAPACK's orgqr / ungqr, e.g. Q from ``geqrf``); A (*, m, n), tau (*, k),
     m >= n >= k.  Composed: k rank-1 updates of the (m, n) identity, applied from H_k back to H_1."""
+    from .ops.registry import EXPORTS
     from .tensor import dtypes as _dt
     from .tensor.creation import arange, eye
-    from .ops.registry import EXPORTS
     _tensor(A, "linalg.householder_product")
     _tensor(tau, "linalg.householder_product", "tau")
     op = "torch.linalg.householder_product"
@@ -188,10 +196,12 @@ def householder_product(A, tau, *, out=None):
     if tau.ndim != A.ndim - 1 or tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
         raise RuntimeError(f"{op}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got "
                            f"{list(tau.shape[:-1])}")
-    if A._dtype.category != 2:
-        raise NotImplementedError(f"\"orgqr_cpu\" not implemented for '{A._dtype.name}'")
+    from .ops.lapack import _CAP, _mH
+    if A._dtype.category < 2 or A._dtype in _dt.LOW_FLOATS:
+        raise NotImplementedError(f"\"orgqr_cpu\" not implemented for '{_CAP.get(A._dtype.name, A._dtype.name)}'")
     if tau._dtype is not A._dtype:
-        raise RuntimeError(f"{op}: tau dtype {tau._dtype.name} does not match input dtype {A._dtype.name}")
+        raise RuntimeError(f"{op}: tau dtype {_CAP.get(tau._dtype.name, tau._dtype.name)} does not match input dtype "
+                           f"{_CAP.get(A._dtype.name, A._dtype.name)}")
     where = EXPORTS["where"][0]
     q = eye(m, n, dtype=A._dtype, device=A.device).expand(*A.shape)
     rows = arange(m, device=A.device).unsqueeze(-1)                  # (m, 1)
@@ -199,5 +209,5 @@ def householder_product(A, tau, *, out=None):
         col = A.narrow(-1, i, 1)                                       # (*, m, 1)
         v = where(rows < i, 0.0, where(rows == i, 1.0, col))
         t = tau.narrow(-1, i, 1).unsqueeze(-1)                         # (*, 1, 1)
-        q = q - (v * t).matmul(v.transpose(-2, -1).matmul(q))
+        q = q - (v * t).matmul(_mH(v).matmul(q))       # H_i = I - tau_i v_i v_i^H
     return _out(q, out)

@@ -179,7 +179,7 @@ def sinc(input, *, out=None):
 
 def round(input, *, decimals=0, out=None):
     """``torch.special.round(input, *, decimals=0)``."""
-    return _out(_E("round")(input, decimals=decimals), out)
+    return _E("round")(input, decimals=decimals, out=out)
 
 
 def softmax(input, dim, *, dtype=None):

@@ -334,11 +334,11 @@ def test_eigh(shape, dtype):
     assert nee.linalg.eigh(N(a))._fields == ("eigenvalues", "eigenvectors")
 
 
-def test_eig_needs_complex():
-    with pytest.raises(NotImplementedError, match="complex64"):
-        nee.linalg.eig(N(np.eye(2)))
-    with pytest.raises(NotImplementedError, match="no complex dtype"):
-        nee.linalg.eigvals(N(np.eye(2)))
+def test_eig_of_real_input_is_complex():
+    w = nee.linalg.eig(N(np.eye(2)))
+    assert w.eigenvalues.dtype == nee.complex128 and w.eigenvectors.dtype == nee.complex128
+    assert nee.linalg.eigvals(N(np.eye(2))).dtype == nee.complex128
+    np.testing.assert_allclose(w.eigenvalues.numpy(), [1, 1])
 
 
 # ------------------------------------------------------------------ lstsq

@@ -3,7 +3,8 @@
 Complex tensors live on the CPU only (other backends have no complex storage: a transfer or an allocation
 there raises).  Their elementwise ops, sums and scans are computed with numpy, which implements complex
 arithmetic and the C99 complex functions (the generated Numba/LLVM kernels do not); views, copies,
-indexing, concatenation and products take the CPU backend's ordinary paths, which are numpy/BLAS based.
+indexing, concatenation and products take the CPU backend's ordinary paths, which are numpy/BLAS based, and
+the matrix decompositions and solvers (``nee.linalg``, ``ops/lapack.py``) run LAPACK's complex routines.
 
 Every op of the op table that is not known to be right for complex operands refuses them before any kernel
 runs (:func:`install_guard` wraps each such op's ``check``): a clear ``NotImplementedError`` (a
@@ -86,6 +87,13 @@ COMPLEX_OTHER = frozenset({
     "matmul", "einsum", "cat", "flip", "roll", "repeat", "index", "index_select", "take", "masked_select",
     "tril", "triu", "sum", "mean", "prod", "any", "all", "count_nonzero", "cumsum", "cumprod", "nonzero",
     "diag_embed", "gather", "index_put", "repeat_interleave", "pad", "masked_scatter",
+    # the LAPACK family (ops/lapack.py): numpy.linalg's complex LAPACK routines and the complex-aware batched
+    # LU / triangular solves of devices/cpu/kernels/lapack.py (checked against torch in
+    # tests/test_complex_linalg_s10.py)
+    "linalg_det", "linalg_slogdet", "linalg_inv_ex", "linalg_solve_ex", "linalg_cholesky_ex", "linalg_qr",
+    "linalg_svd", "linalg_svdvals", "linalg_eigh", "linalg_eigvalsh", "linalg_eig", "linalg_eigvals",
+    "linalg_lstsq", "linalg_lu_factor_ex", "lu_unpack", "linalg_lu_solve", "linalg_solve_triangular",
+    "linalg_matrix_exp", "geqrf",
 })
 
 
@@ -319,6 +327,21 @@ def _real_pair(name, a, b, what):
     return _cpu_array(a, name), _cpu_array(b, name), shape
 
 
+def _pair_out(t: Tensor, out):
+    """out= of complex / polar: torch's rule (the result's complex dtype exactly; another shape resized)."""
+    if out is None:
+        return t
+    if not isinstance(out, Tensor):
+        raise TypeError(f"argument 'out' must be Tensor, not {type(out).__name__}")
+    if out._dtype is not t._dtype:
+        from ..tensor.tensor import _LEGACY_TYPE
+        raise RuntimeError(f"Expected object of scalar type {_LEGACY_TYPE[t._dtype.name]} but got scalar type "
+                           f"{_LEGACY_TYPE.get(out._dtype.name, out._dtype.name)} for argument 'out'")
+    from .elementwise import resize_out
+    resize_out(out, t.shape, "out=")
+    return out.copy_(t)
+
+
 @export(method=False)
 def complex(real, imag, *, out=None) -> Tensor:   # (shadows the builtin: torch's name)
     """``torch.complex(real, imag)``: float32 -> complex64, float64 -> complex128 (same dtype required)."""
@@ -327,8 +350,7 @@ def complex(real, imag, *, out=None) -> Tensor:   # (shadows the builtin: torch'
     r = np.empty(shape, cdt.np)
     r.real = ra
     r.imag = ia
-    t = _wrap(r, real)
-    return out.copy_(t) if out is not None else t
+    return _pair_out(_wrap(r, real), out)
 
 
 @export(method=False)
@@ -339,8 +361,7 @@ def polar(abs, angle, *, out=None) -> Tensor:   # (torch's argument names)
     r = np.empty(shape, cdt.np)
     r.real = ra * np.cos(aa)
     r.imag = ra * np.sin(aa)
-    t = _wrap(r, abs)
-    return out.copy_(t) if out is not None else t
+    return _pair_out(_wrap(r, abs), out)
 
 
 # ------------------------------------------------------------------ reductions and scans (ops/reduction.py)

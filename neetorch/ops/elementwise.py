@@ -269,6 +269,8 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
                                f"{metas[0].shape}")
         resize_out(out, metas[0].shape, op.name)
         if metas[0].dtype is not out._dtype:
+            if op.name in _OUT_BOOL_ONLY:
+                raise RuntimeError(f"{op.name} does not support non-boolean outputs.")
             if op.name in _OUT_SAME_DTYPE:
                 raise RuntimeError(f"{op.name}: Found dtype {out._dtype.name} but expected {metas[0].dtype.name} "
                                    f"(its out= must have the result's dtype)")
@@ -311,6 +313,10 @@ def resize_out(out: Tensor, shape, op: str) -> None:
 # the unary ops torch builds without output casting (TensorIterator's check_all_same_dtype): out= must match
 _OUT_SAME_DTYPE = frozenset({"abs", "neg", "sign", "sgn", "round", "ceil", "floor", "trunc", "frac", "bitwise_not",
                              "nan_to_num", "fix", "negative", "absolute", "where"})
+# the predicates whose out= must be bool (torch: "signbit does not support non-boolean outputs.")
+_OUT_BOOL_ONLY = frozenset({"signbit", "isposinf", "isneginf"})
+# the unary ops torch has no out= keyword for (torch.isnan(x, out=o) is a TypeError)
+_NO_OUT = frozenset({"isnan", "isinf", "isfinite", "relu"})
 
 
 def _can_cast(frm: DType, to: DType) -> bool:
@@ -322,6 +328,8 @@ def _can_cast(frm: DType, to: DType) -> bool:
 
 def _unary(op):
     def f(input, *, out=None):
+        if out is not None and op.name in _NO_OUT:
+            raise TypeError(f"{op.name}() got an unexpected keyword argument 'out'")
         return apply(op, input, out=out)
     f.__name__ = op.name
     f.__doc__ = op.doc or f"Elementwise {op.name} (``torch.{op.name}``)."

@@ -3,7 +3,7 @@
 The ops (one definition each, shape/dtype rule here, CPU kernels in
 ``devices/cpu/kernels/lapack.py``) are the LAPACK-shaped primitives: det, slogdet, inv_ex,
 solve_ex, cholesky_ex, qr, svd, svdvals, eigh, eigvalsh, lstsq, lu_factor_ex, lu_unpack,
-lu_solve, solve_triangular, matrix_exp.  Everything else (pinv, matrix_rank, matrix_power,
+lu_solve, solve_triangular, matrix_exp, eig, eigvals.  Everything else (pinv, matrix_rank, matrix_power,
 cond, cholesky_solve, the old ``torch.svd`` / ``torch.qr`` / ``torch.triangular_solve``, ...)
 is composed from them and the elementwise/reduction ops in the frontends below, which also
 implement PyTorch's argument rules and messages (vector right-hand sides, ``left=False`` as a
@@ -13,6 +13,12 @@ Other devices have no kernels for these ops: they run on the CPU through the dis
 visible fallback (``nee.fallback_report()``; an error in strict mode).  Errors that depend on
 values (a singular matrix, a non-positive-definite one) are raised by the kernels when the op
 is asked to (``check_errors``), so eager calls and ``nee.jit`` graphs raise alike.
+
+float32/float64/complex64/complex128 (complex tensors: CPU and eager only, see ``ops/complex.py``), with
+torch's conventions: singular values, Hermitian eigenvalues, ``log|det|``, lstsq's residuals and norms
+are real; ``eig`` / ``eigvals`` are complex for any input; "transpose" in ``adjoint`` / ``left=False`` /
+``pinv`` / the old ``svd``'s V is the conjugate transpose.  Real-only so far: ``ldl_factor`` /
+``ldl_solve`` (a clear NotImplementedError for complex).
 """
 from __future__ import annotations
 
@@ -97,7 +103,8 @@ def _floating(x, op, half=None, integer=None):
     supported" / "Expected a floating point or complex tensor"), "kernel:<name>" the dispatcher's
     NotImplementedError, any other string that RuntimeError message."""
     name = x._dtype.name
-    if name in ("float32", "float64") or (name in ("float16", "bfloat16") and half is False):
+    if name in ("float32", "float64", "complex64", "complex128") or (name in ("float16", "bfloat16")
+                                                                     and half is False):
         return
     how = half if name in ("float16", "bfloat16") else integer
     if how is None:
@@ -107,6 +114,24 @@ def _floating(x, op, half=None, integer=None):
     if how.startswith("kernel:"):
         raise NotImplementedError(f"\"{how[7:]}\" not implemented for '{_CAP[name]}'")
     raise RuntimeError(how.format(dtype=_CAP[name], shape=list(x.shape)))
+
+
+def _real_only(x, op, kernel):
+    """The few ops whose kernels here are written for real values (torch takes complex there): a clear error."""
+    if x._dtype.category == 3:
+        raise NotImplementedError(f"{op}: not implemented for complex tensors (got {x._dtype.name}): neetorch's "
+                                  f"{kernel} kernel is real-only")
+
+
+def _rdt(dt):
+    """The real dtype of ``dt`` (singular values, eigenvalues of Hermitian matrices, norms, log|det|)."""
+    return _dt.to_real(dt) if dt.category == 3 else dt
+
+
+def _mH(x):
+    """The conjugate transpose of the last two dims (the transpose for real dtypes)."""
+    x = x.transpose(-2, -1)
+    return _fn("conj")(x) if x._dtype.category == 3 else x
 
 
 def _same_dtype(a, b, op, an="A", bn="B"):
@@ -146,7 +171,7 @@ def _infer_det(metas, attrs):
 
 def _infer_slogdet(metas, attrs):
     (a,) = metas
-    return [Meta(a.shape[:-2], a.dtype), Meta(a.shape[:-2], a.dtype)]
+    return [Meta(a.shape[:-2], a.dtype), Meta(a.shape[:-2], _rdt(a.dtype))]
 
 
 def _infer_with_info(metas, attrs):
@@ -177,23 +202,34 @@ def _infer_svd(metas, attrs):
     *bt, m, n = a.shape
     bt, k = tuple(bt), min(m, n)
     if attrs["full_matrices"]:
-        return [Meta(bt + (m, m), a.dtype), Meta(bt + (k,), a.dtype), Meta(bt + (n, n), a.dtype)]
-    return [Meta(bt + (m, k), a.dtype), Meta(bt + (k,), a.dtype), Meta(bt + (k, n), a.dtype)]
+        return [Meta(bt + (m, m), a.dtype), Meta(bt + (k,), _rdt(a.dtype)), Meta(bt + (n, n), a.dtype)]
+    return [Meta(bt + (m, k), a.dtype), Meta(bt + (k,), _rdt(a.dtype)), Meta(bt + (k, n), a.dtype)]
 
 
 def _infer_svdvals(metas, attrs):
     (a,) = metas
-    return [Meta(a.shape[:-2] + (min(a.shape[-2:]),), a.dtype)]
+    return [Meta(a.shape[:-2] + (min(a.shape[-2:]),), _rdt(a.dtype))]
 
 
 def _infer_eigh(metas, attrs):
     (a,) = metas
-    return [Meta(a.shape[:-1], a.dtype), Meta(a.shape, a.dtype)]
+    return [Meta(a.shape[:-1], _rdt(a.dtype)), Meta(a.shape, a.dtype)]
 
 
 def _infer_eigvalsh(metas, attrs):
     (a,) = metas
-    return [Meta(a.shape[:-1], a.dtype)]
+    return [Meta(a.shape[:-1], _rdt(a.dtype))]
+
+
+def _infer_eig(metas, attrs):
+    (a,) = metas
+    c = _dt.to_complex(a.dtype)
+    return [Meta(a.shape[:-1], c), Meta(a.shape, c)]
+
+
+def _infer_eigvals(metas, attrs):
+    (a,) = metas
+    return [Meta(a.shape[:-1], _dt.to_complex(a.dtype))]
 
 
 def _infer_lstsq(metas, attrs):
@@ -205,7 +241,7 @@ def _infer_lstsq(metas, attrs):
     res = batch + (k,) if m > n and driver != "gelsy" else (0,)
     rank = batch if driver != "gels" else (0,)
     sv = batch + (min(m, n),) if driver in ("gelsd", "gelss") else (0,)
-    return [Meta(batch + (n, k), a.dtype), Meta(res, a.dtype), Meta(rank, _I64), Meta(sv, a.dtype)]
+    return [Meta(batch + (n, k), a.dtype), Meta(res, _rdt(a.dtype)), Meta(rank, _I64), Meta(sv, _rdt(a.dtype))]
 
 
 def _infer_lu_factor(metas, attrs):
@@ -270,6 +306,9 @@ LINALG_SVD = register(OpDef("linalg_svd", infer=_infer_svd, nout=3, doc="(U, S, 
 LINALG_SVDVALS = register(OpDef("linalg_svdvals", infer=_infer_svdvals, doc="singular values, descending"))
 LINALG_EIGH = register(OpDef("linalg_eigh", infer=_infer_eigh, nout=2, doc="(eigenvalues ascending, eigenvectors)"))
 LINALG_EIGVALSH = register(OpDef("linalg_eigvalsh", infer=_infer_eigvalsh, doc="eigenvalues of symmetric A"))
+LINALG_EIG = register(OpDef("linalg_eig", infer=_infer_eig, nout=2,
+                            doc="(eigenvalues, eigenvectors) of a general matrix, complex (LAPACK geev)"))
+LINALG_EIGVALS = register(OpDef("linalg_eigvals", infer=_infer_eigvals, doc="eigenvalues of a general matrix"))
 LINALG_LSTSQ = register(OpDef("linalg_lstsq", infer=_infer_lstsq, nout=4,
                               doc="(solution, residuals, rank, singular_values) as torch's drivers give them"))
 LINALG_LU_FACTOR_EX = register(OpDef("linalg_lu_factor_ex", infer=_infer_lu_factor, nout=3,
@@ -393,20 +432,32 @@ def linalg_eigvalsh(A, UPLO="L", *, out=None):
     return _out(run(LINALG_EIGVALSH, [A], {"UPLO": UPLO})[0], out)
 
 
-def _no_complex(op):
-    raise NotImplementedError(
-        f"{op}: the eigenvalues/eigenvectors of a general (non-symmetric) real matrix are complex, and neetorch has "
-        f"no complex dtype (complex64/complex128). For symmetric matrices use linalg.eigh / linalg.eigvalsh.")
+def _eig_checks(A, op):
+    _square(A, op)
+    if A._dtype.category < 2:
+        raise RuntimeError(f"Unknown Complex ScalarType for {_CAP[A._dtype.name]}")
+    _floating(A, op, half="kernel:linalg_eig_out_cpu")
+    if A._device.type != "cpu":
+        raise RuntimeError(f"{op}: the eigenvalues are complex, and complex tensors live on the CPU only ({A._device} "
+                           f"has no complex storage): call {op}(A.cpu())")
 
 
-def linalg_eig(A):
-    _square(A, "linalg.eig")
-    _no_complex("linalg.eig")
+def linalg_eig(A, *, out=None):
+    """``torch.linalg.eig``: ``(eigenvalues, eigenvectors)``, complex for any input (LAPACK geev: eigenvalues in
+    its order, each eigenvector of unit 2-norm with its largest component real); non-finite input raises."""
+    _eig_checks(A, "linalg.eig")
+    w, v = run(LINALG_EIG, [A], {})
+    if out is not None:
+        _out(w, out[0])
+        _out(v, out[1])
+        w, v = out
+    return _rt("linalg_eig", ("eigenvalues", "eigenvectors"))(w, v)
 
 
-def linalg_eigvals(A):
-    _square(A, "linalg.eigvals")
-    _no_complex("linalg.eigvals")
+def linalg_eigvals(A, *, out=None):
+    """``torch.linalg.eigvals``: the (complex) eigenvalues of ``linalg.eig``."""
+    _eig_checks(A, "linalg.eigvals")
+    return _out(run(LINALG_EIGVALS, [A], {})[0], out)
 
 
 _LSTSQ_DTYPE = "This function doesn't handle types other than float and double"
@@ -500,9 +551,9 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     _check_rhs(LU, B, op, left)
     if left:
         return _out(run(LINALG_LU_SOLVE, [LU, pivots, B], {"adjoint": bool(adjoint)})[0], out)
-    # X A = B  <=>  A^T X^T = B^T
-    x = run(LINALG_LU_SOLVE, [LU, pivots, _mT(B)], {"adjoint": not adjoint})[0]
-    return _out(_mT(x).contiguous(), out)
+    # X A = B  <=>  A^H X^H = B^H (adjoint: the conjugate transpose, as in the kernel)
+    x = run(LINALG_LU_SOLVE, [LU, pivots, _mH(B)], {"adjoint": not adjoint})[0]
+    return _out(_mH(x).contiguous(), out)
 
 
 def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
@@ -513,7 +564,8 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=
         raise RuntimeError(f"{op}: The input tensor B must have at least 2 dimensions.")
     _square(A, op)
     _floating(A, op, half="kernel:triangular_solve_cpu", integer="kernel:triangular_solve_cpu")
-    _same_dtype(A, B, op)
+    if B._dtype is not A._dtype:     # (torch: the result has A's dtype, B is cast to it)
+        B = B.to(A._dtype)
     _check_rhs(A, B, op, left)
     if left:
         return _out(run(LINALG_SOLVE_TRIANGULAR, [A, B], {"upper": bool(upper), "unitriangular": bool(unitriangular)})
@@ -557,7 +609,7 @@ def linalg_matrix_power(A, n, *, out=None):
 
 def _tols(S_max, m, n, dtype, atol, rtol, op):
     """torch's tolerance max(atol, rtol * S_max), with its defaults for rtol."""
-    eps = {"float32": 1.1920928955078125e-07, "float64": 2.220446049250313e-16}[dtype.name]
+    eps = {"float32": 1.1920928955078125e-07, "float64": 2.220446049250313e-16}[_rdt(dtype).name]
     atol_zero = atol is None or (not isinstance(atol, Tensor) and atol == 0)
     if rtol is None:
         rtol = eps * max(m, n) if atol_zero else 0.0
@@ -616,12 +668,12 @@ def linalg_pinv(A, rcond=None, hermitian=False, *, atol=None, rtol=None, out=Non
         smax = w.abs().amax(-1, keepdim=True)
         tol = _tols(smax, m, n, A._dtype, atol, rtol, "linalg.pinv")
         sinv = where(w.abs() > tol, w.reciprocal(), 0.0)
-        return _out(_fn("matmul")(U * sinv.unsqueeze(-2), _mT(U)), out)
+        return _out(_fn("matmul")(U * sinv.unsqueeze(-2), _mH(U)), out)
     U, S, Vh = run(LINALG_SVD, [A], {"full_matrices": False})
     smax = S.narrow(-1, 0, 1)
     tol = _tols(smax, m, n, A._dtype, atol, rtol, "linalg.pinv")
     sinv = where(S > tol, S.reciprocal(), 0.0)
-    return _out(_fn("matmul")(_mT(Vh) * sinv.unsqueeze(-2), _mT(U)), out)
+    return _out(_fn("matmul")(_mH(Vh) * sinv.unsqueeze(-2), _mH(U)), out)
 
 
 def linalg_multi_dot(tensors, *, out=None):
@@ -751,6 +803,10 @@ def logdet(input):
     _square(input, "logdet")
     _floating(input, "logdet")
     sign, logabs = run(LINALG_SLOGDET, [input], {})
+    if input._dtype.category == 3:
+        # torch's log(sign) + logabsdet, the real term added as (logabsdet + 0i): arg(det) + 0 * logabsdet is
+        # nan when log|det| is infinite (a singular matrix gives -inf + nan i, as in torch)
+        return _fn("complex")(logabs, _fn("angle")(sign) + logabs * 0)
     return _fn("where")(sign < 0, math.nan, logabs)
 
 
@@ -802,9 +858,9 @@ def cholesky_solve(input, input2, upper=False, *, out=None):
     if B._dtype is not L._dtype:
         raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {_CAP[B._dtype.name]} and A "
                            f"of type {_CAP[L._dtype.name]} instead.")
-    # A = L L^T (or U^T U): solve with the factor, then with its transpose
-    y = run(LINALG_SOLVE_TRIANGULAR, [_mT(L) if upper else L, B], {"upper": False, "unitriangular": False})[0]
-    x = run(LINALG_SOLVE_TRIANGULAR, [L if upper else _mT(L), y], {"upper": True, "unitriangular": False})[0]
+    # A = L L^H (or U^H U): solve with the factor, then with its conjugate transpose
+    y = run(LINALG_SOLVE_TRIANGULAR, [_mH(L) if upper else L, B], {"upper": False, "unitriangular": False})[0]
+    x = run(LINALG_SOLVE_TRIANGULAR, [L if upper else _mH(L), y], {"upper": True, "unitriangular": False})[0]
     return _out(x, out)
 
 
@@ -844,7 +900,7 @@ def svd(input, some=True, compute_uv=True):
         return R(zeros(bt + (m, m), dtype=input.dtype, device=input.device), s,
                  zeros(bt + (n, n), dtype=input.dtype, device=input.device))
     u, s, vh = run(LINALG_SVD, [input], {"full_matrices": not some})
-    return R(u, s, _mT(vh))
+    return R(u, s, _mH(vh))
 
 
 @export
@@ -958,8 +1014,8 @@ def ormqr(input, tau, other, left=True, transpose=False, *, out=None):
     _floating(input, "ormqr", half="kernel:ormqr_cpu", integer="kernel:ormqr_cpu")
     refl = input.narrow(-1, 0, k)
     q = householder_product(pad(refl, (0, mn - k)), tau)          # (*, mn, mn)
-    if transpose:
-        q = _mT(q)
+    if transpose:      # (the conjugate transpose for complex values, as in torch)
+        q = _mH(q)
     return _out(q.matmul(other) if left else other.matmul(q), out)
 
 
@@ -981,6 +1037,7 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
     op = "torch.linalg.ldl_factor_ex"
     _square(A, op)
     _floating(A, op, half="kernel:ldl_factor_kernel_cpu")
+    _real_only(A, op, "sytrf (Bunch-Kaufman LDL^T)")
     r = run(LINALG_LDL_FACTOR_EX, [A], {"check_errors": bool(check_errors)})
     if out is not None:
         for o, v in zip(out, r):
@@ -1007,6 +1064,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     if B.ndim < 2:
         raise RuntimeError(f"{op}: The input tensor B must have at least 2 dimensions.")
     _floating(LD, op, half="kernel:ldl_solve_cpu")
+    _real_only(LD, op, "sytrs (Bunch-Kaufman LDL^T)")
     if B._dtype is not LD._dtype:
         raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {_CAP[B._dtype.name]} and "
                            f"A of type {_CAP[LD._dtype.name]} instead.")
@@ -1031,12 +1089,14 @@ def _approximate_basis(A, q, niter, M):
     """torch._lowrank.get_approximate_basis: an orthonormal (*, m, q) basis of A's (minus M's) range from a
     Gaussian sketch and ``niter`` subspace (power) iterations, each step re-orthonormalized by QR."""
     from ..tensor.creation import randn
-    dt = A._dtype if A._dtype.category == 2 else _dt.float32
+    dt = _rdt(A._dtype) if A._dtype.category >= 2 else _dt.float32
     R = randn(A.shape[-1], q, dtype=dt, device=A.device)
+    if A._dtype.category == 3:
+        R = R.to(A._dtype)
     X = A.matmul(R) if M is None else A.matmul(R) - M.matmul(R)
     Q = linalg_qr(X).Q
     for _ in range(niter):
-        X = _mT(A).matmul(Q) if M is None else _mT(A).matmul(Q) - _mT(M).matmul(Q)
+        X = _mH(A).matmul(Q) if M is None else _mH(A).matmul(Q) - _mH(M).matmul(Q)
         Q = linalg_qr(X).Q
         X = A.matmul(Q) if M is None else A.matmul(Q) - M.matmul(Q)
         Q = linalg_qr(X).Q
@@ -1050,14 +1110,14 @@ def _svd_lowrank(A, q, niter, M):
     if M is not None:
         M = M.broadcast_to(tuple(A.shape))
     if m < n:                            # (the basis of the transpose: the smaller side)
-        A = _mT(A)
-        M = None if M is None else _mT(M)
+        A = _mH(A)
+        M = None if M is None else _mH(M)
     Q = _approximate_basis(A, q, niter, M)
-    B = _mT(Q).matmul(A)
+    B = _mH(Q).matmul(A)
     if M is not None:
-        B = B - _mT(Q).matmul(M)
+        B = B - _mH(Q).matmul(M)
     U, S, Vh = linalg_svd(B, full_matrices=False)
-    V = _mT(Vh)
+    V = _mH(Vh)
     U = Q.matmul(U)
     if m < n:
         U, V = V, U
@@ -1070,7 +1130,7 @@ def svd_lowrank(A, q=6, niter=2, M=None):
     Martinsson and Tropp's randomized range finder with ``niter`` power iterations, PyTorch's algorithm step for
     step; the sketch comes from the global generator, so ``nee.manual_seed`` makes it reproducible)."""
     _matrix(A, "svd_lowrank")
-    if A._dtype.category != 2:
+    if A._dtype.category < 2:
         A = A.to(_dt.float32)
     return _svd_lowrank(A, q, niter, M)
 
@@ -1087,7 +1147,7 @@ def pca_lowrank(A, q=None, center=True, niter=2):
         raise ValueError(f"q(={q}) must be non-negative integer and not greater than min(m, n)={min(m, n)}")
     if not niter >= 0:
         raise ValueError(f"niter(={niter}) must be non-negative integer")
-    if A._dtype.category != 2:
+    if A._dtype.category < 2:
         A = A.to(_dt.float32)
     if not center:
         return _svd_lowrank(A, q, niter, None)

@@ -562,9 +562,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
         return _write_out(logsumexp(input, dim, keepdim), out, "logsumexp", cast=True)
     _nodim("logsumexp", dim, "tuple of ints")
     _check(input, "logsumexp")
-    if input._dtype.category == 3:
-        raise NotImplementedError(f"logsumexp: not implemented for complex tensors (got {input._dtype.name})")
-    x = input if input._dtype.category == 2 else input.to(_dt.get_default_dtype())
+    x = input if input._dtype.category >= 2 else input.to(_dt.get_default_dtype())
     dims = _dims(dim, x.ndim, "logsumexp")
     odt = x._dtype
     if odt in _dt.LOW_FLOATS:
@@ -572,6 +570,11 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     if x.numel() == 0:
         from ..tensor.creation import full
         return full(_red_shape(x.shape, dims, keepdim), float("-inf"), dtype=odt, device=x.device)
+    if x._dtype.category == 3:   # torch: shifted by the largest real part (numpy's complex exp / sum / log)
+        m = run(AMAX, [_E("real")(x)], {"dims": dims, "keepdim": True, "odt": None})[0]
+        m = _E("where")(_E("isinf")(m), 0.0, m)
+        s = (x - m).exp().sum(dims, keepdim=keepdim)
+        return s.log() + (m if keepdim else _squeeze(m, dims))
     m = run(AMAX, [x], {"dims": dims, "keepdim": True, "odt": None})[0]
     m = _E("where")(_E("isinf")(m), 0.0, m)
     s = run(SUM, [(x - m).exp()], {"dims": dims, "keepdim": keepdim, "odt": None})[0]
@@ -638,25 +641,31 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):
 
 
 # ------------------------------------------------------------------ median
+#: torch's median of an empty tensor is NaN in its dtype: for integers the x86 conversion of NaN (the "integer
+#: indefinite" INT_MIN for 32/64 bits, which the narrower types truncate to 0), True for bool (measured, torch 2.13)
+_EMPTY_MEDIAN = {"int64": -2 ** 63, "int32": -2 ** 31, "int16": 0, "int8": 0, "uint8": 0, "bool": True}
+
+
+def empty_median(input):
+    from ..tensor.creation import full
+    return full((), _EMPTY_MEDIAN.get(input._dtype.name, float("nan")), dtype=input._dtype, device=input.device)
+
+
 @export
 def median(input, dim=_NODIM, keepdim=False):
     """``torch.median``: the lower median; with ``dim`` a ``(values, indices)`` namedtuple.
     NaN propagates (the index is the first NaN's)."""
     dim = _nodim("median", dim)
     _check(input, "median")
+    if dim is None and input.numel() == 0:
+        return empty_median(input)
+    d = None if dim is None else wrap_dim(dim, input.ndim, "median")
+    if d is not None and input.ndim:
+        _nonempty(input, (d,), "median")     # (torch checks this before the dtype)
     if input._dtype is _dt.bool_:
         raise NotImplementedError("median: not implemented for bool tensors")
     if dim is None:
-        if input.numel() == 0:
-            if input._dtype.category != 2:  # torch returns an undefined value (no NaN in an integer dtype)
-                raise RuntimeError(f"median(): the median of an empty {input._dtype.name} tensor is undefined "
-                                   f"(an integer dtype has no NaN to return)")
-            from ..tensor.creation import full
-            return full((), float("nan"), dtype=input._dtype, device=input.device)
         return run(MEDIAN, [input], {"dim": None, "keepdim": False})[0]
-    d = wrap_dim(dim, input.ndim, "median")
-    if input.ndim:
-        _nonempty(input, (d,), "median")
     v, i = run(MEDIAN, [input], {"dim": d, "keepdim": bool(keepdim)})
     return _rt("median")(v, i)
 

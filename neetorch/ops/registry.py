@@ -262,8 +262,8 @@ def with_out(fn):
 #: the pointwise ops whose out= may have another dtype the result casts to (torch's structured kernels); every
 #: other op's out= must have the result's dtype exactly (measured on torch 2.13)
 _CASTING_OUT = frozenset({"digamma", "i0", "nansum", "nanmean", "erfinv", "logit", "sinc", "deg2rad", "rad2deg",
-                          "diff", "polygamma", "mvlgamma", "xlogy", "heaviside", "ldexp", "hypot", "nextafter",
-                          "logaddexp", "logaddexp2"})
+                          "diff", "polygamma", "mvlgamma", "xlogy", "ldexp", "hypot", "nextafter",
+                          "logaddexp", "logaddexp2", "igamma", "igammac"})
 
 
 def _write_result(r, out, name):
@@ -276,6 +276,9 @@ def _write_result(r, out, name):
         return type(r)(*out) if hasattr(r, "_fields") else tuple(out)
     if not isinstance(out, _Tensor) or not isinstance(r, _Tensor):
         raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out._dtype is not r._dtype and name == "heaviside":     # (torch's own messages)
+        raise RuntimeError("heaviside is not yet implemented for complex tensors." if out._dtype.category == 3 else
+                           "heaviside is not yet implemented for tensors with different dtypes.")
     if out._dtype is not r._dtype and name not in _CASTING_OUT:
         raise RuntimeError(f"{name}(): Expected out tensor to have dtype {r._dtype.name}, but got "
                            f"{out._dtype.name} instead")

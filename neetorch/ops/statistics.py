@@ -56,16 +56,15 @@ def nanmedian(input, dim=_red._NODIM, keepdim=False):
     ``(values, indices)`` namedtuple."""
     dim = _red._nodim("nanmedian", dim)
     _check(input, "nanmedian")
+    if dim is None and input.numel() == 0:
+        return _red.empty_median(input)       # (torch's NaN in the input's dtype)
+    if dim is not None and input.ndim and input.shape[wrap_dim(dim, input.ndim, "nanmedian")] == 0:
+        raise IndexError(f"median(): Expected reduction dim {wrap_dim(dim, input.ndim, 'nanmedian')} to have "
+                         f"non-zero size.")     # (torch checks this before the dtype, with median's name)
     if input._dtype is _dt.bool_:
         raise NotImplementedError("nanmedian: not implemented for bool tensors")
     sort = _E("sort")
     if dim is None:
-        if input.numel() == 0:
-            if input._dtype.category != 2:  # torch returns an undefined value (no NaN in an integer dtype)
-                raise RuntimeError(f"nanmedian(): the median of an empty {input._dtype.name} tensor is undefined "
-                                   f"(an integer dtype has no NaN to return)")
-            from ..tensor.creation import full
-            return full((), math.nan, dtype=input._dtype, device=input.device)
         s = sort(input.reshape(-1), stable=True).values
         k = input.isnan().logical_not().sum().reshape(1)
         pos = ((k - 1) // 2).clamp_min(0)
@@ -310,14 +309,31 @@ def histc(input, bins=100, min=0, max=0):
     cdt = _dt.compute_dtype(odt)
     cnp = cdt.np.type
     width = float(cnp(hi_t) - cnp(lo_t))
+    from ..tensor.creation import zeros
+    with np.errstate(over="ignore"):
+        width_dt, bins_dt = float(npdt.type(width)), float(npdt.type(bins))
+    if not math.isfinite(width_dt):
+        # torch's bin edges are linspace(lo, hi) in the input dtype, whose step overflows there: NaN edges, so
+        # no value is inside (float16 histc(min=-60000, max=60000) counts nothing)
+        return zeros((bins,), dtype=odt, device=input.device)
     x = input.reshape(-1)
     xc = x.to(cdt) if cdt is not odt else x
     where = _E("where")
     inside = _E("logical_and")(x >= float(lo_t), x <= float(hi_t))
-    t = where(inside, (xc - float(lo_t)) * float(bins) / width, 0.0)
+    if odt in _dt.LOW_FLOATS:
+        # torch's kernel computes (x - lo) * bins / (hi - lo) in c10::Half / BFloat16 arithmetic: every step
+        # (and the int64 bins and the width themselves) rounded to the input dtype
+        t = where(inside, (x - float(lo_t)) * bins_dt / width_dt, 0.0)
+    else:
+        t = where(inside, (xc - float(lo_t)) * float(bins) / width, 0.0)
+    # an overflowed position (float16's (x - lo) * bins past 65504): torch's int64 cast of inf / NaN is INT64_MIN,
+    # which its kernel's index arithmetic (times the 2- or 4-byte element size) wraps to bin 0
+    t = where(t.isfinite(), t, 0.0)
     pos = t.to(_dt.int64)
     pos = where(pos == bins, bins - 1, pos)
-    from ..tensor.creation import zeros
+    # past the last bin (a bin count that the low float rounds up: bfloat16(259) is 260): torch's kernel writes
+    # past its thread's histogram row into the next thread's, which the final sum adds as bin pos - bins
+    pos = where(pos >= bins, pos - bins, pos)
     # counted in int64 and rounded once: a float16 histogram does not stop at 2048 per bin (torch's float16
     # accumulation does, per thread)
     counts = zeros((bins,), dtype=_dt.int64, device=input.device).scatter_add(0, pos, inside.to(_dt.int64))

@@ -7,8 +7,11 @@ exposed by numpy, so they come from the small batched numpy factorizations below
 batch), run only on the matrices numpy refused.  ``lu_factor`` is also the LU the ops return
 (numpy has no getrf), and :func:`trsm` the triangular solver (numpy has no trsm).
 
-Every kernel gets float32/float64 inputs (the frontends reject the rest with PyTorch's
-messages) of any layout, and writes into C-contiguous outputs.
+Every kernel gets float32/float64/complex64/complex128 inputs (the frontends reject the rest with
+PyTorch's messages) of any layout, and writes into C-contiguous outputs.  For complex values the
+routines are LAPACK's z/c ones (numpy's) and the hand-written parts follow them: the LU pivots on
+the first largest |re| + |im| (izamax), Cholesky reads the Hermitian matrix of one triangle, an
+adjoint solve is with the conjugate transpose.
 """
 from __future__ import annotations
 
@@ -69,18 +72,24 @@ def _getrf(a, j0, j1, piv, info):
     _getrf(a, jm, j1, piv, info)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _cabs1(x):
+    return abs(x.real) + abs(x.imag)
+
+
 @njit(cache=True, nogil=True)
 def _getf2(lu, j0, j1, piv, info):
     """The unblocked LU (LAPACK's getf2) of columns j0:j1, rows j0:, of every matrix of lu
     (batch, m, n; C-contiguous, float32 or float64: two specializations): the first largest
-    |pivot| (idamax), swaps of whole rows, a zero pivot's column left unscaled."""
+    |pivot| (idamax; |re| + |im| for complex values, izamax), swaps of whole rows, a zero pivot's
+    column left unscaled."""
     nb, m, n = lu.shape
     for b in range(nb):
         for j in range(j0, j1):
             p = j
-            best = abs(lu[b, j, j])
+            best = _cabs1(lu[b, j, j])
             for i in range(j + 1, m):
-                v = abs(lu[b, i, j])
+                v = _cabs1(lu[b, i, j])
                 if v > best:
                     best = v
                     p = i
@@ -129,11 +138,13 @@ def _perm(piv: np.ndarray, m: int) -> np.ndarray:
 def trsm(t: np.ndarray, b: np.ndarray, lower: bool, unit: bool, trans: bool = False) -> np.ndarray:
     """X with op(T) X = B for triangular T (..., n, n) and B (..., n, k) (batch dims broadcast);
     only T's ``lower`` / upper triangle is read, its diagonal taken as ones when ``unit``;
-    op(T) = T^T when ``trans``.  Blocks of _TRSM_BLOCK rows: LAPACK's solve on each diagonal
+    op(T) = T^H (the conjugate transpose) when ``trans``.  Blocks of _TRSM_BLOCK rows: LAPACK's solve on each diagonal
     block, a matmul for the rest.  A zero on the diagonal gives inf/nan as LAPACK's trsm does
     (no error): such a block is solved row by row."""
     if trans:
         t = np.swapaxes(t, -1, -2)
+        if np.iscomplexobj(t):
+            t = np.conj(t)
         lower = not lower
     n = t.shape[-1]
     bshape = np.broadcast_shapes(t.shape[:-2], b.shape[:-2])
@@ -255,7 +266,7 @@ def inv_kernel(backend, outs, ins, attrs):
 
 
 def _lu_solve(lu, piv, b, adjoint):
-    """X with A X = B (A^T X = B when ``adjoint``) from A's LU (..., n, n) and pivots; batch dims broadcast."""
+    """X with A X = B (A^H X = B when ``adjoint``) from A's LU (..., n, n) and pivots; batch dims broadcast."""
     n = lu.shape[-1]
     bshape = np.broadcast_shapes(lu.shape[:-2], piv.shape[:-1], b.shape[:-2])
     pv = np.broadcast_to(piv, bshape + piv.shape[-1:]).reshape(math.prod(bshape), piv.shape[-1])
@@ -295,14 +306,16 @@ def solve_kernel(backend, outs, ins, attrs):
 
 
 def _cholesky_info(a: np.ndarray):
-    """(L, info) of the lower-triangle Cholesky (potf2) of every matrix of a (batch, n, n)."""
+    """(L, info) of the lower-triangle Cholesky (potf2) of every matrix of a (batch, n, n); complex a is
+    Hermitian (A = L L^H, the diagonal's imaginary part ignored, as LAPACK's zpotf2 does)."""
     nb, n, _ = a.shape
     L = np.tril(a).astype(a.dtype, copy=True)
     info = np.zeros(nb, np.int32)
     live = np.ones(nb, bool)
+    cplx = np.iscomplexobj(L)
     with np.errstate(invalid="ignore", divide="ignore"):
         for j in range(n):
-            d = L[:, j, j] - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j])
+            d = L[:, j, j].real - np.einsum("bk,bk->b", L[:, j, :j], L[:, j, :j].conj()).real
             bad = live & ~(d > 0)
             info[bad] = j + 1
             L[bad, j, j] = d[bad]   # potf2 stores the failed pivot and stops
@@ -312,7 +325,8 @@ def _cholesky_info(a: np.ndarray):
             r = np.sqrt(np.where(live, d, 1))
             L[live, j, j] = r[live]
             if j + 1 < n:
-                col = (L[:, j + 1:, j] - np.einsum("bik,bk->bi", L[:, j + 1:, :j], L[:, j, :j])) / r[:, None]
+                lj = L[:, j, :j].conj() if cplx else L[:, j, :j]
+                col = (L[:, j + 1:, j] - np.einsum("bik,bk->bi", L[:, j + 1:, :j], lj)) / r[:, None]
                 L[live, j + 1:, j] = col[live]
     return L, info
 
@@ -325,9 +339,16 @@ def cholesky_kernel(backend, outs, ins, attrs):
     if a.size == 0:
         return
     upper = attrs["upper"]
-    # only one triangle is read (LAPACK's uplo): the factor of the symmetric matrix it defines
+    # only one triangle is read (LAPACK's uplo): the factor of the symmetric (Hermitian) matrix it defines
+    cplx = np.iscomplexobj(a)
     t = np.swapaxes(a, -1, -2) if upper else a
-    sym = np.tril(t) + np.swapaxes(np.tril(t, -1), -1, -2)
+    if cplx:
+        t = np.conj(t) if upper else t
+        sym = np.tril(t, -1) + np.conj(np.swapaxes(np.tril(t, -1), -1, -2))
+        idx = np.arange(a.shape[-1])
+        sym[..., idx, idx] = t[..., idx, idx].real    # (potrf reads only the diagonal's real part)
+    else:
+        sym = np.tril(t) + np.swapaxes(np.tril(t, -1), -1, -2)
     try:
         L = np.linalg.cholesky(sym)
     except np.linalg.LinAlgError:
@@ -347,7 +368,10 @@ def cholesky_kernel(backend, outs, ins, attrs):
                 f"The factorization could not be completed because the input is not positive-definite (the leading "
                 f"minor of order {k} is not positive-definite)."))
         L = L.reshape(sym.shape)
-    np.copyto(out, np.swapaxes(L, -1, -2) if upper else L)
+    if upper:      # U = L^H
+        L = np.swapaxes(L, -1, -2)
+        L = np.conj(L) if cplx else L
+    np.copyto(out, L)
 
 
 @kernel("linalg_qr")
@@ -437,6 +461,42 @@ def eigvalsh_kernel(backend, outs, ins, attrs):
             raise _not_converged("linalg.eigh", ins[0], e, "") from None
 
 
+def _eig_finite(a: np.ndarray, op: str) -> None:
+    if not np.isfinite(a).all():     # (LAPACK's geev would fail on them; torch checks first)
+        raise RuntimeError(f"torch.{op}: input tensor should not contain infs or NaNs.")
+
+
+@kernel("linalg_eig")
+@_serial
+def eig_kernel(backend, outs, ins, attrs):
+    """LAPACK's geev (numpy's): eigenvalues in its order, unit-norm eigenvectors with the largest component
+    real (real input: dgeev's pairs of conjugate eigenvectors), as torch returns them."""
+    a = ins[0]
+    if a.size == 0:
+        return
+    _eig_finite(a, "linalg.eig")
+    try:
+        w, v = np.linalg.eig(a)
+    except np.linalg.LinAlgError as e:
+        raise _not_converged("linalg.eig", a, e, "") from None
+    np.copyto(outs[0], w, casting="unsafe")
+    np.copyto(outs[1], v, casting="unsafe")
+
+
+@kernel("linalg_eigvals")
+@_serial
+def eigvals_kernel(backend, outs, ins, attrs):
+    a = ins[0]
+    if a.size == 0:
+        return
+    _eig_finite(a, "linalg.eigvals")
+    try:
+        w = np.linalg.eigvals(a)
+    except np.linalg.LinAlgError as e:
+        raise _not_converged("linalg.eigvals", a, e, "") from None
+    np.copyto(outs[0], w, casting="unsafe")
+
+
 @kernel("linalg_lstsq")
 @_serial
 def lstsq_kernel(backend, outs, ins, attrs):
@@ -451,7 +511,7 @@ def lstsq_kernel(backend, outs, ins, attrs):
     fb = _flat(np.broadcast_to(b, bshape + (m, k)))
     fsol = _flat(sol)
     rk = np.zeros(fa.shape[0], np.int64)
-    fsv = np.zeros((fa.shape[0], min(m, n)), sol.dtype)
+    fsv = np.zeros((fa.shape[0], min(m, n)), sv.dtype)
     if rcond is None:
         rcond = np.finfo(a.dtype).eps * max(m, n)
     for i in range(fa.shape[0]):
@@ -468,7 +528,7 @@ def lstsq_kernel(backend, outs, ins, attrs):
                                       f"could not be computed because the input matrix does not have full rank (error "
                                       f"code: {int(zero[0]) + 1}).")
                 with np.errstate(all="ignore"):
-                    fsol[i] = trsm(r, q.T @ fb[i], lower=False, unit=False)
+                    fsol[i] = trsm(r, q.conj().T @ fb[i], lower=False, unit=False)
                 continue
         try:
             x, _, rnk, s = np.linalg.lstsq(fa[i], fb[i], rcond=rcond)
@@ -479,7 +539,7 @@ def lstsq_kernel(backend, outs, ins, attrs):
         fsv[i] = s
     if res.size:
         r = np.matmul(np.broadcast_to(a, bshape + (m, n)), sol) - np.broadcast_to(b, bshape + (m, k))
-        np.copyto(res, np.sum(r * r, axis=-2), casting="unsafe")
+        np.copyto(res, np.sum((r * r.conj()).real if np.iscomplexobj(r) else r * r, axis=-2), casting="unsafe")
     if rank.size:
         np.copyto(rank, rk.reshape(rank.shape))
     if sv.size:
@@ -538,14 +598,14 @@ def solve_triangular_kernel(backend, outs, ins, attrs):
 # ------------------------------------------------------------------ matrix exponential
 # Higham (2005), "The scaling and squaring method for the matrix exponential revisited": the
 # degree-13 Pade approximant after scaling by 2^-s so that ||A/2^s||_1 <= theta_13, then s
-# squarings.  Computed in float64 (float32/float16 results are rounded once at the end).
+# squarings.  Computed in float64 / complex128 (float32/float16/complex64 results are rounded once at the end).
 _THETA13 = 5.371920351148152
 _B13 = (64764752532480000., 32382376266240000., 7771770303897600., 1187353796428800., 129060195264000.,
         10559470521600., 670442572800., 33522128640., 1323241920., 40840800., 960960., 16380., 182., 1.)
 
 
 def matrix_exp(a: np.ndarray) -> np.ndarray:
-    a = np.asarray(a, np.float64)
+    a = np.asarray(a, np.complex128 if np.iscomplexobj(a) else np.float64)
     n = a.shape[-1]
     if a.size == 0:
         return a.copy()
