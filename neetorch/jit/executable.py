@@ -681,6 +681,14 @@ class Executable:
 
                     def binder(arrs, xs):
                         return bind_cat(arrs[0], xs, dim) if len(arrs) == 1 else None
+                elif check is None and be.device.type == "cpu" and n.op.name in _SMALL_BOUND:
+                    # softmax / reductions / pooling: the launch's layout analysis done once
+                    # (kernels/nn.py bind_step; a 1000-element softmax's launch is ~14 us of Python)
+                    from ..devices.cpu.kernels.nn import bind_step
+                    op_name = n.op.name
+
+                    def binder(arrs, xs):
+                        return bind_step(op_name, attrs, arrs, xs)
                 if binder is not None:
                     run = _bound_runner(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, make, ins, outs)
                     if getattr(make, "fixed", None) is not None:
@@ -732,6 +740,22 @@ class Executable:
 
                 def run(env):
                     env[o0] = make(env[i0]._data.transpose(perm), dev, dt)
+                return run
+            shp = self._plain_reshape(n)
+            if shp is not None:
+                # a reshape of a step's new C-contiguous CPU array every call (a classifier's softmax
+                # reshaped back to 4-D and returned): the numpy view, not the view function's ~7 us
+                o0, make = outs[0], Tensor._make
+                dev, dt = n.outputs[0].device, n.outputs[0].dtype
+                dev = self.device if dev is self.device or dev == self.device else _device(dev)
+
+                def run(env):
+                    t = env[i0]
+                    x = t._data
+                    if type(x) is np.ndarray and x.flags.c_contiguous and not t.requires_grad:
+                        env[o0] = make(x.reshape(shp), dev, dt)
+                    else:
+                        env[o0] = fn(t, *vargs, **kwargs)
                 return run
             # [arguments of the last call, its results]: a view of the same Tensor objects (an arena
             # intermediate's, a constant's: the same every call) is the same view, so it is made once.
@@ -817,6 +841,21 @@ class Executable:
         if sorted(perm) != list(range(nd)) or tuple(a.shape[d] for d in perm) != tuple(n.outputs[0].shape):
             return None
         return perm
+
+    def _plain_reshape(self, n):
+        """The output shape of view node ``n`` when it is a returned reshape / flatten, at static shapes, on the
+        CPU, of a value that a kernel step writes (not an input, a constant or a view's result); else None."""
+        if n.op.name not in ("reshape", "flatten") or len(n.inputs) != 1 or len(n.outputs) != 1 or \
+                self.dynamic or _FREEZE_VIEWS[0] is False:
+            return None
+        a, o = n.inputs[0], n.outputs[0]
+        p = a.producer
+        # (returned values only: an intermediate's views are made once, run()'s memo)
+        if o not in self.graph.outputs or p is None or isinstance(p.op, ViewOp) or not _is_cpu(a) or \
+                not _is_cpu(o) or a in self.graph.inputs or a in self.graph.consts or a.dtype != o.dtype or \
+                _prod(a.shape) != _prod(o.shape):
+            return None
+        return tuple(o.shape)
 
     def _root(self, v):
         """The value whose buffer ``v`` views (itself when its producer is not a view; as plan_memory)."""
@@ -1004,6 +1043,8 @@ class Executable:
 
 
 _COPYING_RESHAPES = frozenset({"reshape", "flatten", "unflatten"})
+# CPU kernel steps bound by kernels/nn.py bind_step
+_SMALL_BOUND = frozenset({"softmax", "log_softmax", "sum", "mean", "amax", "amin", "max_pool2d", "avg_pool2d"})
 # NEE_JIT_FREEZE_VIEWS=0: the fast path replays every view step at each call (else views of Tensors that are
 # the same at every call, the arena's and constants', are made once when the fast path is built)
 _FREEZE_VIEWS = [os.environ.get("NEE_JIT_FREEZE_VIEWS", "1") not in ("0", "")]

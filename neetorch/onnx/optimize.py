@@ -1,4 +1,5 @@
-"""Graph rewrites on an ONNX model before lowering: folding constant per-channel affine epilogues.
+"""Graph rewrites on an ONNX model before lowering: folding constant per-channel affine epilogues (and a Relu
+of a Concat pushed into its inputs).
 
 :func:`fold_affine` does what onnxruntime's basic graph optimizations (``ConvBNFusion``,
 ``ConvMulFusion``, ``ConvAddFusion``, ``MatMulScaleFusion``-like) do for the patterns CNN and MLP
@@ -23,6 +24,11 @@ fold like any other (output channel ``m`` is computed by ``W[m]`` alone).  ``S``
 accumulated in float64 over the whole chain and cast to the weight dtype once; a chain whose factors
 are not all finite (BN with ``var + eps <= 0``) is left alone.
 
+It also rewrites ``Relu(Concat(a, b, ...))`` to ``Concat(Relu(a), b, ...)`` where each input either is
+provably >= 0 (``b``: a relu output, pooled, concatenated or reshaped) or is written by a Conv / Add / Mul /
+Sub / Sum / Gemm / MatMul that only the Concat reads (its Relu then joins that node's fused epilogue in the
+executor): ShuffleNet's stride-2 units lose one elementwise pass over their whole output.
+
 The switch: ``NEE_ONNX_FOLD=0`` or ``graph_optimization_level == ORT_DISABLE_ALL`` in ``sess_options``
 (:func:`fold_enabled`).
 """
@@ -39,6 +45,12 @@ __all__ = ["fold_affine", "fold_enabled"]
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _CONST_OPS = ("Constant", "ConstantOfShape", "Identity", "Unsqueeze", "Squeeze", "Reshape")
 _BN_MUL_ADD = ("BatchNormalization", "Mul", "Add")
+# outputs >= 0 (or NaN) whatever the input; outputs >= 0 when input 0 is
+_NONNEG_OPS = frozenset({"Relu", "Sigmoid", "Softmax"})
+_NONNEG_KEEPING = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Identity", "Reshape",
+                             "Flatten", "Transpose", "Squeeze", "Unsqueeze"})
+# nodes whose output a following Relu joins in the executor's fusion (a conv's epilogue, a fused elementwise group)
+_RELU_FUSES = frozenset({"Conv", "Add", "Mul", "Sub", "Gemm", "MatMul", "Sum"})
 
 
 def fold_enabled(sess_options=None) -> bool:
@@ -58,7 +70,8 @@ def fold_enabled(sess_options=None) -> bool:
 def fold_affine(model, base_dir: str | None = None, *, shift_as_add: bool = True) -> int:
     """Fold per-channel constant affine epilogues into the preceding Conv / Gemm / MatMul's constant
     weights and bias, in place on ``model`` (a ``ModelProto``; only its top-level graph; ``base_dir``: where
-    its external data lives).  Returns the number of nodes folded (BatchNormalization, Mul, Add).
+    its external data lives).  Returns the number of nodes folded (BatchNormalization, Mul, Add; the
+    Relu(Concat) rewrites described in the module docstring are not counted).
 
     ``shift_as_add``: a Conv's folded shift becomes one per-channel ``Add`` after it (the conv keeps no
     bias) rather than its bias input (onnxruntime's form, ``shift_as_add=False``): neetorch fuses that Add
@@ -101,6 +114,7 @@ class _Folder:
         self.touched: set = set()     # values that lost a reader
         self.vanished: set = set()    # values no node writes any more
         self.count = 0
+        self.pushed = 0               # Relu(Concat) rewrites (not counted as folds)
 
     # ------------------------------------------------------------------ constants
     def const(self, name):
@@ -288,9 +302,72 @@ class _Folder:
                 self._gemm(n)
             elif n.op_type == "MatMul":
                 self._matmul(n)
-        if self.count:
+        for n in list(self.nodes):
+            if n.op_type == "Relu" and id(n) not in self.removed and n.domain in ("", "ai.onnx"):
+                self._relu_of_concat(n)
+        if self.count or self.pushed:
             self._finish()
         return self.count
+
+    # ------------------------------------------------------------------ Relu(Concat(...))
+    def _nonneg(self, name, depth=0) -> bool:
+        """Whether value ``name`` is provably >= 0 or NaN (written by Relu / Sigmoid / Softmax, or by max /
+        average pooling, a concat or a reshape of such values)."""
+        p = self.producer.get(name)
+        if p is None or id(p) in self.removed or depth > 16 or p.domain not in ("", "ai.onnx") or \
+                not p.output or p.output[0] != name:
+            return False
+        t = p.op_type
+        if t in _NONNEG_OPS:
+            return True
+        if t in _NONNEG_KEEPING:
+            return bool(p.input) and bool(p.input[0]) and self._nonneg(p.input[0], depth + 1)
+        if t == "Concat":
+            return all(i and self._nonneg(i, depth + 1) for i in p.input)
+        return False
+
+    def _relu_of_concat(self, relu):
+        """``Relu(Concat(a, b, ...))`` -> ``Concat(Relu(a), b, ...)``: each input that is not provably >= 0
+        (``b``: a pooled relu output) gets its own Relu, which the executor fuses into the conv / product writing
+        it (so each input must be read by the Concat alone and written by one of _RELU_FUSES), and the Relu on
+        the concatenation goes (ShuffleNet's stride-2 units: one elementwise pass over the whole output saved).
+        The same values, up to the sign of a zero (Relu(-0.0) where an input was -0.0)."""
+        if len(relu.input) != 1 or len(relu.output) != 1:
+            return
+        c = self.producer.get(relu.input[0])
+        if c is None or id(c) in self.removed or c.op_type != "Concat" or c.domain not in ("", "ai.onnx") or \
+                len(c.output) != 1 or self._sole_reader(c.output[0]) is not relu:
+            return
+        wrap = []
+        for k, a in enumerate(c.input):
+            if not a:
+                return
+            if self._nonneg(a):
+                continue
+            p = self.producer.get(a)
+            if p is None or p.op_type not in _RELU_FUSES or p.domain not in ("", "ai.onnx") or \
+                    self._sole_reader(a) is not c:
+                return
+            wrap.append(k)
+        from onnx import helper
+        at = next(i for i, n in enumerate(self.nodes) if n is c)
+        for k in wrap:
+            a = c.input[k]
+            r = self._fresh(f"{a}_relu")
+            self.nodes.insert(at, helper.make_node("Relu", [a], [r], name=self._fresh(f"{relu.name or a}_pushed")))
+            at += 1
+            self.producer[r] = self.nodes[at - 1]
+            self.readers.setdefault(r, []).append(c)
+            self.consumers[r] = 1
+            c.input[k] = r
+        old = c.output[0]
+        self.consumers.pop(old, None)
+        self.vanished.add(old)
+        c.output[0] = relu.output[0]
+        self.producer[relu.output[0]] = c
+        del self.producer[old]
+        self.removed.add(id(relu))
+        self.pushed += 1
 
     def _chain(self, y, rank, axis, size, dtype, S, T, ops):
         """Plan: the run of ``ops`` nodes (Mul / Add / BatchNormalization) reading ``y`` one after the other,

@@ -389,16 +389,8 @@ def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bo
         x = np.ascontiguousarray(x)
         fx, xoff, xst = layout.flat(x)
         g = _abn(xst, x.shape, dim)
-    (A, xsa), (n, xsn), (B, xsb) = g
     fo, ooff, ost = layout.flat(out)
-    (_, osa), (_, osn), (_, osb) = _abn(ost, out.shape, dim)
-    # make B the index dim with the smaller input stride
-    if B == 1 or (A > 1 and abs(xsa) < abs(xsb)):
-        A, B, xsa, xsb, osa, osb = B, A, xsb, xsa, osb, osa
-    if A == 1:
-        xsa = osa = 0
-    total = A * B * n
-    nt = threads.NUM_THREADS if total >= threads.PARALLEL_THRESHOLD else 1
+    A, B, n, xsa, xsb, xsn, osa, osb, osn, nt = _softmax_loops(g, _abn(ost, out.shape, dim))
     if xsn == 1 and osn == 1:
         k = ir_rows("log_softmax" if log else "softmax", x.dtype.name, safe)
         if k is not None:
@@ -419,6 +411,82 @@ def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bo
             for c in bl:
                 _softmax_cols(fx, fo, c[0], c[1], c[2], c[3], n, xoff, xsa, xsb, xsn, ooff, osa, osb, osn, log, safe)
         threads.run_parallel(work, chunks)
+
+
+def _softmax_loops(g, go):
+    """softmax_launch's loops from the (A, n, B) groups of the input ``g`` and output ``go``: (A, B, n, the
+    input's strides of A, B, n, the output's, the thread count)."""
+    (A, xsa), (n, xsn), (B, xsb) = g
+    (_, osa), (_, osn), (_, osb) = go
+    # make B the index dim with the smaller input stride
+    if B == 1 or (A > 1 and abs(xsa) < abs(xsb)):
+        A, B, xsa, xsb, osa, osb = B, A, xsb, xsa, osb, osa
+    if A == 1:
+        xsa = osa = 0
+    nt = threads.NUM_THREADS if A * B * n >= threads.PARALLEL_THRESHOLD else 1
+    return A, B, n, xsa, xsb, xsn, osa, osb, osn, nt
+
+
+def bind_softmax(log, attrs, out, x):
+    """``f(outs, ins)`` doing softmax_launch's IR row-kernel path for C-contiguous float32/float64 arrays of
+    these layouts (the row metas made once; False: the thread count changed), or None (not that path)."""
+    dt = out.dtype
+    if dt not in (np.float32, np.float64) or x.dtype != dt or x.shape != out.shape or x.ndim == 0 \
+            or not x.flags.c_contiguous or not out.flags.c_contiguous or not out.flags.writeable \
+            or np.may_share_memory(out, x):
+        return None
+    dim = attrs["dim"]
+    if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+        return None
+    dim %= x.ndim
+    st = [s // x.itemsize for s in x.strides]
+    g = _abn(st, x.shape, dim)
+    if g is None:
+        return None
+    A, B, n, xsa, xsb, xsn, osa, osb, _, nt = _softmax_loops(g, g)
+    k = ir_rows("log_softmax" if log else "softmax", dt.name, attrs.get("safe", False))
+    if xsn != 1 or k is None:
+        return None
+    from .. import llvm_render
+    R = A * B
+    lays = [(xsa, xsb, 0), (osa, osb, 0)]
+    metas = [llvm_render.row_meta(c0, c1, B, n, 0.0, lays)
+             for c0, c1 in (threads.split(R, nt) if nt > 1 and R > 1 else [(0, R)])]
+    d = _dummy(dt)
+    nt0 = threads.NUM_THREADS
+    if len(metas) == 1:
+        m0 = metas[0]
+
+        def f(outs, ins):
+            if threads.NUM_THREADS != nt0:
+                return False
+            k(ins[0], outs[0], d, d, d, m0)
+            return True
+        return f
+
+    def f(outs, ins):
+        if threads.NUM_THREADS != nt0:
+            return False
+        xa, oa = ins[0], outs[0]
+        threads.run_parallel(lambda m: k(xa, oa, d, d, d, m), metas)
+        return True
+    return f
+
+
+def bind_step(name, attrs, outs, ins):
+    """A compiled graph's CPU kernel step of op ``name`` bound to arrays of these layouts (jit/executable.py
+    _bound_runner: ``f(outs, ins)``, False when the thread count changed), or None (the kernel runs):
+    softmax / log_softmax (bind_softmax), reductions (reduction.bind_reduce), max / average pooling
+    (pool_native.bind_pool)."""
+    if len(outs) != 1 or not all(isinstance(a, np.ndarray) for a in list(outs) + list(ins)) or outs[0].size == 0:
+        return None
+    if name in ("softmax", "log_softmax"):
+        return bind_softmax(name == "log_softmax", attrs, outs[0], ins[0]) if len(ins) == 1 else None
+    if name in ("max_pool2d", "avg_pool2d"):
+        from .pool_native import bind_pool
+        return bind_pool(name == "max_pool2d", attrs, outs[0], ins)
+    from .reduction import bind_reduce
+    return bind_reduce(name, attrs, outs[0], ins)
 
 
 @kernel("softmax")

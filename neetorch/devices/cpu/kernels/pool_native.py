@@ -436,3 +436,67 @@ def _runner(xs, rs, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, rdt):
             threads.run_parallel(lambda _: f(x, res, dv, p), [None] * n)
         return pooled
     return lambda x, res: f(x, res, dv, base.copy())
+
+
+def bind_pool(is_max, attrs, out, ins):
+    """``f(outs, ins)`` doing conv.py's max_pool2d / avg_pool2d kernel (no indices) for C-contiguous float32 /
+    float64 arrays of these layouts, looked up once (a compiled graph's step: jit/executable.py through
+    nn.bind_step; False: the thread count or MODE changed), or None where the kernel takes another path (its
+    Numba kernels, copies): global windows run conv._pool_global over the planes, the rest this module's
+    runner."""
+    if len(ins) != 1:
+        return None
+    x = ins[0]
+    dt = x.dtype
+    if dt not in (np.float32, np.float64) or out.dtype != dt or x.ndim != 4 or out.ndim != 4 \
+            or not x.flags.c_contiguous or not out.flags.c_contiguous or not out.flags.writeable \
+            or np.may_share_memory(out, x):
+        return None
+    try:
+        KH, KW = attrs["kernel_size"]
+        sh, sw = attrs["stride"]
+        ph, pw = attrs["padding"]
+        dh, dw = attrs["dilation"] if is_max else (1, 1)
+        cip = False if is_max else bool(attrs["count_include_pad"])
+        div = 0 if is_max else int(attrs["divisor_override"] or 0)
+    except (KeyError, TypeError, ValueError):
+        return None
+    N, C, H, W = x.shape
+    nt0, mode0 = threads.NUM_THREADS, MODE[0]
+    if ph == pw == 0 and KH == H and KW == W and (dh == 1 or KH == 1) and (dw == 1 or KW == 1):
+        # conv._pool's global windows: one reduction per plane
+        from . import conv
+        P, n = N * C, H * W
+        if P < 1 or out.size != P:
+            return None
+        dv = np.full(1, div or n, dt)
+        g = conv._pool_global
+        if 0.3 * x.size + 20 * P < conv._PLANES_PAR_NS or nt0 <= 1 or P <= 1:
+            def f(outs, ins):
+                if threads.NUM_THREADS != nt0:
+                    return False
+                g(ins[0].reshape(-1), outs[0].reshape(-1), n, is_max, dv, 0, P)
+                return True
+            return f
+        chunks = threads.split(P, 2 * nt0)
+
+        def f(outs, ins):
+            if threads.NUM_THREADS != nt0:
+                return False
+            xf, of = ins[0].reshape(-1), outs[0].reshape(-1)
+            threads.run_parallel(lambda c: g(xf, of, n, is_max, dv, c[0], c[1]), chunks)
+            return True
+        return f
+    key = (x.shape, out.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt.char, dt.char, nt0, mode0)
+    run = _runners.get(key)
+    if run is None:
+        run = _runner(x.shape, out.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, dt)
+    if not run:
+        return None
+
+    def f(outs, ins):
+        if threads.NUM_THREADS != nt0 or MODE[0] != mode0:
+            return False
+        run(ins[0], outs[0])
+        return True
+    return f

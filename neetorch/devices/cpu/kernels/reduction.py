@@ -412,6 +412,78 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
 
 
 _EMPTY_I64 = np.zeros(0, np.int64)
+_BOUND_KINDS = {"sum": "sum", "mean": "mean", "amax": "amax", "amin": "amin"}
+
+
+def bind_reduce(name, attrs, out, ins):
+    """``f(outs, ins)`` doing reduce_into for C-contiguous float32/float64 arrays of these layouts (the plan and
+    the per-thread metas made once; False: the thread count changed), or None where reduce_into takes one of
+    its other paths (bands, one long run split, copies) or the op is not a plain reduction."""
+    kind = _BOUND_KINDS.get(name)
+    if kind is None or len(ins) != 1:
+        return None
+    x = ins[0]
+    if x.ndim == 0 or x.dtype not in (np.float32, np.float64) or out.dtype != x.dtype or not x.flags.c_contiguous \
+            or not out.flags.c_contiguous or not out.flags.writeable or np.may_share_memory(out, x):
+        return None
+    red = attrs.get("dims")
+    if not isinstance(red, (tuple, list)) or not all(isinstance(d, int) and 0 <= d < x.ndim for d in red):
+        return None
+    red = tuple(red)
+    kshape = tuple(1 if d in red else n for d, n in enumerate(x.shape))
+    if out.size != int(np.prod(kshape)):
+        return None
+    p = plan(x, out.reshape(kshape), red, False)
+    if p is None:
+        return None
+    m = p[2]
+    kern = _get(kind, x.dtype, out.dtype)[0]
+    no, nr, ni = m[0], m[1], m[2]
+    nt = threads.NUM_THREADS
+    # reduce_into's choice of split: the plain ones only
+    if no * nr * ni < _PAR_MIN or nt == 1:
+        d = None
+    elif no >= nt:
+        d, s_x, s_o = 0, m[3], m[7]
+    elif m[5] == 1 and ni > 1 and m[4] != 1 and nr >= 2 * nt:
+        return None
+    elif ni >= 16 * nt:
+        d, s_x, s_o = 2, m[5], m[8]
+    elif no * ni == 1 and nr >= 4 * nt:
+        return None
+    elif no >= 2:
+        d, s_x, s_o = 0, m[3], m[7]
+    else:
+        d = None
+    if d is None:
+        metas = [np.array(m, np.int64)]
+    else:
+        metas = []
+        for s, e in threads.split(m[d], nt):
+            mm = list(m)
+            mm[d] = e - s
+            mm[6] += s * s_x
+            mm[9] += s * s_o
+            metas.append(np.array(mm, np.int64))
+    nt0 = threads.NUM_THREADS
+    ib = _EMPTY_I64
+    if len(metas) == 1:
+        m0 = metas[0]
+
+        def f(outs, ins):
+            if threads.NUM_THREADS != nt0:
+                return False
+            kern(ins[0].reshape(-1), outs[0].reshape(-1), ib, m0)
+            return True
+        return f
+
+    def f(outs, ins):
+        if threads.NUM_THREADS != nt0:
+            return False
+        xb, ob = ins[0].reshape(-1), outs[0].reshape(-1)
+        threads.run_parallel(lambda mm: kern(xb, ob, ib, mm), metas)
+        return True
+    return f
 # a reduction reads each element once (~0.1 ns each): below this a pool hand-off costs more than it saves
 _PAR_MIN = max(threads.PARALLEL_THRESHOLD, 1 << 18)
 
