@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from .. import kernel, threads
+from . import gemv as _gemv
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -565,7 +566,11 @@ def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
 def _rows_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     """``g(out, a, b)``: the few-row kernel's run for arrays of these layouts and this thread count
     (what _rows_product would do, its checks made once), or None when _rows_product would not take
-    the product.  For callers whose ``out`` never overlaps ``a`` or ``b`` (a compiled graph's steps)."""
+    the product.  For callers whose ``out`` never overlaps ``a`` or ``b`` (a compiled graph's steps).
+    A one-row product with a frozen weight runs gemv.py's packed-panel kernel instead."""
+    g = _gemv.caller(out, a, b)
+    if g is not None:
+        return g
     if not _ROWS_ON or out.size == 0 or a.shape[-1] == 0 or not (out.shape[-2] <= ROWS_MAX or out.shape[-1] == 1) \
             or np.may_share_memory(out, a) or np.may_share_memory(out, b):
         return None

@@ -108,8 +108,9 @@ def freeze(a: np.ndarray) -> bool:
     frozen buffer (:func:`weights`: Winograd U, conv_direct's packed weights) are then used without the
     bitwise check against a kept copy (a pass over 2x the weights on every call: ~6 ms of a ResNet-50 run)
     and without keeping that copy.  The mark goes with the owner's memory.  False (nothing marked) when the
-    owner cannot be weakly referenced (its end could not be seen) or ``a`` is not a C-contiguous array."""
-    if not isinstance(a, np.ndarray) or not a.flags.c_contiguous or a.size == 0:
+    owner cannot be weakly referenced (its end could not be seen) or ``a`` is not a contiguous array (C
+    or Fortran order: a column-major weight, kernels/gemv.py)."""
+    if not isinstance(a, np.ndarray) or not (a.flags.c_contiguous or a.flags.f_contiguous) or a.size == 0:
         return False
     owner = _owner(a)
     if owner is None:
