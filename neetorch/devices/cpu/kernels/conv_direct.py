@@ -3,7 +3,9 @@
 * Input: each image zero-padded and split into its stride phases in a scratch ``xq[c][phase][S]`` (the
   padded-rows layout of conv.py's ``_conv_wide``): every (channel, phase) a flat plane of rows ``Wq``
   wide, so tap (kh, kw) of the output pixel at "wide" index ``q = oh * Wq + ow`` reads
-  ``xq[c, phase, q + off(kh, kw)]``.  Unpadded stride-1 1x1 convs read the input itself.
+  ``xq[c, phase, q + off(kh, kw)]``.  The "chan" kernel (its pixels' positions from a table) reads strided convs
+  from the padded input unsplit (one phase, ``q = oh * sh * Wq + ow * sw``): a copy of contiguous rows.  Unpadded
+  stride-1 convs on "chan" read the input itself ("pix" reads every input through its padded copy).
 * Weights: packed once per weight buffer as ``[ceil(O / CW)][C * KH * KW][CW]`` (zero rows past O), kept
   in kernels/winograd.py's cache (``winograd.weights(w, tag, transform)``: keyed by the buffer, checked
   bitwise on every call, dropped with the buffer; weights changing on every call are not packed and the
@@ -25,7 +27,8 @@
   Both take groups (one launch over all of them: each group's channel blocks packed on their own, the
   tile's group from its channel block), a second per-channel bias (a folded BatchNorm's shift: summed into
   the bias the accumulators start from) and relu in their final stores (kernels/conv_epilogue.py).
-  ``plan`` picks the family and tile shape with the most useful lanes (``_CHAN_BONUS``).
+  ``plan`` picks the family and tile shape with the most useful lanes (``_CHAN_BONUS``, smaller over few (channel,
+  tap) pairs where "pix" needs no compaction: ``_CHAN_STORE_K``); strided convs take "chan" (no phase split).
   - "dw" (NB, R): depthwise convs (one output per input channel) through the "chan" kernel with each
     channel its own input: the padded phase planes channel-last (``xq[phase][pixel][C]``, ``_fill_cl``),
     per tap NB weight vectors and NB x R input vectors (a pixel's 16 channels), the same transposed store.
@@ -45,6 +48,7 @@ import functools
 import hashlib
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -310,13 +314,16 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
         raise ValueError(f"conv_direct: the channel-vector kernel stores rows of at most 8 pixels, not {R}")
     a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
     a('declare void @llvm.masked.store.v8f32.p0v8f32(<8 x float>, <8 x float>*, i32, <8 x i1>)')
+    a('declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)')
     if res:
         a('declare <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>*, i32, <8 x i1>, <8 x float>)')
     a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
       'i64* noalias %p, float* noalias %y' + (', float* noalias %e' if res else '') + ') {')
     a('entry:')
     _params_and_claim(a, ("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR"), _C_CTR, _C_OFF,
-                      ['  %qtab = getelementptr i64, i64* %offs, i64 %K', f'  %KCW = mul i64 %K, {CW}'], "chunk")
+                      ['  %qtab = getelementptr i64, i64* %offs, i64 %K', f'  %KCW = mul i64 %K, {CW}',
+                       f'  %PF.p = getelementptr i64, i64* %p, i64 {_C_PF}', '  %PF = load i64, i64* %PF.p',
+                       '  %pfon = icmp ne i64 %PF, 0'], "chunk")
     a('chunk:')
     a('  %kc0 = phi i64 [ 0, %grp ], [ %kc1, %chunk_end ]')
     a('  %kcn = add i64 %kc0, %KC')
@@ -435,6 +442,17 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
     a('  %ytp = getelementptr float, float* %y, i64 %yt')
     if res:
         a('  %etp = getelementptr float, float* %e, i64 %yt')
+    # the rows' lines _PF_FLOATS ahead prefetched for writing (params word _C_PF; prefetches do not fault)
+    a('  br i1 %pfon, label %st_pf, label %st_go')
+    a('st_pf:')
+    for ch in range(CW):
+        a(f'  %pfr{ch} = mul i64 {ch}, %L')
+        a(f'  %pfa{ch} = add i64 %pfr{ch}, {_PF_FLOATS}')
+        a(f'  %pfp{ch}.f = getelementptr float, float* %ytp, i64 %pfa{ch}')
+        a(f'  %pfp{ch} = bitcast float* %pfp{ch}.f to i8*')
+        a(f'  call void @llvm.prefetch.p0i8(i8* %pfp{ch}, i32 1, i32 3, i32 1)')
+    a('  br label %st_go')
+    a('st_go:')
     for j in range(NB):
         vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
                 for r in range(R)]
@@ -481,9 +499,17 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
 # params of the channel-vector kernel: 0 K, 1 LP (padded pixel count per channel block of the partial sums'
 # scratch), 2 KC ((channel, tap) pairs per chunk), 3 pixel tiles per channel block, 4 tiles per claim, 5 tiles,
 # 6 O, 7 L (output channels, pixels), 8 channel blocks per group, 9 input elements per group (xq), 10 output
-# channels per group, 11 the claim counter; then K offsets, then LP wide input positions of the compact
-# pixels (tail entries repeat the last pixel)
-_C_G, _C_CTR, _C_OFF = 4, 11, 12
+# channels per group, 11 the claim counter, 12 prefetch the output rows ahead (0 / 1); then K offsets, then LP
+# wide input positions of the compact pixels (tail entries repeat the last pixel)
+_C_G, _C_CTR, _C_PF, _C_OFF = 4, 11, 12, 13
+# the output rows' lines this many floats ahead of a tile's stores are prefetched for writing (4 cache lines: ~10
+# tiles of 6 pixels) where an image's output is at least _PF_MIN_BYTES: an output that large comes back from memory
+# in a model (not in cache from the last run), each store's read-for-ownership a miss on 64 rows at once (1 thread,
+# in-process interleaved in the model: SqueezeNet's 3 -> 64 stride-2 stem (3.2 MB out) 856 -> 667 us; alone, warm:
+# 599 -> 562, the 7x7 stem 2451 -> 2433; smaller outputs lost to the extra instructions: 3 -> 32 on 112x112
+# (1.6 MB) 271 -> 287, 8 -> 64 1x1 on 56x56 72 -> 81)
+_PF_FLOATS = 64
+_PF_MIN_BYTES = 2 << 20
 
 
 @functools.cache
@@ -596,10 +622,29 @@ def _pack(w: np.ndarray, tag) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(G * nb, CW, K).transpose(0, 2, 1))
 
 
+# frozen weights (winograd.freeze: ONNX initializers, the JIT's constants) by the array object passed: (id, CW, G) ->
+# (weak reference to it, packed weights).  A model passes the same array on every call: the lookup skips
+# winograd.weights' keying (~2 us a call, a tenth of a small conv's Python time)
+_wmemo: dict = {}
+
+
 def packed_weights(w: np.ndarray, CW: int, G: int = 1):
     """The packed weights of w (G groups) for CW channels per block, cached per weight buffer
     (winograd.weights); None when w keeps changing (being trained)."""
-    return winograd.weights(w, ("direct", CW, G), _pack)
+    k = (id(w), CW, G)
+    m = _wmemo.get(k)
+    if m is not None and m[0]() is w:
+        return m[1]
+    wp = winograd.weights(w, ("direct", CW, G), _pack)
+    if wp is not None and winograd.is_frozen(w):
+        if len(_wmemo) > 4096:
+            _wmemo.clear()
+        try:
+            # the entry goes with the array (a dead model's packed weights are not kept)
+            _wmemo[k] = (weakref.ref(w, lambda _, k=k: _wmemo.pop(k, None)), wp)
+        except TypeError:       # (not weakly referenceable: no entry)
+            pass
+    return wp
 
 
 # ---------------------------------------------------------------- geometry / cost
@@ -628,11 +673,18 @@ CHAN_SHAPES = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
 # ms, 16 -> 64 3x3 on 55x55 0.55 vs 0.60, the 7x7 stem 2.37 vs 2.53, 192 -> 64 1x1 on 28x28 0.19 vs 0.23):
 # "pix" only from _CHAN_BONUS times the other's lane use on (3 -> 24 3x3 stride 2: 0.29 vs 0.32 ms)
 _CHAN_BONUS = 1.1
+# ... but over few (channel, tap) pairs the "chan" kernel's per-tile transposition and row stores weigh: where the
+# "pix" kernel writes its rows straight to the output (Wq == OW: no compaction), the bonus is scaled by
+# K / (K + _CHAN_STORE_K) for K below _SHORT_K (1 thread, relu: ShuffleNet's 24 -> 112 1x1 in 4 groups (K = 6) on
+# 56x56 pix 98 vs chan 133 us, 8 -> 64 1x1 73 vs 90, 12 -> 64 88 vs 106, 16 -> 64 108 vs 113; from K = 24 on
+# even: 24 -> 128 78 vs 78, 32 -> 128 90 vs 89)
+_CHAN_STORE_K = 4
 
 
 def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
     """(kind, A, B, lane use): the micro-kernel with the most useful lanes (wasted: output rows past O, wide
-    pixels past OW, tile tails); ``kind`` forces one family.  (K, the (channel, tap) pairs: unused.)"""
+    pixels past OW, tile tails); ``kind`` forces one family.  K: the (channel, tap) pairs per output (0:
+    unknown; the "chan" kernel's bonus shrinks below _SHORT_K where "pix" needs no compaction)."""
     L = OH * OW
     Lw = (OH - 1) * Wq + OW
     best = None
@@ -648,7 +700,10 @@ def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
             use = O * L / ((-(-O // R) * R) * (-(-Lw // (P * VEC)) * P * VEC))
             if pix is None or use > pix[3] + 0.02:
                 pix = ("pix", R, P, use)
-        if best is None or pix[3] >= best[3] * _CHAN_BONUS:
+        bonus = _CHAN_BONUS
+        if Wq == OW and 0 < K < _SHORT_K:
+            bonus *= K / (K + _CHAN_STORE_K)
+        if best is None or pix[3] >= best[3] * bonus:
             best = pix
     return best
 
@@ -684,7 +739,19 @@ class _Layout:
             kind, A, B, _ = plan(O, OH, OW, Wq, kind="chan")
             kind, G, Og = "dw", 1, O
         else:
-            kind, A, B, _ = plan(Og, OH, OW, Wq, Cg * KH * KW, force)
+            # strided: the "chan" kernel, reading the padded input unsplit (below), ran 1.1-1.2x faster than the
+            # "pix" kernel on its phase planes even at 0.75 of its lane use (1 thread, relu: 3 -> 24 3x3 stride 2
+            # on 224x224 269 vs 297 us, 16 -> 24 on 112x112 319 vs 346, 24 -> 40 5x5 441 vs 490, 40 -> 80 153
+            # vs 184); stride 1 keeps the lane-use rule (3 -> 24 on 112x112: pix 233 vs 252 us)
+            kind, A, B, _ = plan(Og, OH, OW, Wq, Cg * KH * KW, force or ("chan" if sh > 1 or sw > 1 else None))
+        # the "chan" kernel reads each pixel through its table entry: strided, it reads the padded input unsplit
+        # (a copy of contiguous rows).  The phase split (numpy's strided copy) took 150-225 us of a 224x224
+        # stride-2 stem's 650-1150 us in the ONNX models (1 thread, in-process interleaved with the phase planes:
+        # SqueezeNet's 3 -> 64 stem 917 -> 845 us, ShuffleNet's 3 -> 24 (was "pix") 574 -> 413)
+        fsh, fsw = sh, sw
+        if kind == "chan" and (sh > 1 or sw > 1):
+            fsh = fsw = 1
+            Hq, Wq, phases, taps = geometry(H, W, KH, KW, 1, 1, pt, pb, pl, pr, dh, dw)
         L = OH * OW
         Lw = (OH - 1) * Wq + OW                 # wide pixels per output channel
         K = Cg * KH * KW
@@ -700,7 +767,10 @@ class _Layout:
             CW = A * VEC
             npt = -(-L // B)
             S = Hq * Wq
-            bare = nph == 1 and Wq == W and Hq == H     # 1x1 stride 1 unpadded: the input itself is xq
+            # stride 1 unpadded: the input itself is xq.  Not strided ones: in the models (1 thread, in-process
+            # interleaved) SqueezeNet's unpadded 3 -> 64 stride-2 stem ran 934 us copying its input unsplit (a
+            # sequential copy of the cold input) against 1043 reading it in place
+            bare = nph == 1 and Wq == W and Hq == H and fsh == sh and fsw == sw
         if not bare:
             S = -(-S // VEC) * VEC
         nbg = -(-Og // CW)                      # channel blocks per group
@@ -732,7 +802,7 @@ class _Layout:
         else:
             LP = npt * B
             i = np.minimum(np.arange(LP, dtype=np.int64), L - 1)
-            q = (i // OW) * Wq + i % OW
+            q = (i // OW) * (sh // fsh) * Wq + (i % OW) * (sw // fsw)
             if depthwise:
                 q = q * C
                 gx = nob * CW - 1                # the last lane of the last channel block
@@ -740,7 +810,8 @@ class _Layout:
                 raise AssertionError("conv_direct: input plane layout would read out of bounds")
             base = np.empty(_C_OFF + K + LP, np.int64)
             KC = K if depthwise else max(1, _CHUNK_BYTES // (4 * CW))
-            base[:_C_OFF] = (K, LP, KC, npt, 1, nob * npt, O, L, nbg, XG, Og, 0)
+            pf = int(not depthwise and O * L * 4 >= _PF_MIN_BYTES)
+            base[:_C_OFF] = (K, LP, KC, npt, 1, nob * npt, O, L, nbg, XG, Og, 0, pf)
             base[_C_OFF:_C_OFF + K] = offs
             base[_C_OFF + K:] = q
             self.t0, self.t1 = _C_G, _C_CTR
@@ -753,21 +824,22 @@ class _Layout:
         # the fill: per phase, (plane rows [r0, r1), columns [c0, c1) <- input rows i0::sh, columns j0::sw)
         fill = []
         for a, bb in phases:
-            r0 = max(0, -(-(pt - a) // sh))
-            r1 = min(Hq, (H - 1 + pt - a) // sh + 1)
-            c0 = max(0, -(-(pl - bb) // sw))
-            c1 = min(Wq, (W - 1 + pl - bb) // sw + 1)
+            r0 = max(0, -(-(pt - a) // fsh))
+            r1 = min(Hq, (H - 1 + pt - a) // fsh + 1)
+            c0 = max(0, -(-(pl - bb) // fsw))
+            c1 = min(Wq, (W - 1 + pl - bb) // fsw + 1)
             if r1 <= r0 or c1 <= c0:
                 fill.append(None)
                 continue
-            i0 = a + sh * r0 - pt
-            j0 = bb + sw * c0 - pl
-            fill.append((r0, r1, c0, c1, slice(i0, i0 + sh * (r1 - r0 - 1) + 1, sh),
-                         slice(j0, j0 + sw * (c1 - c0 - 1) + 1, sw)))
+            i0 = a + fsh * r0 - pt
+            j0 = bb + fsw * c0 - pl
+            fill.append((r0, r1, c0, c1, slice(i0, i0 + fsh * (r1 - r0 - 1) + 1, fsh),
+                         slice(j0, j0 + fsw * (c1 - c0 - 1) + 1, fsw)))
         self.fill = (Hq, Wq, fill)
 
 
 _layouts: dict = {}
+_conv_buffer = [None]       # conv.py's _buffer (imported on first use: conv.py imports this module)
 
 
 class _Prep:
@@ -826,7 +898,8 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=
     if (x.dtype != np.float32 or w.dtype != np.float32 or res.dtype != np.float32 or C2 < 1 or G * C2 != C
             or O % G or res.shape[:2] != (N, O)
             or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous)
-            or any(v is not None and (v.dtype != np.float32 or v.shape != (O,)) for v in (b, b2))
+            or (b is not None and (b.dtype != np.float32 or b.shape != (O,)))
+            or (b2 is not None and (b2.dtype != np.float32 or b2.shape != (O,)))
             or (e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous
                                    or np.may_share_memory(e, res)))):
         raise ValueError(f"conv_direct.conv2d: unsupported operands x {x.shape} {x.dtype}, w {w.shape} {w.dtype}, "
@@ -864,7 +937,10 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=
         if b2 is not None:
             bias[:, :Og] += b2.reshape(G, Og)
         bias = bias.reshape(-1)
-    from .conv import _buffer
+    _buffer = _conv_buffer[0]
+    if _buffer is None:
+        from .conv import _buffer
+        _conv_buffer[0] = _buffer
     if dwise:
         xbuf = _buffer(lay.xlen, np.float32, "direct_x")
         xbuf[lay.nph * lay.S * C:] = 0
