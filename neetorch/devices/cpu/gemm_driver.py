@@ -34,6 +34,10 @@ while the block is in its cache (kernels/fused.py, jit matmul epilogues).  Its o
 come with the call (:func:`epilogue_caller`: an entry point per operand count that puts them in an
 array on its stack, published with the job like A, B, C).
 
+:func:`choose_blas_core` (run when the CPU backend's matmul kernels load) switches numpy's OpenBLAS to its
+Haswell kernels on AMD Zen 4, faster there for float32 than the SkylakeX ones it picks (see "OpenBLAS's kernel
+set on AMD Zen 4" below; NEE_OPENBLAS_CORE=keep leaves OpenBLAS's choice).
+
 Linux x86-64 / aarch64 with the ILP64 ``scipy_openblas64_`` numpy ships only; :func:`available`
 is False elsewhere (or when the self-test fails) and callers keep their pool path.  After
 ``fork`` the child gets a fresh state; its workers start on its first product.
@@ -51,8 +55,8 @@ import time
 
 import numpy as np
 
-__all__ = ["SPIN_US", "available", "call_plan", "epilogue_caller", "gemm", "plan", "run", "with_epilogue",
-           "with_row_epilogue", "workers"]
+__all__ = ["SPIN_US", "available", "blas_core", "call_plan", "choose_blas_core", "epilogue_caller", "gemm", "plan",
+           "run", "set_blas_core", "with_epilogue", "with_row_epilogue", "workers"]
 
 # worker spin after a job before sleeping on the futex: the products of a layer come tens of µs
 # apart, and a futex wake-up costs ~20-60 µs on this box
@@ -694,6 +698,125 @@ _drv = [None]            # the builtin calling the driver, once compiled
 _ok = [None]             # available() result
 _state = [None]          # the state array of this process
 _st: dict = {"threads": [], "respawn": 0}
+
+
+# ---- OpenBLAS's kernel set on AMD Zen 4
+# numpy's OpenBLAS (DYNAMIC_ARCH) picks its SkylakeX (AVX-512) kernels on Zen 4, which runs 512-bit
+# operations as two 256-bit halves; its Haswell (AVX2) kernels ("Zen" in OpenBLAS's names) are faster there
+# for float32 products.  Measured on this box's Zen 4 (EPYC, family 0x19), one thread, the two kernel sets
+# switched in one process (gemm_driver.blas_core), alternating, min of 5-7 rounds: Haswell / SkylakeX time
+# 128x256x256 0.92, with a transposed weight 0.78, 128x256x1024^T 0.84, 128x384x1536 0.88, 64x1024x1024^T
+# 0.76, 32x1024x1024^T 0.62, 8x768x768 0.80, 1024x384x384 1.00, 1x384x1536 0.95 (gemv); slower only on
+# tiny products SkylakeX's small-matrix path takes (128x32x128 1.16, 128x128x32 1.21, 37x111x203 1.21)
+# and on float64 (0.89-1.14, mostly 1.03-1.08).  Whole workloads, one thread, the same process
+# alternating: the bench_jit transformer block 0.915, ONNX MLP 0.84, ONNX BERT b1 0.93.  So on Zen 4
+# (where OpenBLAS chose SkylakeX / Cooperlake / SapphireRapids) neetorch switches numpy's OpenBLAS to
+# its Haswell kernels when the CPU backend loads (a process-wide setting: numpy's own products in this
+# process use them too; results differ from SkylakeX's only in rounding).  NEE_OPENBLAS_CORE=keep leaves
+# OpenBLAS as it chose; NEE_OPENBLAS_CORE=<name> (an OpenBLAS core name) forces one; an
+# OPENBLAS_CORETYPE set by the user is never overridden.
+_AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+_KNOWN_CORES = ("haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "sandybridge", "nehalem",
+                "prescott")
+_core_done = [False]
+
+
+def _openblas_lib():
+    here = os.path.dirname(np.__file__)
+    for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
+        for path in sorted(glob.glob(os.path.join(d, "libscipy_openblas64_*.so*"))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            if all(hasattr(lib, n) for n in ("gotoblas_dynamic_init", "gotoblas_dynamic_quit", "gotoblas_corename")):
+                lib.gotoblas_corename.restype = ctypes.c_char_p
+                return lib
+    return None
+
+
+def blas_core() -> str | None:
+    """The kernel set numpy's OpenBLAS runs (its core name, e.g. 'Haswell', 'SkylakeX'), or None when it
+    is not a DYNAMIC_ARCH OpenBLAS this module can see."""
+    lib = _openblas_lib()
+    return None if lib is None else lib.gotoblas_corename().decode()
+
+
+def set_blas_core(name: str) -> str:
+    """Switch numpy's OpenBLAS (DYNAMIC_ARCH) to the kernel set ``name`` (an OpenBLAS core name, as
+    OPENBLAS_CORETYPE takes) and return the core it runs now.  Process-wide; call it while no thread is
+    inside a BLAS call (the switch is OpenBLAS's own start-up selection, run again).  Raises ValueError
+    for an unknown name or when OpenBLAS did not take it (then the previous core is restored), RuntimeError
+    without a DYNAMIC_ARCH OpenBLAS."""
+    if name.lower() not in _KNOWN_CORES:
+        raise ValueError(f"gemm_driver.set_blas_core: unknown OpenBLAS core {name!r}; known: {', '.join(_KNOWN_CORES)}")
+    lib = _openblas_lib()
+    if lib is None:
+        raise RuntimeError("gemm_driver.set_blas_core: numpy's OpenBLAS is not a DYNAMIC_ARCH build this module can see")
+    with _lock:
+        old = lib.gotoblas_corename().decode()
+        if old.lower() == name.lower():
+            return old
+        _select_core(lib, name)
+        now = lib.gotoblas_corename().decode()
+        want = "haswell" if name.lower() == "zen" else name.lower()   # (Zen is Haswell's kernels in these builds)
+        if now.lower() != want:
+            _select_core(lib, old)
+            raise ValueError(f"gemm_driver.set_blas_core: OpenBLAS did not take core {name!r} (it chose {now!r}); "
+                             f"kept {old!r}")
+        return now
+
+
+def _select_core(lib, name: str) -> None:
+    saved = os.environ.get("OPENBLAS_CORETYPE")
+    os.environ["OPENBLAS_CORETYPE"] = name
+    try:
+        lib.gotoblas_dynamic_quit()     # (gotoblas = NULL: dynamic_init selects again)
+        lib.gotoblas_dynamic_init()
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_CORETYPE"]
+        else:
+            os.environ["OPENBLAS_CORETYPE"] = saved
+
+
+def _zen4() -> bool:
+    """AMD family 0x19 (Zen 3 / Zen 4) with AVX-512 (Zen 4), from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            head = f.read(1 << 14)
+    except OSError:
+        return False
+    info = {}
+    for line in head.split("\n\n")[0].splitlines():
+        k, _, v = line.partition(":")
+        info[k.strip()] = v.strip()
+    return info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "25" and \
+        "avx512f" in info.get("flags", "").split()
+
+
+def choose_blas_core() -> str | None:
+    """Once per process (the CPU backend's import): the OpenBLAS kernel set neetorch prefers (see above).
+    Returns the core switched to, or None when nothing changed."""
+    if _core_done[0]:
+        return None
+    _core_done[0] = True
+    want = os.environ.get("NEE_OPENBLAS_CORE", "").strip()
+    if want.lower() in ("keep", "0", "off") or (not want and os.environ.get("OPENBLAS_CORETYPE")):
+        return None
+    if not want:
+        if sys.platform != "linux" or os.uname().machine != "x86_64" or not _zen4():
+            return None
+        core = blas_core()
+        if core is None or core.lower() not in _AVX512_CORES:
+            return None
+        want = "Haswell"
+    elif _openblas_lib() is None:
+        return None
+    cur = blas_core()
+    if cur is not None and cur.lower() == want.lower():
+        return None
+    return set_blas_core(want)
 
 
 def _blas_fns():

@@ -37,6 +37,10 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
   interleaved rounds): the transformer block of asv_benchmarks/bench_jit.py 3.41 ms vs 3.63
   before (attention's scores + mask + softmax step 156 vs 228 us: the softmax of each matrix runs
   while it is in L1/L2).
+* A product whose weight is frozen and that ``linalg._pk_caller`` takes (float32, 16+ rows, columns a
+  multiple of 32) runs its packed-panel kernel instead (faster than BLAS there: see linalg.py), the
+  epilogue after it as its own bound launch (``_packed_bind``, ``_late_bound``; bound steps only: a step's
+  first, unbound run keeps the path above).
 """
 from __future__ import annotations
 
@@ -602,7 +606,8 @@ def compile_matmul_epilogue(backend, op):
         if outs[0].size == 0 or not all(isinstance(x, np.ndarray) for x in list(outs) + list(ins)):
             return None
         nt = threads.NUM_THREADS
-        if native is not None:
+        packed = _packed_bind(outs, ins) if b.ndim == 2 else None
+        if native is not None and packed is None:
             f = native.bind(outs, ins)
             if f is not None:
                 def fn(outs, ins):
@@ -618,6 +623,9 @@ def compile_matmul_epilogue(backend, op):
         prod = _bind_product(buf, a, b)
         eins = [buf if j is None else ins[j] for j in eidx]
         epi = epi_bind(outs, eins) if epi_bind is not None else None
+        if epi is None and packed is not None and epi_bind is not None:
+            # (the first runs took the in-block path: the epilogue's own launch is bound after it ran once)
+            epi = _late_bound(run_epi, epi_bind)
         if epi is None:      # (a Numba epilogue, a copying layout) the product alone is bound
             def epi(outs, eins):
                 run_epi(outs, eins)
@@ -657,6 +665,33 @@ def compile_matmul_epilogue(backend, op):
     return run, sources
 
 
+def _packed_bind(outs, ins):
+    """The packed-weight product's caller (linalg._pk_caller) for a matmul epilogue's product at these
+    layouts, or None: then the in-block epilogue (or the scratch path) runs as before."""
+    from . import linalg as L
+    a, b = ins[0], ins[1]
+    if not L.PK_ON[0] or b.ndim != 2 or a.ndim < 2:
+        return None
+    probe = np.empty(a.shape[:-1] + (b.shape[-1],), a.dtype) if a.dtype == b.dtype else None
+    return None if probe is None else L._pk_caller(probe, a, b)
+
+
+def _late_bound(run_epi, epi_bind):
+    """``f(outs, eins)`` running the epilogue unbound until a run has filled its launch cache, then bound."""
+    state = [None, 0]
+
+    def f(outs, eins):
+        g = state[0]
+        if g is not None:
+            return g(outs, eins)
+        run_epi(outs, eins)
+        if state[1] < 2:
+            state[1] += 1
+            state[0] = epi_bind(outs, eins)
+        return True
+    return f
+
+
 def _bind_product(buf, a, b):
     """``f(a, b)``: ``matmul_into(buf, a, b)`` for operands of these layouts (see _product_caller)."""
     g = _product_caller(buf, a, b)
@@ -669,7 +704,7 @@ def _product_caller(out, a, b):
     product the few-row kernel takes (linalg._rows_product's conditions, checked here once) calls
     the kernel with its plan directly; anything else goes through matmul_into."""
     from . import linalg as L
-    return L._rows_caller(out, a, b) or matmul_into
+    return L._rows_caller(out, a, b) or L._pk_caller(out, a, b) or matmul_into
 
 
 def bind_kernel(op, outs, ins, attrs=None):

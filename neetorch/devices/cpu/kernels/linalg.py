@@ -6,6 +6,11 @@ memory order, every matrix of a batch in one GIL-free call (see "few-row product
 2+ threads, from ``DRV_GEMV_BYTES`` of matrix, as tasks (column blocks, groups of matrices)
 claimed by the calling thread and ``gemm_driver``'s native workers (``_rows_threaded``).
 
+float32 products of 5+ rows with a frozen weight (ONNX initializers, ``nee.jit(freeze=...)`` constants;
+``winograd.freeze``) whose column count is a multiple of 32 run through an LLVM tile kernel on the weight
+packed once into 32-column panels (``_pk_caller``, see "products with a frozen weight" below), on 2+ threads
+as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's bound callers).
+
 On 2+ threads, float32/float64 products from ``DRV_MNK`` multiply-adds run through
 ``gemm_driver``: one GIL-free native call cuts the product into blocks (columns or rows of a
 2-D product, whole matrices of a batch) and runs one ``cblas_?gemm`` (``?gemv`` for one row or
@@ -28,8 +33,14 @@ import os
 
 import numpy as np
 
+from .. import gemm_driver as _gemm_driver
 from .. import kernel, threads
 from . import gemv as _gemv
+
+# numpy's OpenBLAS runs its Haswell kernels on AMD Zen 4, where they beat the SkylakeX ones it picks for
+# float32 products by 5-38% (gemm_driver.choose_blas_core; NEE_OPENBLAS_CORE=keep: OpenBLAS's own choice).
+# Here, at the CPU backend's import, before any neetorch thread runs a product
+_gemm_driver.choose_blas_core()
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -958,6 +969,314 @@ def _gemm2d(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
                     threads.run_parallel(lambda c: _gemm(out[c[0]:c[1]], a[c[0]:c[1]], b), chunks)
                     return
     _gemm(out, a, b)
+
+
+# ------------------------------------------------------------------ products with a frozen weight (packed)
+# ``out (R, N) = a (R, K) @ b (K, N)`` in float32 where ``b`` is a frozen weight (winograd.freeze: ONNX
+# initializers, ``nee.jit(freeze=...)`` constants, promised never to change): ``b`` is packed once (cached with
+# it, winograd.weights) into panels of PK_NR = 32 columns, panel[p, k, :] = b[k, 32p:32p+32], and an LLVM
+# kernel (_pk_ir) computes 12 x 32 tiles of ``out``, each over all of K in 24 16-wide accumulators (a row's
+# value broadcast, the panel's row loaded as two vectors: 24 FMAs per 14 loads), streaming the panel, which
+# OpenBLAS repacks at every call.  On 2+ threads the panels are shared out as gemm_driver call-job tasks.
+# Measured on this box's Zen 4 (one thread, thread CPU time, same process alternating, min of 5 rounds)
+# against OpenBLAS's Haswell kernels (gemm_driver.choose_blas_core): 64x784x1024 0.84x the time, 128x384x384
+# 0.93, 128x384x1536 0.88, 128x1536x384 0.85, 128x256x256 0.85, 128x256x1024 0.82; 64x1024x1024 1.06 and
+# 128x1024x256 1.01 before rows 2 KiB apart were copied to a padded stride (then 0.90, 0.95; 16x1024x1024
+# 0.71, 1024x384x384 0.88).  Taken from PK_MIN_ROWS rows (fewer: the few-row kernel / gemv.py, or BLAS)
+# for N a multiple of 32, on hosts with AVX-512F; NEE_MATMUL_PACKED=0 turns it off.
+PK_ON = [os.environ.get("NEE_MATMUL_PACKED", "1") not in ("0", "")]
+PK_NR = 32
+PK_MR = 12
+# from 5 rows (up to 4: the few-row kernel, gemv.py): hot 768x768 weight, one thread, 5 rows 0.31x BLAS's time,
+# 8 rows 0.58, 12 rows 0.70
+PK_MIN_ROWS = 5
+PK_KC = int(os.environ.get("NEE_MATMUL_PACKED_KC", "512"))
+_PK_DW = 8                 # descriptor words per task: end row, end column, K, lda, ldc, first column, K block, first row
+# rows in chunks of PK_MC (from 2 PK_MC rows): a chunk's rows of a K block (256 x 512 floats) stay in L2 while
+# every panel streams past them, where all the rows of a long activation would be re-read from L3 per panel
+PK_MC = 256
+# column parts per thread on 2+ threads (the panels are packed once: more parts cost only re-reads of a's rows
+# from L2, and a worker descheduled mid-part holds the call up by a smaller part)
+PK_TASKS = int(os.environ.get("NEE_MATMUL_PACKED_TASKS", "1"))
+_pk_fn: list = [None, None]  # (builtin, address)
+_pk_cpu = [None]             # whether the host has AVX-512F (the kernel's 16-wide FMAs; measured there only)
+
+
+def _pk_host_ok() -> bool:
+    if _pk_cpu[0] is None:
+        ok = False
+        try:
+            from .. import llvm_render
+            _, llvm = llvm_render._init()
+            ok = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+        except Exception:   # noqa: BLE001 - no LLVM: the path is off (BLAS runs every product)
+            ok = False
+        _pk_cpu[0] = ok
+    return _pk_cpu[0]
+
+
+def _pk_tile_ir(mr: int) -> str:
+    """``tile{mr}(A, lda, panel, C, ldc, K)``: C[0:mr, 0:32] = A[0:mr, 0:K] @ panel (K x 32)."""
+    L = [f"define internal void @tile{mr}(float* %A, i64 %lda, float* %B, float* %C, i64 %ldc, i64 %K, i1 %acc) {{",
+         "entry:"]
+    for r in range(mr):
+        L.append(f"  %ao{r} = mul i64 %lda, {r}")
+    L += ["  br label %loop", "loop:", "  %k = phi i64 [0, %entry], [%k1, %loop]"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %acc{r}_{v} = phi <16 x float> [zeroinitializer, %entry], [%nacc{r}_{v}, %loop]")
+    L.append("  %bo = mul i64 %k, 32")
+    for v in range(2):
+        L += [f"  %bo{v} = add i64 %bo, {16 * v}",
+              f"  %bp{v} = getelementptr float, float* %B, i64 %bo{v}",
+              f"  %bq{v} = bitcast float* %bp{v} to <16 x float>*",
+              f"  %b{v} = load <16 x float>, <16 x float>* %bq{v}, align 64"]
+    for r in range(mr):
+        L += [f"  %aq{r} = add i64 %ao{r}, %k",
+              f"  %ap{r} = getelementptr float, float* %A, i64 %aq{r}",
+              f"  %a{r} = load float, float* %ap{r}",
+              f"  %ai{r} = insertelement <16 x float> undef, float %a{r}, i32 0",
+              f"  %as{r} = shufflevector <16 x float> %ai{r}, <16 x float> undef, <16 x i32> zeroinitializer"]
+        for v in range(2):
+            L.append(f"  %nacc{r}_{v} = call <16 x float> @llvm.fma.v16f32(<16 x float> %as{r}, "
+                     f"<16 x float> %b{v}, <16 x float> %acc{r}_{v})")
+    L += ["  %k1 = add i64 %k, 1", "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done",
+          "done:"]
+    for r in range(mr):
+        L.append(f"  %co{r} = mul i64 %ldc, {r}")
+        for v in range(2):
+            L += [f"  %cq{r}_{v} = add i64 %co{r}, {16 * v}",
+                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
+                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to <16 x float>*"]
+    L.append("  br i1 %acc, label %add, label %store")
+    L.append("add:")      # a later block of K: C += the block's part
+    for r in range(mr):
+        for v in range(2):
+            L += [f"  %old{r}_{v} = load <16 x float>, <16 x float>* %cv{r}_{v}, align 4",
+                  f"  %sum{r}_{v} = fadd <16 x float> %old{r}_{v}, %nacc{r}_{v}",
+                  f"  store <16 x float> %sum{r}_{v}, <16 x float>* %cv{r}_{v}, align 4"]
+    L += ["  ret void", "store:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  store <16 x float> %nacc{r}_{v}, <16 x float>* %cv{r}_{v}, align 4")
+    L += ["  ret void", "}"]
+    return "\n".join(L)
+
+
+def _pk_ir() -> str:
+    """``kernel(A, P, C, D)``: rows [D[7], D[0]) and columns [D[5], D[1]) of C (row stride D[4]) = A (row stride
+    D[3]) @ the packed panels P, in blocks of D[6] of K (the first stores, the later ones add); D = (end row, end
+    column, K, lda, ldc, first column, K block, first row); columns multiples of 32."""
+    cases = " ".join(f"i64 {mr}, label %t{mr}" for mr in range(1, PK_MR + 1))
+    calls = "".join(f"t{mr}:\n  call void @tile{mr}(float* %Ai, i64 %lda, float* %Pj, float* %Ci, i64 %ldc, i64 %kc, "
+                    f"i1 %later)\n  br label %inext\n" for mr in range(1, PK_MR + 1))
+    words = "".join(f"  %dp{i} = getelementptr i64, i64* %D, i64 {i}\n  %d{i} = load i64, i64* %dp{i}\n"
+                    for i in range(8))
+    main = f"""
+define void @"kernel"(i8* %Ar, i8* %Pr, i8* %Cr, i8* %Dr) {{
+entry:
+  %A = bitcast i8* %Ar to float*
+  %P = bitcast i8* %Pr to float*
+  %C = bitcast i8* %Cr to float*
+  %D = bitcast i8* %Dr to i64*
+{words}  %M = add i64 %d0, 0
+  %N = add i64 %d1, 0
+  %K = add i64 %d2, 0
+  %lda = add i64 %d3, 0
+  %ldc = add i64 %d4, 0
+  %nothing = icmp uge i64 %d5, %N
+  %norows = icmp uge i64 %d7, %M
+  %skip = or i1 %nothing, %norows
+  br i1 %skip, label %out, label %kloop
+kloop:
+  %k0 = phi i64 [0, %entry], [%k0n, %pnext]
+  %later = icmp ne i64 %k0, 0
+  %krem = sub i64 %K, %k0
+  %kbig = icmp ugt i64 %krem, %d6
+  %kc = select i1 %kbig, i64 %d6, i64 %krem
+  %pko = mul i64 %k0, {PK_NR}
+  br label %ploop
+ploop:
+  %j = phi i64 [%d5, %kloop], [%j1, %jnext]
+  %po0 = mul i64 %j, %K
+  %po = add i64 %po0, %pko
+  %Pj = getelementptr float, float* %P, i64 %po
+  br label %iloop
+iloop:
+  %i = phi i64 [%d7, %ploop], [%i1, %inext]
+  %rem = sub i64 %M, %i
+  %big = icmp ugt i64 %rem, {PK_MR}
+  %mr = select i1 %big, i64 {PK_MR}, i64 %rem
+  %aoff0 = mul i64 %i, %lda
+  %aoff = add i64 %aoff0, %k0
+  %Ai = getelementptr float, float* %A, i64 %aoff
+  %coff0 = mul i64 %i, %ldc
+  %coff = add i64 %coff0, %j
+  %Ci = getelementptr float, float* %C, i64 %coff
+  switch i64 %mr, label %inext [ {cases} ]
+{calls}inext:
+  %i1 = add i64 %i, %mr
+  %imore = icmp ult i64 %i1, %M
+  br i1 %imore, label %iloop, label %jnext
+jnext:
+  %j1 = add i64 %j, {PK_NR}
+  %jmore = icmp ult i64 %j1, %N
+  br i1 %jmore, label %ploop, label %pnext
+pnext:
+  %k0n = add i64 %k0, %kc
+  %kmore = icmp ult i64 %k0n, %K
+  br i1 %kmore, label %kloop, label %out
+out:
+  ret void
+}}
+declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+"""
+    return "\n".join(_pk_tile_ir(mr) for mr in range(1, PK_MR + 1)) + main
+
+
+def _pk_kernel():
+    if _pk_fn[0] is None:
+        import hashlib
+
+        from .. import llvm_call, llvm_render
+        text = _pk_ir()
+        addr = llvm_render.compile_ir("gemm_packed_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+        _pk_fn[1] = addr
+        _pk_fn[0] = llvm_call.make(addr, 4)
+    return _pk_fn[0]
+
+
+# packed copies live as long as their weights; past PK_MAX_BYTES of them a weight is not packed (None: its
+# products stay with BLAS) rather than evicting others from winograd's cache (each eviction a repack per call)
+PK_MAX_BYTES = int(float(os.environ.get("NEE_MATMUL_PACKED_MB", "512")) * (1 << 20))
+_pk_live = [0]
+
+
+def pk_pack(w: np.ndarray, tag=None):
+    """``w`` (K, N), N a multiple of PK_NR, as panels (N / PK_NR, K, PK_NR) float32, 64-byte aligned
+    (``tag``: winograd.weights' cache tag, unused); None past PK_MAX_BYTES of packed weights."""
+    import weakref
+    K, N = w.shape
+    if _pk_live[0] + 4 * K * N > PK_MAX_BYTES:
+        return None
+    raw = np.empty(K * N + 16, np.float32)
+    _pk_live[0] += raw.nbytes
+    weakref.finalize(raw, _pk_release, raw.nbytes)
+    off = (-raw.ctypes.data % 64) // 4
+    p = raw[off:off + K * N].reshape(N // PK_NR, K, PK_NR)
+    p[...] = w.reshape(K, N // PK_NR, PK_NR).transpose(1, 0, 2)
+    return p
+
+
+def _pk_release(n: int) -> None:
+    _pk_live[0] -= n
+
+
+def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """``g(out, a, b)`` computing ``out = a @ b`` with the packed kernel for arrays of these layouts and
+    this thread count, ``b`` this frozen weight (another ``b`` of the same layout goes to matmul_into); None
+    when the product is not one it takes (see above).  For callers whose ``out`` overlaps neither input (a
+    compiled graph's steps)."""
+    g0 = _pk_caller0(out, a, b)
+    if g0 is None:
+        return None
+    wb = b
+    wkey = (b.__array_interface__["data"][0], b.shape, b.strides)
+
+    def g(out, a, b):
+        if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
+            g0(out, a, b)
+        else:
+            matmul_into(out, a, b)
+    g.tasks = g0.tasks
+    return g
+
+
+def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    if not PK_ON[0] or out.dtype != _F32 or a.dtype != _F32 or b.dtype != _F32 or b.ndim != 2 or a.ndim < 2 \
+            or out.ndim != a.ndim or not _pk_host_ok():
+        return None
+    K, N = b.shape
+    R = out.size // N if N else 0
+    if N == 0 or N % PK_NR or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
+            out.shape[:-1] != a.shape[:-1] or out.shape[-1] != N:
+        return None
+    try:
+        a2 = np.reshape(a, (R, K), copy=False)
+        o2 = np.reshape(out, (R, N), copy=False)
+    except ValueError:
+        return None
+    isz = 4
+    if a2.strides[1] != isz or o2.strides[1] != isz or a2.strides[0] % isz or o2.strides[0] % isz or \
+            a2.strides[0] < K * isz or o2.strides[0] < N * isz or np.may_share_memory(out, a) or \
+            np.may_share_memory(out, b):
+        return None
+    from . import winograd
+    if not winograd.is_frozen(b):
+        return None
+    panels = winograd.weights(b, ("gemm_pk", PK_NR, b.strides), pk_pack)
+    if panels is None:
+        return None
+    fn = _pk_kernel()
+    nt = threads.NUM_THREADS
+    lda = a2.strides[0] // isz
+    pad = None
+    if (lda * isz) % 2048 == 0 and R >= PK_MR:
+        # rows 2 KiB apart (K = 512, 1024, ...) fall in a few L1 sets, and a tile reads 12 of them at once:
+        # such rows are copied to a scratch with a padded stride (64x1024x1024: 0.98x BLAS's time -> see above)
+        lda = K + 16
+        pad = np.empty((R, lda), np.float32)
+        padk = pad[:, :K]
+    npan = N // PK_NR
+    nkb = -(-K // PK_KC)
+    kc = -(-K // nkb)          # K in blocks of at most PK_KC (a tile's 12 rows of a block stay in L1)
+    rows = [(0, R)] if R < 2 * PK_MC else [(i, min(i + PK_MC, R)) for i in range(0, R, PK_MC)]
+    # on 2+ threads the columns are cut too while there are few row chunks (tasks of even sizes, claimed by
+    # whoever is free: 3 chunks on 2 threads would leave one thread a chunk behind)
+    ncols = min(nt * PK_TASKS, npan) if nt > 1 and R * K * N >= DRV_MNK and len(rows) < 4 * nt else 1
+    parts = [(r0, r1, t * npan // ncols * PK_NR, (t + 1) * npan // ncols * PK_NR)
+             for r0, r1 in rows for t in range(ncols)]
+    ntasks = len(parts)
+    desc = np.zeros((ntasks, _PK_DW), np.int64)
+    for t, (r0, r1, j0, j1) in enumerate(parts):
+        desc[t] = (r1, j1, K, lda, o2.strides[0] // isz, j0, kc, r0)
+    desc.flags.writeable = False
+    if ntasks > 1 and nt > 1 and R * K * N >= DRV_MNK:
+        from .. import gemm_driver
+        d = gemm_driver.call_plan(_pk_fn[1], 4, min(nt, ntasks), ntasks, desc.strides[0])
+        if d is not None:
+            call = gemm_driver.epilogue_caller(4)
+            dummy = np.zeros(1, np.int64)
+
+            if pad is not None:
+                def g(out, a, b):
+                    np.copyto(padk, a.reshape(R, K))
+                    call(d, dummy, dummy, dummy, pad, panels, out, desc)
+            else:
+                def g(out, a, b):
+                    call(d, dummy, dummy, dummy, a, panels, out, desc)
+            g.tasks = ntasks
+            return g
+    # one thread: the row chunks in turn, every column in each
+    ds = [np.array((r1, N, K, lda, o2.strides[0] // isz, 0, kc, r0), np.int64) for r0, r1 in rows]
+    d0 = ds[0]
+    if len(ds) > 1:
+        def g(out, a, b):
+            x = a
+            if pad is not None:
+                np.copyto(padk, a.reshape(R, K))
+                x = pad
+            for d in ds:
+                fn(x, panels, out, d)
+    elif pad is not None:
+        def g(out, a, b):
+            np.copyto(padk, a.reshape(R, K))
+            fn(pad, panels, out, d0)
+    else:
+        def g(out, a, b):
+            fn(a, panels, out, d0)
+    g.tasks = 1
+    return g
 
 
 @kernel("matmul")
