@@ -705,6 +705,17 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
 
 
 # ---------------------------------------------------------------- embeddings
+def _bag_rows(input, weight, max_norm, norm_type):
+    """embedding rows for embedding_bag: an index out of range raises what both of torch's exception types catch
+    (torch's embedding raises IndexError, its embedding_bag RuntimeError)."""
+    from ..ops.indexing import IndexOutOfRangeError
+    from . import functional as F
+    try:
+        return F.embedding(input, weight, max_norm=max_norm, norm_type=norm_type)
+    except IndexError as e:
+        raise IndexOutOfRangeError(f"embedding_bag: {e}") from None
+
+
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
     """Sums, means or maxes of bags of embeddings (``torch.nn.functional.embedding_bag``).
@@ -743,7 +754,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
                              "fixed length sequences. However, found offsets of type Tensor")
         B, L = input.shape
-        emb = F.embedding(input, weight, max_norm=max_norm, norm_type=norm_type)      # (B, L, D)
+        emb = _bag_rows(input, weight, max_norm, norm_type)                              # (B, L, D)
         keep = None if padding_idx is None else (input != padding_idx)
         if per_sample_weights is not None:
             emb = emb * per_sample_weights.unsqueeze(-1).to(dt)
@@ -772,6 +783,17 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     B = offsets.shape[0] - (1 if include_last_offset else 0)
     if B < 0:
         raise ValueError("embedding_bag: include_last_offset=True needs at least one offset")
+    from ..ops.registry import _trace_hook
+    if offsets.shape[0] and _trace_hook[0] is None:  # (traced offsets are not read: the graph must not depend on them)
+        o = offsets.numpy(force=True).astype("int64")
+        if int(o[0]) != 0:
+            raise RuntimeError(f"embedding_bag: offsets[0] has to be 0, i.e., the first sequence in the mini-batch "
+                               f"has to start from position 0. However, got {int(o[0])}")
+        if int(o[-1]) > n:
+            raise RuntimeError(f"embedding_bag: offsets[-1] can not be greater than input's length {n} but got "
+                               f"offsets[-1] of {int(o[-1])}")
+        if (o[1:] < o[:-1]).any():
+            raise RuntimeError(f"embedding_bag: offsets must be non-decreasing, got {o.tolist()}")
     pos = _cr.arange(n, device=dev)
     # bag of each position: (number of offsets <= pos) - 1; positions past the last offset (include_last_offset)
     # get bag B and belong to no bag
@@ -779,7 +801,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     member = seg.unsqueeze(0) == _cr.arange(B, device=dev).unsqueeze(1)                           # (B, n)
     if padding_idx is not None:
         member = member & (input != padding_idx).unsqueeze(0)
-    emb = F.embedding(input, weight, max_norm=max_norm, norm_type=norm_type)                      # (n, D)
+    emb = _bag_rows(input, weight, max_norm, norm_type)                                           # (n, D)
     if per_sample_weights is not None:
         emb = emb * per_sample_weights.unsqueeze(-1).to(dt)
     if mode == "max":

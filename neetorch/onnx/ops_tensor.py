@@ -182,6 +182,12 @@ def _wrap_idx(idx, n):
     return nee.where(idx < 0, idx + n, idx)
 
 
+def _in_range(c, n):
+    """``c`` (wrapped indices into a dim of size ``n``) unchanged, range-checked when the graph runs: a
+    GatherND / ScatterND index tuple is linearized, so an index past its own dim would land on another row."""
+    return nee.index_select(nee.arange(n, dtype=nee.int64), 0, c.reshape(-1)).reshape(tuple(c.shape))
+
+
 @op("Gather")
 def _gather(ctx, node, x, idx):
     axis = node.get("axis", 0) % x.ndim
@@ -216,7 +222,7 @@ def _gather_nd(ctx, node, x, idx):
     ir = idx.reshape(nb, -1, k)
     lin = None
     for j in range(k):
-        c = _wrap_idx(ir.narrow(2, j, 1).squeeze(2), inner[j]) * int(strides[j])
+        c = _in_range(_wrap_idx(ir.narrow(2, j, 1).squeeze(2), inner[j]), inner[j]) * int(strides[j])
         lin = c if lin is None else lin + c
     xf = xr.reshape(nb, int(np.prod(inner, dtype=np.int64)), *rest)
     if lin is None:
@@ -252,7 +258,7 @@ def _scatter_nd(ctx, node, x, idx, upd):
     ir = idx.reshape(-1, k)
     lin = None
     for j in range(k):
-        c = _wrap_idx(ir.narrow(1, j, 1).squeeze(1), inner[j]) * int(strides[j])
+        c = _in_range(_wrap_idx(ir.narrow(1, j, 1).squeeze(1), inner[j]), inner[j]) * int(strides[j])
         lin = c if lin is None else lin + c
     xf = x.reshape(int(np.prod(inner, dtype=np.int64)), *rest)
     u = upd.reshape(-1, *rest)

@@ -949,6 +949,12 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
                            f"{tuple(input.shape)} with dim {d} of size len(index) = {n}")
     shape = [1] * input.ndim
     shape[d] = n
+    from .registry import _trace_hook
+    if n and _trace_hook[0] is None:  # torch: IndexError naming index_reduce (scatter_reduce's check: RuntimeError)
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= input.shape[d]:
+            raise IndexError(f"index_reduce(): index {lo if lo < 0 else hi} is out of bounds for dimension {d} with "
+                             f"size {input.shape[d]} (index out of range in self)")
     idx = index.reshape(-1).to(_dt.int64).reshape(tuple(shape)).expand(tuple(src.shape))
     return _E("scatter_reduce")(input, d, idx, src, reduce, include_self=include_self)
 
@@ -966,6 +972,13 @@ def put(input, index, source, accumulate=False):
     if index.numel() != source.numel():
         raise RuntimeError(f"put_(): Expected source and index to have the same number of elements, but got "
                            f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    from .registry import _trace_hook
+    n = input.numel()
+    if index.numel() and _trace_hook[0] is None:  # (traced: index_put's own check names the flat dim)
+        lo, hi = int(index.min()), int(index.max())
+        if lo < -n or hi >= n:
+            raise IndexError(f"put_(): out of range: tried to access index {lo if lo < -n else hi} on a tensor of "
+                             f"{n} elements.")
     flat = input.reshape(-1).index_put((index.reshape(-1),), source.reshape(-1), accumulate)
     return flat.reshape(tuple(input.shape))
 

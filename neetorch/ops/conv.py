@@ -307,6 +307,9 @@ def _conv(nd, name, input, weight, bias, stride, padding, dilation, groups):
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
     O = weight.shape[0]
+    if O == 0:  # (torch: an empty output-channel dim is refused, whatever the batch)
+        raise RuntimeError(f"Given groups={groups}, expected weight to be at least 1 at dimension 0, but got weight "
+                           f"of size {_lst(weight.shape)} instead ({name})")
     if O % groups:
         raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, "
                            f"but got weight of size [{_lst(weight.shape)}] instead")
@@ -758,7 +761,8 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if antialias and not (mode in ("bilinear", "bicubic") and input.ndim == 4):
         raise ValueError("Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D tensor as "
                          "input")
-    if any(o <= 0 for o in output_size) and not (mode == "area" and min(output_size) == 0):
+    if (any(o <= 0 for o in output_size) and not (mode == "area" and min(output_size) == 0)) or \
+            0 in input.shape[2:]:
         # (area is adaptive average pooling, whose empty output torch returns)
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input "
                            f"({', '.join(map(str, input.shape[2:]))}) and output ({', '.join(map(str, output_size))})")

@@ -191,8 +191,11 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     dev = None
     for a in args:
         if isinstance(a, Tensor):
-            dev = a._device
-            break
+            if dev is None:
+                dev = a._device
+            elif dev.type == "cpu" and a._device.type != "cpu":
+                dev = a._device  # (torch: a 0-d CPU tensor is a scalar next to a tensor on another device)
+                break
     if any(not isinstance(a, Tensor) and a is not None and not _is_scalar(a) for a in args):
         # lists / numpy arrays become tensors first (they take part in promotion as tensors)
         from ..tensor.creation import tensor
@@ -207,7 +210,7 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     if spec.allow is not None:
         msg = spec.allow(promoted)
         if msg:
-            raise TypeError(f"{op.name}: {msg} (got {promoted.name})")
+            raise _dt.DTypeNotImplementedError(f"{op.name}: {msg} (got {promoted.name})")
     # torch casts every promoted operand to the op's compute dtype: this matters for 0-d tensors and
     # scalars, which do not take part in promotion within their category (int8 tensor // tensor(1000):
     # 1000 wraps to int8; int8 tensor / tensor(1000): 1000 becomes 1000.0)
@@ -216,6 +219,8 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
     opmath = False
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
+            if a._device != dev and a._data.ndim == 0 and a._device.type == "cpu":
+                a, key = a.to(dev), None  # a 0-d CPU tensor goes along as a scalar (torch allows it too)
             if (a._dtype is not cdt or (op.name == "floor_divide" and cdt in _dt.LOW_FLOATS)) and \
                     a._data.ndim == 0 and i in idx:
                 # (floor_divide: torch's float32 path even for a 0-d divisor of the low dtype itself)
@@ -558,7 +563,7 @@ def _binary_tensors_only(op):
                 raise TypeError(f"{op.name}(): argument '{nm}' must be Tensor, not {type(a).__name__}")
         if op.name == "hypot" and result_type(input, other).category != 2:
             # (checked here, not in the op's dtype rule, so device claims keep integer hypot for the ONNX path)
-            raise TypeError(f"hypot(): not implemented for {result_type(input, other).name} inputs (floating only)")
+            raise _dt.DTypeNotImplementedError(f"hypot(): not implemented for {result_type(input, other).name} inputs (floating only)")
         return f0(input, other, out=out)
     f.__name__, f.__doc__ = f0.__name__, f0.__doc__
     return f
@@ -602,8 +607,8 @@ def _check_int_div(op, a, b):
     if not isinstance(b, Tensor) and not _is_scalar(b):
         return  # lists/arrays: converted by apply(); checked by the caller through _as_operand
     pa = result_type(a, b) if _is_scalar(a) or isinstance(a, Tensor) else result_type(b)
-    if pa.category >= 2:
-        return
+    if pa.category != 1:
+        return  # (floats divide by zero; bool: the op's dtype check refuses it first, as torch does)
     try:
         empty = 0 in np.broadcast_shapes(*[tuple(x.shape) for x in (a, b) if isinstance(x, Tensor)])
     except ValueError:
@@ -745,7 +750,7 @@ def pow(input, exponent, *, out=None):
             isinstance(input, Tensor) and input._dtype.category == 1:
         _dt.check_scalar(exponent, input._dtype, "pow")   # (torch: the exponent must fit the integer dtype)
     if result_type(input, exponent) is _dt.bool_:
-        raise TypeError("pow: not implemented for bool tensors (got bool ** bool)")
+        raise _dt.DTypeNotImplementedError("pow: not implemented for bool tensors (got bool ** bool)")
     if isinstance(input, Tensor) and input._dtype in _dt.LOW_FLOATS and _is_scalar(exponent) and \
             result_type(input, exponent) is input._dtype:
         _dt.check_scalar(exponent, input._dtype, "pow")   # (torch: the exponent converts to float16/bfloat16)
@@ -817,6 +822,12 @@ def where(condition, input=None, other=None, *, out=None):
         else:
             raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                                f"{condition._dtype.name}")
+    if _is_scalar(input) or _is_scalar(other):  # torch refuses a scalar that overflows an integer result
+        rdt = result_type(input, other)
+        if rdt.category == 1:
+            for v in (input, other):
+                if _is_scalar(v):
+                    _dt.check_scalar(v, rdt, "where")
     return apply(_where, condition, input, other, out=out)
 
 

@@ -43,6 +43,11 @@ def _minmax(a: np.ndarray):
     return int(a.min()), int(a.max())
 
 
+class IndexOutOfRangeError(IndexError, RuntimeError):
+    """An index out of range where torch raises IndexError on some paths and RuntimeError on others (index_select:
+    by dim and dtype; index_add; embedding_bag): ``except IndexError`` and ``except RuntimeError`` both catch it."""
+
+
 def _check_range(op: str, a: np.ndarray, size: int, dim: int, allow_negative: bool, exc=IndexError, fmt=None):
     """Raise ``exc`` naming the op, the dim, its size and the first offending value."""
     lo, hi = _minmax(a)
@@ -979,6 +984,8 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     """The ``k``-th smallest entry along ``dim`` and its index (``torch.kthvalue``)."""
     d = wrap_dim(dim, input.ndim, "kthvalue")
     n = (tuple(input.shape) or (1,))[d]
+    if n == 0:  # (torch: IndexError)
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size (shape {list(input.shape)}).")
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d} (k={k}, size {n})")
     if input._dtype is _dt.bool_:
@@ -1100,7 +1107,8 @@ def _dim_range_check(opname, exc):
     def check(ins, attrs):
         d = attrs["dim"]
         name = opname(attrs) if callable(opname) else opname
-        _check_range(name, _host(ins[1]), ins[0].shape[d], d, False, exc=exc,
+        e = exc if isinstance(exc, type) else exc(attrs)
+        _check_range(name, _host(ins[1]), ins[0].shape[d], d, False, exc=e,
                      fmt=name + "(): index {v} is out of bounds for dimension {d} with size {n}")
     return check
 
@@ -1116,6 +1124,8 @@ def _take_check(ins, attrs):
 
 GATHER.check = _dim_range_check("gather", RuntimeError)
 SCATTER.check = _dim_range_check(lambda a: "scatter" if a.get("reduce") is None else "scatter_reduce", RuntimeError)
-INDEX_SELECT.check = _dim_range_check("index_select", IndexError)
-INDEX_REDUCE.check = _dim_range_check(lambda a: f"index_{a['mode']}", IndexError)
+INDEX_SELECT.check = _dim_range_check("index_select", IndexOutOfRangeError)
+# torch: index_add raises RuntimeError, index_copy / index_fill IndexError
+INDEX_REDUCE.check = _dim_range_check(lambda a: f"index_{a['mode']}",
+                                      lambda a: IndexOutOfRangeError if a["mode"] == "add" else IndexError)
 TAKE.check = _take_check

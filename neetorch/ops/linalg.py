@@ -105,7 +105,7 @@ def _check_mm_dtypes(a: Tensor, b: Tensor):
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_LOWER[a._dtype.name]} != "
                            f"{_LOWER[b._dtype.name]}")
     if a._dtype.category == 0:
-        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
+        raise _dt.DTypeNotImplementedError("matmul: \"addmm_impl_cpu_\" not implemented for 'Bool' (bool matrices)")
 
 
 def _out(r: Tensor, out, cast: bool = False):
@@ -267,7 +267,7 @@ def inner(input, other, *, out=None):
     if input.ndim == 0 or other.ndim == 0:
         return _out(_mul(input, other), out)
     if input._dtype is _dt.bool_ or other._dtype is _dt.bool_:
-        raise NotImplementedError("inner: \"addmm_impl_cpu_\" not implemented for 'Bool'")
+        raise _dt.DTypeNotImplementedError("inner: \"addmm_impl_cpu_\" not implemented for 'Bool'")
     if input.shape[-1] != other.shape[-1]:
         raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
                            f"{list(input.shape)} and {list(other.shape)}")

@@ -48,7 +48,7 @@ def _cross(op, input, other, d):
         raise RuntimeError(f"{op}: expected both inputs to have the same dtype, got {input._dtype.name} and "
                            f"{other._dtype.name}")
     if input._dtype is _dt.bool_:
-        raise TypeError(f"{op}: not implemented for bool tensors")
+        raise _dt.DTypeNotImplementedError(f"{op}: not implemented for bool tensors")
     a = [input.narrow(d, i, 1) for i in range(3)]
     b = [other.narrow(d, i, 1) for i in range(3)]
     return _E("cat")([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]], d)
@@ -323,5 +323,5 @@ def trace(input):
     if input.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input.ndim}")
     if input._dtype is _dt.bool_:
-        raise TypeError("trace: not implemented for bool tensors")
+        raise _dt.DTypeNotImplementedError("trace: not implemented for bool tensors")
     return input.diagonal().sum()

@@ -741,6 +741,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     if target._dtype.category == 2:
         # class probabilities
         if tuple(target.shape) != tuple(input.shape):
+            if input.ndim >= 2 and target.ndim >= 1 and target.shape[0] != input.shape[0]:  # (torch: ValueError)
+                raise ValueError(f"cross_entropy: Expected input batch_size ({input.shape[0]}) to match target "
+                                 f"batch_size ({target.shape[0]}).")
             raise RuntimeError(f"cross_entropy: expected target of shape {list(input.shape)} (class probabilities), "
                                f"got {list(target.shape)}")
         if ignore_index >= 0:  # (torch's check: any non-negative index, the -100 default excepted)

@@ -172,7 +172,13 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
     if reason is None:
         if out is None:
             make = _Tensor._make
-            out = [make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
+            try:
+                out = [make(backend.empty(m.shape, m.dtype), dev, m.dtype) for m in metas]
+            except Exception as e:  # noqa: BLE001 - numpy: MemoryError or ValueError (too big); pyopencl: LogicError
+                from ..tensor.creation import OutOfMemoryError
+                raise OutOfMemoryError(f"{op.name}: {dev} cannot allocate outputs of shapes "
+                                       f"{[list(m.shape) for m in metas]} ({', '.join(m.dtype.name for m in metas)}): "
+                                       f"{type(e).__name__}: {e}") from None
         kern = backend.kernels[op.name]
         if _profiler._active[0] is None and not _TIMED:
             kern(backend, [o._data for o in out], [t._data for t in inputs], attrs)

@@ -62,8 +62,11 @@ CAT = register(OpDef("cat", infer=_infer_cat,
 
 
 @export(method=False)
-def cat(tensors, dim: int = 0, *, out=None) -> Tensor:
-    """Concatenate along ``dim`` with type promotion; 1-D empty tensors are skipped (``torch.cat``)."""
+def cat(tensors, dim: int = 0, *, axis=None, out=None) -> Tensor:
+    """Concatenate along ``dim`` (``axis``: its numpy-style alias) with type promotion; 1-D empty tensors are skipped
+    (``torch.cat``)."""
+    if axis is not None:
+        dim = axis
     tensors = _check_tensors("cat", tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
@@ -100,8 +103,10 @@ export(cat, name="concatenate", method=False)
 
 
 @export(method=False)
-def stack(tensors, dim: int = 0, *, out=None) -> Tensor:
-    """Join equal-shaped tensors along a new dim ``dim`` (``torch.stack``)."""
+def stack(tensors, dim: int = 0, *, axis=None, out=None) -> Tensor:
+    """Join equal-shaped tensors along a new dim ``dim`` (``axis``: its alias) (``torch.stack``)."""
+    if axis is not None:
+        dim = axis
     tensors = _check_tensors("stack", tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
@@ -165,8 +170,12 @@ FLIP = register(OpDef("flip", infer=_same_meta, reference=lambda xs, a: [np.flip
 
 
 @export
-def flip(input: Tensor, *dims) -> Tensor:
-    """Reverse the order along ``dims`` (a copy, like ``torch.flip``); ``x.flip(0, 1)`` or ``flip(x, (0, 1))``."""
+def flip(input: Tensor, *args, dims=None) -> Tensor:
+    """Reverse the order along ``dims`` (a copy, like ``torch.flip``); ``x.flip(0, 1)``, ``flip(x, (0, 1))`` or
+    ``flip(x, dims=[0, 1])``."""
+    if dims is not None and args:
+        raise TypeError("flip() got multiple values for argument 'dims'")
+    dims = args if dims is None else ((dims,) if isinstance(dims, int) else (tuple(dims),))
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = tuple(dims[0])
     dims = wrap_dims(dims, input.ndim, "flip")
@@ -272,8 +281,12 @@ def _sizes(args):
 
 
 @export(function=False)
-def repeat(input: Tensor, *sizes) -> Tensor:
-    """Tile the tensor ``sizes[i]`` times along each dim (``Tensor.repeat``)."""
+def repeat(input: Tensor, *sizes, repeats=None) -> Tensor:
+    """Tile the tensor ``sizes[i]`` times along each dim (``Tensor.repeat``; ``repeats=`` its keyword)."""
+    if repeats is not None:
+        if sizes:
+            raise TypeError("repeat() got multiple values for argument 'repeats'")
+        sizes = (repeats,) if isinstance(repeats, int) else (tuple(repeats),)
     reps = _sizes(sizes)
     if len(reps) < input.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
@@ -286,9 +299,13 @@ def repeat(input: Tensor, *sizes) -> Tensor:
 
 
 @export
-def tile(input: Tensor, *dims) -> Tensor:
+def tile(input: Tensor, *args, dims=None) -> Tensor:
     """``repeat`` with ``dims`` left-padded with ones (``torch.tile``)."""
-    reps = _sizes(dims)
+    if dims is not None:
+        if args:
+            raise TypeError("tile() got multiple values for argument 'dims'")
+        args = (dims,) if isinstance(dims, int) else (tuple(dims),)
+    reps = _sizes(args)
     reps = (1,) * (input.ndim - len(reps)) + reps
     return repeat(input, reps)
 

@@ -114,7 +114,7 @@ def _logaddexp(name, input, other, base2):
     _tensor_arg(name, "other", 2, other)
     rt = _dt.result_type(input, other)
     if rt.category != 2:
-        raise TypeError(f"{name}(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
+        raise _dt.DTypeNotImplementedError(f"{name}(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
                         f"{other._dtype.name}); floating point tensors only")
     cdt = _dt.compute_dtype(rt)
     a, b = input.to(cdt), other.to(cdt)
@@ -176,7 +176,7 @@ def nextafter(input, other):
     _tensor_arg("nextafter", "other", 2, other)
     rt = _dt.result_type(input, other)
     if rt.category != 2:
-        raise TypeError(f"nextafter(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
+        raise _dt.DTypeNotImplementedError(f"nextafter(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
                         f"{other._dtype.name}); floating point tensors only")
     where = _E("where")
     a, b = input.to(rt), other.to(rt)

@@ -220,7 +220,7 @@ def logcumsumexp(input, dim):
     (floating tensors): ``ceil(log2(n))`` steps of ``logaddexp`` with the sequence shifted by 1, 2, 4, ..."""
     _check(input, "logcumsumexp")
     if input._dtype.category != 2:
-        raise TypeError(f"logcumsumexp(): not implemented for {input._dtype.name} (floating point tensors only)")
+        raise _dt.DTypeNotImplementedError(f"logcumsumexp(): not implemented for {input._dtype.name} (floating point tensors only)")
     d = wrap_dim(dim, input.ndim, "logcumsumexp")
     if input.ndim == 0 or input.numel() == 0:
         return input.clone()
@@ -287,7 +287,7 @@ def histc(input, bins=100, min=0, max=0):
     ignored, the last bin includes ``max``.  Floating tensors; the result has the input's dtype."""
     _check(input, "histc")
     if input._dtype.category != 2:
-        raise TypeError(f"histc(): not implemented for {input._dtype.name} (floating point tensors only)")
+        raise _dt.DTypeNotImplementedError(f"histc(): not implemented for {input._dtype.name} (floating point tensors only)")
     bins = int(bins)
     if bins <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")

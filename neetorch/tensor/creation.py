@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+from math import prod as _prod
 import threading
 
 import numpy as np
@@ -67,6 +68,15 @@ def _resolve_device(dev):
     return device(dev)
 
 
+def _kw_size(args, size, name):
+    """The sizes of a factory given positionally (``zeros(2, 3)``, ``zeros((2, 3))``) or as ``size=`` (torch's keyword)."""
+    if size is None:
+        return args
+    if args:
+        raise TypeError(f"{name}() got multiple values for argument 'size'")
+    return (size,) if isinstance(size, int) else (tuple(size),)
+
+
 def _need_size(size, name):
     """torch's size-taking factories refuse a call without any size (``zeros()``; ``zeros(())`` is 0-d)."""
     if not size:
@@ -126,10 +136,15 @@ def _infer_np(data, dtype) -> np.ndarray:
         a = np.asarray(data)
     except ValueError as e:
         raise ValueError(f"tensor(): could not build a tensor from the data: {e}") from None
+    if a.dtype == object or (a.dtype.kind == "f" and a.size and not isinstance(data, np.generic)
+                             and max(-float(a.min()), float(a.max())) >= 2.0 ** 63):
+        big = _big_python_int(data)   # numpy keeps ints past int64 as objects (or mixes them into float64)
+        if big is not None:
+            raise ValueError(f"tensor(): Overflow when unpacking long long (value {big} does not fit in int64)")
     if a.dtype == object:
         raise TypeError(f"tensor(): could not infer dtype of {type(data).__name__} (ragged nested sequence or unsupported element type)")
     if a.dtype.kind == "u" and not isinstance(data, np.generic) and not _contains_np_int(data):
-        raise RuntimeError(f"tensor(): Overflow when unpacking long long (value {int(a.max())} does not fit in int64)")
+        raise ValueError(f"tensor(): Overflow when unpacking long long (value {int(a.max())} does not fit in int64)")
     if dtype is not None and dtype.category == 1 and a.size and a.dtype.kind in "iuf" and not _contains_np_int(data) \
             and not _contains_np_float(data):
         for v in (a.min(), a.max()):   # torch refuses Python values that overflow an explicit dtype
@@ -149,6 +164,19 @@ def _infer_np(data, dtype) -> np.ndarray:
         else:
             raise TypeError(f"tensor(): unsupported element type {a.dtype}")
     return _dt.astype_low(a, dtype.np)   # (1e100 -> float32 inf, like torch)
+
+
+def _big_python_int(d):
+    """The first Python int in nested lists / tuples ``d`` outside int64 (torch.tensor refuses it), or None."""
+    if isinstance(d, (list, tuple)):
+        for e in d:
+            v = _big_python_int(e)
+            if v is not None:
+                return v
+        return None
+    if isinstance(d, int) and not isinstance(d, bool) and not -2 ** 63 <= d < 2 ** 63:
+        return d
+    return None
 
 
 def _list_of_scalar_tensors_dtype(data):
@@ -362,6 +390,11 @@ def _refuse_complex(dt, dev, op):
                        f"storage: keep complex values on the CPU")
 
 
+class OutOfMemoryError(MemoryError, RuntimeError):
+    """An allocation the device cannot serve: torch raises RuntimeError (CPU) / ``torch.OutOfMemoryError``
+    (a RuntimeError); numpy a MemoryError: both catch this one."""
+
+
 def _new(shape, dtype, device, fill) -> Tensor:
     dev = _resolve_device(device)
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
@@ -369,7 +402,15 @@ def _new(shape, dtype, device, fill) -> Tensor:
         _refuse_complex(dt, dev, "empty/zeros/full")
     from ..devices import get_backend
     b = get_backend(dev)
-    data = b.empty(shape, dt)
+    nbytes = _prod(shape) * dt.itemsize
+    if nbytes >= 2 ** 63:  # (numpy's own refusal, "Maximum allowed dimension exceeded", names no op or size)
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)} ({dt.name}: {nbytes} "
+                           f"bytes)")
+    try:
+        data = b.empty(shape, dt)
+    except Exception as e:  # noqa: BLE001 - numpy: MemoryError; pyopencl: LogicError (INVALID_BUFFER_SIZE)
+        raise OutOfMemoryError(f"{dev}: cannot allocate a {dt.name} tensor of shape {list(shape)} ({nbytes} bytes): "
+                               f"{type(e).__name__}: {e}") from None
     t = Tensor._make(data, dev, dt)
     if fill is not None:
         if dt in (_dt.float16, _dt.bfloat16) and data.size == 1 and isinstance(fill, (int, float, np.floating)) \
@@ -385,19 +426,23 @@ def _new(shape, dtype, device, fill) -> Tensor:
     return t
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, memory_format=None, pin_memory=False) -> Tensor:
+def empty(*size_args, size=None, dtype=None, device=None, requires_grad=False, memory_format=None,
+          pin_memory=False) -> Tensor:
+    size = _kw_size(size_args, size, "empty")
     _need_size(size, "empty")
     return _new(_size(size), dtype, device, None)
 
 
-def zeros(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def zeros(*size_args, size=None, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = _kw_size(size_args, size, "zeros")
     _need_size(size, "zeros")
     if out is not None:
         return _into(zeros(*size, dtype=out._dtype, device=out._device), out, dtype, "zeros")
     return _new(_size(size), dtype, device, 0)
 
 
-def ones(*size, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def ones(*size_args, size=None, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = _kw_size(size_args, size, "ones")
     _need_size(size, "ones")
     if out is not None:
         return _into(ones(*size, dtype=out._dtype, device=out._device), out, dtype, "ones")
@@ -489,6 +534,9 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requir
     n = -((start - end) // step) if dt.category != 2 else int(np.ceil((end - start) / step))
     if n_float is not None:
         n = n_float
+    if n * dt.itemsize >= 2 ** 63:
+        raise RuntimeError(f"arange: invalid size, possible overflow? ({n} elements of {dt.name} from start={start}, "
+                           f"end={end}, step={step})")
     if dt.category == 2:
         # computed in float64 like torch's CPU kernel, then rounded to dt
         a = (start + np.arange(n, dtype=np.float64) * step).astype(dt.np)
@@ -543,6 +591,8 @@ def eye(n, m=None, *, out=None, dtype=None, device=None, requires_grad=False) ->
     if out is not None:
         return _into(eye(n, m, dtype=out._dtype, device=out._device), out, dtype, "eye")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    if n < 0 or (m is not None and m < 0):
+        raise RuntimeError(f"eye(): {'n' if n < 0 else 'm'} must be greater or equal to 0, got {n if n < 0 else m}")
     return _wrap_host(np.eye(n, n if m is None else m, dtype=dt.np), dt, _resolve_device(device))
 
 
@@ -612,12 +662,14 @@ def _rand_impl(fn, size, dtype, device, generator):
     return _wrap_host(a.astype(dt.np, copy=False), dt, _resolve_device(device))
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def rand(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = _kw_size(size_args, size, "rand")
     _need_size(size, "rand")
     return _rand_impl("rand", _size(size), dtype, device, generator)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+def randn(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    size = _kw_size(size_args, size, "randn")
     _need_size(size, "randn")
     return _rand_impl("randn", _size(size), dtype, device, generator)
 

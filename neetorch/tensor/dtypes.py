@@ -18,6 +18,11 @@ __all__ = [
 ]
 
 
+class DTypeNotImplementedError(TypeError, NotImplementedError):
+    """An op refusing a dtype: torch raises NotImplementedError (a RuntimeError: '"bitwise_and_cpu" not implemented
+    for 'Float''); neetorch's earlier TypeError is kept as a base, so ``except`` on any of the three catches it."""
+
+
 class DType:
     __slots__ = ("name", "np", "itemsize", "category", "is_signed", "_rank")
 
@@ -303,7 +308,7 @@ def to_complex(d: DType, op: str = "") -> DType:
     if d is float64:
         return complex128
     if d is float16:
-        raise TypeError(f"{op}: the result would be complex32 (float16 components), which neetorch does not "
+        raise DTypeNotImplementedError(f"{op}: the result would be complex32 (float16 components), which neetorch does not "
                         f"support; cast the float16 operand to float32 first")
     return complex64
 

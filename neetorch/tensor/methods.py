@@ -57,7 +57,8 @@ def install() -> None:
             if not hasattr(Tensor, name + "_"):
                 try:
                     import inspect
-                    has_out = "out" in inspect.signature(fn).parameters
+                    # (relu has no out= keyword in torch, so none here: its relu_ takes the generic path)
+                    has_out = "out" in inspect.signature(fn).parameters and name not in ew._NO_OUT
                 except (TypeError, ValueError):
                     has_out = False
                 setattr(Tensor, name + "_", _ew_inplace(fn, name) if has_out else _inplace(fn, name))

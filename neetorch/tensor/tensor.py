@@ -353,7 +353,12 @@ class Tensor:
             if r is not None:
                 return r
         b = self._backend()
-        out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
+        try:
+            out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
+        except Exception as e:  # noqa: BLE001 - numpy: MemoryError or ValueError (too big); pyopencl: LogicError
+            from .creation import OutOfMemoryError
+            raise OutOfMemoryError(f"clone/contiguous: {self._device} cannot allocate a {self._dtype.name} tensor of "
+                                   f"shape {list(self.shape)}: {type(e).__name__}: {e}") from None
         b.copy_(out._data, self._data)
         return out
 

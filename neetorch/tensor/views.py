@@ -86,8 +86,21 @@ def _contig_strides(shape):
     return st
 
 
-def view(t: Tensor, *shape) -> Tensor:
+def _kw_sizes(op, args, kw, name):
+    """torch's keyword form of a sizes argument (``x.view(size=(2, 3))``, ``x.permute(dims=(1, 0))``)."""
+    bad = [k for k in kw if k != name]
+    if bad:
+        raise TypeError(f"{op}() got an unexpected keyword argument '{bad[0]}'")
+    if args:
+        raise TypeError(f"{op}() got multiple values for argument '{name}'")
+    v = kw[name]
+    return (v,) if isinstance(v, int) else (tuple(v),)
+
+
+def view(t: Tensor, *shape, **kw) -> Tensor:
     """Same data, new shape; errors when the strides make that impossible (use reshape)."""
+    if kw:
+        shape = (kw["dtype"],) if set(kw) == {"dtype"} and not shape else _kw_sizes("view", shape, kw, "size")
     if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)):
         from .dtypes import to_dtype
         return _view_dtype(t, to_dtype(shape[0]))
@@ -133,8 +146,10 @@ def _view_dtype(t: Tensor, dt) -> Tensor:
     return Tensor._make(fn(t._data, dt.np), t._device, dt)
 
 
-def reshape(t: Tensor, *shape) -> Tensor:
+def reshape(t: Tensor, *shape, **kw) -> Tensor:
     """A view when the strides allow it, else a contiguous copy (``torch.reshape``)."""
+    if kw:
+        shape = _kw_sizes("reshape", shape, kw, "shape")
     new = _infer_size(shape, t.numel(), "reshape")
     if t._device.type == "cpu" and t._data.flags.c_contiguous:
         return Tensor._make(t._data.reshape(new), t._device, t._dtype)
@@ -152,7 +167,9 @@ def reshape_as(t, other):
     return reshape(t, tuple(other.shape))
 
 
-def permute(t: Tensor, *dims) -> Tensor:
+def permute(t: Tensor, *dims, **kw) -> Tensor:
+    if kw:
+        dims = _kw_sizes("permute", dims, kw, "dims")
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = dims[0]
     nd = t.ndim
@@ -240,8 +257,10 @@ def unsqueeze(t: Tensor, dim: int) -> Tensor:
     return make_view(t, sh, st)
 
 
-def expand(t: Tensor, *sizes) -> Tensor:
+def expand(t: Tensor, *sizes, **kw) -> Tensor:
     """Broadcast size-1 dims to ``sizes`` without copying (-1 keeps a size)."""
+    if kw:
+        sizes = _kw_sizes("expand", sizes, kw, "size")
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
         sizes = tuple(sizes[0])
     sizes = tuple(int(s) for s in sizes)
@@ -288,11 +307,17 @@ def narrow(t: Tensor, dim: int, start, length: int) -> Tensor:
     d = wrap_dim(dim, t.ndim, "narrow")
     start = int(start)
     n = t.shape[d]
+    if not -n <= start <= n:  # torch: IndexError for the start, RuntimeError for the length
+        raise IndexError(f"narrow(): start out of range (expected to be in range of [{-n}, {n}], but got {start}) "
+                         f"for dim {dim} of shape {tuple(t.shape)}")
     if start < 0:
         start += n
-    if not (0 <= start <= n) or length < 0 or start + length > n:
-        raise IndexError(f"narrow: start ({start}) + length ({length}) exceeds dimension size ({n}) of dim {dim} "
-                         f"for shape {tuple(t.shape)}")
+    if length < 0:
+        raise RuntimeError(f"narrow(): length must be non-negative, got {length} (dim {dim} of shape "
+                           f"{tuple(t.shape)})")
+    if start + length > n:
+        raise RuntimeError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({n}) of dim {dim} "
+                           f"for shape {tuple(t.shape)}")
     sh, st = list(t.shape), _strides(t)
     sh[d] = length
     return make_view(t, sh, st, start * st[d])
@@ -376,11 +401,16 @@ def as_strided(t: Tensor, size, stride, storage_offset=None) -> Tensor:
     if storage_offset is not None and storage_offset < 0:
         raise RuntimeError(f"as_strided: Tensor: invalid storage offset {storage_offset}")
     off = 0 if storage_offset is None else storage_offset - t.storage_offset()
+    first = None
+    isz = t._dtype.itemsize
     if t._device.type == "cpu" and numel(size):
         # a view past the storage would read (or write) foreign memory: refuse it as torch does
         start, nbytes = _cpu_storage(t._data)
-        isz = t._dtype.itemsize
         first = t._data.__array_interface__["data"][0] + off * isz - start
+    elif numel(size) and isinstance(getattr(getattr(t._data, "storage", None), "nbytes", None), int):
+        # device arrays over one buffer (OpenCL's CLArray: storage.nbytes, offset in elements): the same check
+        nbytes, first = t._data.storage.nbytes, (t._data.offset + off) * isz
+    if first is not None:
         need = first + (sum((n - 1) * st for n, st in zip(size, stride)) + 1) * isz
         if first < 0 or need > nbytes:
             raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
@@ -414,6 +444,8 @@ def unfold(t: Tensor, dimension: int, size: int, step: int) -> Tensor:
         if step <= 0:
             raise RuntimeError(f"unfold: step is {step} but must be > 0")
         return make_view(t, [size], [1])
+    if size < 0:
+        raise RuntimeError(f"unfold: size is {size} but must be >= 0")
     if size > sh[d]:
         raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {sh[d]} but size is {size}")
     if step <= 0:
