@@ -374,11 +374,17 @@ def test_module_state_dict_from_torch(name):
 
 
 # --------------------------------------------------------------------------------------------- known, not fixed here
-@pytest.mark.xfail(strict=True, reason="log_softmax's row kernels (devices/cpu/llvm_render.py, kernels/nn.py) are "
-                                       "built with 'reassoc' fast-math: (x - max) - log(sum) becomes x - (max + "
-                                       "log(sum)), which loses the result's digits when |x| is large (1e4: 5e-4)")
 def test_log_softmax_large_logits():
     x = np.full((2, 4), 1e4, np.float32)
     x[:, 1] += 0.5
     check(lambda L, a: L.log_softmax(a, 1), x, tol=1e-6)
     check(lambda L, a: L.nn.functional.cross_entropy(a, L.tensor([1, 0])), x, tol=1e-6)
+    # long rows (the vectorised row kernels), float64, a strided (column) layout, and under nee.jit
+    r = np.random.default_rng(0)
+    y = (1e4 + r.standard_normal((3, 1037))).astype(np.float32)
+    check(lambda L, a: L.log_softmax(a, 1), y, tol=1e-6)
+    check(lambda L, a: L.log_softmax(a.double() * 1e8, 1), y, tol=1e-12)
+    check(lambda L, a: L.log_softmax(a.t(), 0), y, tol=1e-6)
+    check(lambda L, a: L.log_softmax(a.reshape(3, 17, 61), 1), y, tol=1e-6)
+    np.testing.assert_array_equal(nee.jit(lambda a: nee.log_softmax(a, 1))(nee.tensor(y)).numpy(),
+                                  nee.log_softmax(nee.tensor(y), 1).numpy())

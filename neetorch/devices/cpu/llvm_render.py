@@ -1758,6 +1758,9 @@ _KNOWN = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32
 # final pass writes dst with non-temporal stores when they are reached (0: never).
 ROW_MODES = ("softmax", "log_softmax", "layer_norm", "rms_norm")
 _RFM = ("reassoc", "nsz", "arcp", "contract")    # the Numba row kernels' fastmath set
+# log_softmax's final (x - max) - log(sum): no reassoc, which would fold it into x - (max + log(sum)) and
+# lose the result's digits at large |x| (logits ~1e4: 5e-4); as kernels/nn.py's _sub_exact
+_RFM_EXACT = ("nsz", "arcp", "contract")
 
 
 def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
@@ -1969,7 +1972,7 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
                     ls = log(s)
 
                     def wr(i, _):
-                        dstore(bd.fsub(bd.fsub(xat(i), mx, flags=_RFM), ls, flags=_RFM), bd.gep(drow, [i]))
+                        dstore(bd.fsub(bd.fsub(xat(i), mx, flags=_RFM_EXACT), ls, flags=_RFM_EXACT), bd.gep(drow, [i]))
                     final_pass(drow, wr)
                     return
                 lo_e = fconst(-87.33 if dt == "float32" else -708.39)

@@ -194,8 +194,13 @@ def _softmax_row1(xr, orow, log, safe, zero, one):
         for i in range(n):
             s += _exp(xr[i] - m)
         ls = _log(s)
+        # (x - max) - log(sum) in two passes through memory: Numba gives callees the caller's fast-math
+        # flags, and with 'reassoc' one expression becomes x - (max + log(sum)), which loses the result's
+        # digits at large |x| (logits ~1e4: 5e-4); LLVM does not fuse the two loops
         for i in range(n):
-            orow[i] = (xr[i] - m) - ls
+            orow[i] = xr[i] - m
+        for i in range(n):
+            orow[i] = orow[i] - ls
     else:
         for i in range(n):
             e = _exp_ftz(xr[i] - m)
@@ -233,8 +238,10 @@ def _softmax_rows(x, o, r0, r1, n, B, xoff, xsa, xsb, xsn, ooff, osa, osb, osn, 
                 for i in range(n):
                     s += _exp(x[px + i * xsn] - m)
                 ls = _log(s)
+                for i in range(n):     # two passes: see _softmax_row1
+                    o[po + i * osn] = x[px + i * xsn] - m
                 for i in range(n):
-                    o[po + i * osn] = (x[px + i * xsn] - m) - ls
+                    o[po + i * osn] = o[po + i * osn] - ls
             else:
                 for i in range(n):
                     e = _exp_ftz(x[px + i * xsn] - m)
@@ -288,9 +295,11 @@ def _softmax_cols(x, o, a0, a1, b0, b1, n, xoff, xsa, xsb, xsn, ooff, osa, osb, 
             for j in range(n):
                 xr = x[pxa + j * xsn:pxa + j * xsn + nb]
                 orow = o[poa + j * osn:poa + j * osn + nb]
-                if log:
+                if log:                 # two passes: see _softmax_row1
                     for b in range(nb):
-                        orow[b] = (xr[b] - mx[b]) - sm[b]
+                        orow[b] = xr[b] - mx[b]
+                    for b in range(nb):
+                        orow[b] = orow[b] - sm[b]
                 else:
                     for b in range(nb):
                         orow[b] = _ftz(orow[b] * sm[b])
@@ -323,10 +332,14 @@ def _softmax_cols(x, o, a0, a1, b0, b1, n, xoff, xsa, xsb, xsn, ooff, osa, osb, 
                 for b in range(nb):
                     if safe and mx[b] == -np.inf:
                         o[po + b * osb] = zero
-                    elif log:
-                        o[po + b * osb] = (x[px + b * xsb] - mx[b]) - sm[b]
+                    elif log:           # (the second pass below: see _softmax_row1)
+                        o[po + b * osb] = x[px + b * xsb] - mx[b]
                     else:
                         o[po + b * osb] = _ftz(o[po + b * osb] * sm[b])
+                if log:
+                    for b in range(nb):
+                        if not (safe and mx[b] == -np.inf):
+                            o[po + b * osb] = o[po + b * osb] - sm[b]
 
 
 def _merge(dims):
