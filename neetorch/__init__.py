@@ -16,6 +16,7 @@ from .tensor.dtypes import (  # noqa: F401
 from .tensor.tensor import Size, Tensor  # noqa: F401
 from .tensor.creation import *  # noqa: F401,F403
 from .tensor.creation import set_default_device, get_default_device, default_generator  # noqa: F401
+from .tensor.creation import OutOfMemoryError  # noqa: F401,E402  (torch.OutOfMemoryError)
 from .tensor.views import *  # noqa: F401,F403
 from .tensor._repr import set_printoptions  # noqa: F401
 from .devices import (  # noqa: F401

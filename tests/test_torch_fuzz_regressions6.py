@@ -388,3 +388,10 @@ def test_log_softmax_large_logits():
     check(lambda L, a: L.log_softmax(a.reshape(3, 17, 61), 1), y, tol=1e-6)
     np.testing.assert_array_equal(nee.jit(lambda a: nee.log_softmax(a, 1))(nee.tensor(y)).numpy(),
                                   nee.log_softmax(nee.tensor(y), 1).numpy())
+
+
+def test_out_of_memory_error_is_public_like_torch():
+    import torch
+    assert issubclass(nee.OutOfMemoryError, RuntimeError) and issubclass(torch.OutOfMemoryError, RuntimeError)
+    with pytest.raises(nee.OutOfMemoryError, match="shape"):
+        nee.empty(1 << 40, 1 << 20)
