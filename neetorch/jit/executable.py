@@ -925,6 +925,142 @@ class Executable:
             table.clear()
         table[key] = f if f is not None else False
 
+    def _generic_kv(self) -> dict:
+        """The generic loop's KV-cache fusion (a decode loop whose cache grows: each call at new shapes), as
+        _fuse_kv_products / _fuse_kv_scores do on the fast path: ``present = cat([past, new], -2)`` (an op
+        step) read only by ``p @ present`` (an op step) or through ``present^T`` by a pattern step with a
+        matmul epilogue, ``past`` a caller's input or a constant.  {id(node): ("cat", dim) | ("mm" | "dot",
+        cat node)}, made once; empty off the CPU, at static shapes or with NEE_JIT_FUSE_KV=0."""
+        plan = self.__dict__.get("_gkv")
+        if plan is not None:
+            return plan
+        plan = self._gkv = {}
+        if not (_FUSE_KV[0] and self.dynamic):
+            return plan
+        g = self.graph
+        users: dict = {}
+        for n in g.nodes:
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        steps = {id(s[1]): s for s in self.steps}
+        for st in self.steps:
+            n = st[1]
+            if st[0] != "op" or n.op.name != "cat" or n.op.check is not None or len(n.inputs) != 2 or \
+                    len(n.outputs) != 1 or self._backend_of(n).device.type != "cpu" or \
+                    not all(_is_cpu(v) for v in list(n.inputs) + list(n.outputs)):
+                continue
+            o = n.outputs[0]
+            past, new = n.inputs
+            nd = len(o.shape)
+            dim = n.attrs.get("dim")
+            us = users.get(o, [])
+            if nd < 2 or dim != nd - 2 or len(us) != 1 or o.dtype != past.dtype or o.dtype != new.dtype or \
+                    not (self._root(past) in g.inputs or self._root(past) in g.consts) or past in g.outputs:
+                continue
+            mm = us[0]
+            if self._swaps_last_two(mm, nd):
+                kt = mm.outputs[0]
+                ku = users.get(kt, [])
+                pat = ku[0] if len(ku) == 1 else None
+                ps = steps.get(id(pat))
+                if pat is None or ps is None or ps[0] != "pattern" or len(pat.inputs) < 2 or \
+                        pat.inputs[1] is not kt or kt in pat.inputs[2:] or pat.inputs[0] is kt or \
+                        getattr(ps[2], "bind_epilogue", None) is None:
+                    continue
+                plan[id(n)], plan[id(pat)] = ("cat", dim), ("dot", n)
+                continue
+            ms = steps.get(id(mm))
+            if ms is None or ms[0] != "op" or mm.op.name != "matmul" or len(mm.inputs) != 2 or \
+                    mm.inputs[1] is not o or mm.inputs[0] is o or len(mm.outputs) != 1 or mm.op.check is not None:
+                continue
+            plan[id(n)], plan[id(mm)] = ("cat", dim), ("mm", n)
+        return plan
+
+    def _generic_kv_step(self, how, step, env, arena, un, pend) -> bool:
+        """Runs step ``step`` of the generic loop through the KV fusion (``how``: _generic_kv's entry);
+        False where it does not apply here (then the step runs as usual; a reader first copies ``past``
+        into ``present``, which its cat step left for it in ``pend``)."""
+        n = step[1]
+        if how[0] == "cat":
+            past, new = env[n.inputs[0]]._data, env[n.inputs[1]]._data
+            d = how[1]
+            if type(past) is not np.ndarray or type(new) is not np.ndarray or past.dtype != np.float32 or \
+                    new.dtype != np.float32 or past.ndim != new.ndim or past.ndim != d + 2 or \
+                    past.shape[:d] != new.shape[:d] or past.shape[d + 1:] != new.shape[d + 1:] or \
+                    past.shape[d] == 0:
+                return False
+            o = n.outputs[0]
+            P = past.shape[d]
+            t = self._buffer(o, arena, past.shape[:d] + (P + new.shape[d],) + past.shape[d + 1:], un)
+            np.copyto(t._data[..., P:, :], new, casting="unsafe")
+            env[o] = t
+            pend[o] = past
+            return True
+        cn = how[1]
+        o = cn.outputs[0]
+        pa = pend.pop(o, None)
+        if pa is None:
+            return False
+        out = env[o]._data
+        tables = self._gen_tables(step)[1]
+        if how[0] == "mm":
+            p = env[n.inputs[0]]._data
+            if type(p) is np.ndarray:
+                shape = p.shape[:-2] + (p.shape[-2], out.shape[-1]) if p.shape[:-2] == out.shape[:-2] else None
+                if shape is not None:
+                    mo = n.outputs[0]
+                    t = self._buffer(mo, arena, shape, un)
+                    ctx = t._data
+                    if type(ctx) is np.ndarray:
+                        from ..devices.cpu.kernels.shape import bind_cat_matmul
+                        arrs = (out, pa, p, ctx)
+                        key = tuple(_layouts(arrs))
+                        f = tables.get(key)
+                        if f is None:
+                            f = bind_cat_matmul(*arrs)
+                            if len(tables) >= _GENERIC_TABLE:
+                                tables.clear()
+                            tables[key] = f if f is not None else False
+                        if f and f(*arrs):
+                            env[mo] = t
+                            return True
+                        if f is not None:
+                            tables.pop(key, None)     # (the thread count changed: bound anew next call)
+        else:
+            xs = [None if v is n.inputs[1] else env[v]._data for v in n.inputs]
+            q = xs[0]
+            if type(q) is np.ndarray and all(type(x) is np.ndarray for x in xs[2:]):
+                xs[1] = env[n.inputs[1]]._data
+                metas = self._pattern_metas(step, xs)
+                outs = [self._buffer(v, arena, m.shape, un) for v, m in zip(n.outputs, metas)]
+                oarrs = [t._data for t in outs]
+                if all(type(a) is np.ndarray for a in oarrs):
+                    from ..devices.cpu.kernels.shape import bind_cat_dot
+                    key = (tuple(_layouts((out, pa))), tuple(_layouts(oarrs)), tuple(_layouts([q] + xs[2:])))
+                    b = tables.get(key)
+                    if b is None:
+                        sc = np.empty(q.shape[:-1] + (out.shape[-2],), np.float32)
+                        fd = bind_cat_dot(out, pa, q, sc)
+                        b = (fd, step[2].bind_epilogue(oarrs, xs), sc) if fd is not None else False
+                        if len(tables) >= _GENERIC_TABLE:
+                            tables.clear()
+                        tables[key] = b
+                    if b and b[0](out, pa, q, b[2]):
+                        b[1](oarrs, xs, b[2])
+                        for v, t in zip(n.outputs, outs):
+                            env[v] = t
+                        return True
+                    if b:
+                        tables.pop(key, None)     # (the thread count changed: bound anew next call)
+        np.copyto(out[..., :pa.shape[-2], :], pa, casting="unsafe")
+        return False
+
+    def _arena_outs(self, n, un) -> bool:
+        """Whether node ``n``'s outputs are arena buffers at every call (_buffer: one Tensor per value and shape;
+        not returned to the caller, not placed in a cat's output, which an unplanned call moves)."""
+        offs, g = self.plan.offsets, self.graph
+        return all(o in offs and o not in g.outputs and o not in self.plan.placed and _is_cpu(o) for o in n.outputs)
+
     def _call_generic(self, inputs):
         g = self.graph
         env: dict = dict(g.consts)
@@ -935,8 +1071,20 @@ class Executable:
         # buffers of their own (their slices moved) and the cat copies them
         un = self.dynamic and bool(self.plan.placed) and \
             (len(inputs) != len(self._in_shapes) or any(t._data.shape != s for t, s in zip(inputs, self._in_shapes)))
+        # KV-cache appends fused with their attention products (_generic_kv; nee.profile() runs them unfused)
+        kv = self._generic_kv() if self.dynamic and not profiler.timing_enabled() else None
+        pend: dict = {}
+        pm = None
+        if self.dynamic and _GENERIC_BIND[0] and not profiler.timing_enabled():
+            pm = getattr(self._local, "pmemo", None)
+            if pm is None or pm.get("arena") is not arena:
+                pm = self._local.pmemo = {"arena": arena}
         for step in self.steps:
             kind, n = step[0], step[1]
+            if kv:
+                how = kv.get(id(n))
+                if how is not None and self._generic_kv_step(how, step, env, arena, un, pend):
+                    continue
             if kind == "fused":
                 shape = broadcast_shapes(*[env[a]._data.shape for a in n.inputs]) if self.dynamic else None
                 outs = [self._buffer(o, arena, shape, un) for o in n.outputs]
@@ -969,6 +1117,12 @@ class Executable:
                     env[o] = t
             elif kind == "pattern":
                 args = [env[a]._data for a in n.inputs]
+                if pm is not None:
+                    last = pm.get(id(step))
+                    if last is not None and all(map(_is, args, last[0])) and last[3](last[2], args):
+                        for o, t in zip(n.outputs, last[1]):
+                            env[o] = t
+                        continue
                 if self.dynamic:
                     metas = self._pattern_metas(step, args)
                     outs = [self._buffer(o, arena, m.shape, un) for o, m in zip(n.outputs, metas)]
@@ -983,6 +1137,12 @@ class Executable:
                             self._generic_bind(step, key, oarrs, args)
                     for o, t in zip(n.outputs, outs):
                         env[o] = t
+                    if pm is not None and key is not None and self._arena_outs(n, un):
+                        # the same input arrays next call (arena buffers, constants, views of them: the layers'
+                        # weight products of a decode loop) take this call's outputs and bound call at once
+                        f = self._gen_tables(step)[1].get(key)
+                        if f:
+                            pm[id(step)] = (args, outs, oarrs, f)
                     continue
                 if profiler.timing_enabled():
                     t0 = time.perf_counter()

@@ -562,42 +562,25 @@ def bind_cat_dot(out: np.ndarray, past: np.ndarray, q: np.ndarray, s: np.ndarray
 
 
 def _bind_kv(out, past, x, y, kind, shapes):
-    from .. import gemm_driver, llvm_render
+    from .. import gemm_driver
     arrs = (out, past, x, y)
     if shapes is None or not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrs) or \
             out.ndim < 2 or not all(a.ndim == out.ndim for a in arrs) or out.size == 0 or \
             not out.flags.writeable or not y.flags.writeable:
         return None
-    lead = out.shape[:-2]
-    T, D = out.shape[-2:]
-    P = past.shape[-2]
-    if past.shape != lead + (P, D) or x.shape != shapes[0] or y.shape != shapes[1] or \
-            D % 8 or not 0 < P < T or x.strides[-1] != 4 or y.strides[-1] != 4 or \
-            any(np.may_share_memory(a, b) for i, a in enumerate(arrs) for b in arrs[i + 1:]):
+    # the layout analysis, the metas and the driver's descriptor, per layout (a decode loop whose cache grows
+    # binds at new shapes every step, its layers at the same ones: the executor's generic loop)
+    nt, nts = threads.NUM_THREADS, KV_NT[0]
+    key = (kind, nt, nts, out.shape, out.strides, past.shape, past.strides, x.shape, x.strides, y.shape, y.strides)
+    plan = _kv_plans.get(key)
+    if plan is None:
+        plan = _kv_plan(out, past, x, y, kind, shapes, nt, nts)
+        if len(_kv_plans) >= 256:
+            _kv_plans.clear()
+        _kv_plans[key] = plan
+    if plan is False or any(np.may_share_memory(a, b) for i, a in enumerate(arrs) for b in arrs[i + 1:]):
         return None
-    d = out.ndim - 2
-    views = [_rows_view(out, d), _rows_view(past, d), _rows_view(x, d + 1), _rows_view(y, d + 1)]
-    if any(v is None for v in views):
-        return None
-    H = views[0][0]
-    if any(v[0] != H for v in views) or views[0][1] != T * D * 4 or views[1][1] != P * D * 4:
-        return None
-    if not gemm_driver.available():
-        return None
-    nt = threads.NUM_THREADS
-    meta = np.zeros((H, _CATMM_WORDS), np.int64)
-    meta[:, 0] = np.arange(H)
-    meta[:, 1:] = (P, T, D // 8, views[0][2], views[1][2], views[2][2], views[3][2])
-    meta.flags.writeable = False
-    nts = KV_NT[0]
-    addr = _cat_kernels.get((kind, nts))
-    if addr is None:
-        text = _kv_ir(kind, nts)
-        addr = _cat_kernels[(kind, nts)] = llvm_render.compile_ir(
-            "kv" + kind + "_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
-    desc = gemm_driver.call_plan(addr, 5, max(1, min(nt, H)), H, meta.strides[0])
-    if desc is None:
-        return None
+    desc, meta = plan
     call = gemm_driver.epilogue_caller(5)
 
     def f(out, past, x, y):
@@ -606,3 +589,37 @@ def _bind_kv(out, past, x, y, kind, shapes):
         call(desc, out, out, out, out, past, x, y, meta)
         return True
     return f
+
+
+_kv_plans: dict = {}
+
+
+def _kv_plan(out, past, x, y, kind, shapes, nt, nts):
+    """(driver descriptor, metas) of _bind_kv for arrays of these layouts, or False."""
+    from .. import gemm_driver, llvm_render
+    lead = out.shape[:-2]
+    T, D = out.shape[-2:]
+    P = past.shape[-2]
+    if past.shape != lead + (P, D) or x.shape != shapes[0] or y.shape != shapes[1] or \
+            D % 8 or not 0 < P < T or x.strides[-1] != 4 or y.strides[-1] != 4:
+        return False
+    d = out.ndim - 2
+    views = [_rows_view(out, d), _rows_view(past, d), _rows_view(x, d + 1), _rows_view(y, d + 1)]
+    if any(v is None for v in views):
+        return False
+    H = views[0][0]
+    if any(v[0] != H for v in views) or views[0][1] != T * D * 4 or views[1][1] != P * D * 4:
+        return False
+    if not gemm_driver.available():
+        return False
+    meta = np.zeros((H, _CATMM_WORDS), np.int64)
+    meta[:, 0] = np.arange(H)
+    meta[:, 1:] = (P, T, D // 8, views[0][2], views[1][2], views[2][2], views[3][2])
+    meta.flags.writeable = False
+    addr = _cat_kernels.get((kind, nts))
+    if addr is None:
+        text = _kv_ir(kind, nts)
+        addr = _cat_kernels[(kind, nts)] = llvm_render.compile_ir(
+            "kv" + kind + "_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+    desc = gemm_driver.call_plan(addr, 5, max(1, min(nt, H)), H, meta.strides[0])
+    return False if desc is None else (desc, meta)
