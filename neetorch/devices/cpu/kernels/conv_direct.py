@@ -717,6 +717,19 @@ _NATIVE_PAR_FLOPS = 2e6
 # (the machine is shared) leaves its share to the others instead of stalling the call
 _CHUNKS_PER_THREAD = 6
 FORCE = [None]            # tests / benchmarks: "pix" or "chan"
+# a conv split over the threads (from _NATIVE_PAR_FLOPS, more than one thread) runs the "chan" kernel: the "pix"
+# kernel (its 12 or 6 output channels a tile, picked on one thread by lane use) gained little from a second
+# thread in the models.  In-model, ShuffleNet at 2 threads, per-step min of 30 runs, interleaved in one process
+# with the "pix" pick: the 1x1 convs in 4 groups 272 -> 272 on 14x14 104-127 -> 77-83 us, 136 -> 136 on 28x28
+# 121-151 -> 78-88, 112 -> 112 89 -> 60 (one thread: 108-155 us either kernel); whole run min 5.51 -> 4.64 and
+# 5.64 -> 4.90 ms (two runs); the other light models: one conv switched (SqueezeNet's 16 -> 64 1x1, unchanged,
+# 82-87 us).  The gain needs the second core free: on the loaded box some runs show none for either.  Both
+# kernels sum each output in the same order: the bits do not depend on the pick
+# (tests/test_cnn_two_threads_s10.py).  Not below _SPLIT_CHAN_MIN_K (channel, tap) pairs, where "pix" is
+# faster on one thread by more (see _CHAN_STORE_K):
+# 24 -> 112 in 4 groups (K = 6) on 56x56, 2 threads, pix 103 vs chan 118 us; K = 28 (112 -> 112) 89 vs 60.
+_SPLIT_CHAN = True
+_SPLIT_CHAN_MIN_K = 16
 # weights of one chunk of (channel, tap) pairs of the "chan" kernel (bytes): kept in L2 across the tiles
 _CHUNK_BYTES = 192 << 10
 
@@ -904,14 +917,18 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=
                                    or np.may_share_memory(e, res)))):
         raise ValueError(f"conv_direct.conv2d: unsupported operands x {x.shape} {x.dtype}, w {w.shape} {w.dtype}, "
                          f"out {res.shape} {res.dtype}" + ("" if e is None else f", residual {e.shape} {e.dtype}"))
-    key = (x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
+    force = FORCE[0]
+    if (force is None and _SPLIT_CHAN and threads.NUM_THREADS > 1 and C2 * KH * KW >= _SPLIT_CHAN_MIN_K
+            and 2.0 * O * C2 * KH * KW * OH * OW >= _NATIVE_PAR_FLOPS):
+        force = "chan"          # split over the threads: the "chan" kernel (see _SPLIT_CHAN)
+    key = (x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force)
     lay = _layouts.get(key)
     if lay is None:
         if OH != (H + pt + pb - dh * (KH - 1) - 1) // sh + 1 or OW != (W + pl + pr - dw * (KW - 1) - 1) // sw + 1 \
                 or min(OH, OW, sh, sw, dh, dw) < 1 or min(pt, pb, pl, pr) < 0 or C < 1:
             raise ValueError(f"conv_direct.conv2d: output {res.shape} does not match input {x.shape}, kernel "
                              f"{w.shape}, stride {(sh, sw)}, padding {(pt, pb, pl, pr)}, dilation {(dh, dw)}")
-        lay = _Layout(x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, FORCE[0])
+        lay = _Layout(x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force)
         if len(_layouts) > 1024:
             _layouts.clear()
         _layouts[key] = lay
