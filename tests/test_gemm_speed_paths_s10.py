@@ -280,8 +280,8 @@ def test_frozen_jit_linears_take_the_packed_path(nthreads, monkeypatch):
     made = []
     orig = L._pk_caller
 
-    def spy(out, a, b):
-        g = orig(out, a, b)
+    def spy(out, a, b, *rest):
+        g = orig(out, a, b, *rest)
         made.append(g is not None)
         return g
     monkeypatch.setattr(L, "_pk_caller", spy)
@@ -310,3 +310,157 @@ def test_frozen_jit_linears_take_the_packed_path(nthreads, monkeypatch):
         for got, want in zip(jf(nee.tensor(x)), ref(x)):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-3)
     assert sum(made) >= 3, made
+
+
+# ---- the packed product's elementwise epilogue run in each task on its block (linalg.pk_with_epilogue)
+
+def _gelu_ref(u, erf):
+    import math
+    return 0.5 * u * (1 + erf(u / math.sqrt(2)))
+
+
+def _two(y, r, sig):
+    return sig(y), y * 2.0 + r
+
+
+def _epi_cases():
+    import math
+    erf = np.vectorize(math.erf)
+    F = nee.nn.functional
+    return {
+        # Linear + bias + GELU (erf)
+        "bias_gelu": (lambda x, r, c, W, B: F.gelu(F.linear(x, W, B)),
+                      lambda x, r, c, w, b: _gelu_ref(x @ w.T + b, erf)),
+        # residual add (the epilogue's other operand a full (R, N) array)
+        "residual": (lambda x, r, c, W, B: r + F.linear(x, W),
+                     lambda x, r, c, w, b: r + x @ w.T),
+        # bias + relu, then a per-row scale (a broadcast (R, 1) operand: column stride 0)
+        "relu_rowscale": (lambda x, r, c, W, B: F.relu(F.linear(x, W, B)) * c,
+                          lambda x, r, c, w, b: np.maximum(x @ w.T + b, 0) * c),
+        # a transposed residual (column stride != 1: the kernel's general variant) and tanh
+        "tanh_transposed": (lambda x, r, c, W, B: nee.tanh(x @ W.t() + r.t()),
+                            lambda x, r, c, w, b: np.tanh(x @ w.T + r)),
+        # two outputs from one epilogue
+        "two_outputs": (lambda x, r, c, W, B: _two(F.linear(x, W, B), r, nee.sigmoid),
+                        lambda x, r, c, w, b: _two(x @ w.T + b, r, lambda y: 1 / (1 + np.exp(-y)))),
+    }
+
+
+@needs_pk
+@pytest.mark.parametrize("kind", sorted(_epi_cases()))
+@pytest.mark.parametrize("R,K,N", [
+    (37, 1100, 96),      # rows not a multiple of the tile, K in 3 blocks, 3 panels cut 1 + 2 on 2 threads
+    (520, 128, 64),      # row chunks of 256 (3 chunks, each cut in 2 column halves on 2 threads)
+])
+def test_packed_epilogue_in_task(kind, R, K, N, nthreads, monkeypatch):
+    # on 2 threads the epilogue runs in each task (pk_with_epilogue taken), bit-exact vs the packed product
+    # followed by the epilogue's own launch (NEE_PACKED_EPILOGUE_IN_TASK=0), right vs numpy float64
+    from neetorch.devices.cpu.kernels import fused
+    made = []
+    orig = L.pk_with_epilogue
+
+    def spy(*args):
+        h = orig(*args)
+        made.append(h is not None)
+        return h
+    monkeypatch.setattr(L, "pk_with_epilogue", spy)
+    fn, ref = _epi_cases()[kind]
+    rng = np.random.default_rng(R + K + N)
+    w = rng.standard_normal((N, K)).astype(np.float32) * 0.05
+    b = rng.standard_normal(N).astype(np.float32)
+    c = rng.standard_normal((R, 1)).astype(np.float32)
+    W, B = nee.tensor(w), nee.tensor(b)
+    results = {}
+    for flag in (True, False):
+        monkeypatch.setattr(fused, "PACKED_IN_TASK", [flag])
+        jf = nee.jit(lambda x, r, c: fn(x, r, c, W, B), freeze=True)
+        got = []
+        for i in range(3):
+            x = np.random.default_rng(i).standard_normal((R, K)).astype(np.float32)
+            r = np.random.default_rng(10 + i).standard_normal((R, N)).astype(np.float32)
+            rt = r if kind != "tanh_transposed" else np.ascontiguousarray(r.T)     # passed (N, R), used .t()
+            outs = jf(nee.tensor(x), nee.tensor(rt), nee.tensor(c))
+            outs = [o.numpy() for o in (outs if isinstance(outs, tuple) else (outs,))]
+            want = ref(x.astype(np.float64), r, c, w.astype(np.float64), b)
+            for o, e in zip(outs, want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_allclose(o, e, rtol=1e-4, atol=1e-4)
+            got.append(outs)
+        results[flag] = got
+    for g1, g0 in zip(results[True], results[False]):
+        for o1, o0 in zip(g1, g0):
+            np.testing.assert_array_equal(o1, o0)
+    assert any(made) == (nthreads > 1), made
+
+
+@needs_pk
+@pytest.mark.parametrize("kind", ["residual_layer_norm", "bias_softmax", "layer_norm_no_affine"])
+@pytest.mark.parametrize("R,K,N", [
+    (37, 1100, 96),      # 2 row blocks of 24 + 13 rows (multiples of the tile), K in 3 blocks
+    (520, 128, 64),      # 3 row chunks of 256
+])
+def test_packed_row_epilogue_in_task(kind, R, K, N, nthreads, monkeypatch):
+    # a row kernel after the packed product (Linear + residual + layer_norm, Linear + bias + softmax): on 2
+    # threads the tasks are blocks of whole rows and each normalizes its rows (pk_with_row_epilogue),
+    # bit-exact vs the product then the row kernel's own launch, right vs numpy float64
+    from neetorch.devices.cpu.kernels import fused
+    made = []
+    orig = L.pk_with_row_epilogue
+
+    def spy(*args):
+        h = orig(*args)
+        made.append(h is not None)
+        return h
+    monkeypatch.setattr(L, "pk_with_row_epilogue", spy)
+    F = nee.nn.functional
+    rng = np.random.default_rng(R + K + N)
+    w = rng.standard_normal((N, K)).astype(np.float32) * 0.05
+    b = rng.standard_normal(N).astype(np.float32)
+    g = rng.standard_normal(N).astype(np.float32)
+    be = rng.standard_normal(N).astype(np.float32)
+    W, B, G, BE = (nee.tensor(v) for v in (w, b, g, be))
+
+    def ln(y, affine=True):
+        m = y.mean(-1, keepdims=True)
+        z = (y - m) / np.sqrt(((y - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+        return z * g + be if affine else z
+    if kind == "residual_layer_norm":
+        def fn(x, r):
+            y = r + F.linear(x, W, B)
+            return y, F.layer_norm(y, (N,), G, BE)
+
+        def ref(x, r):
+            y = r + x @ w.T + b
+            return y, ln(y)
+    elif kind == "bias_softmax":
+        def fn(x, r):
+            return F.softmax(F.linear(x, W, B) * 2.0, dim=-1)
+
+        def ref(x, r):
+            y = (x @ w.T + b) * 2.0
+            e = np.exp(y - y.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+    else:
+        def fn(x, r):
+            return F.layer_norm(F.linear(x, W) - r, (N,))
+
+        def ref(x, r):
+            return ln(x @ w.T - r, False)
+    results = {}
+    for flag in (True, False):
+        monkeypatch.setattr(fused, "PACKED_IN_TASK", [flag])
+        jf = nee.jit(fn, freeze=True)
+        got = []
+        for i in range(3):
+            x = np.random.default_rng(i).standard_normal((R, K)).astype(np.float32)
+            r = np.random.default_rng(10 + i).standard_normal((R, N)).astype(np.float32)
+            outs = jf(nee.tensor(x), nee.tensor(r))
+            outs = [o.numpy() for o in (outs if isinstance(outs, (tuple, list)) else (outs,))]
+            want = ref(x.astype(np.float64), r.astype(np.float64))
+            for o, e in zip(outs, want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)
+            got.append(outs)
+        results[flag] = got
+    for g1, g0 in zip(results[True], results[False]):
+        for o1, o0 in zip(g1, g0):
+            np.testing.assert_array_equal(o1, o0)
+    assert any(made) == (nthreads > 1), made

@@ -40,7 +40,15 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
 * A product whose weight is frozen and that ``linalg._pk_caller`` takes (float32, 16+ rows, columns a
   multiple of 32) runs its packed-panel kernel instead (faster than BLAS there: see linalg.py), the
   epilogue after it as its own bound launch (``_packed_bind``, ``_late_bound``; bound steps only: a step's
-  first, unbound run keeps the path above).
+  first, unbound run keeps the path above).  Where that product is cut into tasks (2+ threads) an
+  elementwise epilogue runs in each task instead, on the task's rows and columns right after it computed
+  them, in one driver call (``_InBlockEpilogue.bind_packed``, linalg.pk_with_epilogue); a row prologue
+  (softmax / norms) likewise, the tasks then being blocks of whole rows (``_InBlockRows.bind_packed``,
+  linalg.pk_with_row_epilogue); NEE_PACKED_EPILOGUE_IN_TASK=0 turns both off.  Bit-exact with the
+  separate launch.  Measured (2 threads,
+  wall, in-process interleaved, min of 15-30 rounds, loaded box: ratios only) on a frozen
+  x + Linear(GELU(Linear(x) + b)) block: 600x256 / 1024 hidden 0.97x the time, 256x384 / 1536 0.94x,
+  128x256 / 1024 1.01x.
 """
 from __future__ import annotations
 
@@ -607,6 +615,16 @@ def compile_matmul_epilogue(backend, op):
             return None
         nt = threads.NUM_THREADS
         packed = _packed_bind(outs, ins) if b.ndim == 2 else None
+        if packed is not None and native is not None and PACKED_IN_TASK[0] and \
+                getattr(packed, "pk", None) is not None:
+            if type(native) is _InBlockEpilogue:
+                f = native.bind_packed(outs, ins, packed)
+            else:       # a row kernel: the tasks hold whole rows
+                f = native.bind_packed(outs, ins, _packed_bind(outs, ins, rows_only=True))
+            if f is not None:
+                def fn(outs, ins):
+                    return threads.NUM_THREADS == nt and f(outs, ins)
+                return fn
         if native is not None and packed is None:
             f = native.bind(outs, ins)
             if f is not None:
@@ -665,7 +683,7 @@ def compile_matmul_epilogue(backend, op):
     return run, sources
 
 
-def _packed_bind(outs, ins):
+def _packed_bind(outs, ins, rows_only=False):
     """The packed-weight product's caller (linalg._pk_caller) for a matmul epilogue's product at these
     layouts, or None: then the in-block epilogue (or the scratch path) runs as before."""
     from . import linalg as L
@@ -673,7 +691,7 @@ def _packed_bind(outs, ins):
     if not L.PK_ON[0] or b.ndim != 2 or a.ndim < 2:
         return None
     probe = np.empty(a.shape[:-1] + (b.shape[-1],), a.dtype) if a.dtype == b.dtype else None
-    return None if probe is None else L._pk_caller(probe, a, b)
+    return None if probe is None else L._pk_caller(probe, a, b, rows_only)
 
 
 def _late_bound(run_epi, epi_bind):
@@ -842,6 +860,9 @@ IN_BLOCK_EPILOGUE = [os.environ.get("NEE_EPILOGUE_IN_BLOCK", "1") not in ("0", "
 # NEE_CONV_EPILOGUE=0: conv2d's bias / residual / relu epilogue chains run after the conv (a scratch and a
 # pass), not inside its kernel (kernels/conv_epilogue.py; read when a graph is compiled)
 CONV_EPILOGUE = [os.environ.get("NEE_CONV_EPILOGUE", "1") not in ("0", "")]
+# NEE_PACKED_EPILOGUE_IN_TASK=0: a packed-weight product cut into tasks (2+ threads) runs its elementwise
+# epilogue after the product as its own launch, not in each task on the task's block (bound steps)
+PACKED_IN_TASK = [os.environ.get("NEE_PACKED_EPILOGUE_IN_TASK", "1") not in ("0", "")]
 
 
 class _InBlockEpilogue:
@@ -963,8 +984,56 @@ class _InBlockEpilogue:
             self.plans[key] = res if res is not None else False
         return self.plans[key]
 
+    def _addr(self, sn, nout):
+        """Address of the kernel's variant for operands of these column strides (``sn``, elements)."""
+        from .. import llvm_render
+        if all(s == 1 for s in sn[:nout]) and all(s in (0, 1) for s in sn[nout:]):
+            variant = tuple(i for i, s in enumerate(sn[nout:]) if s == 0)
+        else:
+            variant = None
+        kern = self.kern
+
+        def render():
+            text = kern._ir.get(variant)
+            return text if text is not None else llvm_render.render_ir(kern.name, *kern.pieces, variant=variant)
+        return llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, variant), render)
+
+    def bind_packed(self, outs, ins, packed):
+        """``f(outs, ins)``: the packed-weight product (``packed``: linalg._pk_caller's caller, cut into tasks
+        on 2+ threads) with this epilogue run by each task on its rows and columns right after computing them
+        (linalg.pk_with_epilogue), or None (then the product and the epilogue's own launch run in turn).
+        ``f`` returns False (nothing done) for another weight than the packed one."""
+        from . import linalg as L
+        a, b = ins[0], ins[1]
+        if b.ndim != 2 or a.ndim < 2 or getattr(packed, "pk", None) is None:
+            return None
+        mshape = a.shape[:-1] + (b.shape[-1],)
+        if any(o.shape != mshape for o in outs):
+            return None
+        N = b.shape[-1]
+        R = outs[0].size // N
+        buf = self.scratch(mshape)
+        nout = len(outs)
+        k = self.apos - nout
+        eins = ins[2:]
+        ops = list(outs) + list(eins[:k]) + [buf] + list(eins[k:])
+        rows = []
+        for x, dt in zip(ops, self.dts):
+            st = self._view3(x, mshape, 1, R, N) if x.dtype.name == dt else None
+            if st is None:
+                return None
+            rows.append(st[1:] + [0])
+        h = L.pk_with_epilogue(packed, self._addr([r[1] for r in rows], nout), np.array(rows, np.int64), self.apos)
+        if h is None:
+            return None
+        kk = 2 + k
+
+        def f(outs, ins):
+            return h(ins[0], ins[1], [*outs, *ins[2:kk], buf, *ins[kk:]])
+        return f
+
     def _make(self, outs, a, b, eins):
-        from .. import gemm_driver, llvm_render
+        from .. import gemm_driver
         pp = self._product_plan(outs, a, b)
         if pp is None:
             return None
@@ -978,18 +1047,7 @@ class _InBlockEpilogue:
             if st is None:
                 return None
             rows.append(st + [0])
-        nout = len(outs)
-        sn = [r[2] for r in rows]
-        if all(s == 1 for s in sn[:nout]) and all(s in (0, 1) for s in sn[nout:]):
-            variant = tuple(i for i, s in enumerate(sn[nout:]) if s == 0)
-        else:
-            variant = None
-        kern = self.kern
-
-        def render():
-            text = kern._ir.get(variant)
-            return text if text is not None else llvm_render.render_ir(kern.name, *kern.pieces, variant=variant)
-        addr = llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, variant), render)
+        addr = self._addr([r[2] for r in rows], len(outs))
         table = np.array(rows, np.int64)
         return (gemm_driver.with_epilogue(desc, addr, table), table, gemm_driver.epilogue_caller(len(ops)),
                 mshape)
@@ -1092,6 +1150,55 @@ class _InBlockRows(_InBlockEpilogue):
             return None
         if sp["mode"] >= 2 and sp["n"] != N:
             return None
+        res = self._prog(outs, eins, buf, mshape, nb, M, N)
+        if res is None:
+            return None
+        prog, lays, keep = res
+        meta = llvm_render.row_meta(0, 0, M, N, sp["eps"], lays)
+        keep.append(meta)
+        d = gemm_driver.with_row_epilogue(desc, self.addr, meta, len(prog))
+        return d, (prog, keep), gemm_driver.epilogue_caller(len(prog)), mshape
+
+    def bind_packed(self, outs, ins, packed):
+        """``f(outs, ins)``: the packed-weight product (``packed``: linalg._pk_caller's caller with
+        ``rows_only``, cut into blocks of whole rows on 2+ threads) with this row kernel run by each task on
+        its rows right after computing them (linalg.pk_with_row_epilogue), or None.  ``f`` returns False
+        for another weight than the packed one."""
+        from .. import gemm_driver, llvm_render
+        from . import linalg as L
+        sp = self.spec
+        a, b = ins[0], ins[1]
+        if packed is None or b.ndim != 2 or a.ndim < 2 or getattr(packed, "pk", None) is None:
+            return None
+        mshape = a.shape[:-1] + (b.shape[-1],)
+        N = b.shape[-1]
+        R = outs[0].size // N
+        if any(o.shape != mshape for o in outs) or N * 8 > gemm_driver.MAX_ROW_BYTES or \
+                (sp["mode"] >= 2 and sp["n"] != N):
+            return None
+        buf = self.scratch(mshape)
+        res = self._prog(outs, ins[2:], buf, mshape, 1, R, N)
+        if res is None:
+            return None
+        prog, lays, keep = res
+        k = self.apos - len(outs)
+        if (1, k) not in prog:
+            return None
+        meta = llvm_render.row_meta(0, 0, R, N, sp["eps"], lays)
+        h = L.pk_with_row_epilogue(packed, self.addr, meta, len(prog), prog.index((1, k)))
+        if h is None:
+            return None
+        kk = 2 + k
+
+        def f(outs, ins):
+            full = [*ins[2:kk], buf, *ins[kk:]]
+            return h(ins[0], ins[1], [outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
+        f.keep = keep
+        return f
+
+    def _prog(self, outs, eins, buf, mshape, nb, M, N):
+        """(prog, lays, keep) of the row kernel's operands over the (nb, M, N) product, or None."""
+        sp = self.spec
         k = self.apos - len(outs)
         full = list(eins[:k]) + [buf] + list(eins[k:])
         npdt = self.npdt
@@ -1130,10 +1237,7 @@ class _InBlockRows(_InBlockEpilogue):
                 if x.dtype != npdt or x.size != N or not x.flags.c_contiguous:
                     return None
                 prog.append((1, pos))
-        meta = llvm_render.row_meta(0, 0, M, N, sp["eps"], lays)
-        keep.append(meta)
-        d = gemm_driver.with_row_epilogue(desc, self.addr, meta, len(prog))
-        return d, (prog, keep), gemm_driver.epilogue_caller(len(prog)), mshape
+        return prog, lays, keep
 
 
 def _blocked(mshape, a, b, outs, eins, run_epi, scratch) -> bool:

@@ -977,7 +977,9 @@ def _gemm2d(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 # it, winograd.weights) into panels of PK_NR = 32 columns, panel[p, k, :] = b[k, 32p:32p+32], and an LLVM
 # kernel (_pk_ir) computes 12 x 32 tiles of ``out``, each over all of K in 24 16-wide accumulators (a row's
 # value broadcast, the panel's row loaded as two vectors: 24 FMAs per 14 loads), streaming the panel, which
-# OpenBLAS repacks at every call.  On 2+ threads the panels are shared out as gemm_driver call-job tasks.
+# OpenBLAS repacks at every call.  On 2+ threads the panels are shared out as gemm_driver call-job tasks
+# (with a matmul epilogue, pk_with_epilogue: each task runs it on its block right after computing it; a row
+# epilogue, softmax / norms, pk_with_row_epilogue: the tasks are then blocks of whole rows, rows_only).
 # Measured on this box's Zen 4 (one thread, thread CPU time, same process alternating, min of 5 rounds)
 # against OpenBLAS's Haswell kernels (gemm_driver.choose_blas_core): 64x784x1024 0.84x the time, 128x384x384
 # 0.93, 128x384x1536 0.88, 128x1536x384 0.85, 128x256x256 0.85, 128x256x1024 0.82; 64x1024x1024 1.06 and
@@ -1172,12 +1174,13 @@ def _pk_release(n: int) -> None:
     _pk_live[0] -= n
 
 
-def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False):
     """``g(out, a, b)`` computing ``out = a @ b`` with the packed kernel for arrays of these layouts and
     this thread count, ``b`` this frozen weight (another ``b`` of the same layout goes to matmul_into); None
     when the product is not one it takes (see above).  For callers whose ``out`` overlaps neither input (a
-    compiled graph's steps)."""
-    g0 = _pk_caller0(out, a, b)
+    compiled graph's steps).  ``rows_only``: on 2+ threads the tasks are blocks of whole rows (a row
+    epilogue follows, :func:`pk_with_row_epilogue`), never column parts."""
+    g0 = _pk_caller0(out, a, b, rows_only)
     if g0 is None:
         return None
     wb = b
@@ -1189,10 +1192,161 @@ def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
         else:
             matmul_into(out, a, b)
     g.tasks = g0.tasks
+    g.pk = getattr(g0, "pk", None)
+    g.wb = wb
     return g
 
 
-def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+def _pk_epi_ir(nops: int, apos: int) -> str:
+    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task of a packed product with an elementwise epilogue:
+    the packed kernel (address D[8]) on A, P and C = op{apos} (the product's scratch) with D's first 8 words,
+    then the epilogue's kernel (address D[9]; llvm_render's ``kernel(op0, ..., meta)``) with the meta at D[10:]
+    (the task's rows and columns of every operand), while the task's block is in its cache."""
+    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
+    sig = ", ".join(["i8*"] * nops + ["i64*"])
+    return f"""
+define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
+entry:
+  %D = bitcast i8* %Dr to i64*
+  %pkp = getelementptr i64, i64* %D, i64 8
+  %pka = load i64, i64* %pkp
+  %pk = inttoptr i64 %pka to void (i8*, i8*, i8*, i8*)*
+  call void %pk(i8* %A, i8* %P, i8* %o{apos}, i8* %Dr)
+  %efp = getelementptr i64, i64* %D, i64 9
+  %efa = load i64, i64* %efp
+  %ef = inttoptr i64 %efa to void ({sig})*
+  %mp = getelementptr i64, i64* %D, i64 10
+  call void %ef({ops}, i64* %mp)
+  ret void
+}}
+"""
+
+
+def pk_with_epilogue(g, epi_addr: int, table: np.ndarray, apos: int):
+    """``h(a, ops)``: the packed product of ``g`` (a :func:`_pk_caller` cut into 2+ tasks on 2+ threads;
+    its ``out`` is ``ops[apos]``) with an elementwise epilogue run by each task on its block right after
+    computing it (as gemm_driver.with_epilogue does for BLAS blocks), in one driver call.  ``table`` (int64,
+    nops x 3: row stride, column stride, offset, in each operand's elements over the (R, N) product) places
+    each operand.  ``h`` returns False (nothing done) for another weight
+    than ``g``'s (the caller runs its unfused path).  None where ``g`` has no tasks or too many operands."""
+    pk = getattr(g, "pk", None)
+    nops = int(table.shape[0])
+    if pk is None or not 1 <= nops <= 9:
+        return None
+    import hashlib
+
+    from .. import llvm_render
+    desc = pk[1]
+    ntasks = desc.shape[0]
+    text = _pk_epi_ir(nops, apos)
+    addr = llvm_render.compile_ir("gemm_packed_epi_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+    width = 8 + 2 + 4 + 5 * nops
+    width += -width % 8          # rows 64 bytes apart
+    ext = np.zeros((ntasks, width), np.int64)
+    ext[:, :8] = desc
+    ext[:, 8] = _pk_fn[1]
+    ext[:, 9] = int(epi_addr)
+    for t in range(ntasks):
+        r1, j1, _, _, _, j0, _, r0 = (int(v) for v in desc[t])
+        ext[t, 10:14] = (1, 1, r1 - r0, j1 - j0)
+        for k in range(nops):
+            sm, sn, off = (int(v) for v in table[k, :3])
+            ext[t, 14 + 5 * k:19 + 5 * k] = (0, 0, sm, sn, off + r0 * sm + j0 * sn)
+    ext.flags.writeable = False
+    return _pk_epi_call(g, addr, ext, nops)
+
+
+def _pk_row_epi_ir(nops: int, cpos: int, mlen: int) -> str:
+    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task (whole rows) of a packed product, C = op{cpos},
+    then a row kernel (address D[9]; llvm_render.render_rows_ir's ``kernel(ops..., tmp, meta)``) on the
+    task's rows, its meta (``mlen`` words, r0 / r1 the task's rows) at D[10:], tmp a row scratch on the
+    stack (gemm_driver.MAX_ROW_BYTES, as the driver's row epilogues)."""
+    from .. import gemm_driver
+    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
+    sig = ", ".join(["i8*"] * (nops + 1) + ["i64*"])
+    nrow = gemm_driver.MAX_ROW_BYTES // 8
+    return f"""
+define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
+entry:
+  %tmpa = alloca [{nrow} x double], align 64
+  %tmp = bitcast [{nrow} x double]* %tmpa to i8*
+  %D = bitcast i8* %Dr to i64*
+  %pkp = getelementptr i64, i64* %D, i64 8
+  %pka = load i64, i64* %pkp
+  %pk = inttoptr i64 %pka to void (i8*, i8*, i8*, i8*)*
+  call void %pk(i8* %A, i8* %P, i8* %o{cpos}, i8* %Dr)
+  %efp = getelementptr i64, i64* %D, i64 9
+  %efa = load i64, i64* %efp
+  %ef = inttoptr i64 %efa to void ({sig})*
+  %mp = getelementptr i64, i64* %D, i64 10
+  call void %ef({ops}, i8* %tmp, i64* %mp)
+  ret void
+}}
+; meta words: {mlen}
+"""
+
+
+def pk_with_row_epilogue(g, row_addr: int, meta: np.ndarray, nops: int, cpos: int):
+    """``h(a, b, ops)``: the packed product of ``g`` (a :func:`_pk_caller` with ``rows_only``, cut into 2+
+    blocks of whole rows on 2+ threads; its ``out`` is ``ops[cpos]``) with a row kernel (softmax / norms,
+    gemm_driver.with_row_epilogue's convention; ``meta`` its launch meta over all rows) run by each task on
+    its rows right after computing them.  ``h`` returns False for another weight than ``g``'s; None where
+    ``g`` has no tasks, cuts columns, or takes too many operands."""
+    pk = getattr(g, "pk", None)
+    if pk is None or not 1 <= nops <= 9:
+        return None
+    desc = pk[1]
+    N = int(desc[0, 1])
+    if any(int(desc[t, 5]) != 0 or int(desc[t, 1]) != N for t in range(desc.shape[0])):
+        return None     # column parts: rows not whole
+    import hashlib
+
+    from .. import gemm_driver, llvm_render
+    if N * 8 > gemm_driver.MAX_ROW_BYTES:
+        return None
+    ntasks = desc.shape[0]
+    mlen = int(meta.size)
+    text = _pk_row_epi_ir(nops, cpos, mlen)
+    addr = llvm_render.compile_ir("gemm_packed_rows_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+    width = 10 + mlen
+    width += -width % 8
+    ext = np.zeros((ntasks, width), np.int64)
+    ext[:, :8] = desc
+    ext[:, 8] = _pk_fn[1]
+    ext[:, 9] = int(row_addr)
+    ext[:, 10:10 + mlen] = meta
+    ext[:, 10] = desc[:, 7]      # r0: the task's first row
+    ext[:, 11] = desc[:, 0]      # r1: its end row
+    ext.flags.writeable = False
+    return _pk_epi_call(g, addr, ext, nops)
+
+
+def _pk_epi_call(g, addr, ext, nops):
+    from .. import gemm_driver
+    panels, _, pad, padk, R, K, nt = g.pk
+    ntasks = ext.shape[0]
+    d = gemm_driver.call_plan(addr, 3 + nops, min(nt, ntasks), ntasks, ext.strides[0])
+    if d is None:
+        return None
+    call = gemm_driver.epilogue_caller(3 + nops)
+    dummy = np.zeros(1, np.int64)
+    wb = g.wb
+    wkey = (wb.__array_interface__["data"][0], wb.shape, wb.strides)
+
+    def h(a, b, ops):
+        if b is not wb and (b.__array_interface__["data"][0], b.shape, b.strides) != wkey:
+            return False
+        if pad is not None:
+            np.copyto(padk, a.reshape(R, K))
+            a = pad
+        call(d, dummy, dummy, dummy, a, panels, *ops, ext)
+        return True
+    h.keep = ext
+    h.tasks = ntasks
+    return h
+
+
+def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False):
     if not PK_ON[0] or out.dtype != _F32 or a.dtype != _F32 or b.dtype != _F32 or b.ndim != 2 or a.ndim < 2 \
             or out.ndim != a.ndim or not _pk_host_ok():
         return None
@@ -1234,6 +1388,11 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     # on 2+ threads the columns are cut too while there are few row chunks (tasks of even sizes, claimed by
     # whoever is free: 3 chunks on 2 threads would leave one thread a chunk behind)
     ncols = min(nt * PK_TASKS, npan) if nt > 1 and R * K * N >= DRV_MNK and len(rows) < 4 * nt else 1
+    if rows_only and ncols > 1:
+        # blocks of whole rows instead, multiples of the 12-row tile (each task streams all of the panels)
+        step = -(-R // (ncols * PK_MR)) * PK_MR if len(rows) == 1 else PK_MC
+        rows = [(i, min(i + step, R)) for i in range(0, R, step)]
+        ncols = 1
     parts = [(r0, r1, t * npan // ncols * PK_NR, (t + 1) * npan // ncols * PK_NR)
              for r0, r1 in rows for t in range(ncols)]
     ntasks = len(parts)
@@ -1256,6 +1415,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray):
                 def g(out, a, b):
                     call(d, dummy, dummy, dummy, a, panels, out, desc)
             g.tasks = ntasks
+            g.pk = (panels, desc, pad, padk if pad is not None else None, R, K, min(nt, ntasks))
             return g
     # one thread: the row chunks in turn, every column in each
     ds = [np.array((r1, N, K, lda, o2.strides[0] // isz, 0, kc, r0), np.int64) for r0, r1 in rows]
