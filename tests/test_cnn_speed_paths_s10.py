@@ -204,7 +204,7 @@ def test_grouped_1x1_one_batched_matmul(nthreads, fresh, monkeypatch):
 def test_packed_weights_memo(fresh, monkeypatch):
     # frozen weights (ONNX initializers, JIT constants) are looked up by the array object passed (no keying in
     # winograd.weights); weights not frozen keep the bitwise check: changed in place, the result follows
-    from neetorch.devices.cpu.kernels import winograd
+    winograd = D.winograd       # (the module conv_direct calls, even if another test re-imported the package)
     x = RNG.standard_normal((1, 8, 9, 9)).astype(np.float32)
     wf = (RNG.standard_normal((20, 8, 3, 3)) / 8).astype(np.float32)
     assert winograd.freeze(wf)
