@@ -1,7 +1,6 @@
 """Complex dtypes, ``nee.fft`` and ``nee.stft`` / ``nee.istft``, checked against torch."""
 # ruff: noqa: B023  (the lambdas built in loops are called by check() before the loop moves on)
 import itertools
-import warnings
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ import neetorch as nee
 from neetorch.tensor import dtypes as _dt
 
 torch = pytest.importorskip("torch")
+from torch_check import make_check  # noqa: E402
 
 RNG = np.random.default_rng(7)
 C64 = (RNG.standard_normal((3, 5)) + 1j * RNG.standard_normal((3, 5))).astype(np.complex64)
@@ -17,52 +17,8 @@ C128 = C64.astype(np.complex128) + 1e-9j
 TOL = {"complex64": 2e-5, "float32": 2e-5, "complex128": 1e-11, "float64": 1e-11}
 
 
-def _conv(L, a):
-    if isinstance(a, np.ndarray):
-        return torch.from_numpy(a.copy()) if L is torch else nee.tensor(a.copy())
-    return a
-
-
-def _run(L, f, args):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return True, f(L, *[_conv(L, a) for a in args])
-    except Exception as e:  # noqa: BLE001 - comparing raising behaviour is the point
-        return False, e
-
-
-def _compare(t, n, tol, path="out"):
-    if isinstance(t, (tuple, list)):
-        assert isinstance(n, (tuple, list)) and len(t) == len(n), path
-        for i, (a, b) in enumerate(zip(t, n)):
-            _compare(a, b, tol, f"{path}[{i}]")
-        return
-    if not isinstance(t, torch.Tensor):
-        assert t == n, f"{path}: torch={t!r} neetorch={n!r}"
-        return
-    assert isinstance(n, nee.Tensor), f"{path}: expected a Tensor, got {type(n).__name__}"
-    assert str(t.dtype).split(".")[-1] == n.dtype.name, f"{path}: dtype torch={t.dtype} neetorch={n.dtype}"
-    assert tuple(t.shape) == tuple(n.shape), f"{path}: shape torch={tuple(t.shape)} neetorch={tuple(n.shape)}"
-    a, b = t.resolve_conj().numpy(), np.array(n.numpy())
-    if a.dtype.kind in "fc":
-        r = tol if tol is not None else TOL.get(n.dtype.name, 2e-3)
-        np.testing.assert_allclose(b, a, rtol=r, atol=r, equal_nan=True, err_msg=path)
-    else:
-        np.testing.assert_array_equal(b, a, err_msg=path)
-
-
-def check(f, *args, tol=None):
-    """torch and neetorch on the same inputs: both raise, or the same dtype/shape/values."""
-    ok_t, t = _run(torch, f, args)
-    ok_n, n = _run(nee, f, args)
-    if not ok_t:
-        assert not ok_n, f"torch raises {type(t).__name__}: {t}; neetorch returned {n!r}"
-        return n
-    if not ok_n:
-        raise AssertionError(f"torch returns, neetorch raises {type(n).__name__}: {n}") from n
-    _compare(t, n, tol)
-    return n
+# the shared harness (tests/torch_check.py), complex results within the tolerance
+check = make_check(torch, {**TOL, "other": 2e-3}, complex_tol=True)
 
 
 def tdt(L, name):

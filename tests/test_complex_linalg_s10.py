@@ -7,7 +7,6 @@ to a phase per column (singular vectors, eigenvectors) the invariants torch docu
 """
 # ruff: noqa: B023  (the lambdas built in loops are called by check() before the loop moves on)
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import pytest
 import neetorch as nee
 
 torch = pytest.importorskip("torch")
+from torch_check import make_check  # noqa: E402
 
 RNG = np.random.default_rng(10)
 CDT = ("complex64", "complex128")
@@ -31,59 +31,10 @@ def _noncontig(a):
     return np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)
 
 
-def _conv(L, a):
-    if isinstance(a, np.ndarray):
-        if L is torch:
-            return torch.from_numpy(a.copy())
-        t = nee.tensor(np.ascontiguousarray(a))
-        if not a.flags.c_contiguous:           # keep the layout: a transposed view
-            t = nee.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2))).transpose(-2, -1)
-        return t
-    return a
-
-
-def _run(L, f, args):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return True, f(L, *[_conv(L, a) for a in args])
-    except Exception as e:  # noqa: BLE001 - comparing raising behaviour is the point
-        return False, e
-
-
-def _compare(t, n, tol, path="out"):
-    if isinstance(t, (tuple, list)):
-        assert isinstance(n, (tuple, list)) and len(t) == len(n), path
-        for i, (a, b) in enumerate(zip(t, n)):
-            _compare(a, b, tol, f"{path}[{i}]")
-        return
-    if not isinstance(t, torch.Tensor):
-        assert t == n, f"{path}: torch={t!r} neetorch={n!r}"
-        return
-    assert isinstance(n, nee.Tensor), f"{path}: expected a Tensor, got {type(n).__name__}"
-    assert str(t.dtype).split(".")[-1] == n.dtype.name, f"{path}: dtype torch={t.dtype} neetorch={n.dtype}"
-    assert tuple(t.shape) == tuple(n.shape), f"{path}: shape torch={tuple(t.shape)} neetorch={tuple(n.shape)}"
-    a, b = t.resolve_conj().numpy(), np.array(n.numpy())
-    if a.dtype.kind in "fc":
-        r = tol if tol is not None else TOL.get(n.dtype.name, 2e-3)
-        scale = max(1.0, float(np.nanmax(np.abs(a[np.isfinite(a)]))) if np.isfinite(a).any() else 1.0)
-        np.testing.assert_allclose(b, a, rtol=r, atol=r * scale, equal_nan=True, err_msg=path)
-    else:
-        np.testing.assert_array_equal(b, a, err_msg=path)
-
-
-def check(f, *args, tol=None):
-    """torch and neetorch on the same inputs: both raise (the same exception type), or the same
-    dtype/shape/values; returns neetorch's result."""
-    ok_t, t = _run(torch, f, args)
-    ok_n, n = _run(nee, f, args)
-    if not ok_t:
-        assert not ok_n, f"torch raises {type(t).__name__}: {t}; neetorch returned {n!r}"
-        assert isinstance(n, type(t)) or isinstance(n, RuntimeError) and isinstance(t, RuntimeError), (t, n)
-        return None
-    assert ok_n, f"neetorch raises {type(n).__name__}: {n} (torch returns)"
-    _compare(t, n, tol)
-    return n
+# the shared harness (tests/torch_check.py): transposed inputs kept transposed, neetorch's exception an instance
+# of torch's (or both RuntimeErrors), complex results within the tolerance, atol scaled by torch's magnitudes
+check = make_check(torch, {**TOL, "other": 2e-3}, keep_layout=True, same_error="subclass", complex_tol=True,
+                   scale_atol=True)
 
 
 def _np(x):

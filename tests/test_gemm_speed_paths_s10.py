@@ -346,6 +346,43 @@ def _epi_cases():
     }
 
 
+def _spy_made(monkeypatch, name):
+    """[whether each call of linalg's ``name`` (pk_with_epilogue / pk_with_row_epilogue) made a fused caller]."""
+    made = []
+    orig = getattr(L, name)
+
+    def spy(*args):
+        h = orig(*args)
+        made.append(h is not None)
+        return h
+    monkeypatch.setattr(L, name, spy)
+    return made
+
+
+def _in_task_vs_launch(monkeypatch, R, K, N, jit_fn, call, tol):
+    """The frozen ``jit_fn()`` on 3 inputs (x (R, K), r (R, N)) with the epilogue in the packed product's tasks and
+    with it launched after the product (fused.PACKED_IN_TASK off): ``call(jf, x, r)`` -> (outputs, numpy float64
+    reference); each within ``tol`` of the reference, the two ways bit-exact."""
+    from neetorch.devices.cpu.kernels import fused
+    results = {}
+    for flag in (True, False):
+        monkeypatch.setattr(fused, "PACKED_IN_TASK", [flag])
+        jf = nee.jit(jit_fn, freeze=True)
+        got = []
+        for i in range(3):
+            x = np.random.default_rng(i).standard_normal((R, K)).astype(np.float32)
+            r = np.random.default_rng(10 + i).standard_normal((R, N)).astype(np.float32)
+            outs, want = call(jf, x, r)
+            outs = [o.numpy() for o in (outs if isinstance(outs, (tuple, list)) else (outs,))]
+            for o, e in zip(outs, want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_allclose(o, e, rtol=tol, atol=tol)
+            got.append(outs)
+        results[flag] = got
+    for g1, g0 in zip(results[True], results[False]):
+        for o1, o0 in zip(g1, g0):
+            np.testing.assert_array_equal(o1, o0)
+
+
 @needs_pk
 @pytest.mark.parametrize("kind", sorted(_epi_cases()))
 @pytest.mark.parametrize("R,K,N", [
@@ -355,40 +392,19 @@ def _epi_cases():
 def test_packed_epilogue_in_task(kind, R, K, N, nthreads, monkeypatch):
     # on 2 threads the epilogue runs in each task (pk_with_epilogue taken), bit-exact vs the packed product
     # followed by the epilogue's own launch (NEE_PACKED_EPILOGUE_IN_TASK=0), right vs numpy float64
-    from neetorch.devices.cpu.kernels import fused
-    made = []
-    orig = L.pk_with_epilogue
-
-    def spy(*args):
-        h = orig(*args)
-        made.append(h is not None)
-        return h
-    monkeypatch.setattr(L, "pk_with_epilogue", spy)
+    made = _spy_made(monkeypatch, "pk_with_epilogue")
     fn, ref = _epi_cases()[kind]
     rng = np.random.default_rng(R + K + N)
     w = rng.standard_normal((N, K)).astype(np.float32) * 0.05
     b = rng.standard_normal(N).astype(np.float32)
     c = rng.standard_normal((R, 1)).astype(np.float32)
     W, B = nee.tensor(w), nee.tensor(b)
-    results = {}
-    for flag in (True, False):
-        monkeypatch.setattr(fused, "PACKED_IN_TASK", [flag])
-        jf = nee.jit(lambda x, r, c: fn(x, r, c, W, B), freeze=True)
-        got = []
-        for i in range(3):
-            x = np.random.default_rng(i).standard_normal((R, K)).astype(np.float32)
-            r = np.random.default_rng(10 + i).standard_normal((R, N)).astype(np.float32)
-            rt = r if kind != "tanh_transposed" else np.ascontiguousarray(r.T)     # passed (N, R), used .t()
-            outs = jf(nee.tensor(x), nee.tensor(rt), nee.tensor(c))
-            outs = [o.numpy() for o in (outs if isinstance(outs, tuple) else (outs,))]
-            want = ref(x.astype(np.float64), r, c, w.astype(np.float64), b)
-            for o, e in zip(outs, want if isinstance(want, tuple) else (want,)):
-                np.testing.assert_allclose(o, e, rtol=1e-4, atol=1e-4)
-            got.append(outs)
-        results[flag] = got
-    for g1, g0 in zip(results[True], results[False]):
-        for o1, o0 in zip(g1, g0):
-            np.testing.assert_array_equal(o1, o0)
+
+    def call(jf, x, r):
+        rt = r if kind != "tanh_transposed" else np.ascontiguousarray(r.T)     # passed (N, R), used .t()
+        return (jf(nee.tensor(x), nee.tensor(rt), nee.tensor(c)),
+                ref(x.astype(np.float64), r, c, w.astype(np.float64), b))
+    _in_task_vs_launch(monkeypatch, R, K, N, lambda x, r, c: fn(x, r, c, W, B), call, 1e-4)
     assert any(made) == (nthreads > 1), made
 
 
@@ -402,15 +418,7 @@ def test_packed_row_epilogue_in_task(kind, R, K, N, nthreads, monkeypatch):
     # a row kernel after the packed product (Linear + residual + layer_norm, Linear + bias + softmax): on 2
     # threads the tasks are blocks of whole rows and each normalizes its rows (pk_with_row_epilogue),
     # bit-exact vs the product then the row kernel's own launch, right vs numpy float64
-    from neetorch.devices.cpu.kernels import fused
-    made = []
-    orig = L.pk_with_row_epilogue
-
-    def spy(*args):
-        h = orig(*args)
-        made.append(h is not None)
-        return h
-    monkeypatch.setattr(L, "pk_with_row_epilogue", spy)
+    made = _spy_made(monkeypatch, "pk_with_row_epilogue")
     F = nee.nn.functional
     rng = np.random.default_rng(R + K + N)
     w = rng.standard_normal((N, K)).astype(np.float32) * 0.05
@@ -445,22 +453,8 @@ def test_packed_row_epilogue_in_task(kind, R, K, N, nthreads, monkeypatch):
 
         def ref(x, r):
             return ln(x @ w.T - r, False)
-    results = {}
-    for flag in (True, False):
-        monkeypatch.setattr(fused, "PACKED_IN_TASK", [flag])
-        jf = nee.jit(fn, freeze=True)
-        got = []
-        for i in range(3):
-            x = np.random.default_rng(i).standard_normal((R, K)).astype(np.float32)
-            r = np.random.default_rng(10 + i).standard_normal((R, N)).astype(np.float32)
-            outs = jf(nee.tensor(x), nee.tensor(r))
-            outs = [o.numpy() for o in (outs if isinstance(outs, (tuple, list)) else (outs,))]
-            want = ref(x.astype(np.float64), r.astype(np.float64))
-            for o, e in zip(outs, want if isinstance(want, tuple) else (want,)):
-                np.testing.assert_allclose(o, e, rtol=2e-4, atol=2e-4)
-            got.append(outs)
-        results[flag] = got
-    for g1, g0 in zip(results[True], results[False]):
-        for o1, o0 in zip(g1, g0):
-            np.testing.assert_array_equal(o1, o0)
+
+    def call(jf, x, r):
+        return jf(nee.tensor(x), nee.tensor(r)), ref(x.astype(np.float64), r.astype(np.float64))
+    _in_task_vs_launch(monkeypatch, R, K, N, fn, call, 2e-4)
     assert any(made) == (nthreads > 1), made

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch_check import compare, run
+from torch_check import make_check, split_special
 
 import neetorch as nee
 
@@ -37,29 +37,9 @@ _EXC_OK = {  # neetorch's dual exception classes, accepted where torch raises on
 }
 
 
-def _bf(r):
-    if isinstance(r, (tuple, list)):
-        return tuple(_bf(x) for x in r)
-    if hasattr(r, "dtype") and str(r.dtype).endswith("bfloat16"):
-        return r.float(), "bfloat16"
-    if hasattr(r, "dtype") and r.is_complex():
-        return r.real.clone(), r.imag.clone()
-    return r
-
-
-def check(f, *args, tol=None):
-    """Both raise (neetorch an instance of torch's exception type), or both return equal results."""
-    ok_t, t = run(torch, torch, lambda L, *a: _bf(f(L, *a)), args)
-    ok_n, n = run(torch, nee, lambda L, *a: _bf(f(L, *a)), args)
-    if not ok_t:
-        assert not ok_n, f"torch raises {type(t).__name__}: {t}; neetorch returned {n!r}"
-        assert isinstance(n, type(t)) or type(n) is type(t) or \
-            (isinstance(t, RuntimeError) and isinstance(n, RuntimeError)), (t, n)
-        return n
-    if not ok_n:
-        raise AssertionError(f"torch returns, neetorch raises {type(n).__name__}: {n}") from n
-    compare(torch, t, n, tol, _RTOLS)
-    return n
+# (tests/torch_check.py) bfloat16 results checked as float32, complex ones as their real and imaginary parts, also
+# inside tuples
+check = make_check(torch, _RTOLS, same_error="subclass", post=lambda r: split_special(r, True))
 
 
 def _d(L, name):

@@ -447,11 +447,7 @@ def linalg_eig(A, *, out=None):
     its order, each eigenvector of unit 2-norm with its largest component real); non-finite input raises."""
     _eig_checks(A, "linalg.eig")
     w, v = run(LINALG_EIG, [A], {})
-    if out is not None:
-        _out(w, out[0])
-        _out(v, out[1])
-        w, v = out
-    return _rt("linalg_eig", ("eigenvalues", "eigenvectors"))(w, v)
+    return _out_pair("linalg_eig", ("eigenvalues", "eigenvectors"), w, v, out)
 
 
 def linalg_eigvals(A, *, out=None):
@@ -784,6 +780,16 @@ def _out(r, out):
     return out
 
 
+def _out_pair(name, fields, a, b, out):
+    """The named pair ``(a, b)`` of a function with two results, or with ``out=`` (a pair of tensors,
+    torch's rules each, see _out) that pair, written."""
+    if out is not None:
+        _out(a, out[0])
+        _out(b, out[1])
+        a, b = out
+    return _rt(name, fields)(a, b)
+
+
 # ------------------------------------------------------------------ the top-level (old) API and Tensor methods
 @export
 def det(input):
@@ -964,11 +970,7 @@ def geqrf(input, *, out=None):
         raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
     _floating(input, "geqrf", half="kernel:geqrf_cpu", integer="kernel:geqrf_cpu")
     a, tau = run(GEQRF, [input], {})
-    if out is not None:
-        _out(a, out[0])
-        _out(tau, out[1])
-        a, tau = out
-    return _rt("geqrf", ("a", "tau"))(a, tau)
+    return _out_pair("geqrf", ("a", "tau"), a, tau, out)
 
 
 @export

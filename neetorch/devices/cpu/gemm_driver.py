@@ -721,7 +721,8 @@ _KNOWN_CORES = ("haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "s
 _core_done = [False]
 
 
-def _openblas_lib():
+def _openblas_libs():
+    """numpy's ILP64 OpenBLAS libraries (ctypes), each found one that loads, in search order."""
     here = os.path.dirname(np.__file__)
     for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
         for path in sorted(glob.glob(os.path.join(d, "libscipy_openblas64_*.so*"))):
@@ -729,9 +730,14 @@ def _openblas_lib():
                 lib = ctypes.CDLL(path)
             except OSError:
                 continue
-            if all(hasattr(lib, n) for n in ("gotoblas_dynamic_init", "gotoblas_dynamic_quit", "gotoblas_corename")):
-                lib.gotoblas_corename.restype = ctypes.c_char_p
-                return lib
+            yield lib
+
+
+def _openblas_lib():
+    for lib in _openblas_libs():
+        if all(hasattr(lib, n) for n in ("gotoblas_dynamic_init", "gotoblas_dynamic_quit", "gotoblas_corename")):
+            lib.gotoblas_corename.restype = ctypes.c_char_p
+            return lib
     return None
 
 
@@ -823,19 +829,13 @@ def _blas_fns():
     """(sgemm, dgemm, openblas_set_num_threads_local or 0, sgemv, dgemv) addresses in numpy's ILP64
     OpenBLAS, or None."""
     from . import threads
-    here = os.path.dirname(np.__file__)
-    for d in (os.path.join(here, "..", "numpy.libs"), os.path.join(here, ".libs")):
-        for path in sorted(glob.glob(os.path.join(d, "libscipy_openblas64_*.so*"))):
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            fns = [getattr(lib, f"scipy_cblas_{n}64_", None) for n in ("sgemm", "dgemm", "sgemv", "dgemv")]
-            if all(f is not None for f in fns):
-                bs = threads._blas_set
-                bs = ctypes.cast(bs, ctypes.c_void_p).value if bs is not None else 0
-                s, dd, sv, dv = (ctypes.cast(f, ctypes.c_void_p).value for f in fns)
-                return s, dd, bs, sv, dv
+    for lib in _openblas_libs():
+        fns = [getattr(lib, f"scipy_cblas_{n}64_", None) for n in ("sgemm", "dgemm", "sgemv", "dgemv")]
+        if all(f is not None for f in fns):
+            bs = threads._blas_set
+            bs = ctypes.cast(bs, ctypes.c_void_p).value if bs is not None else 0
+            s, dd, sv, dv = (ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+            return s, dd, bs, sv, dv
     return None
 
 
@@ -914,6 +914,67 @@ MAIN_SLOT = _MAIN
 def state_cell() -> int:
     """Address of the int64 holding the current state's address (see _CELL)."""
     return _CELL.ctypes.data
+
+
+def publish_ir(thr: str, cell: str, drv: str, tasks: str, yp: str = "%yp", xp: str = "%xp", wp: str = "%wp") -> str:
+    """LLVM IR starting the body of a kernel ``kernel(y, x, w, desc)`` that publishes its own call job
+    (kernels/linalg.py's threaded few-row products, kernels/gemv.py's packed one-row products): with the
+    value ``thr`` (i64) nonzero the descriptor is a threaded product's top one and the kernel hands its tasks
+    to this driver as one call job (the driver's main function, at word MAIN_SLOT of the state whose address
+    is in the cell at ``cell``, on the call-job descriptor ``drv``, E = y, x, w, the tasks' descriptors
+    ``tasks``: the driver runs the kernel on each task's descriptor, ``thr`` 0 there) and returns; else it
+    branches to the block ``compute`` the text ends by opening.  The arguments are IR value names."""
+    return f"""  %thron = icmp ne i64 {thr}, 0
+  br i1 %thron, label %publish, label %compute
+publish:
+  %cellp = inttoptr i64 {cell} to i64*
+  %sti = load atomic i64, i64* %cellp acquire, align 8
+  %stp = inttoptr i64 %sti to i64*
+  %mainp = getelementptr i64, i64* %stp, i64 {MAIN_SLOT}
+  %maini = load i64, i64* %mainp
+  %mainf = inttoptr i64 %maini to void (i8*, i8*, i8*, i8*, i8*, i8*)*
+  %E = alloca [4 x i8*]
+  %e0 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 0
+  store i8* {yp}, i8** %e0
+  %e1 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 1
+  store i8* {xp}, i8** %e1
+  %e2 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 2
+  store i8* {wp}, i8** %e2
+  %e3 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 3
+  %tasksp = inttoptr i64 {tasks} to i8*
+  store i8* %tasksp, i8** %e3
+  %Ei = bitcast i8** %e0 to i8*
+  %stv = inttoptr i64 %sti to i8*
+  %drvp = inttoptr i64 {drv} to i8*
+  call void %mainf(i8* %stv, i8* %drvp, i8* null, i8* null, i8* null, i8* %Ei)
+  ret void
+compute:
+"""
+
+
+def published_job(desc: np.ndarray, parts, words: int, part_col: int, thr_col: int, kernel_addr: int,
+                  nthreads: int):
+    """``(top, tasks)``: the descriptors of a product that a kernel written with :func:`publish_ir` runs as one
+    call job of ``len(parts)`` tasks claimed by ``nthreads`` threads, in one int64 buffer (read-only, kept
+    alive by its views): the top descriptor (``desc`` with words ``thr_col`` to ``thr_col + 3`` = 1, the
+    address of the state cell, of the driver's call-job descriptor, of the tasks'), the driver's
+    (:func:`call_plan` of ``kernel_addr``), and one of ``words`` words per task (``desc`` with its part,
+    a row of ``parts``, from word ``part_col``).  None when the driver is not available."""
+    n = len(parts)
+    # one buffer: the top descriptor, the driver's, the tasks'
+    buf = np.zeros(words * (n + 1) + NDESC, np.int64)
+    top, drv = buf[:words], buf[words:words + NDESC]
+    tasks = buf[words + NDESC:].reshape(n, words)
+    tasks[:] = desc
+    tasks[:, part_col:part_col + len(parts[0])] = parts
+    d = call_plan(kernel_addr, 4, min(nthreads, n), n, tasks.strides[0])
+    if d is None:
+        return None
+    drv[:] = d
+    top[:] = desc
+    top[thr_col:thr_col + 4] = (1, state_cell(), drv.ctypes.data, tasks.ctypes.data)
+    buf.flags.writeable = False
+    return top, tasks
 
 
 def _tsc_per_us() -> float:

@@ -95,20 +95,24 @@ def _ir(t: str, P: int, pf: int = 0, loc: int = 3) -> str:
         f"  %wv{i} = load {V}, {V}* %wv{i}p, align 64\n"
         f"  %m{i} = fmul {fm} {V} %xs, %wv{i}\n"
         f"  %b{i} = fadd {fm} {V} %a{i}, %m{i}" for i in range(nv))
-    full_stores = "\n".join(
-        f"  %yq{i} = getelementptr inbounds {t}, {t}* %yrow, i64 {i * L}\n"
-        f"  %yv{i}p = bitcast {t}* %yq{i} to {V}*\n"
-        f"  store {V} %a{i}e, {V}* %yv{i}p, align 4" for i in range(nv))
-    tmp_stores = "\n".join(
-        f"  %tq{i} = getelementptr inbounds [{P} x {t}], [{P} x {t}]* %tmp, i64 0, i64 {i * L}\n"
-        f"  %tv{i}p = bitcast {t}* %tq{i} to {V}*\n"
-        f"  store {V} %a{i}e, {V}* %tv{i}p, align 4" for i in range(nv))
+
+    def stores(q, base):
+        # the accumulators stored as nv vectors from ``base`` (an element pointer's type and value, indices before
+        # the element's), value names prefixed with ``q``
+        return "\n".join(
+            f"  %{q}q{i} = getelementptr inbounds {base}, i64 {i * L}\n"
+            f"  %{q}v{i}p = bitcast {t}* %{q}q{i} to {V}*\n"
+            f"  store {V} %a{i}e, {V}* %{q}v{i}p, align 4" for i in range(nv))
+    full_stores = stores("y", f"{t}, {t}* %yrow")
+    tmp_stores = stores("t", f"[{P} x {t}], [{P} x {t}]* %tmp, i64 0")
     pfs = "".join(
         f"  %pf{i} = getelementptr inbounds {t}, {t}* %wrow, i64 {pf // (64 // L) + i * L}\n"
         f"  %pf{i}c = bitcast {t}* %pf{i} to i8*\n"
         f"  call void @llvm.prefetch.p0i8(i8* %pf{i}c, i32 0, i32 {loc}, i32 1)\n" for i in range(nv)) if pf else ""
     words = "".join(f"  %w{i}.p = getelementptr i64, i64* %d, i64 {i}\n  %dw{i} = load i64, i64* %w{i}.p\n"
                     for i in range(_D_WORDS))
+    # with desc[4] set: the call job published (the same mechanism as linalg's few-row kernel)
+    publish = gemm_driver.publish_ir(f"%dw{_D_THR}", f"%dw{_D_CELL}", f"%dw{_D_DRV}", f"%dw{_D_TASKS}", wp="%wpp")
     return f"""
 define void @"kernel"(i8* noalias %yp, i8* noalias %xp, i8* noalias %wpp, i8* noalias %dp) {{
 entry:
@@ -119,32 +123,7 @@ entry:
   %w = bitcast i8* %wpp to {t}*
   %K = add i64 %dw{_D_K}, 0
   %N = add i64 %dw{_D_N}, 0
-  %thron = icmp ne i64 %dw{_D_THR}, 0
-  br i1 %thron, label %publish, label %compute
-publish:
-  %cellp = inttoptr i64 %dw{_D_CELL} to i64*
-  %sti = load atomic i64, i64* %cellp acquire, align 8
-  %stp = inttoptr i64 %sti to i64*
-  %mainp = getelementptr i64, i64* %stp, i64 {gemm_driver.MAIN_SLOT}
-  %maini = load i64, i64* %mainp
-  %mainf = inttoptr i64 %maini to void (i8*, i8*, i8*, i8*, i8*, i8*)*
-  %E = alloca [4 x i8*]
-  %e0 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 0
-  store i8* %yp, i8** %e0
-  %e1 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 1
-  store i8* %xp, i8** %e1
-  %e2 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 2
-  store i8* %wpp, i8** %e2
-  %e3 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 3
-  %tasksp = inttoptr i64 %dw{_D_TASKS} to i8*
-  store i8* %tasksp, i8** %e3
-  %Ei = bitcast i8** %e0 to i8*
-  %stv = inttoptr i64 %sti to i8*
-  %drvp = inttoptr i64 %dw{_D_DRV} to i8*
-  call void %mainf(i8* %stv, i8* %drvp, i8* null, i8* null, i8* null, i8* %Ei)
-  ret void
-compute:
-  %KP = mul nsw i64 %K, {P}
+{publish}  %KP = mul nsw i64 %K, {P}
   br label %pan.c
 pan.c:
   %j = phi i64 [ %dw{_D_J0}, %compute ], [ %j1, %pan.n ]
@@ -384,21 +363,9 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
     top = desc
     ntasks = min(npan, nt * max(TASKS_PER_THREAD, 1))
     if nt > 1 and K * N * dt.itemsize >= PAR_BYTES and ntasks > 1 and gemm_driver.available():
-        parts = threads.split(npan, ntasks)
-        nd = gemm_driver.NDESC
-        # one buffer (kept alive by the closure): the top descriptor, the driver's, the tasks'
-        buf = np.zeros(_D_WORDS * (len(parts) + 1) + nd, np.int64)
-        top, drv = buf[:_D_WORDS], buf[_D_WORDS:_D_WORDS + nd]
-        tasks = buf[_D_WORDS + nd:].reshape(len(parts), _D_WORDS)
-        tasks[:] = desc
-        tasks[:, _D_J0:_D_J1 + 1] = parts
-        d = gemm_driver.call_plan(addr, 4, min(nt, len(parts)), len(parts), tasks.strides[0])
-        if d is not None:
-            drv[:] = d
-            top[:] = desc
-            top[_D_THR:_D_TASKS + 1] = (1, gemm_driver.state_cell(), drv.ctypes.data, tasks.ctypes.data)
-        else:
-            top = desc
+        # (the top descriptor's buffer is kept alive by the closure)
+        job = gemm_driver.published_job(desc, threads.split(npan, ntasks), _D_WORDS, _D_J0, _D_THR, addr, nt)
+        top = desc if job is None else job[0]
     top.flags.writeable = False
     if tail is None:
         def g0(out, a, b):
@@ -412,19 +379,23 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
     return _guard(g0, wb, (wp, top, tail), matmul_into)
 
 
+def weight_guard(g0, wb, other):
+    """``g(out, a, b)``: ``g0`` for the weight ``wb`` (the same array object, or the same data, shape and strides),
+    ``other`` for another ``b`` (products bound to a frozen weight's packed copy: here and linalg's packed GEMM)."""
+    wkey = (wb.__array_interface__["data"][0], wb.shape, wb.strides)
+
+    def g(out, a, b):
+        if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
+            g0(out, a, b)
+        else:
+            other(out, a, b)
+    return g
+
+
 def _guard(g0, wb, info, other):
     """g0 for the weight ``wb`` packed, ``other`` (linalg.matmul_into) for another ``b`` (None: every ``b``)."""
     stats["calls_bound"] += 1
-    if wb is None:
-        g = g0
-    else:
-        wkey = (wb.__array_interface__["data"][0], wb.shape, wb.strides)
-
-        def g(out, a, b):
-            if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
-                g0(out, a, b)
-            else:
-                other(out, a, b)
+    g = g0 if wb is None else weight_guard(g0, wb, other)
     g.gemv = info      # (the tests read the packed weight and the split: (packed, top descriptor, tail))
     return g
 

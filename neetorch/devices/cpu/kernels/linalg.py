@@ -502,36 +502,10 @@ e:
 
 def _publish_ir() -> str:
     """The start of the kernel's body: with ``thr`` set, the descriptor is a threaded product's
-    (_rows_threaded) and the kernel hands its tasks to gemm_driver as one call job (the driver's
-    main function on the current state, E = y, x, w, task descriptors: the driver runs this kernel
-    on each task's descriptor, ``thr`` 0 there) instead of computing."""
+    (_rows_threaded) and the kernel hands its tasks to gemm_driver as one call job
+    (gemm_driver.publish_ir, shared with kernels/gemv.py) instead of computing."""
     from .. import gemm_driver
-    return f"""  %thron = icmp ne i64 %thr, 0
-  br i1 %thron, label %publish, label %compute
-publish:
-  %cellp = inttoptr i64 %cell to i64*
-  %sti = load atomic i64, i64* %cellp acquire, align 8
-  %stp = inttoptr i64 %sti to i64*
-  %mainp = getelementptr i64, i64* %stp, i64 {gemm_driver.MAIN_SLOT}
-  %maini = load i64, i64* %mainp
-  %mainf = inttoptr i64 %maini to void (i8*, i8*, i8*, i8*, i8*, i8*)*
-  %E = alloca [4 x i8*]
-  %e0 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 0
-  store i8* %yp, i8** %e0
-  %e1 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 1
-  store i8* %xp, i8** %e1
-  %e2 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 2
-  store i8* %wp, i8** %e2
-  %e3 = getelementptr [4 x i8*], [4 x i8*]* %E, i64 0, i64 3
-  %tasksp = inttoptr i64 %tasks to i8*
-  store i8* %tasksp, i8** %e3
-  %Ei = bitcast i8** %e0 to i8*
-  %stv = inttoptr i64 %sti to i8*
-  %drvp = inttoptr i64 %drv to i8*
-  call void %mainf(i8* %stv, i8* %drvp, i8* null, i8* null, i8* null, i8* %Ei)
-  ret void
-compute:
-"""
+    return gemm_driver.publish_ir("%thr", "%cell", "%drv", "%tasks")
 
 
 def _rows_kernel(dt_index: int):
@@ -742,20 +716,10 @@ def _rows_threaded(dti: int, desc: np.ndarray, nt: int, swap: bool):
         parts = [(b0, b1, 0, int(desc[4])) for b0, b1, _, _ in parts]
     if len(parts) < 2:
         return None
-    nd = gemm_driver.NDESC
-    # one buffer (kept alive by the descriptor, a view of it): the descriptor, the driver's, the tasks'
-    buf = np.zeros(_RD_WORDS * (len(parts) + 1) + nd, np.int64)
-    top, drv = buf[:_RD_WORDS], buf[_RD_WORDS:_RD_WORDS + nd]
-    tasks = buf[_RD_WORDS + nd:].reshape(len(parts), _RD_WORDS)
-    tasks[:] = desc
-    tasks[:, _RD_B0:_RD_N1 + 1] = parts
-    d = gemm_driver.call_plan(_rows_addrs[dti], 4, min(nt, len(parts)), len(parts), tasks.strides[0])
-    if d is None:
+    job = gemm_driver.published_job(desc, parts, _RD_WORDS, _RD_B0, _RD_THR, _rows_addrs[dti], nt)
+    if job is None:
         return None
-    drv[:] = d
-    top[:] = desc
-    top[_RD_THR:_RD_TASKS + 1] = (1, gemm_driver.state_cell(), drv.ctypes.data, tasks.ctypes.data)
-    buf.flags.writeable = False
+    top, tasks = job
     if swap:
         def run(out, a, b):
             fn(out, b, a, top)
@@ -1184,42 +1148,50 @@ def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = 
     if g0 is None:
         return None
     wb = b
-    wkey = (b.__array_interface__["data"][0], b.shape, b.strides)
-
-    def g(out, a, b):
-        if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
-            g0(out, a, b)
-        else:
-            matmul_into(out, a, b)
+    g = _gemv.weight_guard(g0, wb, matmul_into)
     g.tasks = g0.tasks
     g.pk = getattr(g0, "pk", None)
     g.wb = wb
     return g
 
 
-def _pk_epi_ir(nops: int, apos: int) -> str:
-    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task of a packed product with an elementwise epilogue:
-    the packed kernel (address D[8]) on A, P and C = op{apos} (the product's scratch) with D's first 8 words,
-    then the epilogue's kernel (address D[9]; llvm_render's ``kernel(op0, ..., meta)``) with the meta at D[10:]
-    (the task's rows and columns of every operand), while the task's block is in its cache."""
+def _pk_task_ir(nops: int, cpos: int, row_tmp: bool = False) -> str:
+    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task of a packed product with a fused epilogue: the
+    packed kernel (address D[8]) on A, P and C = op{cpos} (the product's scratch) with D's first 8 words, then
+    the epilogue's kernel (address D[9]) with its meta at D[10:], while the task's block is in its cache.
+    The epilogue is an elementwise kernel (llvm_render's ``kernel(op0, ..., meta)``) or, with ``row_tmp``, a
+    row kernel (``kernel(ops..., tmp, meta)``, tmp a row scratch on the stack: gemm_driver.MAX_ROW_BYTES, as
+    the driver's row epilogues)."""
     ops = ", ".join(f"i8* %o{i}" for i in range(nops))
-    sig = ", ".join(["i8*"] * nops + ["i64*"])
+    sig = ", ".join(["i8*"] * (nops + row_tmp) + ["i64*"])
+    tmp = tmp_arg = ""
+    if row_tmp:
+        from .. import gemm_driver
+        nrow = gemm_driver.MAX_ROW_BYTES // 8
+        tmp = f"  %tmpa = alloca [{nrow} x double], align 64\n  %tmp = bitcast [{nrow} x double]* %tmpa to i8*\n"
+        tmp_arg = ", i8* %tmp"
     return f"""
 define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
 entry:
-  %D = bitcast i8* %Dr to i64*
+{tmp}  %D = bitcast i8* %Dr to i64*
   %pkp = getelementptr i64, i64* %D, i64 8
   %pka = load i64, i64* %pkp
   %pk = inttoptr i64 %pka to void (i8*, i8*, i8*, i8*)*
-  call void %pk(i8* %A, i8* %P, i8* %o{apos}, i8* %Dr)
+  call void %pk(i8* %A, i8* %P, i8* %o{cpos}, i8* %Dr)
   %efp = getelementptr i64, i64* %D, i64 9
   %efa = load i64, i64* %efp
   %ef = inttoptr i64 %efa to void ({sig})*
   %mp = getelementptr i64, i64* %D, i64 10
-  call void %ef({ops}, i64* %mp)
+  call void %ef({ops}{tmp_arg}, i64* %mp)
   ret void
 }}
 """
+
+
+def _pk_epi_ir(nops: int, apos: int) -> str:
+    """One task of a packed product with an elementwise epilogue (meta at D[10:]: the task's rows and columns
+    of every operand); see _pk_task_ir."""
+    return _pk_task_ir(nops, apos)
 
 
 def pk_with_epilogue(g, epi_addr: int, table: np.ndarray, apos: int):
@@ -1257,33 +1229,9 @@ def pk_with_epilogue(g, epi_addr: int, table: np.ndarray, apos: int):
 
 
 def _pk_row_epi_ir(nops: int, cpos: int, mlen: int) -> str:
-    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task (whole rows) of a packed product, C = op{cpos},
-    then a row kernel (address D[9]; llvm_render.render_rows_ir's ``kernel(ops..., tmp, meta)``) on the
-    task's rows, its meta (``mlen`` words, r0 / r1 the task's rows) at D[10:], tmp a row scratch on the
-    stack (gemm_driver.MAX_ROW_BYTES, as the driver's row epilogues)."""
-    from .. import gemm_driver
-    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
-    sig = ", ".join(["i8*"] * (nops + 1) + ["i64*"])
-    nrow = gemm_driver.MAX_ROW_BYTES // 8
-    return f"""
-define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
-entry:
-  %tmpa = alloca [{nrow} x double], align 64
-  %tmp = bitcast [{nrow} x double]* %tmpa to i8*
-  %D = bitcast i8* %Dr to i64*
-  %pkp = getelementptr i64, i64* %D, i64 8
-  %pka = load i64, i64* %pkp
-  %pk = inttoptr i64 %pka to void (i8*, i8*, i8*, i8*)*
-  call void %pk(i8* %A, i8* %P, i8* %o{cpos}, i8* %Dr)
-  %efp = getelementptr i64, i64* %D, i64 9
-  %efa = load i64, i64* %efp
-  %ef = inttoptr i64 %efa to void ({sig})*
-  %mp = getelementptr i64, i64* %D, i64 10
-  call void %ef({ops}, i8* %tmp, i64* %mp)
-  ret void
-}}
-; meta words: {mlen}
-"""
+    """One task (whole rows) of a packed product then a row kernel (llvm_render.render_rows_ir's) on the task's
+    rows, its meta (``mlen`` words, r0 / r1 the task's rows) at D[10:]; see _pk_task_ir."""
+    return _pk_task_ir(nops, cpos, True) + f"; meta words: {mlen}\n"
 
 
 def pk_with_row_epilogue(g, row_addr: int, meta: np.ndarray, nops: int, cpos: int):

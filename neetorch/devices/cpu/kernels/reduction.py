@@ -401,6 +401,13 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
     else:
         kern(xbuf, obuf, ibuf, np.array(m, np.int64))
         return
+    metas = _split_metas(m, d, s_x, s_o, nt)
+    threads.run_parallel(lambda mm: kern(xbuf, obuf, ibuf, mm), metas)
+
+
+def _split_metas(m, d, s_x, s_o, nt):
+    """The metas of ``m``'s launch cut into ``nt`` parts along its dim ``d`` (0: outer, 2: inner), the input's
+    and the output's offsets advanced by ``s_x`` / ``s_o`` elements a step of that dim."""
     metas = []
     for s, e in threads.split(m[d], nt):
         mm = list(m)
@@ -408,7 +415,7 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
         mm[6] += s * s_x
         mm[9] += s * s_o
         metas.append(np.array(mm, np.int64))
-    threads.run_parallel(lambda mm: kern(xbuf, obuf, ibuf, mm), metas)
+    return metas
 
 
 _EMPTY_I64 = np.zeros(0, np.int64)
@@ -458,13 +465,7 @@ def bind_reduce(name, attrs, out, ins):
     if d is None:
         metas = [np.array(m, np.int64)]
     else:
-        metas = []
-        for s, e in threads.split(m[d], nt):
-            mm = list(m)
-            mm[d] = e - s
-            mm[6] += s * s_x
-            mm[9] += s * s_o
-            metas.append(np.array(mm, np.int64))
+        metas = _split_metas(m, d, s_x, s_o, nt)
     nt0 = threads.NUM_THREADS
     ib = _EMPTY_I64
     if len(metas) == 1:
