@@ -431,7 +431,11 @@ def _run_nodes(ctx, nodes, env):
         except Exception as e:
             from ..trace.tracer import TraceError
             if isinstance(e, TraceError):
-                raise
+                if str(e).startswith("node "):
+                    raise
+                # the session's fallback reason then names the node (NonZero's data-dependent shape, ...), not
+                # only the caller's frame the tracer saw
+                raise TraceError(f"node {n.name} ({n.op_type}): {e}") from e
             raise LoweringError(f"node {n.name} ({n.op_type}): {type(e).__name__}: {e}") from e
         if not isinstance(res, tuple):  # a list is one value: a sequence
             res = (res,)

@@ -1037,27 +1037,35 @@ def _rnn_common(ctx, node, kind, x, W, R, B, seq_lens, h0, c0=None, P=None, qmm=
         if wb is not None:
             xw = xw + wb
         reverse = direction == "reverse" or d == 1
+        if kind == "GRU":
+            lbr = node.get("linear_before_reset", 0)
+            if not lbr:
+                rzr, rh = rt.narrow(1, 0, 2 * Hs).contiguous(), rt.narrow(1, 2 * Hs, Hs).contiguous()
         steps = range(T - 1, -1, -1) if reverse else range(T)
         out = [None] * T
         for t in steps:
             gx = xw.select(0, t)
             h_prev, c_prev = h, c
             if kind == "GRU":
-                lbr = node.get("linear_before_reset", 0)
-                rz, rr, rh = rt.narrow(1, 0, Hs), rt.narrow(1, Hs, Hs), rt.narrow(1, 2 * Hs, Hs)
-                gz = gx.narrow(1, 0, Hs) + nee.matmul(h, rz)
-                gr = gx.narrow(1, Hs, Hs) + nee.matmul(h, rr)
-                if rb is not None:
-                    gz = gz + rb.narrow(0, 0, Hs)
-                    gr = gr + rb.narrow(0, Hs, Hs)
+                # one product of the state per step for the z and r gates (and, linear_before_reset=1 as torch
+                # exports, for the candidate too), then narrowed: 3 separate products over narrowed weight views
+                # per step made the unrolled trace ~10x slower to compile
+                if lbr:
+                    hh = nee.matmul(h, rt)
+                    if rb is not None:
+                        hh = hh + rb
+                    hzr = hh
+                else:
+                    hzr = nee.matmul(h, rzr)
+                    if rb is not None:
+                        hzr = hzr + rb.narrow(0, 0, 2 * Hs)
+                gz = gx.narrow(1, 0, Hs) + hzr.narrow(1, 0, Hs)
+                gr = gx.narrow(1, Hs, Hs) + hzr.narrow(1, Hs, Hs)
                 if clip:
                     gz, gr = nee.clamp(gz, -clip, clip), nee.clamp(gr, -clip, clip)
                 z, rg = f[0](gz), f[0](gr)
                 if lbr:
-                    hh = nee.matmul(h, rh)
-                    if rb is not None:
-                        hh = hh + rb.narrow(0, 2 * Hs, Hs)
-                    gh = gx.narrow(1, 2 * Hs, Hs) + rg * hh
+                    gh = gx.narrow(1, 2 * Hs, Hs) + rg * hh.narrow(1, 2 * Hs, Hs)
                 else:
                     gh = gx.narrow(1, 2 * Hs, Hs) + nee.matmul(rg * h, rh)
                     if rb is not None:

@@ -182,6 +182,22 @@ def _wrap_idx(idx, n):
     return nee.where(idx < 0, idx + n, idx)
 
 
+def _check_idx_eager(idx, n):
+    """Run eagerly (not traced: a session localizing a jitted run's error runs the graph so), indices are
+    checked against ``[-n, n-1]`` before they are wrapped, so the error shows the index as given (a traced
+    graph's index_select sees it wrapped: -6 into 5 rows reads as -1)."""
+    from ..trace.tracer import is_tracing
+    if is_tracing():
+        return
+    a = np.asarray(idx.numpy(force=True))
+    bad = (a < -n) | (a >= n)
+    if bad.any():
+        from ..ops.indexing import IndexOutOfRangeError
+        v = int(a[bad].reshape(-1)[0])
+        raise IndexOutOfRangeError(f"index {v} is out of bounds for a dim of size {n}: idx={v} must be within the "
+                                   f"inclusive range [{-n},{n - 1}]")
+
+
 def _in_range(c, n):
     """``c`` (wrapped indices into a dim of size ``n``) unchanged, range-checked when the graph runs: a
     GatherND / ScatterND index tuple is linearized, so an index past its own dim would land on another row."""
@@ -192,6 +208,7 @@ def _in_range(c, n):
 def _gather(ctx, node, x, idx):
     axis = node.get("axis", 0) % x.ndim
     idx = idx.to(nee.int64) if idx.dtype is not nee.int64 else idx
+    _check_idx_eager(idx, x.shape[axis])
     idx = _wrap_idx(idx, x.shape[axis])
     flat = idx.reshape(-1)
     r = nee.index_select(x, axis, flat)
@@ -202,6 +219,7 @@ def _gather(ctx, node, x, idx):
 @op("GatherElements")
 def _gather_el(ctx, node, x, idx):
     axis = node.get("axis", 0) % x.ndim
+    _check_idx_eager(idx, x.shape[axis])
     idx = _wrap_idx(idx.to(nee.int64), x.shape[axis])
     return nee.gather(x, axis, idx)
 

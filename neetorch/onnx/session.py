@@ -77,6 +77,44 @@ def _optional_dims(tp):
     return _dims(tp.optional_type.elem_type)
 
 
+_located_classes: dict = {}
+
+
+def _raise_located(err, run_eager, args):
+    """A jitted graph that raised at run time (bad data: a Gather index out of range, a Reshape to a shape its
+    input does not have, ...) says only what the kernel saw; the graph is run again eagerly, node by node, on
+    the same inputs to name the ONNX node that fails (name and op type, as onnxruntime's "running Gather node.
+    Name:'...'"). Raises that error, an instance of the original error's class (``except IndexError`` still
+    catches it) and of :class:`~.ort_api.RuntimeException` (neetorch's OnnxError family); returns if ``err``
+    already names its node, or the eager run does not fail (the caller then re-raises ``err``)."""
+    if isinstance(err, MemoryError) or (isinstance(err, OnnxError) and "node " in str(err)):
+        return   # (out of memory: an eager run would need more, not less)
+    try:
+        run_eager(*args)
+    except OnnxError as e2:
+        msg = str(e2)
+        if not msg.startswith("node "):
+            return
+    except Exception:  # noqa: BLE001  (not located: the original error is the one to see)
+        return
+    else:
+        return
+    from .ort_api import RuntimeException
+    base = type(err)
+    cls = _located_classes.get(base)
+    if cls is None:
+        try:
+            cls = type(base.__name__, (RuntimeException, base), {"__module__": base.__module__})
+        except TypeError:  # a base that cannot be mixed in (layout conflict)
+            cls = RuntimeException
+        _located_classes[base] = cls
+    try:
+        new = cls(msg)
+    except Exception:  # noqa: BLE001  (a class whose constructor takes other arguments)
+        new = RuntimeException(msg)
+    raise new from err
+
+
 class NodeArg:
     """An input or output description, as onnxruntime's: ``name``, ``type`` ("tensor(float)", "seq(tensor(int64))",
     "map(int64,tensor(float))", ...), ``shape`` (ints, symbolic dims as their names, unknown dims None; ``[]``
@@ -414,6 +452,9 @@ class InferenceSession(OrtSessionAPI):
                 self.info["mode"] = "eager"
                 self.info["fallback_reason"] = f"jit trace failed, running eagerly: {e}"
                 self._jit = None
+            except Exception as e:  # noqa: BLE001
+                _raise_located(e, self._program, tensors)
+                raise
         return self._program(*tensors)
 
     def _run_segments(self, values):
@@ -427,6 +468,9 @@ class InferenceSession(OrtSessionAPI):
                     self._seg_jits[k] = None
                     self.info["fallback_reason"] = f"jit trace of {seg.__name__} failed, running it eagerly: {e}"
                     outs = seg(*args)
+                except Exception as e:  # noqa: BLE001
+                    _raise_located(e, seg, args)
+                    raise
             else:
                 outs = seg(*args)
             if not isinstance(outs, tuple):

@@ -1715,6 +1715,9 @@ def _note(key: str, hit: bool, t0: float) -> None:
               f"{dt * 1e3:.1f} ms", file=sys.stderr)
 
 
+_rendered: dict = {}   # kernel_key -> unit-stride IR text rendered in this process
+
+
 def load(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results: list, py_source: str):
     """(kernel, source) for these pieces, or raise NotImplementedError (use the Numba renderer).
 
@@ -1726,13 +1729,18 @@ def load(prefix: str, name: str, in_dt: list, out_dt: list, body: list, results:
         stats["unsupported"] += 1
         raise _Unsupported("dtype")
     _machine()
-    unit = cached_ir(kernel_key(prefix, pieces, ()))
+    key = kernel_key(prefix, pieces, ())
+    # identical groups (an unrolled recurrence: one per time step) render their IR once per process, not
+    # once each before the first launch writes the disk cache (a 130-step GRU: ~600 renders, ~25 s)
+    unit = _rendered.get(key) or cached_ir(key)
     if unit is None:
         try:
             unit = render_ir(name, *pieces, variant=())
         except _Unsupported:
             stats["unsupported"] += 1
             raise
+    if len(_rendered) < 4096:
+        _rendered[key] = unit
     src = ("# rendered as LLVM IR by devices/cpu/llvm_render.py (unit-stride loop below; other layouts get\n"
            "# their own loop on first launch); the same kernel as Numba source:\n" + py_source + "\n" + unit)
     return LLVMKernel(prefix, name, pieces, src, unit), src
