@@ -230,8 +230,9 @@ def test_conv2d_rule_and_switch(spy, monkeypatch):
     assert D.pays((1, 128, 56, 56), (128, 128, 3, 3), (1, 128, 28, 28), 2, 2, 1, 1, 1, 1, 1, 1)
     assert D.pays((1, 3, 224, 224), (64, 3, 7, 7), (1, 64, 112, 112), 2, 2, 3, 3, 3, 3, 1, 1)
     # unpadded 1x1: direct where the "chan" kernel takes it with most lanes used, else the GEMM
-    assert D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1)
-    assert not D.pays((1, 64, 55, 55), (16, 64, 1, 1), (1, 16, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1)
+    # (AVX2: not from _AVX2_1X1_FLOPS on, the GEMM; 16 channels fill one AVX2 block of 2 x 8, half an AVX-512 one)
+    assert D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1) == (D.VEC == 16)
+    assert D.pays((1, 64, 55, 55), (16, 64, 1, 1), (1, 16, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1) == (D.VEC == 8)
     assert not D.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 7, 7), 2, 2, 0, 0, 0, 0, 1, 1)
     # unpadded 1x1 of under _SHORT_K input channels per group, and grouped convs but those 1x1: direct
     assert D.pays((1, 16, 55, 55), (64, 16, 1, 1), (1, 64, 55, 55), 1, 1, 0, 0, 0, 0, 1, 1)
@@ -283,10 +284,11 @@ def test_direct_weight_cache(force):
         assert len(winograd._cache) == 1
         if step == 0:
             assert ran
-            np.testing.assert_array_equal(D.packed_weights(w, 32), D._pack(w, ("direct", 32, 1)))
+            cw = 2 * D.VEC
+            np.testing.assert_array_equal(D.packed_weights(w, cw), D._pack(w, ("direct", cw, 1)))
         w[step % 20, 1, 2, 0] += 1.0
     # changed on two calls in a row (being trained): no packed copy, conv2d declines (the caller's paths run)
-    assert not ran and D.packed_weights(w, 32) is None
+    assert not ran and D.packed_weights(w, 2 * D.VEC) is None
     winograd.clear_cache()
 
 

@@ -8,7 +8,7 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 * conv2d (``conv2d_into``; the JIT's bias / residual / relu epilogue chains come with it, see
   kernels/conv_epilogue.py: the extra bias summed into the conv's, relu and the residual where each path
   writes its output or in one in-place pass, _finish_epilogue).
-* conv2d, float32 (AVX-512F): first the direct kernel (kernels/conv_direct.py: LLVM IR register-tiled
+* conv2d, float32 (AVX-512F or AVX2 + FMA): first the direct kernel (kernels/conv_direct.py: LLVM IR register-tiled
   micro-kernels over the zero-padded phase planes (strided convs: the padded input unsplit, each pixel's
   position from a table), weights packed once per weight buffer, groups in one launch) where its cost rule
   picks it: every conv but most unpadded 1x1 ones, those the Winograd rule
@@ -673,7 +673,8 @@ def _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, dt) -> int:
     if f == "0":
         return 0
     return _winograd_rule(N, C, O, OH, OW, dt.itemsize,
-                          dt == np.float32 and threads.NUM_THREADS == 1 and conv_direct.available())
+                          dt == np.float32 and threads.NUM_THREADS == 1 and conv_direct.available()
+                          and conv_direct.MODE[0] != "0")
 
 
 # The cost rule: single-thread time estimates (both paths split over threads alike): the GEMMs' multiply-adds
@@ -691,7 +692,8 @@ _MEM_BW = 15e9
 _IM2COL_NS = 0.3e-9
 _WINO_TR_NS = 1.2e-9
 _WINO_MARGIN = 0.95
-# ``direct``: the other path is conv_direct's kernel (float32, AVX-512F: it takes every 3x3 this rule leaves),
+# ``direct``: the other path is conv_direct's kernel (float32, AVX-512F or AVX2 + FMA, NEE_CONV_DIRECT not 0: it
+# takes every 3x3 this rule leaves),
 # which has no column matrix: no im2col term.  Measured in the models (1 thread, thread CPU time of each conv in
 # its model, min of 8 runs, Winograd vs NEE_CONV_WINOGRAD=0, us): with the term the rule took F(4) for 128->128
 # on 14x14 783 vs 592 direct, 128->160 822 vs 726, 160->160 1021 vs 902, 128->192 928 vs 904, 160->192 1191 vs

@@ -10,6 +10,12 @@
   in kernels/winograd.py's cache (``winograd.weights(w, tag, transform)``: keyed by the buffer, checked
   bitwise on every call, dropped with the buffer; weights changing on every call are not packed and the
   caller's other paths run).
+* Vector width ``VEC`` (fixed by the first ``available()``): 16 lanes (zmm) on AVX-512F hosts, 8 (ymm) on AVX2 + FMA
+  hosts (``NEE_CONV_DIRECT_VEC=8``: 8 on an AVX-512 host too).  Below, "16" reads VEC; the tile shapes are per width
+  (``_PIX_SHAPES16`` / ``_CHAN_SHAPES16`` for 32 zmm registers, ``_PIX_SHAPES8`` / ``_CHAN_SHAPES8`` for 16 ymm: at
+  most 12 accumulators), the "chan" / "dw" stores' in-register transposition has an 8 x 8 ladder of its own
+  (``_transpose8_ir``: unpacks, in-lane shuffles, 128-bit halves), and the kernels' cache keys carry the width.
+  The 16-lane kernels' IR is unchanged by the 8-lane ones.
 * Two kernel families, one loop over the C * KH * KW (channel, tap) pairs with their offsets from a table,
   so one machine-code function per tile shape serves every conv shape (5-6 functions, ~0.1 s each to
   compile, cached on disk by llvm_render):
@@ -38,9 +44,9 @@
   the largest tap offset plus the largest tile extent / pixel-table entry lies inside ``xq``; writes go
   to rows < O and pixels < L only.
 
-Used by conv.py's ``conv2d_into`` for float32, AVX-512F (``try_conv2d``; not depthwise convs of several
-outputs per input channel) where ``pays``: NEE_CONV_DIRECT=0 never, =1 every conv it can take (tests,
-benchmarks), unset: the cost rule.
+Used by conv.py's ``conv2d_into`` for float32, AVX-512F or AVX2 + FMA (``try_conv2d``; not depthwise convs of
+several outputs per input channel) where ``pays``: NEE_CONV_DIRECT=0 never, =1 every conv it can take (tests,
+benchmarks), unset: the cost rule (on AVX2 the larger one-group 1x1 convs stay on OpenBLAS: ``_AVX2_1X1_FLOPS``).
 """
 from __future__ import annotations
 
@@ -56,25 +62,44 @@ from .. import threads
 from . import winograd
 
 VERSION = "1"
-VEC = 16                      # float32 lanes of one zmm
+VEC = 16                      # float32 lanes of one vector: 16 (a zmm, AVX-512F) or 8 (a ymm, AVX2 + FMA)
 
 _lock = threading.Lock()
 _kernels: dict = {}
 _feat = [None]
+# NEE_CONV_DIRECT_VEC=8: the AVX2 kernels (8-lane vectors, tiles for 16 registers) on an AVX-512 host too (tests,
+# comparisons); unset: the host's widest
+_VEC_ENV = os.environ.get("NEE_CONV_DIRECT_VEC", "")
 
 
 def available() -> bool:
-    """AVX-512F on this CPU (the kernel's 16-lane vectors; without it LLVM would split them)."""
+    """AVX-512F (16-lane vectors, 32 registers) or AVX2 + FMA (8-lane vectors, 16 registers) on this CPU.  The
+    first call fixes the width: ``VEC`` and the tile shapes ``PIX_SHAPES`` / ``CHAN_SHAPES`` (the AVX2 ones sized
+    to fit 16 registers)."""
     if _feat[0] is None:
-        ok = False
+        width = 0
         try:
             from .. import llvm_render
             _, llvm = llvm_render._init()
-            ok = bool(llvm.get_host_cpu_features().get("avx512f", False))
+            f = llvm.get_host_cpu_features()
+            if f.get("avx512f", False) and _VEC_ENV != "8":
+                width = 16
+            elif f.get("avx2", False) and f.get("fma", False):
+                width = 8
         except Exception:   # noqa: BLE001 - no llvmlite / no native target: not available
-            ok = False
-        _feat[0] = ok
+            width = 0
+        _set_width(width or 16)
+        _feat[0] = bool(width)
     return _feat[0]
+
+
+def _set_width(width: int) -> None:
+    """VEC and the tile shapes for vectors of ``width`` lanes (16: the AVX-512 tuning, unchanged)."""
+    global VEC, PIX_SHAPES, CHAN_SHAPES
+    VEC = width
+    PIX_SHAPES, CHAN_SHAPES = (_PIX_SHAPES16, _CHAN_SHAPES16) if width == 16 else (_PIX_SHAPES8, _CHAN_SHAPES8)
+    _layouts.clear()
+    _pays.clear()
 
 
 # ---------------------------------------------------------------- IR
@@ -298,6 +323,53 @@ def _transpose_ir(a, pre: str, vals: list) -> list:
     return rows
 
 
+def _transpose8_ir(a, pre: str, vals: list) -> list:
+    """The rows of R <= 8 vectors of 8 lanes (pixel r's 8 channels each): 8 <8 x float> values, row c =
+    (vals[0][c], ..., vals[R-1][c], undefined lanes from R on), by AVX2's 8 x 8 ladder of two-source shuffles:
+    in-lane unpacks (pairs of pixels), in-lane shuffles (quads), 128-bit halves (octets); 24 shuffles."""
+    n = 8
+    names = list(vals) + ["undef"] * (n - len(vals))
+    content = [[(r, c) for c in range(8)] for r in range(n)]
+    k = [0]
+
+    def shuf(i1, i2, target):
+        pos = {rc: i for i, rc in enumerate(content[i1] + content[i2])}
+        idx = ", ".join(f"i32 {pos[t]}" for t in target)
+        nm = f"%{pre}{k[0]}"
+        k[0] += 1
+        a(f'  {nm} = shufflevector <8 x float> {names[i1]}, <8 x float> {names[i2]}, <8 x i32> <{idx}>')
+        return nm, target
+
+    # level 1 (unpcklps / unpckhps): pixels (2q, 2q+1) interleaved, channels 2h, 2h+1 | 2h+4, 2h+5
+    lv1 = {}
+    for q in range(4):
+        for h in range(2):
+            ch = (2 * h, 2 * h + 1, 2 * h + 4, 2 * h + 5)
+            lv1[q, h] = shuf(2 * q, 2 * q + 1, [(2 * q + i % 2, ch[i // 2]) for i in range(8)])
+    keys = list(lv1)
+    names, content = [lv1[kk][0] for kk in keys], [lv1[kk][1] for kk in keys]
+    ix = {kk: i for i, kk in enumerate(keys)}
+    # level 2 (shufps): pixels 4p .. 4p+3 of channel 2h+s | 2h+s+4
+    lv2 = {}
+    for p_ in range(2):
+        for h in range(2):
+            for s_ in range(2):
+                c = 2 * h + s_
+                lv2[p_, h, s_] = shuf(ix[2 * p_, h], ix[2 * p_ + 1, h],
+                                      [(4 * p_ + i % 4, c + 4 * (i // 4)) for i in range(8)])
+    keys = list(lv2)
+    names, content = [lv2[kk][0] for kk in keys], [lv2[kk][1] for kk in keys]
+    ix = {kk: i for i, kk in enumerate(keys)}
+    # level 3 (vperm2f128): all 8 pixels of channel c (low halves) and c + 4 (high halves)
+    rows = [None] * 8
+    for h in range(2):
+        for s_ in range(2):
+            c = 2 * h + s_
+            for cc in (c, c + 4):
+                rows[cc] = shuf(ix[0, h, s_], ix[1, h, s_], [(i, cc) for i in range(8)])[0]
+    return rows
+
+
 def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool = False) -> str:
     """The channel-vector micro-kernel: a tile of NB blocks of 16 output channels x R output pixels (compact
     pixel indices; their wide input positions from a table), NB x R accumulators; per (channel, tap) NB
@@ -456,7 +528,7 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
     for j in range(NB):
         vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
                 for r in range(R)]
-        rows = _transpose_ir(a, f"tr{j}_", vals)
+        rows = (_transpose_ir if VEC == 16 else _transpose8_ir)(a, f"tr{j}_", vals)
         for c in range(VEC):
             ch = j * VEC + c
             nxt = f"sc{j}_{c}"
@@ -571,14 +643,16 @@ def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False):
     with ``res`` a residual added in the stores), ``relu``: its final stores through torch's relu; compiled
     once per process (machine code cached on disk by llvm_render)."""
     res = bool(res) and kind != "pix"
-    k = (kind, A, B, relu, res)
+    if _feat[0] is None:
+        available()
+    k = (kind, A, B, relu, res, VEC)
     f = _kernels.get(k)
     if f is not None:
         return f
     render = (lambda: _render(A, B, relu)) if kind == "pix" else (
         lambda: _render_c(A, B, relu, kind == "dw", res))
-    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}",
-                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}", render, 5 if kind == "pix" else 6 + res)
+    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}v{VEC}",
+                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}|v{VEC}", render, 5 if kind == "pix" else 6 + res)
 
 
 _calls: dict = {}
@@ -664,8 +738,13 @@ def geometry(H, W, KH, KW, sh, sw, pt, pb, pl, pr, dh, dw):
     return Hq, Wq, phases, taps
 
 
-PIX_SHAPES = ((6, 4), (12, 2))            # "pix": (R, P)
-CHAN_SHAPES = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
+_PIX_SHAPES16 = ((6, 4), (12, 2))            # "pix": (R, P)
+_CHAN_SHAPES16 = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
+# AVX2 (16 ymm registers): "pix" R x P accumulators + P input vectors + a broadcast weight, "chan" NB x R
+# accumulators + NB weight vectors + a broadcast input (the 6 x 16 tile of AVX2 sgemm kernels and its kin)
+_PIX_SHAPES8 = ((6, 2), (12, 1), (4, 3))
+_CHAN_SHAPES8 = ((2, 6), (3, 4), (1, 8))
+PIX_SHAPES, CHAN_SHAPES = _PIX_SHAPES16, _CHAN_SHAPES16     # the host's, from available()
 
 
 # the "chan" kernel (its tile transposed in registers and stored as rows of 8 pixels) runs 6-27% faster than
@@ -685,6 +764,8 @@ def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
     """(kind, A, B, lane use): the micro-kernel with the most useful lanes (wasted: output rows past O, wide
     pixels past OW, tile tails); ``kind`` forces one family.  K: the (channel, tap) pairs per output (0:
     unknown; the "chan" kernel's bonus shrinks below _SHORT_K where "pix" needs no compaction)."""
+    if _feat[0] is None:
+        available()             # (fixes VEC and the tile shapes)
     L = OH * OW
     Lw = (OH - 1) * Wq + OW
     best = None
@@ -1056,8 +1137,8 @@ MODE = [os.environ.get("NEE_CONV_DIRECT", "")]
 
 
 def applies(x, w, res, G) -> bool:
-    """The shapes and dtypes the kernel takes (float32, C-contiguous operands, AVX-512F; depthwise only with one
-    output channel per input channel)."""
+    """The shapes and dtypes the kernel takes (float32, C-contiguous operands, AVX-512F or AVX2 + FMA; depthwise
+    only with one output channel per input channel)."""
     return ((G == 1 or w.shape[1] > 1 or w.shape[0] == x.shape[1]) and x.dtype == np.float32
             and w.dtype == np.float32 and res.dtype == np.float32 and x.flags.c_contiguous and w.flags.c_contiguous
             and res.flags.c_contiguous and w.shape[1] > 0 and available())
@@ -1089,6 +1170,12 @@ _SHORT_K = 32
 # 512 on 7x7 1135 vs 1163); at 16 output channels (blocks of 32 half used) 1.4x; with groups (68 channels
 # each) 1.25-1.3x: the GEMMs
 _CHAN_1X1_USE = 0.9
+# AVX2 (8 lanes, 16 registers: a tile of 2 x 8 channels x 6 pixels, 9 loads per 12 FMAs): OpenBLAS's Haswell
+# GEMMs (packed panels) beat the "chan" kernel on the larger one-group 1x1 convs: direct only below this many
+# flops (1 thread, relu, us direct / GEMM: 512 -> 64 on 13x13 (11 MFLOP) 170 / 167, 256 -> 32 on 27x27 198 / 225,
+# 576 -> 64 on 14x14 244-251 / 296; 1024 -> 256 on 14x14 (103 MFLOP) 1428 / 1235, 512 -> 1000 on 13x13 2412 /
+# 2104, 64 -> 256 on 56x56 2076 / 1739, 1024 -> 352 on 7x7 (35 MFLOP) 1615 / 1362)
+_AVX2_1X1_FLOPS = 16e6
 _pays: dict = {}
 
 
@@ -1139,6 +1226,8 @@ def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1) -> bool:
             from . import conv
             return _NATIVE_PAR_FLOPS <= 2.0 * O * Cg * rs[2] * rs[3] < conv._PAR_FLOPS
         if G > 1 or sh != 1 or sw != 1:
+            return False
+        if VEC != 16 and 2.0 * O * Cg * rs[2] * rs[3] >= _AVX2_1X1_FLOPS:
             return False
         kind, _, _, use = plan(O, rs[2], rs[3], W)
         return kind == "chan" and use >= _CHAN_1X1_USE
