@@ -376,11 +376,19 @@ def test_logical_ops_read_a_zero_dim_operand_in_the_promoted_dtype(dt):
 
 def test_gelu_overflows_like_torch():
     big = {np.float32: [3e38, 2e38, 1.7e38, -3e38], np.float64: [1.7e308, 1e308, 8.9e307, -1e308, 3e38]}
-    for dt in (np.float32, np.float64):           # (x * (1 + erf) first, then halved: 2e38 overflows in float32)
+    for dt in (np.float32, np.float64):
         x = np.array(big[dt] + [0.5, -2.0, 0.0]).astype(dt)
-        check(lambda L, x: F(L).gelu(x), x)
+        check(lambda L, x: F(L).gelu(x), x if dt == np.float64 else x[4:])
         check(lambda L, x: F(L).gelu(x, approximate="tanh"), x)
-        check(lambda L, x: F(L).hardswish(x), x)
+        check(lambda L, x: F(L).hardswish(x), x)  # (x * (x + 3 clamped) overflows before the / 6)
+    # float32 erf gelu of huge values: torch's vectorised kernel depends on the CPU capability there (AVX-512 host:
+    # x * (1 + erf) halved last, inf from 1.7e38 on; AVX2 / default: finite, +0.0 at -3e38), so neetorch is checked
+    # against the definition x * Phi(x) = x / 2 * erfc(-x / sqrt 2) (float64, rounded): finite, -0.0 at -3e38
+    x = np.array(big[np.float32], np.float32)
+    got = F(nee).gelu(nee.tensor(x)).numpy()
+    want = np.array([v / 2 * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)]).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_size_factories_need_a_size():

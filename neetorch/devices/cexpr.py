@@ -45,7 +45,7 @@ _FLOAT_HELPERS = r"""
 inline T f_sigmoid$S(T x) { return (T)1 / ((T)1 + exp(-x)); }
 inline T f_softplus$S(T x) { return (x > (T)0 ? x : (T)0) + log1p(exp(-fabs(x))); }
 inline T f_softplus_bt$S(T x, T beta, T th) { T bx = x * beta; return bx > th ? x : f_softplus$S(bx) / beta; }
-inline T f_gelu$S(T x) { T e = (T)1 + erf(x * (T)0.70710678118654752440); return sizeof(T) == 4 ? x * e * (T)0.5 : (T)0.5 * x * e; }  /* torch's orders: float32 overflows at 2e38 */
+inline T f_gelu$S(T x) { return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654752440)); }  /* as f_gelu32/64 */
 inline T f_gelu_tanh$S(T x) { return (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))); }
 inline T f_selu$S(T x) { return (T)1.0507009873554804934193349852946 * (x > (T)0 ? x : (T)1.6732632423543772848170429916717 * expm1(x)); }
 inline T f_elu$S(T x, T a, T s, T is) { return x > (T)0 ? s * x : s * a * expm1(x * is); }

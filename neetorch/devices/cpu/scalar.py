@@ -151,13 +151,16 @@ def f_erfc64(x):
 
 @njit(**_inl)
 def f_gelu32(x):
-    # torch's (vectorised) float32 order: x * (1 + erf) before the halving (gelu(3e38) overflows to inf there)
-    return x * (f_one32 + f_erf32(x * _sqrt1_2_32)) * _half32
+    # x * Phi(x) as (x / 2) * (1 + erf(x / sqrt 2)) in every dtype and on every device: finite wherever x is
+    # (3e38), -0.0 where a negative x's value underflows.  (torch's vectorised float32 kernels differ by CPU
+    # capability: AVX-512 halves last and overflows past 1.7e38, AVX2 and default give +0.0 where it underflows;
+    # the halving is exact otherwise, so only those extremes depend on the order.)
+    return _half32 * x * (f_one32 + f_erf32(x * _sqrt1_2_32))
 
 
 @njit(**_inl)
 def f_gelu64(x):
-    # (float64: torch halves first, gelu(1.7e308) stays finite)
+    # (the order of f_gelu32: gelu(1.7e308) stays finite)
     return _half64 * x * (f_one64 + f_erf64(x * _sqrt1_2_64))
 
 
