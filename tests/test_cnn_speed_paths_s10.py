@@ -15,7 +15,7 @@ from neetorch.ops import conv as C
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-pytestmark = pytest.mark.skipif(not D.available(), reason="no AVX-512F")
+pytestmark = pytest.mark.skipif(not D.available(), reason="no AVX-512F or AVX2+FMA")
 
 RNG = np.random.default_rng(10)
 

@@ -20,7 +20,7 @@ from neetorch.ops import conv as C
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-pytestmark = pytest.mark.skipif(not D.available(), reason="no AVX-512F")
+pytestmark = pytest.mark.skipif(not D.available(), reason="no AVX-512F or AVX2+FMA")
 
 RNG = np.random.default_rng(5)
 
@@ -262,7 +262,7 @@ def test_conv2d_rule_and_switch(spy, monkeypatch):
     x16, w16 = x.astype(np.float16), w.astype(np.float16)
     C.conv2d(nee.from_numpy(x16), nee.from_numpy(w16), None, 1, 2)
     assert not spy
-    # no AVX-512F: the other paths, same values
+    # no AVX-512F nor AVX2+FMA: the other paths, same values
     monkeypatch.setattr(D, "_feat", [False])
     monkeypatch.setattr(D, "MODE", ["1"])
     got = C.conv2d(nee.from_numpy(x), nee.from_numpy(w), nee.from_numpy(b), 1, 2).numpy()

@@ -117,7 +117,7 @@ def test_winograd_native_not_on_one_thread_nor_large(native_spy, monkeypatch):
         threads.set_num_threads(old)
 
 
-@pytest.mark.skipif(not D.available(), reason="no AVX-512F")
+@pytest.mark.skipif(not D.available(), reason="no AVX-512F or AVX2+FMA")
 def test_grouped_1x1_direct_on_two_threads(two_threads, monkeypatch):
     # ShuffleNet-like grouped 1x1 (68 inputs per group): direct on two threads where the GEMMs stay serial
     ran = []
