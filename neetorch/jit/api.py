@@ -144,6 +144,11 @@ class JitFunction:
                 g = passes.freeze_constants(g, self.freeze, self._frozen)
             for t in g.consts.values():   # frozen: never written again (True: our snapshots; "views": owners' promise)
                 t._backend().mark_immutable(t._data)
+            memos = ()
+        else:
+            # the layouts freezing gives products (row-major weights for GEMMs), as guarded copies kept in
+            # step with the captured tensors (passes.memo_product_weights; checked every call)
+            memos = passes.memo_product_weights(g, self._frozen, self._frozen_lock)
         g = passes.run_pipeline(g, on_stage)
         g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
         if on_stage and g.placement.transfers:
@@ -151,6 +156,9 @@ class JitFunction:
         g = fuse_elementwise(g)
         if on_stage:
             on_stage("fused", g)
+        if memos:
+            held = {id(t) for t in g.consts.values()}
+            g.weight_memos = [e for e in memos if id(e.holder) in held] or None
         return g
 
     def _dyn_dims(self, args, kwargs):
@@ -310,12 +318,35 @@ class JitFunction:
                         profiler.record(self.name, "cache_hit", str(entry[0].device), time.perf_counter(), 0.0,
                                         detail="jit")
                 exe, g = entry
+                memos = getattr(g, "weight_memos", None)
+                if memos is not None:
+                    try:
+                        passes.check_weights(memos)
+                    except passes.WeightsChanged:
+                        self._respecialize()
+                        return self(*args)
                 outs = exe(*args)
                 if getattr(g, "_tree", None) is None:
                     return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
                 return tracer.pack_outputs(g, outs)
         exe, g = self._executable(args, kwargs)
+        memos = getattr(g, "weight_memos", None)
+        if memos is not None:
+            try:
+                passes.check_weights(memos)
+            except passes.WeightsChanged:
+                self._respecialize()
+                return self(*args, **kwargs)
         return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
+
+    def _respecialize(self) -> None:
+        """A captured weight changed shape, dtype or device (``weight.data = other``): every specialization
+        is dropped and the function is traced again at the next call (as torch.compile recompiles)."""
+        with self._lock:
+            self._cache.clear()
+            self._fast.clear()
+            with self._frozen_lock:
+                self._frozen.clear()
 
     def graph(self, *args, **kwargs):
         """The optimized, fused graph for these arguments."""

@@ -5,14 +5,19 @@ after each stage.
 """
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 
 from ..ops import registry
+from ..tensor import _storage
 from ..trace.ir import Graph, Node, Value
 from ..trace.tracer import ViewOp
 
 __all__ = ["fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
-           "replace_uses", "hoist_elementwise_over_views", "freeze_constants"]
+           "replace_uses", "hoist_elementwise_over_views", "freeze_constants", "memo_product_weights",
+           "check_weights", "WeightsChanged"]
 
 
 def replace_uses(g: Graph, old: Value, new: Value) -> None:
@@ -159,6 +164,174 @@ def freeze_constants(g: Graph, mode, memo: dict) -> Graph:
             hit = memo[(key, layout)] = (t, _snapshot(src, layout == "cols"))
         g.consts[v] = hit[1]
     return g
+
+
+# ---------------------------------------------------------------- default mode: guarded weight layouts
+# NEE_JIT_WEIGHT_MEMO=0: products read captured weights as they are laid out (F.linear's W.T: OpenBLAS's
+# slower NT form), no re-laid-out copies
+_WEIGHT_MEMO = [os.environ.get("NEE_JIT_WEIGHT_MEMO", "1") not in ("0", "", "false", "False")]
+
+#: copies: re-laid-out copies made (first sight and after each change); live: weights of exported storages read
+#: in place instead; changes: revalidations that found the weight changed
+memo_stats = {"copies": 0, "live": 0, "changes": 0}
+
+
+class WeightsChanged(RuntimeError):
+    """A captured weight is now of another shape, dtype or device (``weight.data = other``): the compiled
+    program no longer fits it; the jit function specializes again."""
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class WeightMemo:
+    """The copy of a captured tensor laid out as its products want (``layout``: "rows" = C order, "cols" =
+    Fortran order), kept in step with the tensor (default mode: in-place updates are seen).
+
+    The tensor is reached again from ``src`` (what the function captured: a parameter) through ``steps``
+    (the view functions that made the constant, e.g. linear's ``weight.t()``), so ``src.data = other`` is
+    followed.  :func:`check_weights` (every call) trusts the copy while ``src`` has the same storage object
+    and the storage's write counter (tensor/_storage.py) has not moved; on a change a new copy is made (a
+    new array swapped into ``holder``: a call running in another thread keeps the one it started with;
+    copies are never written, so they are marked immutable like frozen constants).  An *exported* storage
+    (handed out through ``numpy()``/``__array__``/DLPack, wrapping a caller's array, memory neetorch does not
+    own) can change unseen: ``holder`` then views the tensor's own memory (``live``: the products read it as
+    laid out, as without the memo; comparing it bitwise with a snapshot every call would read the weights
+    twice: +30% on a 2-layer MLP block, more than the layout gains)."""
+    __slots__ = ("src", "steps", "layout", "holder", "data", "ver", "cell", "watch", "live", "lock",
+                 "__weakref__")
+
+    def __init__(self, src, steps, layout, live):
+        from ..tensor.tensor import Tensor
+        self.src, self.steps, self.layout = src, steps, layout
+        self.lock = threading.Lock()
+        self.watch = self.cell = None
+        self.ver = -1
+        self.holder = Tensor._make(live._data, live._device, live._dtype)   # (storage replaced by _rebuild)
+        self._rebuild(live, src._data)
+
+    def live_view(self):
+        t = self.src
+        try:
+            for fn, args, kwargs in self.steps:
+                t = fn(t, *args, **kwargs)
+        except Exception as e:   # noqa: BLE001 - the captured tensor no longer fits the view (a new trace says how)
+            raise WeightsChanged(f"jit: a captured tensor no longer takes the view the compiled products read: "
+                                 f"{type(e).__name__}: {e}") from e
+        return t
+
+    def _rebuild(self, live, data) -> None:
+        """The holder's storage for ``live`` (under the lock, or before the entry is shared)."""
+        h = self.holder
+        arr = live._data
+        if not isinstance(arr, np.ndarray) or live._device != h._device or live._dtype is not h._dtype or \
+                arr.shape != h._data.shape:
+            raise WeightsChanged(f"jit: a captured tensor the compiled products read is now {live._dtype.name}"
+                                 f"{list(arr.shape) if hasattr(arr, 'shape') else ''} on {live._device} (was "
+                                 f"{h._dtype.name}{list(h._data.shape)} on {h._device})")
+        self.ver = -1                 # (concurrent checks wait on the lock until the new copy is in place)
+        w = self.watch
+        if w is None or w.cell is None or w.cell[1] is not _storage.root(arr):
+            nw = _storage.Watch(arr)
+            if w is not None:
+                w.release()
+            self.watch = w = nw
+        cell = w.cell
+        ver = cell[0]                 # (read before copying: a write while copying moves it again)
+        if cell[3]:
+            new = arr                 # exported: the tensor's own memory, read live
+            memo_stats["live"] += 1
+        else:
+            new = np.empty(arr.shape, arr.dtype, order="F" if self.layout == "cols" else "C")
+            np.copyto(new, arr)
+            h._backend().mark_immutable(new)   # (nobody writes a copy: a change makes a new one)
+            memo_stats["copies"] += 1
+        h._set_storage(new, h._device, h._dtype)
+        self.live = new is arr
+        self.cell = cell
+        self.data = data
+        self.ver = ver
+
+    def check(self) -> None:
+        with self.lock:
+            data = self.src._data
+            if data is self.data:
+                if self.cell[0] == self.ver:
+                    return        # another thread made the new copy meanwhile
+                if self.live:
+                    self.ver = self.cell[0]   # (the products read the tensor itself)
+                    return
+            memo_stats["changes"] += 1
+            self._rebuild(self.live_view(), data)
+
+
+def check_weights(memos) -> None:
+    """Per call of a jitted function (``jit/api.py``): each guarded weight copy still matches its tensor
+    (a storage identity and a counter comparison each)."""
+    for e in memos:
+        if e.src._data is not e.data or e.cell[0] != e.ver:
+            e.check()
+
+
+def _origin(g: Graph, t):
+    """(captured tensor, view steps) that made constant ``t`` (the tracer records views of captured tensors)."""
+    cv = getattr(g, "const_views", None) or {}
+    steps = []
+    while True:
+        e = cv.get(id(t))
+        if e is None or e[0] is not t:
+            break
+        _, base, fn, args, kwargs = e
+        steps.append((fn, tuple(args), dict(kwargs)))
+        t = base
+    steps.reverse()
+    return t, tuple(steps)
+
+
+def _steps_key(steps):
+    try:
+        return tuple((getattr(fn, "__qualname__", None) or repr(fn), repr(args), repr(sorted(kw.items())))
+                     for fn, args, kw in steps)
+    except Exception:   # noqa: BLE001 - an argument without a usable repr: no sharing
+        return ("id", id(steps))
+
+
+def memo_product_weights(g: Graph, memo: dict, lock) -> list:
+    """Default mode's counterpart of :func:`freeze_constants`' layouts: each constant read only as the
+    right operand of products, not in the layout they want (:func:`_product_layout`: ``F.linear``'s ``W.T``
+    for GEMMs), is replaced by a :class:`WeightMemo` copy in that layout, kept in step with the captured
+    tensor by :func:`check_weights` on every call.  ``memo`` (the jit function's, under ``lock``) shares one
+    copy per weight and layout between specializations.  Returns the graph's memos."""
+    if not _WEIGHT_MEMO[0]:
+        return []
+    out = []
+    for v, t in list(g.consts.items()):
+        d = t._data
+        if t.ndim < 2 or t._device.type != "cpu" or type(d) is not np.ndarray or d.size == 0 or \
+                0 in d.strides or d.dtype.itemsize not in _UINT or d.dtype.kind not in "fiub":
+            continue
+        layout = _product_layout(g, v)
+        if layout is None or _in_layout(t, layout):
+            continue
+        src, steps = _origin(g, t)
+        key = ("weight_memo", id(src), _steps_key(steps), layout)
+        with lock:
+            e = memo.get(key)
+            if e is not None and e.src is src:
+                try:
+                    e.check()
+                    ok = e.holder._data.shape == d.shape and e.holder._dtype is t._dtype
+                except WeightsChanged:
+                    ok = False
+                if not ok:
+                    e = None
+            else:
+                e = None
+            if e is None:
+                e = memo[key] = WeightMemo(src, steps, layout, t)
+        g.consts[v] = e.holder
+        out.append(e)
+    return out
 
 
 def eliminate_dead_code(g: Graph) -> Graph:

@@ -18,6 +18,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..tensor import _storage
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .registry import Meta, OpDef, export, register, run
@@ -413,6 +414,7 @@ def setitem(self: Tensor, index, value) -> None:
             src = src.astype(np.float32)   # (torch narrows to float16/bfloat16 through float32)
         try:
             self._data[key] = src
+            _storage.bump(self._data)   # (write counter of the storage: tensor/_storage.py)
             return
         except (IndexError, ValueError, OverflowError):
             pass  # nothing was written; the general path below raises torch's message
@@ -632,7 +634,8 @@ def _scatter_impl(op, input, dim, index, src, reduce, include_self=True):
     value_src = not isinstance(src, Tensor)
     if value_src:
         from ..ops.elementwise import _scalar_tensor
-        src_t = _scalar_tensor(src, input._dtype, input._device)
+        # torch converts the value with an overflow check (uint8 300, float 1j: refused; uint8 -1 wraps to 255)
+        src_t = _scalar_tensor(_dt.fit_scalar(src, input._dtype, op), input._dtype, input._device)
     else:
         src_t = src
         if src._dtype is not input._dtype:
@@ -729,8 +732,17 @@ def _index_dim_op(op, input, dim, index, source, mode, alpha=1):
     d = _check_index_vector(op, input, dim, index, ("int64",) if mode != "add" else ("int64", "int32"))
     idx = index.reshape(-1)
     x = _nd1(input)
-    if mode == "add" and input._dtype.category != 2 and isinstance(alpha, float):
-        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if mode == "add" and input._dtype.category < 2 and not isinstance(alpha, (bool, np.bool_)):
+        # torch converts alpha to self's dtype (a float truncates towards zero; complex or out of range refused),
+        # unlike add(alpha=) which refuses a float alpha for integers
+        if isinstance(alpha, (complex, np.complexfloating)):
+            raise RuntimeError(f"{op}(): value {alpha!r} cannot be converted to type {input._dtype.name} without "
+                               f"overflow")
+        if isinstance(alpha, (float, np.floating)):
+            alpha = _dt.check_scalar(float(alpha), input._dtype, op)
+            alpha = bool(alpha) if input._dtype.category == 0 else int(alpha)
+        else:
+            _dt.check_scalar(int(alpha), input._dtype, op)
     if mode == "fill":
         from ..ops.elementwise import _scalar_tensor
         if isinstance(source, Tensor):

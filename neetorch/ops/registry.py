@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 from .. import _env
 from .. import profiler as _profiler
+from ..tensor import _storage
 from ..tensor.dtypes import DType
 
 _TIMED = _env.DEBUG >= 2
@@ -122,7 +123,15 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
         metas = op.infer([Meta(t._data.shape, t._dtype) for t in inputs], attrs)
     hook = _trace_hook[0]
     if hook is None:
-        return _run(op, inputs, attrs, metas, out)
+        if out is None:
+            return _run(op, inputs, attrs, metas, out)
+        try:
+            return _run(op, inputs, attrs, metas, out)
+        finally:
+            # an in-place op / out= wrote into caller's tensors: count the write (after it) in their
+            # storages' counters (tensor/_storage.py; a no-op when no cache watches any storage)
+            if _storage.WATCH:
+                _storage.bump_all([o._data for o in out])
     _depth[0] += 1
     try:
         mr = _meta_run[0]
@@ -131,6 +140,8 @@ def run(op: OpDef, inputs: list, attrs: dict, metas: list[Meta] | None = None, o
             res = _run(op, inputs, attrs, metas, out)
     finally:
         _depth[0] -= 1
+        if out is not None and _storage.WATCH:
+            _storage.bump_all([o._data for o in out])
     if _depth[0] == 0:
         hook(op, inputs, attrs, metas, res, out)
     return res

@@ -168,7 +168,7 @@ def _add_suffixes(tensor_str: str, suffixes, indent: int) -> str:
 
 def tensor_str(t) -> str:
     """The bracketed body only (no ``tensor(`` prefix or suffixes)."""
-    a = _widen(t.numpy(force=True))   # (bfloat16 prints through float32, like float16 values)
+    a = _widen(t._host())   # (bfloat16 prints through float32, like float16 values)
     if a.size == 0:
         return "[]"
     summarize = a.size > THRESHOLD
@@ -179,7 +179,7 @@ def tensor_str(t) -> str:
 def tensor_repr(t) -> str:
     from .dtypes import get_default_dtype, int64, bool_, default_complex_dtype
     from .creation import get_default_device
-    a = _widen(t.numpy(force=True))   # (bfloat16 prints through float32, like float16 values)
+    a = _widen(t._host())   # (bfloat16 prints through float32, like float16 values)
     prefix = "tensor("
     indent = len(prefix)
     suffixes = []

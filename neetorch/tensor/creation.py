@@ -111,7 +111,7 @@ def _wrap_host(a: np.ndarray, dt: DType, dev) -> Tensor:
 def _infer_np(data, dtype) -> np.ndarray:
     """numpy array for ``data`` (Python scalars/lists, numpy, tensors), with PyTorch's dtype inference."""
     if isinstance(data, Tensor):
-        a = data.numpy(force=True)
+        a = data._host()
         return a if dtype is None else _dt.astype_low(a, dtype.np)
     if isinstance(data, np.ndarray):
         if not data.dtype.isnative:
@@ -282,6 +282,8 @@ def from_numpy(a: np.ndarray) -> Tensor:
     if any(s % a.itemsize for s in a.strides):
         raise ValueError(f"from_numpy: strides {a.strides} are not a multiple of the element size {a.itemsize}")
     from ..devices import device
+    from . import _storage
+    _storage.mark_exported(a)   # the caller's array writes where neetorch does not see (tensor/_storage.py)
     return Tensor._make(a, device("cpu"), dt)
 
 
@@ -724,7 +726,7 @@ def _transfer(t: Tensor, dev) -> Tensor:
         refuse_transfer(t, dev)
     if t._dtype.category == 3 and dev.type != "cpu":
         _refuse_complex(t._dtype, dev, "to()")
-    host = t.numpy(force=True)
+    host = t._host()
     if dev.type == "cpu":
         return Tensor._make(np.array(host, copy=True, order="C") if t._device.type == "cpu" else host, dev, t._dtype)
     return Tensor._make(get_backend(dev).from_host(np.asarray(host, order="C")), dev, t._dtype)

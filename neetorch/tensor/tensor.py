@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _storage
 from . import dtypes as _dt
 from .dtypes import DType
 
@@ -184,6 +185,9 @@ class Tensor:
 
     @property
     def H(self):
+        if self.ndim not in (0, 2):
+            raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor. For "
+                               f"batches of matrices, consider using tensor.mH")
         return self.T.conj() if self._dtype.category == 3 else self.T
 
     @property
@@ -200,13 +204,25 @@ class Tensor:
         if _READ_HOOK[0] is not None:  # inside a trace: reading values would freeze data into the graph
             _READ_HOOK[0](self, "numpy()/item()/tolist()/bool()")
         if self._device.type == "cpu":
+            # writes through the returned array are not seen by neetorch: caches derived from this storage
+            # (the jit's re-laid-out weights) stop trusting its write counter (tensor/_storage.py)
+            _storage.mark_exported(self._data)
             return self._data
         if not force:
             raise TypeError(f"can't convert {self._device} tensor to numpy; use .cpu() first (or numpy(force=True))")
         return self._backend().to_host(self._data)
 
+    def _host(self) -> np.ndarray:
+        """The values as a host array for reading (``item``/``tolist``/printing): like ``numpy(force=True)``,
+        without marking the storage exported (the array does not leave neetorch)."""
+        if _READ_HOOK[0] is not None:
+            _READ_HOOK[0](self, "numpy()/item()/tolist()/bool()")
+        if self._device.type == "cpu":
+            return self._data
+        return self._backend().to_host(self._data)
+
     def __array__(self, dtype=None, copy=None):
-        a = self.numpy(force=True)
+        a = self._host().copy() if copy else self.numpy(force=True)   # (a copy does not export the storage)
         if dtype is not None:
             a = a.astype(dtype, copy=False)
         return a
@@ -214,10 +230,10 @@ class Tensor:
     def item(self):
         if self.numel() != 1:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-        return self.numpy(force=True).reshape(()).item()
+        return self._host().reshape(()).item()
 
     def tolist(self):
-        return self.numpy(force=True).tolist()
+        return self._host().tolist()
 
     def __bool__(self):
         if self.numel() != 1:
@@ -255,6 +271,7 @@ class Tensor:
         return self.flip(0)
 
     def __dlpack__(self, stream=None, **kw):
+        _storage.mark_exported(self._data)
         if self._device.type != "cpu":
             return self._data.__dlpack__(stream=stream, **kw)
         if self._dtype.name == "bfloat16":
@@ -274,6 +291,12 @@ class Tensor:
         kwargs.pop("non_blocking", None)
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        flags = [a for a in args if isinstance(a, bool)]      # torch's positional non_blocking, copy
+        if len(flags) > 2:
+            raise TypeError("to() takes at most two bool arguments (non_blocking, copy)")
+        if len(flags) == 2:
+            copy = flags[1]
+        args = [a for a in args if not isinstance(a, bool)]
         for a in args:
             if isinstance(a, Tensor):
                 dev, dt = a._device, a._dtype
@@ -308,7 +331,20 @@ class Tensor:
     def type(self, dtype=None):
         if dtype is None:
             return f"neetorch.{_LEGACY_TYPE[self._dtype.name]}Tensor"
+        if isinstance(dtype, str) and dtype.endswith("Tensor") and "." in dtype:   # "torch.IntTensor" names
+            legacy = {v: k for k, v in _LEGACY_TYPE.items()}.get(dtype.rsplit(".", 1)[1][:-len("Tensor")])
+            if legacy is None:
+                raise ValueError(f"invalid type: {dtype!r}")
+            dtype = legacy
         return self.to(dtype)
+
+    def __contains__(self, element):
+        """``element in t``: ``(t == element).any()`` for a number or a tensor (torch's rule)."""
+        import numbers
+        if isinstance(element, (Tensor, numbers.Number, np.bool_)):
+            return bool((self == element).any().item())
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                           f"{type(element).__name__}.")
 
     def float(self):
         return self.to(_dt.float32)
@@ -411,7 +447,11 @@ class Tensor:
         if src._device != self._device:
             src = src.to(self._device)
         src = src.expand(self._data.shape) if src.shape != self.shape else src
-        self._backend().copy_(self._data, src._data)
+        try:
+            self._backend().copy_(self._data, src._data)
+        finally:
+            if _storage.WATCH:
+                _storage.bump(self._data)   # (after the write: see tensor/_storage.py)
         return self
 
     def fill_(self, value) -> "Tensor":
@@ -460,7 +500,7 @@ class Tensor:
 
     def __reduce_ex__(self, proto):
         from .creation import _rebuild
-        return (_rebuild, (self.numpy(force=True).copy(), str(self._device)))
+        return (_rebuild, (self._host().copy(), str(self._device)))
 
     def __deepcopy__(self, memo):
         t = self.clone()

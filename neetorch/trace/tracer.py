@@ -256,6 +256,10 @@ class Tracer:
 
     def on_view(self, name, fn, base, args, kwargs, result):
         if not self.is_traced(base):
+            if hasattr(result, "_data"):
+                # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
+                # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
+                self.graph.__dict__.setdefault("const_views", {})[id(result)] = (result, base, fn, args, kwargs)
             return
         self.view_bases[id(base)] = base
         op = ViewOp(name, fn)

@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from ..base import Backend
+from ...tensor import _storage
 from ...tensor.dtypes import ALL_DTYPES, LOW_NP, is_low_np
 
 __all__ = ["CPUBackend", "kernel"]
@@ -265,6 +266,7 @@ def _pool_take(n: int) -> np.ndarray:
             # references: the list, this loop variable, getrefcount's argument
             if sys.getrefcount(b) == 3:
                 _pool_stats["hits"] += 1
+                _storage.unexport(b)   # (no array of the block's previous tensor is alive: tensor/_storage.py)
                 return b[:n]
         _pool_stats["misses"] += 1
         b = np.empty(cap, np.uint8)
