@@ -69,8 +69,10 @@ def norm(input, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
         dim = tuple(range(input.ndim))
     if len(dim) == 2:
         return _out(matrix_norm(input, ord, dim, keepdim, dtype=dtype), out)
-    if isinstance(ord, str):
-        raise TypeError(f"linalg.vector_norm: Expected a number as the order of the norm, got {ord!r}")
+    if isinstance(ord, str):   # torch: a string order is always a matrix norm (RuntimeError on one dim)
+        if input.ndim < 2:
+            raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {', '.join(map(str, dim))}")
     return _out(vector_norm(input, ord, dim=dim, keepdim=keepdim, dtype=dtype), out)
 
 

@@ -329,7 +329,7 @@ def poisson_nll_loss(input, target, log_input=True, full=False, size_average=Non
         loss = input - target * (input + eps).log()
     if full:
         st = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
-        loss = loss + _ew.where(target > 1, st, 0.0 * st)
+        loss = loss + st.masked_fill(target <= 1, 0.0)   # not 0 * st: that is NaN at target 0
     return _nn._reduce(loss, reduction)
 
 

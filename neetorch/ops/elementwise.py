@@ -651,7 +651,8 @@ def _scale_alpha(op, input, other, alpha):
     if isinstance(alpha, (bool, np.bool_)):
         if rt.category != 0:
             raise RuntimeError(f"{op}: Boolean alpha only supported for Boolean results.")
-    elif isinstance(alpha, (float, np.floating)) and rt.category != 2:
+    elif isinstance(alpha, (float, np.floating, complex, np.complexfloating)) and rt.category < 2:
+        # (a complex result takes a float alpha; an integer one neither a float nor a complex alpha)
         raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point number.")
     if rt.category == 2:
         _dt.check_scalar(alpha, rt, op)   # (torch: alpha converts to the result dtype; float16 alpha=70000 raises)
@@ -891,15 +892,27 @@ def lerp(input, end, weight):
     return apply(_lerp, input, end, weight)
 
 
-def _int_value(value, *tensors):
-    # torch casts the scalar ``value`` to the (integer) result dtype: addcmul(int, int, int, value=0.5) adds 0
-    if isinstance(value, float) and result_type(*tensors).category != 2:
+def _int_value(value, *tensors, op="addcmul"):
+    # torch casts the scalar ``value`` to the (integer) result dtype: addcmul(int, int, int, value=0.5) adds 0;
+    # the conversion is checked (out of the integer range, or a complex value for a real result: refused)
+    rt = result_type(*tensors)
+    if isinstance(value, complex) and rt.category != 3:
+        if value.imag != 0:
+            raise RuntimeError(f"{op}: value {value!r} cannot be converted to type {rt.name} without overflow")
+        value = value.real
+    if rt.category == 1 and not isinstance(value, bool):
+        _dt.check_scalar(value, rt, op)
+    if isinstance(value, float) and rt.category < 2:   # (not for complex results: addcmul(c, c, c, value=0.5))
         return int(value)
     return value
 
 
 @export
 def addcmul(input, tensor1, tensor2, *, value=1):
+    if all(isinstance(t, Tensor) for t in (input, tensor1, tensor2)) and \
+            result_type(input, tensor1, tensor2) is _dt.bool_:
+        raise _dt.DTypeNotImplementedError("addcmul: not implemented for bool operands (torch: \"addcmul_cpu_out\" "
+                                           "not implemented for 'Bool')")
     return apply(_addcmul, input, tensor1, tensor2, _int_value(value, input, tensor1, tensor2))
 
 
@@ -908,7 +921,7 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
     if all(isinstance(t, Tensor) and t._dtype.category < 2 for t in (tensor1, tensor2)):
         raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported (tensor1 and tensor2 are "
                            f"{tensor1._dtype.name} and {tensor2._dtype.name}); use input + value * tensor1 / tensor2")
-    return apply(_addcdiv, input, tensor1, tensor2, value)
+    return apply(_addcdiv, input, tensor1, tensor2, _int_value(value, input, tensor1, tensor2, op="addcdiv"))
 
 
 @export
@@ -923,10 +936,9 @@ def masked_fill(input, mask, value):
                                f"{value.ndim} dimension(s).")
         value = value.item()
     value = _dt.fit_scalar(value, input._dtype, "masked_fill")
-    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_fill")
-    if shape != tuple(input.shape):
-        raise RuntimeError(f"masked_fill: mask of shape {tuple(mask.shape)} is not broadcastable to input of shape "
-                           f"{tuple(input.shape)}")
+    # out of place the result has the broadcast shape of input and mask (torch); masked_fill_ refuses a mask
+    # that would grow self (Tensor.masked_fill_ checks the result's shape)
+    broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_fill")
     return apply(_where, mask, _scalar_tensor(value, input._dtype, input._device), input)
 
 
@@ -978,7 +990,7 @@ def gelu(input, approximate="none"):
         return apply(OPS_["gelu"], input)
     if approximate == "tanh":
         return apply(OPS_["gelu_tanh"], input)
-    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    raise RuntimeError(f"gelu: approximate argument must be either none or tanh, got {approximate!r}")
 
 
 def softplus(input, beta=1.0, threshold=20.0):
@@ -991,6 +1003,8 @@ def elu(input, alpha=1.0, inplace=False):
 
 
 def celu(input, alpha=1.0, inplace=False):
+    if float(alpha) == 0:
+        raise RuntimeError("celu: ZeroDivisionError: alpha cannot be 0 for CELU")
     r = apply(_elu, input, float(alpha), 1.0, 1.0 / float(alpha))
     return input.copy_(r) if inplace else r
 

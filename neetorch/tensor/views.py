@@ -237,7 +237,11 @@ def squeeze(t: Tensor, dim=None) -> Tensor:
         keep = [i for i, s in enumerate(sh) if s != 1]
     else:
         dims = [dim] if isinstance(dim, int) else list(dim)
-        dims = {wrap_dim(d, t.ndim, "squeeze") for d in dims}
+        wrapped = [wrap_dim(d, t.ndim, "squeeze") for d in dims]
+        if len(set(wrapped)) != len(wrapped):
+            dup = next(d for i, d in enumerate(wrapped) if d in wrapped[:i])
+            raise RuntimeError(f"squeeze: dim {dup} appears multiple times in the list of dims")
+        dims = set(wrapped)
         keep = [i for i in range(len(sh)) if not (i in dims and sh[i] == 1)]
     return make_view(t, [sh[i] for i in keep], [st[i] for i in keep])
 
@@ -493,8 +497,17 @@ def chunk(t: Tensor, chunks: int, dim: int = 0):
 def tensor_split(t: Tensor, indices_or_sections, dim: int = 0):
     d = wrap_dim(dim, t.ndim, "tensor_split")
     n = t.shape[d]
+    if isinstance(indices_or_sections, Tensor):   # torch: a 0-d tensor is the number of sections, 1-d the indices
+        if indices_or_sections._dtype.name != "int64" or indices_or_sections.ndim > 1:
+            raise RuntimeError(f"tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
+                               f"one-dimensional tensor of dtype long, but got a {indices_or_sections.ndim}-d "
+                               f"{indices_or_sections._dtype.name} tensor")
+        indices_or_sections = int(indices_or_sections.item()) if indices_or_sections.ndim == 0 \
+            else indices_or_sections.tolist()
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
+        if k <= 0:
+            raise RuntimeError(f"number of sections must be larger than 0, got {k}")
         q, r = divmod(n, k)
         sizes = [q + 1] * r + [q] * (k - r)
         return split(t, sizes, d)
