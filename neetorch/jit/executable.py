@@ -731,23 +731,22 @@ class Executable:
             i0, rest = ins[0], ins[1:]
             g = self.graph
             perm = self._plain_permute(n)
-            if perm is not None:
-                # a permute of a step's new CPU array every call (the KV cache's transpose for q @ k^T):
-                # what views.permute does on the CPU, its dims checked once
+            shp = self._plain_reshape(n) if perm is None else None
+            if perm is not None or shp is not None:
+                # the output's Tensor made straight from the numpy view
                 o0, make = outs[0], Tensor._make
                 dev, dt = n.outputs[0].device, n.outputs[0].dtype
                 dev = self.device if dev is self.device or dev == self.device else _device(dev)
+            if perm is not None:
+                # a permute of a step's new CPU array every call (the KV cache's transpose for q @ k^T):
+                # what views.permute does on the CPU, its dims checked once
 
                 def run(env):
                     env[o0] = make(env[i0]._data.transpose(perm), dev, dt)
                 return run
-            shp = self._plain_reshape(n)
             if shp is not None:
                 # a reshape of a step's new C-contiguous CPU array every call (a classifier's softmax
                 # reshaped back to 4-D and returned): the numpy view, not the view function's ~7 us
-                o0, make = outs[0], Tensor._make
-                dev, dt = n.outputs[0].device, n.outputs[0].dtype
-                dev = self.device if dev is self.device or dev == self.device else _device(dev)
 
                 def run(env):
                     t = env[i0]
