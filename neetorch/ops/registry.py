@@ -265,14 +265,57 @@ def with_out(fn):
     except (TypeError, ValueError):
         return fn
     if "out" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return fn
+        return torch_aliases(fn)
+    aliases = _aliases_of(params)
 
     @functools.wraps(fn)
     def f(*args, out=None, **kw):
+        if kw and aliases:
+            kw = _renamed(kw, aliases, fn.__name__)
         r = fn(*args, **kw)
         if out is None:
             return r
         return _write_result(r, out, fn.__name__)
+    return f
+
+
+#: torch's numpy-compatible keyword aliases, accepted by every function and method its argument parser
+#: binds (python_arg_parser.cpp ``numpy_compatibility_arg_names``): ``x.sum(axis=0, keepdims=True)``
+_KW_ALIASES = {"axis": "dim", "keepdims": "keepdim"}
+
+
+def _aliases_of(params) -> dict:
+    return {a: c for a, c in _KW_ALIASES.items() if c in params and a not in params}
+
+
+def _renamed(kw: dict, aliases: dict, name: str) -> dict:
+    for a, c in aliases.items():
+        if a in kw:
+            if c in kw:
+                raise TypeError(f"{name}() got multiple values for argument '{c}'")
+            kw = dict(kw)
+            kw[c] = kw.pop(a)
+    return kw
+
+
+def torch_aliases(fn):
+    """``fn`` accepting torch's numpy-style keyword aliases (``axis`` for ``dim``, ``keepdims`` for ``keepdim``)
+    where it has the torch name and not the alias; ``fn`` itself otherwise."""
+    import functools
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    aliases = _aliases_of(params)
+    if not aliases or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn
+
+    @functools.wraps(fn)
+    def f(*args, **kw):
+        if kw:
+            kw = _renamed(kw, aliases, fn.__name__)
+        return fn(*args, **kw)
     return f
 
 

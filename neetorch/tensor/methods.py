@@ -7,6 +7,7 @@ written once and never edited into this class by hand.
 from __future__ import annotations
 
 from ..ops import EXPORTS, OPS
+from ..ops.registry import torch_aliases
 from ..ops import elementwise as ew
 from . import views
 from .tensor import Tensor
@@ -52,7 +53,7 @@ def _ew_inplace(op_fn, name):
 def install() -> None:
     for name, (fn, method, function, inplace) in EXPORTS.items():
         if method and not hasattr(Tensor, name):
-            setattr(Tensor, name, fn)
+            setattr(Tensor, name, torch_aliases(fn))
         if method and (inplace or (name in OPS and OPS[name].kind == "elementwise")):
             if not hasattr(Tensor, name + "_"):
                 try:
@@ -78,7 +79,7 @@ def install() -> None:
     from ..trace.tracer import _traced_view
     for name in _VIEW_METHODS:
         if not hasattr(Tensor, name):
-            setattr(Tensor, name, _traced_view(name, getattr(views, name)))
+            setattr(Tensor, name, torch_aliases(_traced_view(name, getattr(views, name))))
     _operators()
 
 
