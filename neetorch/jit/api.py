@@ -137,6 +137,9 @@ class JitFunction:
     def _optimize(self, args, kwargs, on_stage=None):
         g = tracer.trace(self.fn, *args, name=self.name, **kwargs)
         self.stats["traces"] += 1
+        # default mode: constants the trace computed from captured tensors (``w * 2``) are guarded by those
+        # tensors' write counters; a write re-traces (freeze=True snapshots on purpose: no guards)
+        guards = None if self.freeze else passes.const_guards(g)
         if on_stage:
             on_stage("traced", g)
         if self.freeze:
@@ -159,6 +162,7 @@ class JitFunction:
         if memos:
             held = {id(t) for t in g.consts.values()}
             g.weight_memos = [e for e in memos if id(e.holder) in held] or None
+        g.const_guards = guards
         return g
 
     def _dyn_dims(self, args, kwargs):
@@ -325,6 +329,13 @@ class JitFunction:
                     except passes.WeightsChanged:
                         self._respecialize()
                         return self(*args)
+                guards = getattr(g, "const_guards", None)
+                if guards is not None:
+                    try:
+                        passes.check_const_guards(guards)
+                    except passes.WeightsChanged:
+                        self._respecialize(guards)
+                        return self(*args)
                 outs = exe(*args)
                 if getattr(g, "_tree", None) is None:
                     return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
@@ -337,12 +348,23 @@ class JitFunction:
             except passes.WeightsChanged:
                 self._respecialize()
                 return self(*args, **kwargs)
+        guards = getattr(g, "const_guards", None)
+        if guards is not None:
+            try:
+                passes.check_const_guards(guards)
+            except passes.WeightsChanged:
+                self._respecialize(guards)
+                return self(*args, **kwargs)
         return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
 
-    def _respecialize(self) -> None:
-        """A captured weight changed shape, dtype or device (``weight.data = other``): every specialization
-        is dropped and the function is traced again at the next call (as torch.compile recompiles)."""
+    def _respecialize(self, guards=None) -> None:
+        """A captured weight changed shape, dtype or device (``weight.data = other``), or a tensor a trace-time
+        constant was computed from was written (``guards``: that graph's): every specialization is dropped and
+        the function is traced again at the next call (as torch.compile recompiles)."""
         with self._lock:
+            if guards is not None and not any(getattr(e[1], "const_guards", None) is guards
+                                              for e in self._cache.values() if isinstance(e, tuple)):
+                return   # another thread re-specialized meanwhile
             self._cache.clear()
             self._fast.clear()
             with self._frozen_lock:

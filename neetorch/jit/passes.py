@@ -17,7 +17,7 @@ from ..trace.tracer import ViewOp
 
 __all__ = ["fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
            "replace_uses", "hoist_elementwise_over_views", "freeze_constants", "memo_product_weights",
-           "check_weights", "WeightsChanged"]
+           "check_weights", "WeightsChanged", "ConstGuard", "const_guards", "check_const_guards"]
 
 
 def replace_uses(g: Graph, old: Value, new: Value) -> None:
@@ -271,6 +271,64 @@ def check_weights(memos) -> None:
     for e in memos:
         if e.src._data is not e.data or e.cell[0] != e.ver:
             e.check()
+
+
+class ConstGuard:
+    """A storage a trace-time constant was computed from (``F.linear(x, w * 2)``'s ``w * 2``, run eagerly while
+    tracing: trace/tracer.py ``Tracer.derive``).  :func:`check_const_guards` (every call, default mode) raises
+    :class:`WeightsChanged` once the storage was written since the trace, so the function is traced again and
+    the constant recomputed.  The storage's write counter (tensor/_storage.py) tells, except for an *exported*
+    storage (numpy()/from_numpy/DLPack: written by code neetorch does not see): for those a private copy of the
+    storage taken at trace time is compared bitwise with it every call.  Exported sources of derived
+    constants are rare (a caller's array wrapped by ``from_numpy`` and then transformed inside the function);
+    the comparison costs one read of the source per call, far less than re-tracing every call would (a trace
+    runs the Python function, the passes and the executable's planning: milliseconds)."""
+    __slots__ = ("watch", "cell", "ver", "root", "snap", "tensor", "data", "__weakref__")
+
+    def __init__(self, root, tensor=None, data=None):
+        # ``tensor``: the captured tensor read (None: gone), ``data`` its storage then (``.data =`` changes it)
+        self.tensor, self.data = (tensor, data) if tensor is not None else (_NO_DATA, None)
+        self.watch = w = _storage.Watch(root)   # (released when the graph holding the guard is collected)
+        self.cell = w.cell
+        self.root = root
+        self.ver = self.cell[0]
+        self.snap = None
+        if self.cell[3]:
+            self.snap = np.array(root, copy=True)
+
+    def same(self) -> bool:
+        """Bitwise equality of an exported storage with its trace-time copy."""
+        a, b = self.root, self.snap
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.flags.c_contiguous and a.dtype.itemsize in _UINT:
+            return bool(np.array_equal(a.reshape(-1).view(_UINT[a.dtype.itemsize]),
+                                       b.reshape(-1).view(_UINT[a.dtype.itemsize])))
+        return a.tobytes() == b.tobytes()
+
+
+class _NoData:
+    _data = None
+
+
+_NO_DATA = _NoData()
+
+
+def const_guards(g: Graph) -> list | None:
+    """Guards on the storages the graph's trace-time constants were computed from (the tracer lists them:
+    ``graph.const_sources``); None when there are none (the per-call check is then skipped)."""
+    src = getattr(g, "const_sources", None)
+    if not src:
+        return None
+    return [ConstGuard(*e) for e in src]
+
+
+def check_const_guards(guards) -> None:
+    """Per call (``jit/api.py``): raises :class:`WeightsChanged` when a storage a constant was computed from
+    was written since the trace (a counter comparison each; exported storages: a bitwise comparison)."""
+    for gd in guards:
+        if gd.cell[0] != gd.ver or gd.tensor._data is not gd.data or (gd.snap is not None and not gd.same()):
+            raise WeightsChanged("jit: a captured tensor a trace-time constant was computed from has changed")
 
 
 def _origin(g: Graph, t):

@@ -23,11 +23,15 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..ops import registry
 from ..ops.registry import Meta
+from ..tensor import _storage
 from .ir import Graph, Value
 
 __all__ = ["TraceError", "Tracer", "ViewOp", "is_tracing", "run_graph", "stats", "trace"]
@@ -167,6 +171,11 @@ class Tracer:
         self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
         self.meta = meta
         self.fake_roots: dict[int, Any] = {}   # id(placeholder buffer) -> buffer (kept alive)
+        # provenance of the tensors ops run eagerly at trace time made (their results become constants):
+        # id(tensor) -> (tensor, {id(storage root): (weak reference to it, weak reference to the captured tensor
+        # read)}) for the captured storages they were computed from (default mode guards these constants:
+        # jit/passes.py const_guards)
+        self.prov: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ values
     def is_fake(self, t) -> bool:
@@ -189,6 +198,70 @@ class Tracer:
 
     def bind(self, t, v: Value) -> None:
         self.values[id(t)] = (v, t)
+
+    # ------------------------------------------------------------ provenance of eager results
+    def provenance(self, t) -> dict:
+        """{id(root): (weakref, tensor weakref)} of the captured storages ``t``'s values come from: an eager
+        result's recorded set; otherwise ``t`` is captured (or made by a factory, or a view of one of those):
+        its own storage root, and the tensor it was viewed from (``.data =`` on it gives it another storage)."""
+        e = self.prov.get(id(t))
+        if e is not None and e[0] is t:
+            return e[1]
+        d = getattr(t, "_data", None)
+        if not isinstance(d, np.ndarray) or self.is_traced(t) or self.is_fake(t):
+            return {}   # (non-CPU storages have no write counter: not guarded, see docs/JIT.md)
+        r = _storage.root(d)
+        if not isinstance(r, np.ndarray):
+            r = d   # foreign memory: the array itself stands for it (guarded as exported: compared bitwise)
+        try:
+            ref = weakref.ref(r)
+        except TypeError:
+            ref = lambda r=r: r   # noqa: E731 - not weakly referenceable: kept
+        cv = self.graph.__dict__.get("const_views") or {}
+        while True:    # a view of a captured tensor (on_view): the tensor it was taken of
+            e = cv.get(id(t))
+            if e is None or e[0] is not t:
+                break
+            t = e[1]
+        try:
+            tref = weakref.ref(t)
+        except TypeError:
+            tref = lambda: None   # noqa: E731
+        return {id(r): (ref, tref)}
+
+    def derive(self, outs, ins, keep: bool = False) -> None:
+        """Record ``outs`` (eager results at trace time) as computed from ``ins`` (``keep``: also from what
+        the outputs held before: an in-place write)."""
+        from ..tensor.tensor import Tensor
+        src: dict = {}
+        for t in ins:
+            if isinstance(t, Tensor):
+                src.update(self.provenance(t))
+        for o in outs:
+            if isinstance(o, Tensor) and not self.is_traced(o):
+                p = dict(self.provenance(o)) if keep else {}
+                p.update(src)
+                self.prov[id(o)] = (o, p)
+
+    def const_sources(self) -> list:
+        """[(storage root, captured tensor or None, its ``_data``)] the graph's derived constants were computed
+        from: roots still alive (a factory's temporary that died cannot change), with the tensor read when it
+        is alive too.  Captured tensors used directly (and their views) are read live: not listed."""
+        out: dict = {}
+        for t in self.graph.consts.values():
+            e = self.prov.get(id(t))
+            if e is None or e[0] is not t:
+                continue
+            for k, (ref, tref) in e[1].items():
+                r = ref()
+                if r is None or (isinstance(r, np.ndarray) and (not r.flags.writeable or _free_pool_block(r))):
+                    continue    # died with the trace (a pooled block nothing uses any more: the same), or
+                    # read-only (the cached scalar tensors of ``w * 2``)
+                src = tref()
+                key = (k, id(src))
+                if key not in out:
+                    out[key] = (r, src, None if src is None else src._data)
+        return list(out.values())
 
     # ------------------------------------------------------------ hooks
     def meta_run(self, op, inputs, attrs, metas, out):
@@ -227,7 +300,10 @@ class Tracer:
 
     def on_op(self, op, inputs, attrs, metas, outputs, out):
         if not any(self.is_traced(t) for t in inputs) and not (out and any(self.is_traced(o) for o in out)):
-            return  # a computation on constants only: its result is a constant too
+            # a computation on constants only: its result is a constant too (made from what it read)
+            if not any(self.is_fake(t) for t in inputs):
+                self.derive(outputs, inputs, keep=out is not None)
+            return
         if out is not None:
             for o in out:
                 self.check_inplace_target(o, op.name)
@@ -256,6 +332,15 @@ class Tracer:
 
     def on_view(self, name, fn, base, args, kwargs, result):
         if not self.is_traced(base):
+            rs = result if isinstance(result, (tuple, list)) else (result,)
+            e = self.prov.get(id(base))
+            if e is not None and e[0] is base:   # a view of an eager result: made from what it was
+                self.derive(rs, (base,))
+            elif isinstance(base._data, np.ndarray) and not self.is_fake(base):
+                # a "view" function that had to copy (``w.t().reshape(-1)``): made from the captured tensor
+                rb = _storage.root(base._data)
+                self.derive([r for r in rs if isinstance(getattr(r, "_data", None), np.ndarray) and
+                             _storage.root(r._data) is not rb], (base,))
             if hasattr(result, "_data"):
                 # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
                 # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
@@ -278,6 +363,26 @@ class Tracer:
             raise TraceError(f"{what} reads a traced tensor's value into Python at {_user_frame()}: a graph cannot "
                              f"depend on data. Move this out of the traced function, or make the value a static "
                              f"input (an argument that is not a tensor).")
+
+
+def _free_pool_block(r) -> bool:
+    """Is ``r`` a block of the CPU buffer pool (devices/cpu: large outputs are carved from pooled blocks) that
+    no tensor uses any more (a factory's temporary of the trace: it cannot change what the trace computed)?"""
+    if r.ndim != 1 or r.dtype != np.uint8:
+        return False
+    from ..devices import cpu as _cpu
+    pool = getattr(_cpu, "_pool", None)
+    bufs = pool.get(r.size) if pool is not None else None
+    if not bufs:
+        return False
+    found = False
+    for b in bufs:
+        if b is r:
+            found = True
+            break
+    b = None
+    # references: the pool's list, the caller's variable, this argument, getrefcount's argument
+    return found and sys.getrefcount(r) <= 4
 
 
 class _Slot:
@@ -352,6 +457,12 @@ def _traced_getitem(fn):
                                      [Meta(tuple(r.shape), r.dtype)])
             tr.bind(r, node.outputs[0])
             tr.view_values.add(id(r))
+        elif not any(tr.is_fake(t) for t in tensors):
+            e = tr.prov.get(id(self))
+            d = getattr(r, "_data", None)
+            if (e is not None and e[0] is self) or len(tensors) > 1 or not isinstance(d, np.ndarray) or \
+                    _storage.root(d) is not _storage.root(self._data):
+                tr.derive((r,), tensors)   # a copy (or a view of an eager result): made from what it read
         return r
     getitem.__wrapped__ = fn
     return getitem
@@ -370,7 +481,10 @@ def _guard_mutation(fn, what):
         if tr is not None and registry._depth[0] == 0 and tr.is_traced(self):
             raise TraceError(f"{what} writes into a traced tensor at {_user_frame()}: in-place assignment is not "
                              f"traced; use an out-of-place op (nee.where, masked_fill, index_put, scatter) instead")
-        return fn(self, *args, **kwargs)
+        r = fn(self, *args, **kwargs)
+        if tr is not None and registry._depth[0] == 0:
+            tr.derive((self,), _tensors((args, kwargs)), keep=True)   # an eager write into a constant
+        return r
     mutate.__wrapped__ = fn
     mutate.__name__ = getattr(fn, "__name__", what)
     return mutate
@@ -495,6 +609,7 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
                              f"tuples/lists/dicts of tensors (None allowed)")
         for o in outs:
             tr.graph.outputs.append(tr.value_of(o))
+        tr.graph.const_sources = tr.const_sources()
     finally:
         _active.tracer = None
         _uninstall_hooks()
