@@ -301,3 +301,17 @@ def test_large_captured_pool_backed_source_guarded():
     w.sub_(1.0)
     _close(f(x), x + w * 0.5)
     assert f.stats["traces"] == 2
+
+
+def test_view_functions_returning_their_input_do_not_loop():
+    # expand to the same shape / contiguous() return the tensor itself: the tracer's record of views of captured
+    # tensors must not make a cycle (this hung the trace before)
+    import neetorch as nee
+    w = nee.randn(3, 4)
+    def fn(x):
+        return x + w.expand(3, 4).contiguous() * 2 + w.expand(3, 4)
+    f = nee.jit(fn)
+    x = nee.randn(3, 4)
+    f(x)
+    w.mul_(3)
+    assert float((f(x) - fn(x)).abs().max()) <= 1e-6

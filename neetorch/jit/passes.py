@@ -335,7 +335,9 @@ def _origin(g: Graph, t):
     """(captured tensor, view steps) that made constant ``t`` (the tracer records views of captured tensors)."""
     cv = getattr(g, "const_views", None) or {}
     steps = []
-    while True:
+    seen = set()
+    while id(t) not in seen:
+        seen.add(id(t))
         e = cv.get(id(t))
         if e is None or e[0] is not t:
             break

@@ -218,7 +218,9 @@ class Tracer:
         except TypeError:
             ref = lambda r=r: r   # noqa: E731 - not weakly referenceable: kept
         cv = self.graph.__dict__.get("const_views") or {}
-        while True:    # a view of a captured tensor (on_view): the tensor it was taken of
+        seen = set()
+        while id(t) not in seen:    # a view of a captured tensor (on_view): the tensor it was taken of
+            seen.add(id(t))
             e = cv.get(id(t))
             if e is None or e[0] is not t:
                 break
@@ -341,7 +343,7 @@ class Tracer:
                 rb = _storage.root(base._data)
                 self.derive([r for r in rs if isinstance(getattr(r, "_data", None), np.ndarray) and
                              _storage.root(r._data) is not rb], (base,))
-            if hasattr(result, "_data"):
+            if hasattr(result, "_data") and result is not base:   # (a view fn may return its input itself)
                 # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
                 # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
                 self.graph.__dict__.setdefault("const_views", {})[id(result)] = (result, base, fn, args, kwargs)
