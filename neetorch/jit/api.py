@@ -322,40 +322,35 @@ class JitFunction:
                         profiler.record(self.name, "cache_hit", str(entry[0].device), time.perf_counter(), 0.0,
                                         detail="jit")
                 exe, g = entry
-                memos = getattr(g, "weight_memos", None)
-                if memos is not None:
-                    try:
-                        passes.check_weights(memos)
-                    except passes.WeightsChanged:
-                        self._respecialize()
-                        return self(*args)
-                guards = getattr(g, "const_guards", None)
-                if guards is not None:
-                    try:
-                        passes.check_const_guards(guards)
-                    except passes.WeightsChanged:
-                        self._respecialize(guards)
-                        return self(*args)
+                if self._stale(g):
+                    return self(*args)
                 outs = exe(*args)
                 if getattr(g, "_tree", None) is None:
                     return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
                 return tracer.pack_outputs(g, outs)
         exe, g = self._executable(args, kwargs)
+        if self._stale(g):
+            return self(*args, **kwargs)
+        return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
+
+    def _stale(self, g) -> bool:
+        """Per call: has a captured tensor the graph's guarded copies (passes.check_weights) or trace-time
+        constants (passes.check_const_guards) rest on changed?  Then the function was re-specialized."""
         memos = getattr(g, "weight_memos", None)
         if memos is not None:
             try:
                 passes.check_weights(memos)
             except passes.WeightsChanged:
                 self._respecialize()
-                return self(*args, **kwargs)
+                return True
         guards = getattr(g, "const_guards", None)
         if guards is not None:
             try:
                 passes.check_const_guards(guards)
             except passes.WeightsChanged:
                 self._respecialize(guards)
-                return self(*args, **kwargs)
-        return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
+                return True
+        return False
 
     def _respecialize(self, guards=None) -> None:
         """A captured weight changed shape, dtype or device (``weight.data = other``), or a tensor a trace-time
