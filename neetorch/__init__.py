@@ -19,8 +19,8 @@ from .tensor.creation import set_default_device, get_default_device, default_gen
 from .tensor.creation import OutOfMemoryError  # noqa: F401,E402  (torch.OutOfMemoryError)
 from .tensor.views import *  # noqa: F401,F403
 from .tensor._repr import set_printoptions  # noqa: F401
-from .devices import (  # noqa: F401
-    device, devices, fallback_report, reset_fallbacks, set_strict, is_strict, FallbackError,
+from .devices import (  # noqa: F401  (nee.devices: the package, callable: nee.devices() lists the backends)
+    device, fallback_report, reset_fallbacks, set_strict, is_strict, FallbackError,
 )
 from . import ops as _ops
 from .tensor import methods as _methods

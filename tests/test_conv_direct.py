@@ -40,10 +40,10 @@ CASES = [
 ]
 
 
-def _data(xs, ws, bias=True):
-    x = RNG.standard_normal(xs).astype(np.float32)
-    w = (RNG.standard_normal(ws) / np.sqrt(ws[1] * ws[2] * ws[3])).astype(np.float32)
-    b = RNG.standard_normal(ws[0]).astype(np.float32) if bias else None
+def _data(xs, ws, bias=True, rng=RNG):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = (rng.standard_normal(ws) / np.sqrt(ws[1] * ws[2] * ws[3])).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32) if bias else None
     return x, w, b
 
 
@@ -56,6 +56,7 @@ def _want(x, w, b, s, pads, d, groups=1):
 
 
 def _close(got, want, what):
+    assert not np.isnan(got).any(), what
     err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
     assert err < 2e-6, (what, err)
 
@@ -84,14 +85,46 @@ def force(monkeypatch):
                                          ("chan", ((2, 8),)), ("chan", ((3, 8),)), ("chan", ((2, 7),))])
 def test_direct_matches_torch(nthreads, force, kind, shapes):
     force(kind, shapes)
-    for i, (xs, ws, s, pads, d) in enumerate(CASES):
-        x, w, b = _data(xs, ws, bias=i % 3 != 1)
+    _check_cases(kind, shapes, CASES)
+
+
+def _last_layout():
+    return D._layouts[next(reversed(D._layouts))]
+
+
+def _check_cases(kind, shapes, cases, rng=RNG):
+    """Each of ``cases`` (bias on two in three) through D.conv2d against torch, on the forced tile (its channel
+    width: A rows ("pix") or A blocks of D.VEC channels ("chan"))."""
+    for i, (xs, ws, s, pads, d) in enumerate(cases):
+        x, w, b = _data(xs, ws, bias=i % 3 != 1, rng=rng)
         want = _want(x, w, b, s, pads, d)
         got = np.full(want.shape, np.nan, np.float32)
         assert D.conv2d(x, w, b, got, *s, *pads, *d)
-        lay = D._layouts[next(reversed(D._layouts))]
-        assert (lay.kind, lay.A, lay.B) == (kind,) + shapes[0]
+        lay = _last_layout()
+        cw = shapes[0][0] * (D.VEC if kind == "chan" else 1)
+        assert (lay.kind, lay.A, lay.B, lay.CW) == (kind,) + shapes[0] + (cw,)
         _close(got, want, (kind, shapes, xs, ws, s, pads, d))
+
+
+def _check_groups(kind, shapes, cases, res=False, rng=RNG):
+    """Each of the grouped / depthwise ``cases`` through D.conv2d against torch: bias on every other one, a second
+    per-channel bias (a folded BatchNorm's shift), relu on two in three, ``res``: a residual on every other one;
+    depthwise ones on the "dw" kernel."""
+    for i, (xs, ws, s, pads, d) in enumerate(cases):
+        x, w, b = _data(xs, ws, bias=i % 2 == 0, rng=rng)
+        b2 = rng.standard_normal(ws[0]).astype(np.float32)
+        relu = i % 3 != 2
+        want = _want(x, w, b, s, pads, d, xs[1] // ws[1]) + b2[:, None, None]
+        e = rng.standard_normal(want.shape).astype(np.float32) if res and i % 2 else None
+        if e is not None:
+            want = want + e
+        if relu:
+            want = np.maximum(want, 0)
+        got = np.full(want.shape, np.nan, np.float32)
+        assert D.conv2d(x, w, b, got, *s, *pads, *d, relu, b2, e)
+        if ws[1] == 1:
+            assert _last_layout().kind == "dw"
+        _close(got, want, (kind, shapes, xs, ws, relu, e is not None))
 
 
 # groups (w: (O, C/G, KH, KW)): one launch over all of them, each group's channel blocks on their own
@@ -113,16 +146,7 @@ GROUP_CASES = [
 def test_direct_groups_relu_shift(nthreads, force, kind, shapes):
     # groups, with the second per-channel bias (a folded BatchNorm's shift) and relu in the final stores
     force(kind, shapes)
-    for i, (xs, ws, s, pads, d) in enumerate(GROUP_CASES):
-        x, w, b = _data(xs, ws, bias=i % 2 == 0)
-        b2 = RNG.standard_normal(ws[0]).astype(np.float32)
-        relu = i % 3 != 2
-        want = _want(x, w, b, s, pads, d, xs[1] // ws[1]) + b2[:, None, None]
-        if relu:
-            want = np.maximum(want, 0)
-        got = np.full(want.shape, np.nan, np.float32)
-        assert D.conv2d(x, w, b, got, *s, *pads, *d, relu, b2)
-        _close(got, want, (kind, shapes, xs, ws, relu))
+    _check_groups(kind, shapes, GROUP_CASES)
 
 
 @pytest.mark.parametrize("kind,shapes", [("pix", ((6, 4),)), ("chan", ((2, 8),)), ("chan", ((3, 8),)),

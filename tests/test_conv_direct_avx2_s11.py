@@ -8,14 +8,20 @@ groups, depthwise ("dw"), bias / a second bias, relu and a residual in the store
 inputs through the op, bitwise-equal channels under equal weights (every output summed in the same order: the
 property ONNX's constant-weight light models need), the kernel cache keys carrying the width, and the AVX2 cost rule.
 """
+import functools
+
 import numpy as np
 import pytest
 
 import neetorch as nee
-from neetorch.devices.cpu import llvm_render, threads
+from neetorch.devices.cpu import llvm_render
 from neetorch.devices.cpu.kernels import conv as K
 from neetorch.devices.cpu.kernels import conv_direct as D
 from neetorch.ops import conv as C
+# the float64 torch reference, the data and the comparison, the thread and tile-forcing fixtures: test_conv_direct's
+from test_conv_direct import (  # noqa: F401,F811
+    _check_cases, _check_groups, _close, _data, _last_layout, _want, force, nthreads,
+)
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -33,25 +39,6 @@ def lanes8():
     yield
     if old != 8:
         D._set_width(old)
-
-
-@pytest.fixture(params=[1, 2])
-def nthreads(request, monkeypatch):
-    old = threads.get_num_threads()
-    threads.set_num_threads(request.param)
-    monkeypatch.setattr(D, "_PAR_FLOPS", 0)         # split even these small convs over the threads
-    yield request.param
-    threads.set_num_threads(old)
-
-
-@pytest.fixture
-def force(monkeypatch):
-    def set_(kind, shapes):
-        monkeypatch.setattr(D, "FORCE", [kind])
-        monkeypatch.setattr(D, "PIX_SHAPES" if kind == "pix" else "CHAN_SHAPES", shapes)
-        D._layouts.clear()
-    yield set_
-    D._layouts.clear()
 
 
 # (x shape, w shape, stride, (top, bottom, left, right) pads, dilation)
@@ -83,29 +70,7 @@ GROUP_CASES = [
 ]
 
 
-def _data(xs, ws, bias=True):
-    x = RNG.standard_normal(xs).astype(np.float32)
-    w = (RNG.standard_normal(ws) / np.sqrt(ws[1] * ws[2] * ws[3])).astype(np.float32)
-    b = RNG.standard_normal(ws[0]).astype(np.float32) if bias else None
-    return x, w, b
-
-
-def _want(x, w, b, s, pads, d, groups=1):
-    pt, pb, pl, pr = pads
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    t = torch.from_numpy
-    return F.conv2d(t(xp), t(w.astype(np.float64)), None if b is None else t(b.astype(np.float64)), s, 0, d,
-                    groups).numpy()
-
-
-def _close(got, want, what):
-    assert not np.isnan(got).any(), what
-    err = np.abs(got - want).max() / max(1.0, np.abs(want).max())
-    assert err < 2e-6, (what, err)
-
-
-def _last_layout():
-    return D._layouts[next(reversed(D._layouts))]
+_data = functools.partial(_data, rng=RNG)     # this file's own stream (seed 11)
 
 
 @pytest.mark.parametrize("kind,shapes", [("pix", ((6, 2),)), ("pix", ((12, 1),)), ("pix", ((4, 3),)),
@@ -113,14 +78,7 @@ def _last_layout():
 def test_avx2_tiles_match_torch(nthreads, force, kind, shapes):
     assert D.VEC == 8
     force(kind, shapes)
-    for i, (xs, ws, s, pads, d) in enumerate(CASES):
-        x, w, b = _data(xs, ws, bias=i % 3 != 1)
-        want = _want(x, w, b, s, pads, d)
-        got = np.full(want.shape, np.nan, np.float32)
-        assert D.conv2d(x, w, b, got, *s, *pads, *d)
-        lay = _last_layout()
-        assert (lay.kind, lay.A, lay.B, lay.CW) == (kind,) + shapes[0] + (shapes[0][0] * (8 if kind == "chan" else 1),)
-        _close(got, want, (kind, shapes, xs, ws, s, pads, d))
+    _check_cases(kind, shapes, CASES, rng=RNG)
 
 
 @pytest.mark.parametrize("R", range(1, 9))
@@ -142,21 +100,7 @@ def test_avx2_groups_shift_relu_residual(nthreads, force, kind, shapes):
     # groups and depthwise, a second per-channel bias, relu and a residual (in the "chan" / "dw" stores before relu;
     # after the "pix" kernel in a pass)
     force(kind, shapes)
-    for i, (xs, ws, s, pads, d) in enumerate(GROUP_CASES):
-        x, w, b = _data(xs, ws, bias=i % 2 == 0)
-        b2 = RNG.standard_normal(ws[0]).astype(np.float32)
-        relu = i % 3 != 2
-        want = _want(x, w, b, s, pads, d, xs[1] // ws[1]) + b2[:, None, None]
-        e = RNG.standard_normal(want.shape).astype(np.float32) if i % 2 else None
-        if e is not None:
-            want = want + e
-        if relu:
-            want = np.maximum(want, 0)
-        got = np.full(want.shape, np.nan, np.float32)
-        assert D.conv2d(x, w, b, got, *s, *pads, *d, relu, b2, e)
-        if ws[1] == 1:
-            assert _last_layout().kind == "dw"
-        _close(got, want, (kind, shapes, xs, ws, relu, e is not None))
+    _check_groups(kind, shapes, GROUP_CASES, res=True, rng=RNG)
 
 
 @pytest.mark.parametrize("kind,shapes", [("pix", ((6, 2),)), ("pix", ((12, 1),)), ("chan", ((2, 6),)),

@@ -300,7 +300,7 @@ def bk():
     import importlib
 
     from neetorch.devices import get_backend, register_backend
-    devs = importlib.import_module("neetorch.devices")    # (nee.devices is the function)
+    devs = importlib.import_module("neetorch.devices")    # (= nee.devices, the package; callable)
     from neetorch.ops import registry
     devs._discover()
     before = devs._backend_classes.get("cuda")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import neetorch as nee
-D = importlib.import_module("neetorch.devices")  # the module (nee.devices is the function)
+D = importlib.import_module("neetorch.devices")  # the package (nee.devices; nee.devices() lists the backends)
 from neetorch.devices.cpu import CPUBackend
 
 

@@ -437,25 +437,19 @@ class Executable:
             if st is None or st[0] != "kernel" or st[3].device.type != "cpu":
                 continue
             n = st[1]
-            if n.op.name != "cat" or n.op.check is not None or len(n.inputs) != 2 or len(n.outputs) != 1:
+            hit = self._kv_append(n, users)
+            if hit is None:
                 continue
+            how, dim, mm, vn = hit
             o = n.outputs[0]
             past, new = n.inputs
-            nd = len(o.shape)
-            dim = n.attrs.get("dim")
-            us = users.get(o, [])
-            if nd < 2 or dim != nd - 2 or len(us) != 1 or o.dtype != past.dtype or o.dtype != new.dtype or \
-                    not (self._root(past) in g.inputs or self._root(past) in g.consts) or past in g.outputs or \
-                    not isinstance(past.shape[dim], int):
+            if not isinstance(past.shape[dim], int):
                 continue
-            mm = us[0]
-            if self._swaps_last_two(mm, nd):
-                self._fuse_kv_scores(runners, slot, arena, where, users, k, st, mm, dim)
+            if how == "dot":
+                self._fuse_kv_scores(runners, slot, arena, where, k, st, vn, mm, dim)
                 continue
             j = where.get(id(mm))
-            if mm.op.name != "matmul" or len(mm.inputs) != 2 or mm.inputs[1] is not o or mm.inputs[0] is o or \
-                    len(mm.outputs) != 1 or j is None or j <= k or runners[j].step[0] != "kernel" or \
-                    mm.op.check is not None:
+            if j is None or j <= k or runners[j].step[0] != "kernel":
                 continue
             cat_make = self._out_maker(n.outputs, arena)
             P = past.shape[dim]
@@ -465,24 +459,21 @@ class Executable:
             runners[j] = self._kv_product_part(runners[j], self._out_maker(mm.outputs, arena), slot[o], slot[past],
                                                slot[mm.inputs[0]], slot[mm.outputs[0]], past_sl, bind_cat_matmul)
 
-    def _fuse_kv_scores(self, runners, slot, arena, where, users, k, st, vn, dim):
+    def _fuse_kv_scores(self, runners, slot, arena, where, k, st, vn, pat, dim):
         """The key side of _fuse_kv_products: ``present = cat([past, new], -2)`` read only through
-        ``present^T`` by a product with an epilogue ``softmax(q @ present^T * scale)`` (a pattern step
-        of kernels/fused.py): the copy of ``past`` and the scores in one pass
+        ``present^T`` (view node ``vn``) by a product with an epilogue ``softmax(q @ present^T * scale)`` (node
+        ``pat``, a pattern step of kernels/fused.py): the copy of ``past`` and the scores in one pass
         (kernels/shape.py bind_cat_dot), then the pattern's epilogue on the scores."""
         from ..devices.cpu.kernels.shape import bind_cat_dot
         n = st[1]
         o = n.outputs[0]
         past, new = n.inputs
         kt = vn.outputs[0]
-        us = users.get(kt, [])
         jv = where.get(id(vn))
-        if len(us) != 1 or jv is None or runners[jv] is None or kt in self.graph.outputs:
+        if jv is None or runners[jv] is None or kt in self.graph.outputs:
             return
-        pat = us[0]
         j = where.get(id(pat))
-        if j is None or j <= jv or jv <= k or runners[j].step[0] != "pattern" or len(pat.inputs) < 2 or \
-                pat.inputs[1] is not kt or kt in pat.inputs[2:] or pat.inputs[0] is kt:
+        if j is None or j <= jv or jv <= k or runners[j].step[0] != "pattern":
             return
         bind_epi = getattr(runners[j].step[2], "bind_epilogue", None)
         fixed = getattr(self._out_maker(pat.outputs, arena), "fixed", None)
@@ -529,6 +520,39 @@ class Executable:
         run.step = pat_run.step
         runners[j] = run
         runners[jv] = _noop_step(view_run.step)
+
+    def _kv_append(self, n, users):
+        """The KV-cache append both KV fusions take (_fuse_kv_products / _fuse_kv_scores on the fast path,
+        _generic_kv in the generic loop; their callers check the steps: kinds, order, device): node ``n`` is
+        ``present = cat([past, new], -2)`` of one dtype, ``past`` (a view of) a caller's input or a constant and
+        not returned, ``present`` read only by the product ``p @ present`` -> ("mm", dim, the matmul node, None),
+        or only through ``present^T`` (view node ``vn``, a transpose / permute of the last two dims) as the
+        second operand, and only that, of one node -> ("dot", dim, that node, vn); else None.
+        ``users``: {value: the nodes reading it}."""
+        if n.op.name != "cat" or n.op.check is not None or len(n.inputs) != 2 or len(n.outputs) != 1:
+            return None
+        g = self.graph
+        o = n.outputs[0]
+        past, new = n.inputs
+        nd = len(o.shape)
+        dim = n.attrs.get("dim")
+        us = users.get(o, [])
+        if nd < 2 or dim != nd - 2 or len(us) != 1 or o.dtype != past.dtype or o.dtype != new.dtype or \
+                not (self._root(past) in g.inputs or self._root(past) in g.consts) or past in g.outputs:
+            return None
+        rd = us[0]
+        if self._swaps_last_two(rd, nd):
+            kt = rd.outputs[0]
+            ku = users.get(kt, [])
+            pat = ku[0] if len(ku) == 1 else None
+            if pat is None or len(pat.inputs) < 2 or pat.inputs[1] is not kt or kt in pat.inputs[2:] or \
+                    pat.inputs[0] is kt:
+                return None
+            return "dot", dim, pat, rd
+        if rd.op.name != "matmul" or len(rd.inputs) != 2 or rd.inputs[1] is not o or rd.inputs[0] is o or \
+                len(rd.outputs) != 1 or rd.op.check is not None:
+            return None
+        return "mm", dim, rd, None
 
     @staticmethod
     def _kv_cat_part(make, i_new, o, new_sl, step):
@@ -944,35 +968,16 @@ class Executable:
         steps = {id(s[1]): s for s in self.steps}
         for st in self.steps:
             n = st[1]
-            if st[0] != "op" or n.op.name != "cat" or n.op.check is not None or len(n.inputs) != 2 or \
-                    len(n.outputs) != 1 or self._backend_of(n).device.type != "cpu" or \
+            hit = self._kv_append(n, users) if st[0] == "op" else None
+            if hit is None or self._backend_of(n).device.type != "cpu" or \
                     not all(_is_cpu(v) for v in list(n.inputs) + list(n.outputs)):
                 continue
-            o = n.outputs[0]
-            past, new = n.inputs
-            nd = len(o.shape)
-            dim = n.attrs.get("dim")
-            us = users.get(o, [])
-            if nd < 2 or dim != nd - 2 or len(us) != 1 or o.dtype != past.dtype or o.dtype != new.dtype or \
-                    not (self._root(past) in g.inputs or self._root(past) in g.consts) or past in g.outputs:
+            how, dim, rd, _ = hit
+            rs = steps.get(id(rd))
+            if rs is None or rs[0] != ("pattern" if how == "dot" else "op") or \
+                    (how == "dot" and getattr(rs[2], "bind_epilogue", None) is None):
                 continue
-            mm = us[0]
-            if self._swaps_last_two(mm, nd):
-                kt = mm.outputs[0]
-                ku = users.get(kt, [])
-                pat = ku[0] if len(ku) == 1 else None
-                ps = steps.get(id(pat))
-                if pat is None or ps is None or ps[0] != "pattern" or len(pat.inputs) < 2 or \
-                        pat.inputs[1] is not kt or kt in pat.inputs[2:] or pat.inputs[0] is kt or \
-                        getattr(ps[2], "bind_epilogue", None) is None:
-                    continue
-                plan[id(n)], plan[id(pat)] = ("cat", dim), ("dot", n)
-                continue
-            ms = steps.get(id(mm))
-            if ms is None or ms[0] != "op" or mm.op.name != "matmul" or len(mm.inputs) != 2 or \
-                    mm.inputs[1] is not o or mm.inputs[0] is o or len(mm.outputs) != 1 or mm.op.check is not None:
-                continue
-            plan[id(n)], plan[id(mm)] = ("cat", dim), ("mm", n)
+            plan[id(n)], plan[id(rd)] = ("cat", dim), (how, n)
         return plan
 
     def _generic_kv_step(self, how, step, env, arena, un, pend) -> bool:

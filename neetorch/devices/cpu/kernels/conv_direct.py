@@ -263,58 +263,43 @@ def _render(R: int, P: int, relu: bool = False) -> str:
     return "\n".join(L) + "\n"
 
 
+def _shuffler(a, pre: str, lanes: int):
+    """The two-source shuffle both transpose ladders build from: ``shuf(s1, s2, target)`` of two sources
+    ``(name, content)`` (content: the (pixel, channel) each of their ``lanes`` lanes holds) emits
+    ``%<pre><n> = shufflevector`` (n counts up from 0) of the lanes ``target`` lists, and returns the result as a
+    source."""
+    k = [0]
+
+    def shuf(s1, s2, target):
+        pos = {rc: i for i, rc in enumerate(s1[1] + s2[1])}
+        idx = ", ".join(f"i32 {pos[t]}" for t in target)
+        nm = f"%{pre}{k[0]}"
+        k[0] += 1
+        a(f'  {nm} = shufflevector <{lanes} x float> {s1[0]}, <{lanes} x float> {s2[0]}, <{lanes} x i32> <{idx}>')
+        return nm, target
+    return shuf
+
+
 def _transpose_ir(a, pre: str, vals: list) -> list:
     """The rows of R <= 8 vectors of 16 lanes (pixel r's 16 channels each): 16 <8 x float> values, row c =
     (vals[0][c], ..., vals[R-1][c], undefined lanes from R on), by three levels of two-source shuffles (pairs,
     quads, octets of pixels; 24 shuffles) and a half of each result."""
-    n = 8
-    srcs = list(vals) + ["undef"] * (n - len(vals))
-    content = [[(r, c) for c in range(VEC)] for r in range(n)]
-    names = srcs
-    k = [0]
-
-    def shuf(i1, i2, target):
-        pos = {rc: i for i, rc in enumerate(content[i1] + content[i2])}
-        idx = ", ".join(f"i32 {pos[t]}" for t in target)
-        nm = f"%{pre}{k[0]}"
-        k[0] += 1
-        a(f'  {nm} = shufflevector <{VEC} x float> {names[i1]}, <{VEC} x float> {names[i2]}, <{VEC} x i32> <{idx}>')
-        return nm
-
+    src = [(nm, [(r, c) for c in range(VEC)]) for r, nm in enumerate(list(vals) + ["undef"] * (8 - len(vals)))]
+    shuf = _shuffler(a, pre, VEC)
     # level 1: pixels (2k, 2k+1) interleaved, channels 8h .. 8h+7
-    lv1, c1 = {}, {}
-    for q in range(4):
-        for h in range(2):
-            tgt = [(2 * q + i % 2, 8 * h + i // 2) for i in range(VEC)]
-            lv1[q, h] = shuf(2 * q, 2 * q + 1, tgt)
-            c1[q, h] = tgt
-    names, content = [], []
-    ix = {}
-    for key, nm in lv1.items():
-        ix[key] = len(names)
-        names.append(nm)
-        content.append(c1[key])
+    lv1 = {(q, h): shuf(src[2 * q], src[2 * q + 1], [(2 * q + i % 2, 8 * h + i // 2) for i in range(VEC)])
+           for q in range(4) for h in range(2)}
     # level 2: pixels 4p .. 4p+3 of channels 8h + 4s .. +3
-    lv2, c2 = {}, {}
-    for p_ in range(2):
-        for h in range(2):
-            for s_ in range(2):
-                tgt = [(4 * p_ + i % 4, 8 * h + 4 * s_ + i // 4) for i in range(VEC)]
-                lv2[p_, h, s_] = shuf(ix[2 * p_, h], ix[2 * p_ + 1, h], tgt)
-                c2[p_, h, s_] = tgt
-    names, content, ix = [], [], {}
-    for key, nm in lv2.items():
-        ix[key] = len(names)
-        names.append(nm)
-        content.append(c2[key])
+    lv2 = {(p_, h, s_): shuf(lv1[2 * p_, h], lv1[2 * p_ + 1, h],
+                             [(4 * p_ + i % 4, 8 * h + 4 * s_ + i // 4) for i in range(VEC)])
+           for p_ in range(2) for h in range(2) for s_ in range(2)}
     # level 3: all 8 pixels of channels 8h + 4s + 2t, +1
     rows = [None] * VEC
     for h in range(2):
         for s_ in range(2):
             for t in range(2):
                 ch = 8 * h + 4 * s_ + 2 * t
-                tgt = [(i % 8, ch + i // 8) for i in range(VEC)]
-                nm = shuf(ix[0, h, s_], ix[1, h, s_], tgt)
+                nm = shuf(lv2[0, h, s_], lv2[1, h, s_], [(i % 8, ch + i // 8) for i in range(VEC)])[0]
                 for half in range(2):
                     rn = f"%{pre}r{ch + half}"
                     idx = ", ".join(f"i32 {8 * half + i}" for i in range(8))
@@ -327,46 +312,25 @@ def _transpose8_ir(a, pre: str, vals: list) -> list:
     """The rows of R <= 8 vectors of 8 lanes (pixel r's 8 channels each): 8 <8 x float> values, row c =
     (vals[0][c], ..., vals[R-1][c], undefined lanes from R on), by AVX2's 8 x 8 ladder of two-source shuffles:
     in-lane unpacks (pairs of pixels), in-lane shuffles (quads), 128-bit halves (octets); 24 shuffles."""
-    n = 8
-    names = list(vals) + ["undef"] * (n - len(vals))
-    content = [[(r, c) for c in range(8)] for r in range(n)]
-    k = [0]
-
-    def shuf(i1, i2, target):
-        pos = {rc: i for i, rc in enumerate(content[i1] + content[i2])}
-        idx = ", ".join(f"i32 {pos[t]}" for t in target)
-        nm = f"%{pre}{k[0]}"
-        k[0] += 1
-        a(f'  {nm} = shufflevector <8 x float> {names[i1]}, <8 x float> {names[i2]}, <8 x i32> <{idx}>')
-        return nm, target
-
+    src = [(nm, [(r, c) for c in range(8)]) for r, nm in enumerate(list(vals) + ["undef"] * (8 - len(vals)))]
+    shuf = _shuffler(a, pre, 8)
     # level 1 (unpcklps / unpckhps): pixels (2q, 2q+1) interleaved, channels 2h, 2h+1 | 2h+4, 2h+5
     lv1 = {}
     for q in range(4):
         for h in range(2):
             ch = (2 * h, 2 * h + 1, 2 * h + 4, 2 * h + 5)
-            lv1[q, h] = shuf(2 * q, 2 * q + 1, [(2 * q + i % 2, ch[i // 2]) for i in range(8)])
-    keys = list(lv1)
-    names, content = [lv1[kk][0] for kk in keys], [lv1[kk][1] for kk in keys]
-    ix = {kk: i for i, kk in enumerate(keys)}
+            lv1[q, h] = shuf(src[2 * q], src[2 * q + 1], [(2 * q + i % 2, ch[i // 2]) for i in range(8)])
     # level 2 (shufps): pixels 4p .. 4p+3 of channel 2h+s | 2h+s+4
-    lv2 = {}
-    for p_ in range(2):
-        for h in range(2):
-            for s_ in range(2):
-                c = 2 * h + s_
-                lv2[p_, h, s_] = shuf(ix[2 * p_, h], ix[2 * p_ + 1, h],
-                                      [(4 * p_ + i % 4, c + 4 * (i // 4)) for i in range(8)])
-    keys = list(lv2)
-    names, content = [lv2[kk][0] for kk in keys], [lv2[kk][1] for kk in keys]
-    ix = {kk: i for i, kk in enumerate(keys)}
+    lv2 = {(p_, h, s_): shuf(lv1[2 * p_, h], lv1[2 * p_ + 1, h],
+                             [(4 * p_ + i % 4, 2 * h + s_ + 4 * (i // 4)) for i in range(8)])
+           for p_ in range(2) for h in range(2) for s_ in range(2)}
     # level 3 (vperm2f128): all 8 pixels of channel c (low halves) and c + 4 (high halves)
     rows = [None] * 8
     for h in range(2):
         for s_ in range(2):
             c = 2 * h + s_
             for cc in (c, c + 4):
-                rows[cc] = shuf(ix[0, h, s_], ix[1, h, s_], [(i, cc) for i in range(8)])[0]
+                rows[cc] = shuf(lv2[0, h, s_], lv2[1, h, s_], [(i, cc) for i in range(8)])[0]
     return rows
 
 
