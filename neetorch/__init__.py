@@ -26,7 +26,7 @@ from . import ops as _ops
 from .tensor import methods as _methods
 from . import trace  # noqa: F401
 from .trace import trace as trace_graph  # noqa: F401
-from .jit import jit  # noqa: F401
+from . import jit  # noqa: F401  (the package, callable as @nee.jit: see the end of this file)
 from .profiler import profile  # noqa: F401
 
 half = float16
@@ -112,6 +112,12 @@ from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401
 _ops.complex.install_guard()   # (once the op table is complete) ops not known right for complex refuse it
 from .compare import compare  # noqa: E402,F401
+
+# nee.jit / nee.tensor are the subpackages, callable as the functions (so ``import neetorch.jit.passes as p`` works)
+from ._callable_package import make_callable as _make_callable  # noqa: E402
+jit = _make_callable(__name__ + ".jit", jit.api.jit)
+tensor = _make_callable(__name__ + ".tensor", tensor)
+del _make_callable
 
 # torch's math constants (torch.pi, torch.e, torch.inf, torch.nan) and numpy's indexing alias torch.newaxis
 import math as _math  # noqa: E402

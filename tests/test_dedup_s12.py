@@ -41,6 +41,42 @@ def test_devices_call_unchanged():
     assert nee.devices.device is nee.device and nee.devices.FallbackError is nee.FallbackError
 
 
+@pytest.mark.parametrize("stmt, name", [
+    ("import neetorch.jit.passes as m", "neetorch.jit.passes"),
+    ("import neetorch.tensor.dtypes as m", "neetorch.tensor.dtypes"),
+    ("import neetorch.devices.cpu.threads as m", "neetorch.devices.cpu.threads"),
+])
+def test_callable_packages_import_statement(stmt, name):
+    # nee.jit and nee.tensor are packages callable as the functions (neetorch/_callable_package.py), like nee.devices
+    r = subprocess.run([sys.executable, "-c", stmt + "; print(m.__name__)"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == name, r.stderr[-2000:]
+
+
+def test_jit_and_tensor_calls_unchanged():
+    import inspect
+    from neetorch.jit.api import jit as jit_fn
+    assert nee.jit is sys.modules["neetorch.jit"] and nee.tensor is sys.modules["neetorch.tensor"]
+    assert inspect.signature(nee.jit) == inspect.signature(jit_fn)
+    assert "requires_grad" in inspect.signature(nee.tensor).parameters
+    t = nee.tensor([[1, 2], [3, 4]], dtype=nee.float64)
+    assert t.dtype == nee.float64 and t.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+    @nee.jit
+    def f(x):
+        return x * 2 + 1
+
+    @nee.jit(freeze=True)
+    def g(x):
+        return x.exp()
+    x = nee.tensor([0.5, -1.0, 2.0])
+    np.testing.assert_allclose(f(x).numpy(), x.numpy() * 2 + 1)
+    np.testing.assert_allclose(g(x).numpy(), np.exp(x.numpy()), rtol=1e-6)
+    assert f.eager(x).tolist() == f(x).tolist()
+    with pytest.raises(TypeError):
+        nee.tensor()                 # data is required, as torch.tensor
+
+
 def test_devices_monkeypatchable(monkeypatch):
     # tests replace nee.devices (test_bench_opencl_smoke): the package comes back afterwards
     pkg = sys.modules["neetorch.devices"]

@@ -2,9 +2,7 @@
 ``nee.device`` objects, ``nee.devices()`` and the fallback report."""
 from __future__ import annotations
 
-import sys
 import threading
-import types
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
@@ -258,13 +256,8 @@ def record_fallback(op: str, dev: device, dtypes, reason: str, nbytes: int, wher
         print(f"[neetorch] fallback: {op} {dev} ({', '.join(names)}) -> cpu: {reason}", file=sys.stderr)
 
 
-class _DevicesPackage(types.ModuleType):
-    """The class of this package's module: ``nee.devices`` is the package itself (so that ``import
-    neetorch.devices.cpu.kernels.conv as m``, which walks the attributes neetorch -> devices -> cpu ..., finds the
-    subpackages; a function there broke it) and calling it, ``nee.devices()``, is :func:`devices`."""
+# ``nee.devices`` is this package (``import neetorch.devices.cpu.kernels.conv as m`` walks attributes through it);
+# calling it, ``nee.devices()``, is :func:`devices`
+from .._callable_package import make_callable  # noqa: E402
 
-    def __call__(self) -> list[DeviceInfo]:
-        return devices()
-
-
-sys.modules[__name__].__class__ = _DevicesPackage
+make_callable(__name__, devices)
