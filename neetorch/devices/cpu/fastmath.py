@@ -32,11 +32,12 @@ so nothing silently widens to double.  The ``_f64`` variants take and return
 
 Accuracy (max error in ulps, from tests/test_fastmath.py: float32 against
 float64 math over dense sweeps and every 16th float32 bit pattern; float64
-against 80-bit long double / mpmath):
+against 80-bit long double / mpmath; erf_f32: every float32, see
+tests/test_erf_f32_s12.py):
 
     function   f32    f64         function   f32    f64
     exp        0.98   0.96        tanh       2.40   1.94
-    expm1      1.42   1.72        erf        1.15   1.00
+    expm1      1.42   1.72        erf        0.80   1.00
     log        1.14   0.80        sigmoid    2.32   1.94
     log1p      1.16   0.78        sin, cos   0.50   (libm)
 
@@ -69,9 +70,11 @@ manipulation (mantissa in [sqrt(1/2), sqrt(2))) and use a Cephes-form
 polynomial refit for this module (f32) or the fdlibm s/(2+s) rational kernel
 (f64); log1p adds the fdlibm correction term for the rounding of 1 + x.
 tanh = expm1(2|x|) / (expm1(2|x|) + 2) with the sign of x.  erf_f32 uses two
-minimax fits made for this module (odd polynomial for |x| < 0.9375,
-1 - exp(-x^2 + poly(x)) above); erf_f64 is fdlibm's s_erf.c with all four
-regions evaluated and selected, no branches.  Divisions go through
+minimax fits made for this module (odd polynomial for |x| < 0.8, 1 - 2^poly(x)
+above, the power of two as 2^k times a polynomial in the fraction: its
+rint trick, (q + 1.5*2^23) - 1.5*2^23, is one more reason for no 'reassoc');
+erf_f64 is fdlibm's s_erf.c with all four regions evaluated and selected, no
+branches.  Divisions go through
 :func:`fdiv`, so no ZeroDivisionError check (a branch) is emitted even under
 Numba's default error_model='python'.
 """
@@ -266,19 +269,27 @@ _LP0_F, _LP1_F, _LP2_F, _LP3_F, _LP4_F, _LP5_F, _LP6_F = (F32(v) for v in (
     0.3333391081482607))
 _NHALF_F = F32(-0.5)
 
-# erf_f32: minimax fits made for this module (Lawson iteration against mpmath).
-# |x| < 0.9375:  erf(x) = x + x*A(x^2), A of degree 5 (fit error 0.28 ulp)
-_ERF_SPLIT_F = F32(0.9375)
+# erf_f32: minimax fits made for this module (Lawson iteration against mpmath, coefficients
+# rounded to float32 one at a time with the rest refitted; errors in ulps of the result).
+# |x| < 0.8:  erf(x) = x + x*A(x^2), A of degree 5 (fit error 0.043 ulp)
+_ERF_SPLIT_F = F32(0.8)
 _EA0_F, _EA1_F, _EA2_F, _EA3_F, _EA4_F, _EA5_F = (F32(v) for v in (
-    0.12837914843145898, -0.3761248310681375, 0.11281681868115408,
-    -0.026761106177162902, 0.0049843759315940685, -0.0005943122131058765))
-# 0.9375 <= |x| <= 4:  erf(x) = 1 - exp(-x^2 + B(x)), B ~ log(erfc(x)) + x^2,
-# degree 6, weighted by erfc/erf (fit error 0.024 ulp).  erf(x >= 3.92) == 1.
+    0.12837916612625122, -0.37612611055374146, 0.11283202469348907,
+    -0.026823827996850014, 0.00508931465446949, -0.0006555356085300446))
+# 0.8 <= |x| <= 4:  erf(x) = 1 - 2^(Q(t - S0) - 2), t = min(|x|, 4), Q ~ log2(erfc(t)) + 2 of
+# degree 6 (fit error 0.042 ulp), centred at S0 (a float32 next to the split where Q(0) is a
+# float32 to 3e-4 ulp): near the split, where erfc weighs most, Q and its Horner terms are small
+# (little rounding), and no Cody-Waite reduction is needed: Q = k + f, 2^f by a polynomial.
+# erf(x >= 3.920055) == 1.
 _ERF_CLAMP_F = F32(4.0)
-_EB0_F, _EB1_F, _EB2_F, _EB3_F, _EB4_F, _EB5_F, _EB6_F = (F32(v) for v in (
-    -0.00022348044936649215, -1.1275613731487653, 0.3626263535470584,
-    -0.10376443069864646, 0.022146702491380312, -0.0030231774410195518,
-    0.0001939021042939837))
+_ERF_S0_F = F32(0.7999235987663269)
+_EQ0_F, _EQ1_F, _EQ2_F, _EQ3_F, _EQ4_F, _EQ5_F, _EQ6_F = (F32(v) for v in (
+    0.04513256624341011, -3.328187942504883, -1.1766579151153564, -0.07266639918088913,
+    0.017375651746988297, -0.0031219099182635546, 0.0003012348897755146))
+# 2^f = 1 + f*X(f), |f| <= 1/2, X of degree 5 (relative error 2.0e-9)
+_EX1_F, _EX2_F, _EX3_F, _EX4_F, _EX5_F, _EX6_F = (F32(v) for v in (
+    0.6931472028552577, 0.24022647913611647, 0.055503324706749804, 0.009618437358393447,
+    0.0013398874602464292, 0.00015353362118043258))
 
 # --------------------------------------------------------------------------
 # float64 constants
@@ -498,26 +509,31 @@ def erf_f32(x):
     """Error function of float32 x."""
     a = abs(x)
     z = x * x
-    # |x| < 0.9375: x + x*A(x^2)
+    # |x| < 0.8: x + x*A(x^2)
     p = fmuladd(_EA5_F, z, _EA4_F)
     p = fmuladd(p, z, _EA3_F)
     p = fmuladd(p, z, _EA2_F)
     p = fmuladd(p, z, _EA1_F)
     p = fmuladd(p, z, _EA0_F)
     small = fmuladd(x, p, x)
-    # |x| >= 0.9375: 1 - exp(-t^2 + B(t)), t = min(|x|, 4)
-    ta = _ERF_CLAMP_F if a > _ERF_CLAMP_F else a  # NaN passes through
-    q = fmuladd(_EB6_F, ta, _EB5_F)
-    q = fmuladd(q, ta, _EB4_F)
-    q = fmuladd(q, ta, _EB3_F)
-    q = fmuladd(q, ta, _EB2_F)
-    q = fmuladd(q, ta, _EB1_F)
-    q = fmuladd(q, ta, _EB0_F)
-    q = fmuladd(-ta, ta, q)                        # in [-18, -0.8]
-    r, t = _reduce_exp_f32(q)
-    ex = _expm1_poly_f32(r) + _ONE_F
-    s = i32_as_f32(_shl32(_add32(f32_as_i32(t), 127 - _RND_BITS_F), 23))  # k in [-26, -1]
-    big = math.copysign(_ONE_F - ex * s, x)
+    # |x| >= 0.8: 1 - 2^(Q(u) - 2), u = min(|x|, 4) - S0
+    u = (_ERF_CLAMP_F if a > _ERF_CLAMP_F else a) - _ERF_S0_F  # NaN passes through
+    q = fmuladd(_EQ6_F, u, _EQ5_F)
+    q = fmuladd(q, u, _EQ4_F)
+    q = fmuladd(q, u, _EQ3_F)
+    q = fmuladd(q, u, _EQ2_F)
+    q = fmuladd(q, u, _EQ1_F)
+    q = fmuladd(q, u, _EQ0_F)                      # log2(erfc(t)) + 2 in [-24, 0.05]
+    t = q + _RND_F                                 # k = rint(q) in the low bits
+    f = q - (t - _RND_F)                           # in [-1/2, 1/2], exact
+    e = fmuladd(_EX6_F, f, _EX5_F)
+    e = fmuladd(e, f, _EX4_F)
+    e = fmuladd(e, f, _EX3_F)
+    e = fmuladd(e, f, _EX2_F)
+    e = fmuladd(e, f, _EX1_F)
+    e = fmuladd(e, f, _ONE_F)                      # 2^f
+    s = i32_as_f32(_shl32(_add32(f32_as_i32(t), 125 - _RND_BITS_F), 23))  # 2^(k-2), k-2 in [-26, -2]
+    big = math.copysign(_ONE_F - e * s, x)
     return small if a < _ERF_SPLIT_F else big
 
 
