@@ -148,7 +148,8 @@ def _drv_gemm(o, a, b, nt) -> bool:
         else:
             blocks = _BLOCKS_PER_THREAD * nt
         R, M = o.shape[-2], o.shape[-1]
-        if M >= R:
+        # short K, many rows: row blocks (as linalg._plan2d: column blocks share every row of C between cores)
+        if M >= R and not (a.shape[-1] <= _EPI_ROWS_K and R >= 128):
             d = drv.plan(o, a, b, nt, blocks, 1, _COL_ALIGN, _COL_ALIGN)
         else:
             d = drv.plan(o, a, b, nt, blocks, 0, 1, 16)
@@ -186,6 +187,147 @@ def _stacked(jobs):
             return None
         out.append(np.lib.stride_tricks.as_strided(x0, (len(jobs),) + x0.shape, (step,) + x0.strides))
     return tuple(out)
+
+
+# The 1x1 GEMM path's bias / residual / relu run inside gemm_driver's blocks (with_epilogue: each block's
+# elementwise kernel right after its GEMM, on the thread that computed it, while the block is still in cache), not
+# as a pass over the whole output after the product (_finish_epilogue, which does not scale: on the AVX2 Zen 3
+# box a pass over ResNet-50's 256 x 56 x 56 output takes ~0.3 ms on 1 or 2 threads).  Measured there (conv +
+# bias + residual + relu, min of 4 interleaved rounds, in-process, ms, 1 / 2 threads): 64 -> 256 on 56x56 pass
+# 2.46 / 1.87, in the blocks 1.85 / 1.33; 256 -> 64 on 56x56 1.85 / 1.11 -> 1.58 / 0.92; 128 -> 512 on 28x28
+# 1.83 / 1.51 -> 1.66 / 1.31; 256 -> 1024 on 14x14 1.40 / 0.88 -> 1.33 / 0.71.  Blocks of at most
+# _EPI_BLOCK_BYTES of output, at least _EPI_BLOCKS_PER_THREAD per thread (256 KiB blocks, 13 for the 64 -> 256: 1.82
+# ms on 2 threads; OpenBLAS's K = 64 products lose on narrow column blocks).  NEE_CONV_GEMM_EPILOGUE=0: the
+# separate pass.  The epilogue's arithmetic is _bias_act's ((acc + bias) + residual, then relu); the GEMM is cut
+# into other column blocks than _gemms' (on 1 thread: one call), so float32 outputs can differ from the pass's in
+# the last bits (OpenBLAS's kernels for a block's last columns; seen in 28 of 224 test cases, none in float64).
+_GEMM_EPI = [os.environ.get("NEE_CONV_GEMM_EPILOGUE", "1") not in ("0", "")]
+_EPI_BLOCK_BYTES = int(os.environ.get("NEE_CONV_EPI_BLOCK_KB", "1024")) << 10
+# row blocks (whole output channels, contiguous) rather than column blocks for the products of few input channels
+# (K <= _EPI_ROWS_K) with _EPI_ROWS_MIN_R output channels or more: there the output side (the block's epilogue
+# on rows strided by H*W, OpenBLAS's short-K tiles of C) dominates and the row blocks' re-packing of the (K, H*W)
+# input is cheap.  Measured (2 threads, conv + bias + relu, in-process interleaved 25 rounds x 8 calls, min / p25 /
+# median ms, shared 2-core AVX2 box, load ~9, others niced): 64 -> 256 on 56x56 1.25/1.64/1.78 -> 0.91/1.04/1.11,
+# 64 -> 64 on 56x56 0.40/0.47/0.49 -> 0.24/0.30/0.34, 128 -> 512 on 28x28 1.28/1.37/1.46 -> 0.71/0.87/0.92;
+# K >= 256 unchanged or worse in rows (256 -> 64 on 56x56 0.99 -> 1.11), SqueezeNet's (K 16..128, 16..128
+# channels) unchanged.  NEE_CONV_EPI_ROWS_K=0: the larger dimension's split everywhere
+_EPI_ROWS_K = int(os.environ.get("NEE_CONV_EPI_ROWS_K", "128"))
+_EPI_ROWS_MIN_R = 64
+# blocks per thread of the epilogue path (at least; _EPI_BLOCK_BYTES may ask more): one block per thread ran
+# 4-10% faster than _BLOCKS_PER_THREAD's 2 (fewer re-packs of the shared operand, fewer OpenBLAS calls) on every
+# ResNet-50 1x1 shape (2 threads, conv + bias + relu, in-process interleaved 25 x 8 calls, min / p25 ms, load ~7,
+# others niced): 256 -> 64 on 56x56 0.86/1.11 -> 0.80/0.98, 1024 -> 256 on 14x14 0.67/0.73 -> 0.64/0.69,
+# 256 -> 1024 on 14x14 0.66/0.71 -> 0.64/0.68, 2048 -> 512 on 7x7 0.75/0.80 -> 0.73/0.77, 512 -> 2048 on 7x7
+# 0.72/0.87 -> 0.70/0.81, 128 -> 512 on 28x28 0.68/0.74 -> 0.65/0.69 (64 -> 256 on 56x56: 4 blocks of 1 MiB
+# either way).  A descheduled worker then leaves the caller a larger share (the claiming still never waits for it)
+_EPI_BLOCKS_PER_THREAD = int(os.environ.get("NEE_CONV_EPI_BLOCKS", "1"))
+_epi_kernels: dict = {}
+_epi_plans: dict = {}
+
+
+def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu: bool):
+    """The LLVM elementwise kernel ``out = relu((acc + bias) + e)`` (the parts present) in dtype ``dt``
+    (operands: out, acc[, bias][, e]), or None (no LLVM renderer here)."""
+    key = (dt, has_b, has_e, relu)
+    k = _epi_kernels.get(key)
+    if k is None:
+        from .. import elementwise as ew
+        from .. import llvm_render
+        ctor = "np.float32" if dt == "float32" else "np.float64"
+        body, t, n = [], "v0", 1
+        if has_b:
+            body.append(f"t{len(body)} = {ctor}({t} + v{n})")
+            t, n = f"t{len(body) - 1}", n + 1
+        if has_e:
+            body.append(f"t{len(body)} = {ctor}({t} + v{n})")
+            t, n = f"t{len(body) - 1}", n + 1
+        if relu:
+            body.append(f"t{len(body)} = {ctor}(f_relu{dt[-2:]}({t}))")
+            t = f"t{len(body) - 1}"
+        name = f"convepi_{'b' if has_b else ''}{'e' if has_e else ''}{'r' if relu else ''}_{dt}"
+        try:
+            k, _ = ew.load_group("convepi", name, [dt] * n, [dt], body, [t], native_only=True)
+        except Exception:   # noqa: BLE001 - no LLVM renderer: the separate pass
+            k = None
+        if not isinstance(k, llvm_render.LLVMKernel):
+            k = False
+        _epi_kernels[key] = k
+    return k or None
+
+
+def _epi_addr(kern, col_strides, nout: int) -> int:
+    """Address of ``kern``'s variant for operands of these column strides (elements)."""
+    from .. import llvm_render
+    if all(s == 1 for s in col_strides[:nout]) and all(s in (0, 1) for s in col_strides[nout:]):
+        variant = tuple(i for i, s in enumerate(col_strides[nout:]) if s == 0)
+    else:
+        variant = None
+
+    def render():
+        text = kern._ir.get(variant)
+        return text if text is not None else llvm_render.render_ir(kern.name, *kern.pieces, variant=variant)
+    return llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, variant), render)
+
+
+def _gemm_epilogue(jobs, res, b, e, relu, G, Og) -> bool:
+    """The 1x1 convolution's GEMMs ``jobs`` (views of ``res``, one per (image, group): N == 1 or G == 1) with
+    ``res += b`` (per output channel, or None), ``+= e`` (res's shape, or None), relu, run by gemm_driver with
+    the epilogue in its blocks (see _GEMM_EPI); False (nothing written) when it cannot take them."""
+    if not _GEMM_EPI[0] or res.dtype.name not in ("float32", "float64") or not res.flags.c_contiguous:
+        return False
+    if e is not None and (e.shape != res.shape or e.dtype != res.dtype or np.may_share_memory(e, res)):
+        return False
+    drv = _driver()
+    if not drv:
+        return False
+    st = _stacked(jobs)
+    if st is None:
+        return False
+    o, a, bm = st
+    nt = threads.NUM_THREADS
+    isz = res.itemsize
+    key = (o.shape, o.strides, a.shape, a.strides, bm.shape, bm.strides, res.dtype.char, nt, b is not None,
+           e is not None, bool(relu), G, Og, _EPI_BLOCK_BYTES, _EPI_ROWS_K, _EPI_BLOCKS_PER_THREAD)
+    p = _epi_plans.get(key)
+    if p is None:
+        p = False
+        kern = _epi_kernel(res.dtype.name, b is not None, e is not None, bool(relu))
+        R, M = o.shape[-2], o.shape[-1]
+        nb = o.shape[0] if o.ndim == 3 else 1
+        if kern is not None and R > 0 and M > 0:
+            split = 1 if M >= R and not (a.shape[-1] <= _EPI_ROWS_K and R >= _EPI_ROWS_MIN_R) else 0
+            n = M if split else R
+            # blocks per matrix: _EPI_BLOCKS_PER_THREAD per thread over the batch, and each at most _EPI_BLOCK_BYTES
+            per = max(1, -(-_EPI_BLOCKS_PER_THREAD * nt // nb), -(-R * M * isz // _EPI_BLOCK_BYTES))
+            per = min(per, max(1, n // (_COL_ALIGN if split else 8)))
+            d = drv.plan(o, a, bm, nt, per, split, _COL_ALIGN if split else 1, _COL_ALIGN if split else 8)
+            if d is not None:
+                # operand tables over the (batch, R, M) product, in elements from res's / e's / b's start
+                base = o.__array_interface__["data"][0] - res.__array_interface__["data"][0]
+                ot = [o.strides[0] // isz if o.ndim == 3 else 0, o.strides[-2] // isz, o.strides[-1] // isz,
+                      base // isz]
+                rows = [ot, ot]
+                if b is not None:
+                    rows.append([Og if G > 1 else 0, 1, 0, 0])
+                if e is not None:
+                    rows.append(list(ot))
+                table = np.array(rows, np.int64)
+                addr = _epi_addr(kern, [r[2] for r in rows], 1)
+                p = (drv.with_epilogue(d, addr, table), table, drv.epilogue_caller(len(rows)))
+        if len(_epi_plans) > 1024:
+            _epi_plans.clear()
+        _epi_plans[key] = p
+    if p is False:
+        return False
+    d, _, call = p
+    rf = res.reshape(-1)
+    ops = [rf, rf]
+    if b is not None:
+        ops.append(b)
+    if e is not None:
+        ops.append(e.reshape(-1))
+    call(d, a, bm, o, *ops)
+    return True
 
 
 def _gemms(jobs) -> None:
@@ -533,6 +675,15 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
             x = _buffer(xs.size, x.dtype).reshape(xs.shape)
             np.copyto(x, xs)
         wg, xg, og = w.reshape(G, Og, Cg), x.reshape(N, G, Cg, L), res.reshape(N, G, Og, L)
+        if ((b is not None or e is not None or relu) and G == 1
+                and 2.0 * res.size * Cg >= _DRV_PAR_FLOPS and _gemm_epilogue(
+                    [(og[n, g], wg[g], xg[n, g]) for n in range(N) for g in range(G)], res, b,
+                    None if e is None else np.ascontiguousarray(e), relu, G, Og)):
+            # the bias, residual and relu in gemm_driver's blocks (_gemm_epilogue).  Not grouped: the driver's
+            # batch of small group GEMMs ran slower than numpy's loop of them + the pass (ShuffleNet's 272 -> 272 in
+            # 4 groups on 14x14, bias + relu, 1 thread: 184 vs 148 us; 544 -> 544 on 7x7 184 vs 140)
+            _finish(out, res)
+            return
         if N == 1 and G > 1 and (threads.NUM_THREADS <= 1 or 2.0 * res.size * Cg < _PAR_FLOPS):
             # on the calling thread (as _gemms would): one batched matmul, numpy's loop over the groups inside
             # (the same BLAS products, bit for bit; ~1 us less Python a group: ShuffleNet's 4 groups of 68 on
@@ -673,8 +824,28 @@ def _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, dt) -> int:
     if f == "0":
         return 0
     return _winograd_rule(N, C, O, OH, OW, dt.itemsize,
-                          dt == np.float32 and threads.NUM_THREADS == 1 and conv_direct.available()
-                          and conv_direct.MODE[0] != "0")
+                          dt == np.float32 and conv_direct.available() and conv_direct.MODE[0] != "0"
+                          and (threads.NUM_THREADS == 1 or _direct_term_mt()))
+
+
+# NEE_CONV_WINO_DIRECT_MT: "" (by ISA: on AVX2 hosts), "1" (always), "0" (never): the rule weighs Winograd against
+# the direct kernel (no im2col term) on 2+ threads too.  On the AVX2 Zen 3 box the 3x3s this moves to the direct
+# kernel (Inception v2's 128 -> 128 / 160 / 192 and 160 / 192 -> 192 on 14x14, SqueezeNet's 32 -> 128 on 27x27)
+# gained nothing from the second thread on Winograd's path in the model (Inception v2, 2 threads in-model vs 1
+# thread direct, ms: 128 -> 160 0.98 vs 0.95, 128 -> 128 0.79 vs 0.78, 160 -> 160 1.09 vs 1.16): F(4)'s
+# transformed weights, 4x the weights' bytes, come from memory at every run, which the second core does not
+# speed up.  In the models, 2 threads, each conv's min of 15 runs, F(4) -> direct (ms): 128 -> 128 0.95 -> 0.53,
+# 128 -> 160 1.17 -> 0.64, 160 -> 160 1.12 -> 0.76, 128 -> 192 1.18 -> 0.68, 192 -> 192 1.59 -> 1.01, SqueezeNet's
+# 32 -> 128 0.83-1.05 -> 0.62-0.75; Inception v2 whole, fresh processes alternated, min 45.6 / 51.0 / 46.4 ->
+# 42.9 / 42.8 / 44.0 ms (the box loaded: 5-8).  Warm in isolation (weights in cache) F(4) can still come out
+# ahead.  AVX-512 hosts keep the one-thread-only rule (measured there warm: F(4) ahead, see above).
+_WINO_DIRECT_MT = os.environ.get("NEE_CONV_WINO_DIRECT_MT", "")
+
+
+def _direct_term_mt() -> bool:
+    if _WINO_DIRECT_MT in ("0", "1"):
+        return _WINO_DIRECT_MT == "1"
+    return conv_direct.VEC == 8
 
 
 # The cost rule: single-thread time estimates (both paths split over threads alike): the GEMMs' multiply-adds

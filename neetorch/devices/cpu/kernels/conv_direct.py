@@ -1141,6 +1141,7 @@ _CHAN_1X1_USE = 0.9
 # 2104, 64 -> 256 on 56x56 2076 / 1739, 1024 -> 352 on 7x7 (35 MFLOP) 1615 / 1362)
 _AVX2_1X1_FLOPS = 16e6
 _pays: dict = {}
+_conv_mod = [None]      # kernels/conv.py (imported on the first call: it imports this module)
 
 
 def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
@@ -1154,7 +1155,12 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
     im2col or padded-rows GEMMs; grouped 3x3 (32 groups, 128 and 256 channels on 28x28 / 14x14) 1.3-2.8x
     faster than im2col + a GEMM per group (one launch over all groups)."""
     nt = threads.NUM_THREADS
-    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt)
+    c = _conv_mod[0]
+    if c is None:
+        from . import conv as c
+        _conv_mod[0] = c
+    # (conv.py's NEE_CONV_WINOGRAD setting in the key: the 3x3s' answer is its Winograd rule's)
+    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0])
     r = _pays.get(key)
     if r is None:
         if len(_pays) > 4096:

@@ -849,11 +849,22 @@ _DRV_MIN_COLS = 16
 _DRV_MIN_ROWS = 16
 
 
+# row blocks, not column blocks, for wide products of a short K (K <= _DRV_ROWS_K) with _DRV_ROWS_MIN_R rows or
+# more (ResNet's 1x1 shapes): there the output side dominates, and column blocks leave each core writing parts of
+# every row of C (the other core's neighbouring lines are pulled in by the prefetchers); the row blocks' extra
+# packing of B (K x M) is cheap at that K.  2 threads, per-call round robin, 200 rounds, min / p25 / median ms (load
+# ~9, others niced): 256x64x3136 0.81/0.94/1.01 -> 0.74/0.90/0.96, 512x128x784 0.75/0.81/0.87 -> 0.65/0.69/0.74,
+# 256x128x784 0.39/0.53/0.57 -> 0.34/0.49/0.52, 128x64x3136 0.47/0.61/0.63 -> 0.40/0.56/0.58; 64 rows no gain
+# (64x64x3136 equal, 64x128x3136 0.39 -> 0.48 min), K = 256 columns as good or better (one thread: the same)
+_DRV_ROWS_K = int(os.environ.get("NEE_MATMUL_DRV_ROWS_K", "128"))
+_DRV_ROWS_MIN_R = 128
+
+
 def _plan2d(gemm_driver, out, a, b, nt):
     n, m = out.shape
     big = n * m * a.shape[1] >= _DRV_BIG_MNK
     blocks = nt * (max(_DRV_BLOCKS, _DRV_BIG_BLOCKS) if big else _DRV_BLOCKS)
-    if m >= n:
+    if m >= n and not (a.shape[1] <= _DRV_ROWS_K and n >= _DRV_ROWS_MIN_R):
         return gemm_driver.plan(out, a, b, nt, blocks, 1, _COL_ALIGN, _DRV_MIN_COLS)
     return gemm_driver.plan(out, a, b, nt, blocks, 0, 1, _DRV_MIN_ROWS)
 
