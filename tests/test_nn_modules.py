@@ -955,7 +955,7 @@ def test_transformer_encoder_stack_with_padding_mask():
     layer_t = tnn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
     t = tnn.TransformerEncoder(layer_t, 2, norm=tnn.LayerNorm(16), enable_nested_tensor=False).eval()
     layer_n = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
-    n = nn.TransformerEncoder(layer_n, 2, norm=nn.LayerNorm(16)).eval()
+    n = nn.TransformerEncoder(layer_n, 2, norm=nn.LayerNorm(16), enable_nested_tensor=False).eval()
     assert list(n.state_dict()) == list(t.state_dict())
     copy_weights(t, n)
     x = rnd(3, 6, 16)

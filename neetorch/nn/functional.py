@@ -192,12 +192,11 @@ def glu(input, dim=-1):
 def prelu(input, weight):
     _float_only(input, "prelu_cpu")
     if weight.numel() != 1:
-        C = input.shape[1] if input.ndim >= 2 else input.shape[0]
+        C = input.shape[1] if input.ndim >= 2 else 1  # torch: below 2-D there is no channel dim (1 channel)
         if weight.numel() != C:
             raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
                                f"{weight.numel()} and channel size = {C}.")
-        cdim = 1 if input.ndim >= 2 else 0
-        weight = weight.reshape((C,) + (1,) * (input.ndim - cdim - 1))
+        weight = weight.reshape((C,) + (1,) * (input.ndim - 2))
     elif input.ndim == 0:
         weight = weight.reshape(())
     return _ew.where(input > 0, input, input * weight)

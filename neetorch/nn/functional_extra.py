@@ -28,7 +28,7 @@ __all__ = ["conv3d", "conv_transpose3d", "max_pool3d", "max_pool3d_with_indices"
            "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices", "lp_pool3d",
            "local_response_norm", "max_unpool1d", "max_unpool2d", "max_unpool3d", "affine_grid", "grid_sample",
            "embedding_bag", "pdist", "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
-           "triplet_margin_with_distance_loss", "multi_head_attention_forward"]
+           "triplet_margin_with_distance_loss", "multi_head_attention_forward", "linear_cross_entropy"]
 
 
 def _lst(shape) -> str:
@@ -930,6 +930,40 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     if swap:
         dn = _nn_minimum(dn, dist(positive, negative))
     return _nn._reduce((dp - dn + margin).clamp(min=0.0), reduction)
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
+                         ignore_index=None, label_smoothing=0.0, options=None):
+    """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` (``torch.nn.functional.
+    linear_cross_entropy``): ``linear_weight`` (C, *out_features, in_features) gives K-dimensional logits
+    (N, C, *out_features).  ``options`` (torch's chunking choices) changes no value and is accepted as it is."""
+    from . import functional as F
+    if input.ndim < 1 or input.ndim > 2:
+        raise RuntimeError(f"linear_cross_entropy: expected input with dimensionality 1 or 2, got {input.ndim}")
+    if linear_weight.ndim < 2:
+        raise RuntimeError(f"linear_cross_entropy: expected linear_weight with dimensionality at least 2, got "
+                           f"{linear_weight.ndim}")
+    nb, in_features = tuple(input.shape[:-1]), input.shape[-1]
+    if in_features != linear_weight.shape[-1]:
+        raise RuntimeError(f"linear_cross_entropy: expected equal input and linear_weight last dimensions "
+                           f"(in_features), got {in_features} and {linear_weight.shape[-1]}, respectively")
+    C, out_f = linear_weight.shape[0], tuple(linear_weight.shape[1:-1])
+    if linear_bias is not None and tuple(linear_bias.shape) != (C, *out_f):
+        raise RuntimeError(f"linear_cross_entropy: expected linear_bias shape {(C, *out_f)}, got "
+                           f"{tuple(linear_bias.shape)}")
+    if out_f and not nb:
+        raise RuntimeError(f"linear_cross_entropy: K-dimensional loss defined by linear_weight shape "
+                           f"{tuple(linear_weight.shape)} requires batched input, (N, {in_features}), got unbatched "
+                           f"input with shape {tuple(input.shape)}")
+    logits_shape = (*nb, C, *out_f)
+    if tuple(target.shape) == logits_shape and ignore_index is not None:
+        raise RuntimeError("linear_cross_entropy: ignore_index cannot be specified when target contains probabilities")
+    n_out = math.prod(out_f) * C
+    w2 = linear_weight.reshape(n_out, in_features) if out_f else linear_weight
+    b2 = linear_bias.reshape(n_out) if (out_f and linear_bias is not None) else linear_bias
+    logits = F.linear(input, w2, b2).reshape(logits_shape)
+    return F.cross_entropy(logits, target, weight=weight, reduction=reduction,
+                           ignore_index=-100 if ignore_index is None else ignore_index, label_smoothing=label_smoothing)
 
 
 def _nn_minimum(a, b):

@@ -391,16 +391,25 @@ def dropout(input, p, train):
 
 
 def _feature_dropout(name, input, p, training, inplace, batched_ndim):
+    """torch's channel-wise dropouts: ``dropout1d`` takes 2-D / 3-D input only; ``dropout2d`` / ``dropout3d`` warn
+    on other ranks and go on; ``dropout1d`` / ``dropout3d`` treat a rank other than the batched one as unbatched
+    (one mask entry per channel = dim 0) while ``dropout2d`` never does (a 3-D input is (N, C, L), as in torch).
+    One keep / drop draw per (N, C) slice."""
     _check_p(p)
     nd = input.ndim
     if nd not in (batched_ndim - 1, batched_ndim):
-        raise RuntimeError(f"{name}: Expected {batched_ndim - 1}D or {batched_ndim}D input, but received a "
-                           f"{nd}D input")
-    if nd == batched_ndim:
-        shape = tuple(input.shape[:2]) + (1,) * (nd - 2)
-    else:
-        shape = (input.shape[0],) + (1,) * (nd - 1)
-    return _dropout_impl(input, p, training, inplace, shape)
+        if name == "dropout1d":
+            raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {nd}D input. Note that dropout1d "
+                               f"exists to provide channel-wise dropout on inputs with 1 spatial dimension, a channel "
+                               f"dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
+        warnings.warn(f"{name}: Received a {nd}-D input to {name}, which is deprecated and will result in an error "
+                      f"in a future release.", stacklevel=3)
+    unbatched = name != "dropout2d" and nd != batched_ndim
+    full = ((1,) if unbatched else ()) + tuple(input.shape)
+    if training and len(full) < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    shape = full[:2] + (1,) * (len(full) - 2)
+    return _dropout_impl(input, p, training, inplace, shape[1:] if unbatched else shape)
 
 
 _ALPHA = 1.7580993408473766

@@ -5,6 +5,7 @@ from .linear import Identity, Linear, Bilinear, NonDynamicallyQuantizableLinear 
 from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d  # noqa: F401
 from .normalization import (  # noqa: F401
     LayerNorm, GroupNorm, RMSNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d, InstanceNorm2d,
+    SyncBatchNorm,
 )
 from .sparse import Embedding  # noqa: F401
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d, AlphaDropout, FeatureAlphaDropout  # noqa: F401
@@ -30,6 +31,7 @@ __all__ = ["Module", "RemovableHandle", "Sequential", "ModuleList", "ModuleDict"
            "AlphaDropout", "FeatureAlphaDropout"] + _a.__all__ + _p.__all__ + _s.__all__ + _l.__all__ + _t.__all__
 from . import rnn as _r, volumetric as _v, extra as _x  # noqa: E402
 __all__ += _r.__all__ + _v.__all__ + _x.__all__
+__all__ += ["SyncBatchNorm"]
 __all__ += ["CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d", "AdaptiveLogSoftmaxWithLoss"]
 from . import lazy as _lz  # noqa: E402
 __all__ += [n for n in _lz.__all__ if n != "LazyModuleMixin"]

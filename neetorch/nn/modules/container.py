@@ -279,12 +279,13 @@ class ModuleDict(Module):
         raise NotImplementedError("ModuleDict has no forward()")
 
 
-def _param_line(k, p) -> str:
+def _param_line(k, p, legacy_type=False) -> str:
     if isinstance(p, Tensor):
         size_str = "x".join(str(s) for s in p.size())
         device_str = "" if p.device.type == "cpu" else f" ({p.device})"
         kind = "Parameter" if isinstance(p, Parameter) else "Tensor"
-        return f"  ({k}): {kind} containing: [{p.dtype} of size {size_str}{device_str}]"
+        # torch: ParameterList prints the dtype, ParameterDict torch.typename (FloatTensor, ...)
+        return f"  ({k}): {kind} containing: [{p.type() if legacy_type else p.dtype} of size {size_str}{device_str}]"
     return f"  ({k}): Object of type: {type(p).__name__}"
 
 
@@ -430,7 +431,7 @@ class ParameterDict(Module):
                 self[p[0]] = p[1]
 
     def extra_repr(self) -> str:
-        return "\n".join(_param_line(k, p) for k, p in self.items())
+        return "\n".join(_param_line(k, p, True) for k, p in self.items())
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError("ParameterDict has no forward()")

@@ -59,6 +59,10 @@ class TransformerEncoderLayer(Module):
         self.dropout2 = Dropout(dropout)
         if isinstance(activation, str):
             activation = _get_activation_fn(activation)
+        from .activation import GELU, ReLU
+        # torch's flag (1: relu, 2: gelu, 0: other): decides whether TransformerEncoder takes its nested-tensor path
+        self.activation_relu_or_gelu = (1 if activation is F.relu or isinstance(activation, ReLU) else
+                                        2 if activation is F.gelu or isinstance(activation, GELU) else 0)
         self.activation = activation
 
     def __setstate__(self, state):
@@ -96,13 +100,32 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
-        self.use_nested_tensor = enable_nested_tensor
+        # torch's conditions for its nested-tensor ("sparsity") fast path (TransformerEncoder.__init__)
+        sa = getattr(encoder_layer, "self_attn", None)
+        self.use_nested_tensor = bool(
+            enable_nested_tensor and isinstance(encoder_layer, TransformerEncoderLayer) and not encoder_layer.norm_first
+            and sa.batch_first and sa._qkv_same_embed_dim and sa.in_proj_bias is not None
+            and encoder_layer.activation_relu_or_gelu and encoder_layer.norm1.eps == encoder_layer.norm2.eps
+            and sa.num_heads % 2 == 0)
         self.mask_check = mask_check
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         output = src
         for mod in self.layers:
             output = mod(output, src_mask=mask, is_causal=is_causal is True, src_key_padding_mask=src_key_padding_mask)
+        if (getattr(self, "use_nested_tensor", False) and not self.layers[0].training and src.ndim == 3
+                and src_key_padding_mask is not None and mask is None):
+            # torch (eval) runs this case on a nested tensor built from the padding mask and pads the result
+            # with zeros: the padded positions come out as 0 (with mask_check, only when every row's padding is
+            # at its end).  Computed with tensor ops (no host read: traces stay valid for other masks)
+            keep = src_key_padding_mask == 0 if src_key_padding_mask.dtype.is_floating_point else \
+                src_key_padding_mask.logical_not()
+            from ...ops.elementwise import where
+            cond = keep.unsqueeze(-1)
+            if getattr(self, "mask_check", True) and keep.shape[1] > 1:
+                misaligned = keep[:, 1:].logical_and(keep[:, :-1].logical_not()).any()
+                cond = cond.logical_or(misaligned)
+            output = where(cond, output, creation.zeros((), dtype=output.dtype, device=output.device))
         if self.norm is not None:
             output = self.norm(output)
         return output
