@@ -3,7 +3,7 @@ composed from them: see ``ops/lapack.py`` for the decompositions and solvers).
 
 float32/float64 and complex64/complex128 (complex values on the CPU, eager only), with torch's dtype rules:
 ``eig`` / ``eigvals`` give complex results for any input; singular values, Hermitian eigenvalues and norms are
-real.  ``ldl_factor`` / ``ldl_solve`` are real-only (they raise for complex input).
+real.  ``ldl_factor`` / ``ldl_solve`` of complex matrices: complex symmetric, or Hermitian with ``hermitian=True``.
 """
 import math
 

@@ -303,9 +303,13 @@ def test_svd_lowrank_complex():
     np.testing.assert_allclose((_np(u) * _np(s)) @ _mh(_np(v)), a, atol=1e-8)
 
 
-def test_ldl_refuses_complex():
-    with pytest.raises(NotImplementedError, match="complex"):
-        nee.linalg.ldl_factor(nee.tensor(_c((3, 3))))
+def test_ldl_takes_complex():
+    # (complex ldl_factor / ldl_solve against torch: tests/test_torch_parity_s12.py)
+    a = _c((3, 3))
+    a = a + a.T
+    ld, piv = nee.linalg.ldl_factor(nee.tensor(a))
+    b = _c((3, 2))
+    np.testing.assert_allclose(a @ nee.linalg.ldl_solve(ld, piv, nee.tensor(b)).numpy(), b, atol=1e-10)
 
 
 # ------------------------------------------------------------------ logsumexp

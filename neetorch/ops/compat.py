@@ -941,6 +941,11 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
     if source._dtype is not input._dtype:
         raise RuntimeError(f"index_reduce_(): self ({input._dtype.name}) and source ({source._dtype.name}) must "
                            f"have the same scalar type")
+    if input._dtype.category == 3 and (not include_self or reduce in ("amax", "amin")):  # (torch's messages)
+        kern = ("index_reduce_func_exclude_input_init" if not include_self else
+                "maximum_cpu" if reduce == "amax" else "minimum_cpu")
+        cname = "ComplexFloat" if input._dtype.name == "complex64" else "ComplexDouble"
+        raise NotImplementedError(f'"{kern}" not implemented for \'{cname}\'')
     n = index.numel()
     src = source.reshape((1,) * input.ndim) if source.ndim == 0 else source
     if src.ndim != input.ndim or src.shape[d] != n or any(src.shape[i] != input.shape[i]
@@ -1031,6 +1036,8 @@ def range_(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
     warnings.warn("neetorch.range is deprecated (like torch.range) because its behavior is inconsistent with "
                   "Python's range builtin. Instead, use neetorch.arange, which produces values in [start, end).",
                   UserWarning, stacklevel=2)
+    from ..tensor.creation import _no_bool_dtype
+    _no_bool_dtype(dtype, "range", complex_too=True)
     if end is None:
         start, end = 0, start
     if step == 0:

@@ -93,7 +93,10 @@ COMPLEX_OTHER = frozenset({
     "linalg_det", "linalg_slogdet", "linalg_inv_ex", "linalg_solve_ex", "linalg_cholesky_ex", "linalg_qr",
     "linalg_svd", "linalg_svdvals", "linalg_eigh", "linalg_eigvalsh", "linalg_eig", "linalg_eigvals",
     "linalg_lstsq", "linalg_lu_factor_ex", "lu_unpack", "linalg_lu_solve", "linalg_solve_triangular",
-    "linalg_matrix_exp", "geqrf",
+    "linalg_matrix_exp", "geqrf", "linalg_ldl_factor_ex", "linalg_ldl_solve",
+    # scatter (+ sum/prod/mean reduce; amax/amin refused in its dtype rule, as torch does) and index_add /
+    # index_copy / index_fill: numpy's ufunc.at and fancy assignment (tests/test_torch_parity_s12.py)
+    "scatter", "index_reduce_dim",
 })
 
 

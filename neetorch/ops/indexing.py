@@ -622,7 +622,19 @@ def _infer_scatter(metas, attrs):
     return [Meta(metas[0].shape, metas[0].dtype)]
 
 
-SCATTER = register(OpDef("scatter", infer=_infer_scatter,
+def _infer_scatter_op(metas, attrs):
+    x = metas[0]
+    red = attrs.get("reduce")
+    if (x.dtype.category == 3 and red in ("amax", "amin")) or (x.dtype.category == 0 and red == "mean"):
+        # torch has no complex max/min and no bool mean here (its own message)
+        raise NotImplementedError(f'"scatter_gather_tensor_cpu_reduce_{red}" not implemented for '
+                                  f"'{_COMPLEX_NAMES.get(x.dtype.name, x.dtype.name)}'")
+    return [Meta(x.shape, x.dtype)]
+
+
+_COMPLEX_NAMES = {"complex64": "ComplexFloat", "complex128": "ComplexDouble", "bool": "Bool"}
+
+SCATTER = register(OpDef("scatter", infer=_infer_scatter_op,
                          doc="copy of input with src scattered along dim at index; "
                              "reduce None/sum/prod/mean/amax/amin"))
 
@@ -732,12 +744,17 @@ def _index_dim_op(op, input, dim, index, source, mode, alpha=1):
     d = _check_index_vector(op, input, dim, index, ("int64",) if mode != "add" else ("int64", "int32"))
     idx = index.reshape(-1)
     x = _nd1(input)
-    if mode == "add" and input._dtype.category < 2 and not isinstance(alpha, (bool, np.bool_)):
-        # torch converts alpha to self's dtype (a float truncates towards zero; complex or out of range refused),
-        # unlike add(alpha=) which refuses a float alpha for integers
-        if isinstance(alpha, (complex, np.complexfloating)):
+    if mode == "add" and input._dtype.category < 3 and isinstance(alpha, (complex, np.complexfloating)):
+        # torch converts alpha to self's dtype: a complex alpha with an imaginary part is refused for a real self
+        if alpha.imag != 0:
             raise RuntimeError(f"{op}(): value {alpha!r} cannot be converted to type {input._dtype.name} without "
                                f"overflow")
+        alpha = float(alpha.real)
+    if mode == "add" and input._dtype.category == 2:    # (float16 70000: refused, as torch)
+        _dt.check_scalar(alpha, input._dtype, op)
+    if mode == "add" and input._dtype.category < 2 and not isinstance(alpha, (bool, np.bool_)):
+        # torch converts alpha to self's dtype (a float truncates towards zero; out of range refused),
+        # unlike add(alpha=) which refuses a float alpha for integers
         if isinstance(alpha, (float, np.floating)):
             alpha = _dt.check_scalar(float(alpha), input._dtype, op)
             alpha = bool(alpha) if input._dtype.category == 0 else int(alpha)

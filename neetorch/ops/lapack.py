@@ -17,8 +17,9 @@ is asked to (``check_errors``), so eager calls and ``nee.jit`` graphs raise alik
 float32/float64/complex64/complex128 (complex tensors: CPU and eager only, see ``ops/complex.py``), with
 torch's conventions: singular values, Hermitian eigenvalues, ``log|det|``, lstsq's residuals and norms
 are real; ``eig`` / ``eigvals`` are complex for any input; "transpose" in ``adjoint`` / ``left=False`` /
-``pinv`` / the old ``svd``'s V is the conjugate transpose.  Real-only so far: ``ldl_factor`` /
-``ldl_solve`` (a clear NotImplementedError for complex).
+``pinv`` / the old ``svd``'s V is the conjugate transpose.  ``ldl_factor`` / ``ldl_solve`` of complex matrices
+are LAPACK's zsytf2 / zsytrs (complex symmetric) or, with ``hermitian=True``, zhetf2 / zhetrs, ported to Numba
+(devices/cpu/kernels/lapack.py).
 """
 from __future__ import annotations
 
@@ -114,13 +115,6 @@ def _floating(x, op, half=None, integer=None):
     if how.startswith("kernel:"):
         raise NotImplementedError(f"\"{how[7:]}\" not implemented for '{_CAP[name]}'")
     raise RuntimeError(how.format(dtype=_CAP[name], shape=list(x.shape)))
-
-
-def _real_only(x, op, kernel):
-    """The few ops whose kernels here are written for real values (torch takes complex there): a clear error."""
-    if x._dtype.category == 3:
-        raise NotImplementedError(f"{op}: not implemented for complex tensors (got {x._dtype.name}): neetorch's "
-                                  f"{kernel} kernel is real-only")
 
 
 def _rdt(dt):
@@ -1039,8 +1033,7 @@ def linalg_ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
     op = "torch.linalg.ldl_factor_ex"
     _square(A, op)
     _floating(A, op, half="kernel:ldl_factor_kernel_cpu")
-    _real_only(A, op, "sytrf (Bunch-Kaufman LDL^T)")
-    r = run(LINALG_LDL_FACTOR_EX, [A], {"check_errors": bool(check_errors)})
+    r = run(LINALG_LDL_FACTOR_EX, [A], {"check_errors": bool(check_errors), "hermitian": bool(hermitian)})
     if out is not None:
         for o, v in zip(out, r):
             _out(v, o)
@@ -1066,7 +1059,6 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     if B.ndim < 2:
         raise RuntimeError(f"{op}: The input tensor B must have at least 2 dimensions.")
     _floating(LD, op, half="kernel:ldl_solve_cpu")
-    _real_only(LD, op, "sytrs (Bunch-Kaufman LDL^T)")
     if B._dtype is not LD._dtype:
         raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {_CAP[B._dtype.name]} and "
                            f"A of type {_CAP[LD._dtype.name]} instead.")
@@ -1083,7 +1075,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
     if p.size and (np.abs(p).min() < 1 or np.abs(p).max() > n):
         raise RuntimeError(f"{op}: pivots must be in [-{n}, -1] or [1, {n}] (LAPACK's 1-based form), got values "
                            f"from {int(p.min())} to {int(p.max())}; pass the pivots returned by linalg.ldl_factor")
-    return _out(run(LINALG_LDL_SOLVE, [LD, pivots, B], {})[0], out)
+    return _out(run(LINALG_LDL_SOLVE, [LD, pivots, B], {"hermitian": bool(hermitian)})[0], out)
 
 
 # ------------------------------------------------------------------ randomized low-rank SVD / PCA (Halko et al.)

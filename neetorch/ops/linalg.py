@@ -8,6 +8,8 @@ compose the scaled forms (addmm, baddbmm, linear's bias) from elementwise ops.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..tensor.tensor import Tensor
@@ -25,7 +27,8 @@ _LOWER = {"float32": "float", "float64": "double", "float16": "c10::Half", "bflo
           "int16": "short", "int8": "signed char", "uint8": "unsigned char", "bool": "bool"}
 _CAP = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int32": "Int",
         "int64": "Long",
-        "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+        "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
+        "complex128": "ComplexDouble"}
 
 
 def _mul(a, b, out=None):
@@ -208,13 +211,20 @@ def bmm(input, mat2, *, out=None):
         raise RuntimeError("batch1 must be a 3D tensor")
     if mat2.ndim != 3:
         raise RuntimeError("batch2 must be a 3D tensor")
-    if input._dtype is not mat2._dtype:
-        raise RuntimeError(f"expected scalar type {_CAP[input._dtype.name]} but found {_CAP[mat2._dtype.name]}")
-    _check_mm_dtypes(input, mat2)
     b, n, k = input.shape
     if mat2.shape[0] != b or mat2.shape[1] != k:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "
                            f"[{mat2.shape[0]}, {mat2.shape[1]}].")
+    if input._dtype is not mat2._dtype and (input.numel() == 0 or mat2.numel() == 0):
+        # torch's bmm of an empty operand checks no dtype: zeros of mat2's dtype (einsum relies on it)
+        from ..tensor.creation import zeros
+        return _out(zeros((b, n, mat2.shape[2]), dtype=mat2._dtype, device=mat2._device), out)
+    if input._dtype is not mat2._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[input._dtype.name]} but found {_CAP[mat2._dtype.name]}")
+    if input.numel() == 0 or mat2.numel() == 0:
+        from ..tensor.creation import zeros
+        return _out(zeros((b, n, mat2.shape[2]), dtype=mat2._dtype, device=mat2._device), out)
+    _check_mm_dtypes(input, mat2)
     return _out(_mm(input, mat2), out)
 
 
@@ -229,7 +239,7 @@ def mv(input, vec, *, out=None):
         raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_CAP[vec._dtype.name]}, "
                            f"{_CAP[input._dtype.name]}, and {_CAP[vec._dtype.name]}")
     if input._dtype.category == 0:
-        raise RuntimeError("\"addmv_impl_cpu\" not implemented for 'Bool'")
+        raise _dt.DTypeNotImplementedError("\"addmv_impl_cpu\" not implemented for 'Bool'")
     if input.shape[1] != vec.shape[0]:
         raise RuntimeError(f"size mismatch, got input ({input.shape[0]}), mat ({_shape_str(input.shape)}), "
                            f"vec ({vec.shape[0]})")
@@ -247,7 +257,7 @@ def dot(input, tensor, *, out=None):
         raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {_CAP[input._dtype.name]} "
                            f"and {_CAP[tensor._dtype.name]}")
     if input._dtype.category == 0:
-        raise RuntimeError("\"dot\" not implemented for 'Bool'")
+        raise _dt.DTypeNotImplementedError("\"dot\" not implemented for 'Bool'")
     n1, n2 = input.shape[0], tensor.shape[0]
     if n1 != n2:
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{n1}] and src [{n2}] to have the same number "
@@ -286,15 +296,49 @@ export(outer, name="ger")
 ger = outer
 
 
-def _scaled_add(prod: Tensor, input: Tensor, beta, alpha, op: str) -> Tensor:
+#: torch's names of the C types its error messages give
+_CTYPE = {"int64": "int64_t", "int32": "int", "int16": "short", "int8": "signed char", "uint8": "uint8_t",
+          "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "bool": "bool"}
+
+
+def _blas_scalar(v, dt):
+    """``alpha`` / ``beta`` of addmm / addmv / baddbmm / addbmm as torch's kernels take them (``Scalar.to<T>()``
+    with T the matrices' dtype, float for float16/bfloat16): a float truncated towards zero for integer
+    matrices, a complex one refused unless its imaginary part is 0, a value out of T's range refused."""
+    if dt.category == 3:
+        return v
+    t = _dt.float32 if dt in _LOW else dt
+    bad = RuntimeError(f"value cannot be converted to type {_CTYPE.get(t.name, t.name)} without overflow")
+    if isinstance(v, (complex, np.complexfloating)):
+        if v.imag != 0:
+            raise bad
+        v = float(v.real)
+    if isinstance(v, (bool, np.bool_)):
+        return int(v) if t.category == 1 else (float(v) if t.category == 2 else bool(v))
+    if t.category == 1:
+        # c10::overflows: a float outside [min, max] before truncation; an int outside [min, max] (for unsigned
+        # types, -max..max: a negative int wraps)
+        if _dt.scalar_overflows(v, t):
+            raise bad
+        v = int(v)   # (truncation towards zero)
+        return v + (1 << (8 * t.itemsize)) if v < 0 and not t.is_signed else v
+    if t.category == 2 and _dt.scalar_overflows(v, t):
+        raise bad
+    return v
+
+
+def _scaled_add(prod: Tensor, input: Tensor, beta, alpha, op: str, scalar_dt=None) -> Tensor:
     """beta * input + alpha * prod, in the product's dtype.  The common ``beta == 1`` add goes to a
     fresh buffer rather than into ``prod``: a kernel whose input and output are the same memory
     fails LLVM's runtime alias check and runs its scalar loop (an in-place bias add measured ~5x
-    slower than into a fresh buffer)."""
+    slower than into a fresh buffer).  ``scalar_dt``: the matrices' dtype, that ``beta`` and ``alpha`` are
+    converted to (:func:`_blas_scalar`)."""
     from .shape_rules import broadcast_shapes
     if isinstance(input, Tensor) and input._dtype is not prod._dtype:  # torch promotes nothing here
         raise RuntimeError(f"{op}: input tensors must have the same dtype, but got input {input._dtype.name} and "
                            f"matrices {prod._dtype.name}")
+    if scalar_dt is not None:
+        beta, alpha = _blas_scalar(beta, scalar_dt), _blas_scalar(alpha, scalar_dt)
     shape = tuple(prod.shape)
     if tuple(broadcast_shapes(tuple(input.shape), shape, op=op)) != shape:
         raise RuntimeError(f"The expanded size of the tensor ({shape[-1] if shape else 1}) must match the existing "
@@ -320,8 +364,8 @@ def _low_scaled_add(prod, input, mats, beta, alpha, op: str):
     if low in _dt.LOW_FLOATS and isinstance(input, Tensor) and input._dtype is low and \
             all(isinstance(m, Tensor) and m._dtype is low for m in mats):
         f32 = _dt.float32
-        return _scaled_add(prod(*[m.to(f32) for m in mats]), input.to(f32), beta, alpha, op).to(low)
-    return _scaled_add(prod(*mats), input, beta, alpha, op)
+        return _scaled_add(prod(*[m.to(f32) for m in mats]), input.to(f32), beta, alpha, op, low).to(low)
+    return _scaled_add(prod(*mats), input, beta, alpha, op, getattr(mats[0], "_dtype", None))
 
 
 @export
@@ -345,19 +389,25 @@ def addmv_(input, mat, vec, *, beta=1, alpha=1):
 @export
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * bmm(batch1, batch2) (``torch.baddbmm``)."""
+    if isinstance(batch1, Tensor) and batch1._dtype is _dt.bool_:   # (bmm of empty bools is allowed; this is not)
+        raise _dt.DTypeNotImplementedError("\"baddbmm\" not implemented for 'Bool'")
     return _out(_low_scaled_add(bmm, input, (batch1, batch2), beta, alpha, "baddbmm"), out)
 
 
 @export
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * sum_b(batch1[b] @ batch2[b]) (``torch.addbmm``)."""
+    if isinstance(batch1, Tensor) and isinstance(batch2, Tensor) and batch1._dtype is not batch2._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[batch1._dtype.name]} but found {_CAP[batch2._dtype.name]}")
+    if isinstance(batch1, Tensor) and batch1._dtype is _dt.bool_:
+        raise _dt.DTypeNotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Bool'")
     bmm(batch1, batch2)  # argument checks
     b, n, k = batch1.shape
     m = batch2.shape[2]
     # sum over the batch = one GEMM over the concatenated inner dim
     a2 = batch1.permute(1, 0, 2).reshape(n, b * k)
     b2 = batch2.reshape(b * k, m)
-    return _out(_scaled_add(_mm(a2, b2), input, beta, alpha, "addbmm"), out)
+    return _out(_scaled_add(_mm(a2, b2), input, beta, alpha, "addbmm", batch1._dtype), out)
 
 
 @export
@@ -365,6 +415,17 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * outer(vec1, vec2) (``torch.addr``): elementwise, so the dtypes promote (unlike
     addmm/addmv/baddbmm, whose input must have the matrices' dtype)."""
     rt = _ew.result_type(input, vec1, vec2)  # (the product is computed in the promoted dtype)
+    for nm, v in (("beta", beta), ("alpha", alpha)):   # torch's check_addr_scalar, then Scalar.to<T>()
+        if isinstance(v, (bool, np.bool_)) and rt is not _dt.bool_:
+            raise RuntimeError(f"Boolean {nm} only supported for Boolean results.")
+        if rt.category < 2 and not isinstance(v, (bool, np.bool_, int, np.integer)):
+            raise RuntimeError(f"For integral input tensors, argument {nm} must not be a floating point number.")
+        if _dt.scalar_overflows(v, rt):
+            raise RuntimeError(f"value cannot be converted to type {_CTYPE.get(rt.name, rt.name)} without overflow")
+    if rt.category < 3:   # (a complex scalar got here with a zero imaginary part)
+        beta, alpha = (v.real if isinstance(v, (complex, np.complexfloating)) else v for v in (beta, alpha))
+    if rt is _dt.bool_:   # beta && input || alpha && outer
+        beta, alpha = bool(beta), bool(alpha)
     prod = outer(vec1 if vec1._dtype is rt else vec1.to(rt), vec2 if vec2._dtype is rt else vec2.to(rt))
     return _out(_scaled_add(prod, input if input._dtype is rt else input.to(rt), beta, alpha, "addr"), out,
                 cast=True)
@@ -507,10 +568,9 @@ def einsum(equation, *operands):
                         f"...), got {type(equation).__name__}")
     if not operands:
         raise RuntimeError("einsum(): must provide at least one operand")
-    dt = operands[0]._dtype
-    for o in operands[1:]:
-        if o._dtype is not dt:
-            raise RuntimeError(f"expected scalar type {_CAP[dt.name]} but found {_CAP[o._dtype.name]}")
+    for o in operands:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"einsum(): expected the operands to be Tensors, got {type(o).__name__}")
     ins, rhs = _parse_einsum(equation, [tuple(o.shape) for o in operands])
     # torch broadcasts size-1 dims of labelled subscripts; numpy only broadcasts ellipses
     sizes = {}
@@ -521,6 +581,169 @@ def einsum(equation, *operands):
                                    f"with previously seen size {sizes[c]}")
             if c not in sizes or sizes[c] == 1:
                 sizes[c] = n
+    # the result dtype (and torch's refusals) follow torch's left-to-right evaluation; one np.einsum call where it
+    # keeps the operands' common dtype, torch's steps otherwise (mixed dtypes, integer sums widened to int64)
+    dt = operands[0]._dtype
+    mixed = any(o._dtype is not dt for o in operands)
+    if not mixed and dt.category >= 2:   # one float/complex dtype: torch's steps keep it and refuse nothing
+        return _einsum_fast(rhs, operands, ins, sizes)
+    metas = [_EinMeta(dict(zip(sub, o.shape)), o._dtype) for sub, o in zip(ins, operands)]
+    labels = [_diag_labels(sub) for sub in ins]
+    if mixed or _einsum_torch_steps(_MetaSteps, labels, rhs, metas).dtype is not dt:
+        xs = []
+        for sub, lab, o in zip(ins, labels, operands):
+            if lab != sub:  # repeated labels: the diagonal first (one dtype)
+                o = _einsum_fast(lab, (o,), [sub], dict(zip(sub, o.shape)))
+            xs.append((o, lab))
+        steps = _TensorSteps(sizes)
+        return steps.finish(_einsum_torch_steps(steps, labels, rhs, xs), rhs)
+    return _einsum_fast(rhs, operands, ins, sizes)
+
+
+def _diag_labels(sub: str) -> str:
+    """The labels of an operand once its repeated labels are taken as diagonals (first occurrences, in order)."""
+    return "".join(dict.fromkeys(sub))
+
+
+class _EinMeta(NamedTuple):
+    sizes: dict
+    dtype: object
+
+
+def _sum_dtype(dt):
+    return _dt.int64 if dt.category < 2 else dt
+
+
+class _MetaSteps:
+    """torch's einsum steps on (label sizes, dtype) only: the result dtype and torch's refusals."""
+
+    @staticmethod
+    def size(x, c):
+        return x.sizes.get(c, 1)
+
+    @staticmethod
+    def sum(x, cs):
+        return _EinMeta({c: n for c, n in x.sizes.items() if c not in cs}, _sum_dtype(x.dtype))
+
+    @staticmethod
+    def squeeze(x, c):
+        return _EinMeta({k: n for k, n in x.sizes.items() if k != c}, x.dtype) if c in x.sizes else x
+
+    @staticmethod
+    def mul(a, b):
+        sz = dict(a.sizes)
+        for c, n in b.sizes.items():
+            if sz.get(c, 1) == 1:
+                sz[c] = n
+        return _EinMeta(sz, _dt.promote_types(a.dtype, b.dtype))
+
+    @staticmethod
+    def pair(a, b, sd):
+        sz = {c: n for c, n in _MetaSteps.mul(a, b).sizes.items() if c not in sd}
+        if 0 in a.sizes.values() or 0 in b.sizes.values():
+            return _EinMeta(sz, b.dtype)   # torch's bmm of an empty operand: zeros of the second one's dtype
+        if a.dtype is _dt.bool_:
+            raise _dt.DTypeNotImplementedError("\"bmm\" not implemented for 'Bool'")
+        if a.dtype is not b.dtype:
+            raise RuntimeError(f"expected scalar type {_CAP[a.dtype.name]} but found {_CAP[b.dtype.name]}")
+        return _EinMeta(sz, a.dtype)
+
+
+class _TensorSteps:
+    """torch's einsum steps on (tensor, labels) pairs, with neetorch's sum / mul and a one-dtype contraction."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    @staticmethod
+    def size(x, c):
+        t, lab = x
+        return t.shape[lab.index(c)] if c in lab else 1
+
+    @staticmethod
+    def sum(x, cs):
+        t, lab = x
+        dims = tuple(lab.index(c) for c in cs)
+        return t.sum(dims), "".join(c for c in lab if c not in cs)
+
+    @staticmethod
+    def squeeze(x, c):
+        t, lab = x
+        if c not in lab:
+            return x
+        return t.squeeze(lab.index(c)), lab.replace(c, "")
+
+    @staticmethod
+    def _aligned(x, labs):
+        """``x``'s tensor with its labels in the order of ``labs`` (a superset), size-1 dims for the others."""
+        t, lab = x
+        present = [c for c in labs if c in lab]
+        if present != list(lab):
+            t = t.permute(tuple(lab.index(c) for c in present))
+        if len(present) == len(labs):
+            return t
+        it = iter(t.shape)
+        return t.reshape(tuple(next(it) if c in lab else 1 for c in labs))
+
+    def mul(self, a, b):
+        labs = a[1] + "".join(c for c in b[1] if c not in a[1])
+        dt = _dt.promote_types(a[0]._dtype, b[0]._dtype)
+        ta, tb = self._aligned(a, labs), self._aligned(b, labs)
+        return _mul(ta.to(dt), tb.to(dt)), labs
+
+    def pair(self, a, b, sd):
+        r = _MetaSteps.pair(_EinMeta(dict(zip(a[1], a[0].shape)), a[0]._dtype),
+                            _EinMeta(dict(zip(b[1], b[0].shape)), b[0]._dtype), sd)
+        labs = "".join(c for c in a[1] + "".join(c for c in b[1] if c not in a[1]) if c not in sd)
+        if a[0]._dtype is not b[0]._dtype:   # (an empty operand: zeros of the second one's dtype)
+            from ..tensor.creation import zeros
+            return zeros(tuple(r.sizes[c] for c in labs), dtype=r.dtype, device=b[0]._device), labs
+        sz = {c: max(self.size(a, c), self.size(b, c)) if 0 not in (self.size(a, c), self.size(b, c)) else 0
+              for c in a[1] + b[1]}
+        return _einsum_fast(labs, (a[0], b[0]), [a[1], b[1]], sz), labs
+
+    def finish(self, x, rhs):
+        t = self._aligned(x, rhs)
+        shp = tuple(self.sizes[c] for c in rhs)
+        return t.expand(shp) if tuple(t.shape) != shp else t
+
+
+def _einsum_torch_steps(ex, ins, rhs, xs):
+    """torch's einsum (aten/native/Linear.cpp, without an opt_einsum path) on operands whose repeated labels are
+    already diagonals: operands are taken left to right; a contraction label is summed out of the running result as
+    soon as no later operand has it with a size other than 1 (squeezed where it has size 1); a pair with labels to
+    contract is one batched product (torch's bmm: the same dtype, not bool), one without is a broadcast ``mul``
+    (type promotion).  ``ex``: :class:`_MetaSteps` or :class:`_TensorSteps`."""
+    n = len(xs)
+    contract = sorted(set("".join(ins)) - set(rhs))
+    if n == 1:
+        cs = [c for c in contract if c in ins[0]]
+        return ex.sum(xs[0], cs) if cs else xs[0]
+    last = {c: max([k for k in range(n) if ex.size(xs[k], c) != 1], default=0) for c in contract}
+    r = xs[0]
+    for c in contract:
+        if last[c] == 0:
+            r = ex.squeeze(r, c) if ex.size(r, c) == 1 else ex.sum(r, [c])
+    for i in range(1, n):
+        op, sd = xs[i], []
+        for c in contract:
+            if last[c] < i:
+                op = ex.squeeze(op, c)
+            elif last[c] == i:
+                if ex.size(r, c) == 1:
+                    op = ex.sum(op, [c])
+                    r = ex.squeeze(r, c)
+                elif ex.size(op, c) == 1:
+                    r = ex.sum(r, [c])
+                    op = ex.squeeze(op, c)
+                else:
+                    sd.append(c)
+        r = ex.pair(r, op, sd) if sd else ex.mul(r, op)
+    return r
+
+
+def _einsum_fast(rhs, operands, ins, sizes):
+    """One np.einsum call (the EINSUM op) on operands of one dtype, size-1 labels expanded to ``sizes``."""
     ops = []
     for sub, o in zip(ins, operands):
         shp = tuple(sizes[c] for c in sub)

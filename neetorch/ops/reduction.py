@@ -217,10 +217,49 @@ def _to_out(r, out, name):
     return out
 
 
+class _NoDim:
+    """The default ``dim`` of the reductions whose torch signatures have no ``dim=None`` (``prod``, ``max``,
+    ``min``, ``median``, ``nanmedian``): the all-elements form; an explicit ``dim=None`` is torch's TypeError."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<all elements>"
+
+
+_NODIM = _NoDim()
+
+
+class _NoKeepDim:
+    """The default ``keepdim`` of the reductions whose torch signatures take ``keepdim`` only with ``dim``
+    (``sum``, ``mean``, ``prod``, ``median``, ``nanmedian``): False; passing ``keepdim`` without ``dim`` is torch's
+    TypeError (``x.sum(keepdim=True)``; ``x.sum(dim=None, keepdim=True)`` is allowed for sum / mean)."""
+    __slots__ = ()
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return "False"
+
+
+_NOKD = _NoKeepDim()
+
+
+def _dim_keepdim(name, dim, keepdim):
+    """``(dim, keepdim)`` with the sentinels resolved: ``dim`` None when left out, ``keepdim`` a bool."""
+    if dim is _NODIM:
+        if keepdim is not _NOKD:
+            raise TypeError(f"{name}() received an invalid combination of arguments - got keepdim without dim "
+                            f"(pass dim, or dim=None where {name} allows it, to use keepdim)")
+        return None, False
+    return dim, bool(keepdim)
+
+
 @export
-def sum(input, dim=None, keepdim=False, *, dtype=None, out=None):
+def sum(input, dim=_NODIM, keepdim=_NOKD, *, dtype=None, out=None):
     """``torch.sum``: sum over ``dim`` (int, tuple or None = all); bool/int inputs sum to int64; with ``out=``
     computed in ``out``'s dtype."""
+    dim, keepdim = _dim_keepdim("sum", dim, keepdim)
     if out is not None:
         return _to_out(sum(input, dim, keepdim, dtype=_out_dtype("sum", dim, dtype, out)), out, "sum")
     _check(input, "sum")
@@ -237,8 +276,9 @@ def nansum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 @export
-def mean(input, dim=None, keepdim=False, *, dtype=None, out=None):
+def mean(input, dim=_NODIM, keepdim=_NOKD, *, dtype=None, out=None):
     """``torch.mean``: floating-point inputs only (or ``dtype=`` a floating dtype)."""
+    dim, keepdim = _dim_keepdim("mean", dim, keepdim)
     if out is not None:
         _check(input, "mean")
         odt = _out_dtype("mean", dim, dtype, out)
@@ -269,18 +309,6 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     return (s / cnt).to(x._dtype)
 
 
-class _NoDim:
-    """The default ``dim`` of the reductions whose torch signatures have no ``dim=None`` (``prod``, ``max``,
-    ``min``, ``median``, ``nanmedian``): the all-elements form; an explicit ``dim=None`` is torch's TypeError."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return "<all elements>"
-
-
-_NODIM = _NoDim()
-
-
 def _nodim(name, dim, kind="int"):
     """``dim`` with ``_NODIM`` as None; an explicit None raises like torch's argument parser."""
     if dim is None:
@@ -290,10 +318,13 @@ def _nodim(name, dim, kind="int"):
 
 
 @export
-def prod(input, dim=_NODIM, keepdim=False, *, dtype=None, out=None):
+def prod(input, dim=_NODIM, keepdim=_NOKD, *, dtype=None, out=None):
     """``torch.prod``: product over ``dim`` (or all elements); bool/int inputs give int64; with ``out=``
     computed in ``out``'s dtype."""
     dim = _nodim("prod", dim)
+    if dim is None and keepdim is not _NOKD:
+        _dim_keepdim("prod", _NODIM, keepdim)
+    keepdim = bool(keepdim)
     _int_dim("prod", dim)
     if out is not None:
         return _to_out(prod(input, _NODIM if dim is None else dim, keepdim,
@@ -652,10 +683,12 @@ def empty_median(input):
 
 
 @export
-def median(input, dim=_NODIM, keepdim=False):
+def median(input, dim=_NODIM, keepdim=_NOKD):
     """``torch.median``: the lower median; with ``dim`` a ``(values, indices)`` namedtuple.
     NaN propagates (the index is the first NaN's)."""
     dim = _nodim("median", dim)
+    if dim is None and keepdim is not _NOKD:
+        _dim_keepdim("median", _NODIM, keepdim)
     _check(input, "median")
     if dim is None and input.numel() == 0:
         return empty_median(input)

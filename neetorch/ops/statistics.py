@@ -51,10 +51,12 @@ def _arange_along(n, d, ndim, device):
 
 # ------------------------------------------------------------------ nanmedian
 @export
-def nanmedian(input, dim=_red._NODIM, keepdim=False):
+def nanmedian(input, dim=_red._NODIM, keepdim=_red._NOKD):
     """``torch.nanmedian``: the lower median of the non-NaN values (NaN when a row has none); with ``dim`` a
     ``(values, indices)`` namedtuple."""
     dim = _red._nodim("nanmedian", dim)
+    if dim is None and keepdim is not _red._NOKD:
+        _red._dim_keepdim("nanmedian", _red._NODIM, keepdim)
     _check(input, "nanmedian")
     if dim is None and input.numel() == 0:
         return _red.empty_median(input)       # (torch's NaN in the input's dtype)

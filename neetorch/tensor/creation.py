@@ -480,6 +480,15 @@ def _no_bool_out(out, op):
         raise NotImplementedError(f"\"{op}_cpu\" not implemented for 'Bool' (out= of dtype bool)")
 
 
+def _no_bool_dtype(dtype, op, complex_too=False):
+    """torch's range kernels dispatch over the numeric dtypes only: ``dtype=bool`` (and for ``range`` a complex
+    dtype) is refused before any argument check."""
+    dt = None if dtype is None else _dt.to_dtype(dtype)
+    if dt is _dt.bool_ or (complex_too and dt is not None and dt.category == 3):
+        name = {"bool": "Bool", "complex64": "ComplexFloat", "complex128": "ComplexDouble"}[dt.name]
+        raise _dt.DTypeNotImplementedError(f"\"{op}_cpu\" not implemented for '{name}'")
+
+
 def _like(t, dtype, device):
     return (t._dtype if dtype is None else dtype), (t._device if device is None else device)
 
@@ -508,6 +517,7 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requir
     _no_bool_out(out, "arange")
     if out is not None:
         return _into(arange(start, end, step, dtype=out._dtype, device=out._device), out, dtype, "arange")
+    _no_bool_dtype(dtype, "arange")
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
@@ -553,6 +563,8 @@ def linspace(start, end, steps, *, out=None, dtype=None, device=None, requires_g
         return _into(linspace(start, end, steps, dtype=out._dtype, device=out._device), out, dtype, "linspace")
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    if steps > 1:
+        _no_bool_dtype(dtype, "linspace")
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     cplx = any(isinstance(v, (complex, np.complexfloating)) for v in (start, end))
     dt = (_dt.default_complex_dtype() if cplx else _dt.get_default_dtype()) if dtype is None else _dt.to_dtype(dtype)
@@ -584,6 +596,8 @@ def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, device=None)
     _no_bool_out(out, "logspace")
     if out is not None:
         return _into(logspace(start, end, steps, base, dtype=out._dtype, device=out._device), out, dtype, "logspace")
+    if steps > 1:
+        _no_bool_dtype(dtype, "logspace")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     a = np.power(base, linspace(start, end, steps, dtype=_dt.float64).numpy())
     return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))

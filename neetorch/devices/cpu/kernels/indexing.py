@@ -148,7 +148,7 @@ def gather_kernel(backend, outs, ins, attrs):
     d = attrs["dim"]
     if out.size == 0:
         return
-    if idx.dtype == np.int64 and _covers(idx, x, d):
+    if idx.dtype == np.int64 and x.dtype.itemsize in _BITS and _covers(idx, x, d):
         # pure data movement: move the bits as unsigned ints (4 specializations serve every dtype)
         x = np.ascontiguousarray(x)
         idx = np.ascontiguousarray(idx)
@@ -173,7 +173,7 @@ def scatter_kernel(backend, outs, ins, attrs):
     np.copyto(out, x)
     d, red, inc = attrs["dim"], attrs["reduce"], attrs["include_self"]
     if (red is None or (red == "sum" and inc and out.dtype in _ADD_OK)) and idx.dtype == np.int64 \
-            and _covers(idx, out, d):
+            and out.dtype.itemsize in _BITS and _covers(idx, out, d):
         o, n, i = _as3(out.shape, d)
         _, k, _ = _as3(idx.shape, d)
         i3 = np.ascontiguousarray(idx).reshape(o, k, i)
@@ -203,7 +203,7 @@ def scatter_kernel(backend, outs, ins, attrs):
             out[key] = src  # some element of the group; the reduction below fixes the rest
         (np.maximum if red == "amax" else np.minimum).at(out, key, src)
     elif red == "mean":
-        acc_dt = np.float64 if out.dtype.kind == "f" else np.int64
+        acc_dt = {"f": np.float64, "c": np.complex128}.get(out.dtype.kind, np.int64)
         acc = out.astype(acc_dt)
         cnt = np.ones(out.shape, np.int64) if inc else np.zeros(out.shape, np.int64)
         if not inc:
@@ -213,7 +213,7 @@ def scatter_kernel(backend, outs, ins, attrs):
         touched = np.zeros(out.shape, bool)
         touched[key] = True
         cnt = np.maximum(cnt, 1)
-        if out.dtype.kind == "f":
+        if out.dtype.kind in "fc":
             res = acc / cnt
         elif out.dtype.kind == "b":
             res = acc // cnt

@@ -818,17 +818,238 @@ def _sytrs_lower(a, ipiv, bm):
                 k -= 2
 
 
+@njit(cache=True, nogil=True)
+def _cabs1(z):
+    return abs(z.real) + abs(z.imag)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _hetf2_lower_c(a, ipiv, info, herm):
+    """LAPACK's zsytf2 (``herm`` False: complex symmetric, A = L D L^T) or zhetf2 (``herm`` True: Hermitian,
+    A = L D L^H, D's diagonal real) with uplo='L', as :func:`_sytf2_lower` for complex (batch, n, n) ``a``:
+    pivot magnitudes by cabs1 = |re| + |im| (LAPACK's izamax), the Hermitian form's interchanges and updates
+    conjugated as zhetf2's (zher rank-1 update, 2x2 block with conj(d21))."""
+    nb, n, _ = a.shape
+    alpha = (1.0 + math.sqrt(17.0)) / 8.0
+    for b in range(nb):
+        A = a[b]
+        k = 0
+        while k < n:
+            kstep = 1
+            absakk = abs(A[k, k].real) if herm else _cabs1(A[k, k])
+            imax = k
+            colmax = 0.0
+            if k < n - 1:
+                imax = k + 1
+                colmax = _cabs1(A[k + 1, k])
+                for i in range(k + 2, n):
+                    v = _cabs1(A[i, k])
+                    if v > colmax:
+                        colmax = v
+                        imax = i
+            kp = k
+            if max(absakk, colmax) == 0.0 or math.isnan(absakk):
+                if info[b] == 0:
+                    info[b] = k + 1
+                kp = k
+                if herm:
+                    A[k, k] = A[k, k].real
+            else:
+                if absakk >= alpha * colmax:
+                    kp = k
+                else:
+                    rowmax = 0.0
+                    for j in range(k, imax):
+                        rowmax = max(rowmax, _cabs1(A[imax, j]))
+                    for i in range(imax + 1, n):
+                        rowmax = max(rowmax, _cabs1(A[i, imax]))
+                    if absakk >= alpha * colmax * (colmax / rowmax):
+                        kp = k
+                    elif (abs(A[imax, imax].real) if herm else _cabs1(A[imax, imax])) >= alpha * rowmax:
+                        kp = imax
+                    else:
+                        kp = imax
+                        kstep = 2
+                kk = k + kstep - 1
+                if kp != kk:
+                    for i in range(kp + 1, n):
+                        t = A[i, kk]
+                        A[i, kk] = A[i, kp]
+                        A[i, kp] = t
+                    if herm:
+                        for j in range(kk + 1, kp):
+                            t = A[j, kk].conjugate()
+                            A[j, kk] = A[kp, j].conjugate()
+                            A[kp, j] = t
+                        A[kp, kk] = A[kp, kk].conjugate()
+                        r1 = A[kk, kk].real
+                        A[kk, kk] = A[kp, kp].real
+                        A[kp, kp] = r1
+                        if kstep == 2:
+                            A[k, k] = A[k, k].real
+                    else:
+                        for j in range(kk + 1, kp):
+                            t = A[j, kk]
+                            A[j, kk] = A[kp, j]
+                            A[kp, j] = t
+                        t = A[kk, kk]
+                        A[kk, kk] = A[kp, kp]
+                        A[kp, kp] = t
+                    if kstep == 2:
+                        t = A[k + 1, k]
+                        A[k + 1, k] = A[kp, k]
+                        A[kp, k] = t
+                elif herm:
+                    A[k, k] = A[k, k].real
+                    if kstep == 2:
+                        A[k + 1, k + 1] = A[k + 1, k + 1].real
+                if kstep == 1:
+                    if k < n - 1:
+                        if herm:
+                            r1 = 1.0 / A[k, k].real
+                            for j in range(k + 1, n):        # zher: the trailing lower triangle
+                                xj = A[j, k]
+                                if xj != 0.0:
+                                    t = -r1 * xj.conjugate()
+                                    A[j, j] = A[j, j].real + (xj * t).real
+                                    for i in range(j + 1, n):
+                                        A[i, j] += A[i, k] * t
+                                else:
+                                    A[j, j] = A[j, j].real
+                            for i in range(k + 1, n):
+                                A[i, k] *= r1
+                        else:
+                            d11 = 1.0 / A[k, k]
+                            for j in range(k + 1, n):        # zsyr
+                                xj = A[j, k]
+                                if xj != 0.0:
+                                    t = -d11 * xj
+                                    for i in range(j, n):
+                                        A[i, j] += A[i, k] * t
+                            for i in range(k + 1, n):
+                                A[i, k] *= d11
+                else:
+                    if k < n - 2:
+                        if herm:
+                            d = abs(A[k + 1, k])
+                            hd11 = A[k + 1, k + 1].real / d
+                            hd22 = A[k, k].real / d
+                            tt = 1.0 / (hd11 * hd22 - 1.0)
+                            hd21 = A[k + 1, k] / d
+                            d = tt / d
+                            for j in range(k + 2, n):
+                                wk = d * (hd11 * A[j, k] - hd21 * A[j, k + 1])
+                                wkp1 = d * (hd22 * A[j, k + 1] - hd21.conjugate() * A[j, k])
+                                for i in range(j, n):
+                                    A[i, j] -= A[i, k] * wk.conjugate() + A[i, k + 1] * wkp1.conjugate()
+                                A[j, k] = wk
+                                A[j, k + 1] = wkp1
+                                A[j, j] = A[j, j].real
+                        else:
+                            d21 = A[k + 1, k]
+                            d11 = A[k + 1, k + 1] / d21
+                            d22 = A[k, k] / d21
+                            t = 1.0 / (d11 * d22 - 1.0)
+                            d21 = t / d21
+                            for j in range(k + 2, n):
+                                wk = d21 * (d11 * A[j, k] - A[j, k + 1])
+                                wkp1 = d21 * (d22 * A[j, k + 1] - A[j, k])
+                                for i in range(j, n):
+                                    A[i, j] -= A[i, k] * wk + A[i, k + 1] * wkp1
+                                A[j, k] = wk
+                                A[j, k + 1] = wkp1
+            if kstep == 1:
+                ipiv[b, k] = kp + 1
+            else:
+                ipiv[b, k] = -(kp + 1)
+                ipiv[b, k + 1] = -(kp + 1)
+            k += kstep
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _hetrs_lower_c(a, ipiv, bm, herm):
+    """LAPACK's zsytrs (``herm`` False) / zhetrs (``herm`` True), uplo='L': solve A X = B in place of complex bm
+    (batch, n, nrhs) from :func:`_hetf2_lower_c`'s (a, ipiv)."""
+    nb, n, _ = a.shape
+    nr = bm.shape[2]
+    for b in range(nb):
+        A = a[b]
+        B = bm[b]
+        k = 0
+        while k < n:                                     # L D Y = B
+            if ipiv[b, k] > 0:
+                kp = ipiv[b, k] - 1
+                if kp != k:
+                    for c in range(nr):
+                        t = B[k, c]
+                        B[k, c] = B[kp, c]
+                        B[kp, c] = t
+                for i in range(k + 1, n):
+                    for c in range(nr):
+                        B[i, c] -= A[i, k] * B[k, c]
+                if herm:
+                    s = 1.0 / A[k, k].real
+                    for c in range(nr):
+                        B[k, c] *= s
+                else:
+                    for c in range(nr):
+                        B[k, c] /= A[k, k]
+                k += 1
+            else:
+                kp = -ipiv[b, k] - 1
+                if kp != k + 1:
+                    for c in range(nr):
+                        t = B[k + 1, c]
+                        B[k + 1, c] = B[kp, c]
+                        B[kp, c] = t
+                for i in range(k + 2, n):
+                    for c in range(nr):
+                        B[i, c] -= A[i, k] * B[k, c] + A[i, k + 1] * B[k + 1, c]
+                akm1k = A[k + 1, k]
+                ck = akm1k.conjugate() if herm else akm1k
+                akm1 = A[k, k] / ck
+                ak = A[k + 1, k + 1] / akm1k
+                denom = akm1 * ak - 1.0
+                for c in range(nr):
+                    bkm1 = B[k, c] / ck
+                    bk = B[k + 1, c] / akm1k
+                    B[k, c] = (ak * bkm1 - bk) / denom
+                    B[k + 1, c] = (akm1 * bk - bkm1) / denom
+                k += 2
+        k = n - 1
+        while k >= 0:                                    # L^T X = Y (L^H for the Hermitian form)
+            step = 1 if ipiv[b, k] > 0 else 2
+            for q in range(step):
+                col = k - q
+                for c in range(nr):
+                    s0 = B[k, c] * 0.0
+                    for i in range(k + 1, n):
+                        s0 += (A[i, col].conjugate() if herm else A[i, col]) * B[i, c]
+                    B[col, c] -= s0
+            kp = (ipiv[b, k] if step == 1 else -ipiv[b, k]) - 1
+            if kp != k:
+                for c in range(nr):
+                    t = B[k, c]
+                    B[k, c] = B[kp, c]
+                    B[kp, c] = t
+            k -= step
+
+
 @kernel("linalg_ldl_factor_ex")
 def ldl_factor_kernel(backend, outs, ins, attrs):
     a = ins[0]
     ld, piv, info = outs
     n = a.shape[-1]
-    work = np.array(_flat(a), dtype=a.dtype, copy=True, order="C")
+    # (complex64 is factored in complex128, rounded once: one compiled complex kernel)
+    work = np.array(_flat(a), dtype=np.complex128 if a.dtype.kind == "c" else a.dtype, copy=True, order="C")
     p = np.zeros((work.shape[0], n), np.int32)
     inf = np.zeros(work.shape[0], np.int32)
     if work.size:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            _sytf2_lower(work, p, inf)
+            if work.dtype.kind == "c":
+                _hetf2_lower_c(work, p, inf, bool(attrs.get("hermitian", False)))
+            else:
+                _sytf2_lower(work, p, inf)
     np.copyto(ld, np.tril(work).reshape(ld.shape))       # (torch zeroes the unused upper triangle)
     np.copyto(piv, p.reshape(piv.shape))
     np.copyto(info, inf.reshape(info.shape))
@@ -849,7 +1070,11 @@ def ldl_solve_kernel(backend, outs, ins, attrs):
     n = ld.shape[-1]
     a = np.ascontiguousarray(np.broadcast_to(ld, bshape + ld.shape[-2:])).reshape(-1, n, n)
     p = np.ascontiguousarray(np.broadcast_to(piv, bshape + piv.shape[-1:])).reshape(-1, n).astype(np.int64)
-    x = np.array(np.broadcast_to(b, out.shape), dtype=out.dtype, copy=True, order="C").reshape((-1,) + out.shape[-2:])
+    x = np.array(np.broadcast_to(b, out.shape), dtype=np.complex128 if out.dtype.kind == "c" else out.dtype,
+                 copy=True, order="C").reshape((-1,) + out.shape[-2:])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        _sytrs_lower(a, p, x)
+        if x.dtype.kind == "c":
+            _hetrs_lower_c(a.astype(np.complex128, copy=False), p, x, bool(attrs.get("hermitian", False)))
+        else:
+            _sytrs_lower(a, p, x)
     np.copyto(out, x.reshape(out.shape))
