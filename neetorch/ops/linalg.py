@@ -103,12 +103,26 @@ def _check_tensor(x, name, op):
         raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
 
 
-def _check_mm_dtypes(a: Tensor, b: Tensor):
+def _check_mm_dtypes(a: Tensor, b: Tensor, empty: bool = False):
+    """``empty``: the product has no element or its inner size is 0 (torch's mm/mv then only zero-fill, so bool
+    matrices pass)."""
     if a._dtype is not b._dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_LOWER[a._dtype.name]} != "
                            f"{_LOWER[b._dtype.name]}")
-    if a._dtype.category == 0:
+    if a._dtype.category == 0 and not empty:
         raise _dt.DTypeNotImplementedError("matmul: \"addmm_impl_cpu_\" not implemented for 'Bool' (bool matrices)")
+
+
+def _zeros(shape, like: Tensor) -> Tensor:
+    from ..tensor.creation import zeros
+    return zeros(tuple(shape), dtype=like._dtype, device=like._device)
+
+
+def _prod(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def _out(r: Tensor, out, cast: bool = False):
@@ -145,13 +159,15 @@ def matmul(input, other, *, out=None):
         return _out(dot(a, b), out)
     if da == 2 and db == 1:
         return _out(mv(a, b), out)
-    if a._dtype is not b._dtype and not (db == 2 or (da <= 2 and db <= 2)):
-        raise RuntimeError(f"expected scalar type {_CAP[a._dtype.name]} but found {_CAP[b._dtype.name]}")
-    _check_mm_dtypes(a, b)
+    if db >= 3:
+        return _out(_matmul_batched(a, b), out)
     if da == 1 and db == 2:
         if a.shape[0] != b.shape[0]:
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied (1x{a.shape[0]} and "
                                f"{_shape_str(b.shape)})")
+        _check_mm_dtypes(a, b, empty=a.shape[0] == 0 or b.shape[1] == 0)
+        if a._dtype is _dt.bool_:
+            return _out(_zeros((b.shape[1],), b), out)
         return _out(_mm(a.unsqueeze(0), b).squeeze(0), out)
     if da == 2 and db == 2:
         return _out(mm(a, b), out)
@@ -164,26 +180,49 @@ def matmul(input, other, *, out=None):
         if db == 1:
             if k != b.shape[0]:
                 raise RuntimeError(f"size mismatch, got input ({rows}), mat ({rows}x{k}), vec ({b.shape[0]})")
+            if a._dtype is not b._dtype:   # (torch folds this into an mv)
+                raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_CAP[b._dtype.name]}, "
+                                   f"{_CAP[a._dtype.name]}, and {_CAP[b._dtype.name]}")
+            _check_mm_dtypes(a, b, empty=rows == 0 or k == 0)
+            if a._dtype is _dt.bool_:   # (an empty or k == 0 bool product: zeros, like torch's mv)
+                return _out(_zeros(a.shape[:-1], b), out)
             return _out(_mm(a, b.unsqueeze(1)).squeeze(-1), out)
         if k != b.shape[0]:
             raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{k} and {_shape_str(b.shape)})")
+        _check_mm_dtypes(a, b, empty=rows == 0 or k == 0 or b.shape[1] == 0)
+        if a._dtype is _dt.bool_:
+            return _out(_zeros(tuple(a.shape[:-1]) + (b.shape[1],), b), out)
         return _out(_mm(a, b), out)
-    # batched: promote 1-D operands, broadcast the batch dims
+    raise AssertionError("matmul: unreachable")
+
+
+def _matmul_batched(a: Tensor, b: Tensor) -> Tensor:
+    """matmul with a >= 3-D second operand (torch's bmm path): promote 1-D operands, broadcast the batch dims.
+    Like torch's bmm, an empty product (or inner size 0) checks no dtype and gives zeros of ``b``'s dtype; a
+    non-empty one needs one non-bool dtype.  (A 1-D ``a`` goes through torch's mv when empty: dtypes must
+    match.)"""
+    da, db = a.ndim, b.ndim
     a2 = a.unsqueeze(0) if da == 1 else a
-    b2 = b.unsqueeze(-1) if db == 1 else b
+    b2 = b
     batch = _broadcast_batch(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]))
     if a2.shape[-1] != b2.shape[-2]:
-        nb = 1
-        for s in batch:
-            nb *= s
+        nb = _prod(batch)
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{nb}, {a2.shape[-1]}] "
                            f"but got: [{nb}, {b2.shape[-2]}].")
-    r = _mm(a2, b2)
-    if da == 1:
-        r = r.squeeze(-2)
-    if db == 1:
-        r = r.squeeze(-1)
-    return _out(r, out)
+    n, k, m = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    if _prod(batch) * n * m == 0 or k == 0:
+        if da == 1 and a._dtype is not b._dtype:
+            raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_CAP[a._dtype.name]}, "
+                               f"{_CAP[b._dtype.name]}, and {_CAP[a._dtype.name]}")
+        r = _zeros(batch + (n, m), b)
+    else:
+        if a._dtype is _dt.bool_:
+            raise _dt.DTypeNotImplementedError("\"bmm\" not implemented for 'Bool'")
+        if a._dtype is not b._dtype:
+            raise RuntimeError(f"expected scalar type {_CAP[a._dtype.name]} but found {_CAP[b._dtype.name]}")
+        _check_mm_dtypes(a2, b2)
+        r = _mm(a2, b2)
+    return r.squeeze(-2) if da == 1 else r
 
 
 @export
@@ -195,16 +234,16 @@ def mm(input, mat2, *, out=None):
         raise RuntimeError("self must be a matrix")
     if mat2.ndim != 2:
         raise RuntimeError("mat2 must be a matrix")
-    _check_mm_dtypes(input, mat2)
+    _check_mm_dtypes(input, mat2, empty=input.shape[0] == 0 or input.shape[1] == 0 or mat2.shape[-1] == 0)
     if input.shape[1] != mat2.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_shape_str(input.shape)} and "
                            f"{_shape_str(mat2.shape)})")
+    if input._dtype is _dt.bool_:   # (empty or k == 0: torch's addmm only zero-fills)
+        return _out(_zeros((input.shape[0], mat2.shape[1]), mat2), out)
     return _out(_mm(input, mat2), out)
 
 
-@export
-def bmm(input, mat2, *, out=None):
-    """Batched matrix product of two 3-D tensors with equal batch size (``torch.bmm``)."""
+def _check_bmm_shapes(input, mat2):
     _check_tensor(input, "input", "bmm")
     _check_tensor(mat2, "mat2", "bmm")
     if input.ndim != 3:
@@ -215,15 +254,21 @@ def bmm(input, mat2, *, out=None):
     if mat2.shape[0] != b or mat2.shape[1] != k:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{b}, {k}] but got: "
                            f"[{mat2.shape[0]}, {mat2.shape[1]}].")
-    if input._dtype is not mat2._dtype and (input.numel() == 0 or mat2.numel() == 0):
-        # torch's bmm of an empty operand checks no dtype: zeros of mat2's dtype (einsum relies on it)
-        from ..tensor.creation import zeros
-        return _out(zeros((b, n, mat2.shape[2]), dtype=mat2._dtype, device=mat2._device), out)
+
+
+@export
+def bmm(input, mat2, *, out=None):
+    """Batched matrix product of two 3-D tensors with equal batch size (``torch.bmm``)."""
+    _check_bmm_shapes(input, mat2)
+    b, n, k = input.shape
+    if b * n * mat2.shape[2] == 0 or k == 0:
+        # torch's bmm of an empty product (or inner size 0) checks no dtype: zeros of mat2's dtype (einsum
+        # relies on it)
+        return _out(_zeros((b, n, mat2.shape[2]), mat2), out)
+    if input._dtype is _dt.bool_:
+        raise _dt.DTypeNotImplementedError("\"bmm\" not implemented for 'Bool'")
     if input._dtype is not mat2._dtype:
         raise RuntimeError(f"expected scalar type {_CAP[input._dtype.name]} but found {_CAP[mat2._dtype.name]}")
-    if input.numel() == 0 or mat2.numel() == 0:
-        from ..tensor.creation import zeros
-        return _out(zeros((b, n, mat2.shape[2]), dtype=mat2._dtype, device=mat2._device), out)
     _check_mm_dtypes(input, mat2)
     return _out(_mm(input, mat2), out)
 
@@ -238,11 +283,13 @@ def mv(input, vec, *, out=None):
     if input._dtype is not vec._dtype:
         raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_CAP[vec._dtype.name]}, "
                            f"{_CAP[input._dtype.name]}, and {_CAP[vec._dtype.name]}")
-    if input._dtype.category == 0:
-        raise _dt.DTypeNotImplementedError("\"addmv_impl_cpu\" not implemented for 'Bool'")
     if input.shape[1] != vec.shape[0]:
         raise RuntimeError(f"size mismatch, got input ({input.shape[0]}), mat ({_shape_str(input.shape)}), "
                            f"vec ({vec.shape[0]})")
+    if input._dtype.category == 0:
+        if input.numel() == 0:   # (torch's addmv of an empty matrix only zero-fills)
+            return _out(_zeros((input.shape[0],), vec), out)
+        raise _dt.DTypeNotImplementedError("\"addmv_impl_cpu\" not implemented for 'Bool'")
     return _out(_mm(input, vec.unsqueeze(1)).squeeze(1), out)
 
 
@@ -389,9 +436,42 @@ def addmv_(input, mat, vec, *, beta=1, alpha=1):
 @export
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * bmm(batch1, batch2) (``torch.baddbmm``)."""
-    if isinstance(batch1, Tensor) and batch1._dtype is _dt.bool_:   # (bmm of empty bools is allowed; this is not)
+    if isinstance(input, Tensor) and isinstance(batch1, Tensor) and isinstance(batch2, Tensor):
+        if input._dtype is not batch1._dtype:   # (torch's baddbmm meta check: input against batch1 only)
+            raise RuntimeError(f"Input dtypes must be the same, got: input {_CNAME[input._dtype.name]}, batch1: "
+                               f"{_CNAME[batch1._dtype.name]}, batch2: {_CNAME[batch2._dtype.name]}")
+        _check_bmm_shapes(batch1, batch2)
+        nb, n, k = batch1.shape
+        if nb * n * batch2.shape[2] == 0 or k == 0:
+            return _out(_baddbmm_empty(input, batch1, batch2, beta), out)
+    if isinstance(batch1, Tensor) and batch1._dtype is _dt.bool_:   # (an empty product of bools is allowed)
         raise _dt.DTypeNotImplementedError("\"baddbmm\" not implemented for 'Bool'")
+    if isinstance(batch1, Tensor) and isinstance(batch2, Tensor) and batch1._dtype is not batch2._dtype:
+        raise RuntimeError(f"expected scalar type {_CAP[batch1._dtype.name]} but found {_CAP[batch2._dtype.name]}")
     return _out(_low_scaled_add(bmm, input, (batch1, batch2), beta, alpha, "baddbmm"), out)
+
+
+#: c10's ScalarType names as torch's baddbmm message prints them
+_CNAME = dict(_LOWER, int64="long int", int16="short int", complex64="c10::complex<float>",
+              complex128="c10::complex<double>")
+
+
+def _baddbmm_empty(input, batch1, batch2, beta):
+    """torch's baddbmm with an empty product or inner size 0: the result has ``batch2``'s dtype and no other
+    dtype is checked; an empty result is returned as is, otherwise it is ``input`` (broadcast, cast to
+    batch2's dtype) times ``beta`` in place (so torch's in-place cast rule refuses e.g. a float ``beta`` on
+    integer matrices), or zeros for ``beta == 0``."""
+    from .shape_rules import broadcast_shapes
+    shape = (batch1.shape[0], batch1.shape[1], batch2.shape[2])
+    if tuple(broadcast_shapes(tuple(input.shape), shape, op="baddbmm")) != shape:
+        raise RuntimeError(f"The expanded size of the tensor ({shape[-1]}) must match the existing "
+                           f"size ({input.shape[-1] if input.ndim else 1}). Target sizes: {list(shape)}. "
+                           f"Tensor sizes: {list(input.shape)}")
+    r = _zeros(shape, batch2)
+    if r.numel() == 0 or beta == 0:
+        return r
+    r.copy_(input.expand(*shape))
+    return r.mul_(beta)
 
 
 @export

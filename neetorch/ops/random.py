@@ -145,30 +145,66 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     return r
 
 
+def _need_float_or_complex(who, t: Tensor):
+    if t._dtype.category not in (2, 3):
+        raise NotImplementedError(f"\"{who}\" not implemented for '{t._dtype.name}' (floating and complex tensors "
+                                  f"only)")
+
+
+def _real_arg(who, name, pos, v):
+    """torch's argument parser: a float argument refuses a complex value (``normal_(1j)``)."""
+    if isinstance(v, (complex, np.complexfloating)):
+        raise TypeError(f"{who}(): argument '{name}' (position {pos}) must be float, not complex")
+
+
+def _real_shape(t: Tensor) -> tuple:
+    """The shape to draw for ``t``: complex tensors draw their real and imaginary parts (torch samples
+    ``view_as_real(t)``)."""
+    return tuple(t.shape) + ((2,) if t._dtype.category == 3 else ())
+
+
+def _fill_parts(self: Tensor, r: np.ndarray) -> Tensor:
+    """``_fill`` with ``r`` of :func:`_real_shape`: complex tensors take ``r[..., 0] + 1j * r[..., 1]``."""
+    if self._dtype.category == 3:
+        r = r[..., 0] + 1j * r[..., 1]
+    return _fill(self, r)
+
+
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    """``Tensor.normal_``: fill with samples of N(mean, std**2)."""
-    _need_float("normal_kernel_cpu", self)
+    """``Tensor.normal_``: fill with samples of N(mean, std**2).  A complex tensor gets, like torch (which
+    samples ``view_as_real(self)`` with ``std / sqrt(2)``), real and imaginary parts each N(mean, std**2 / 2):
+    a complex normal of variance ``std**2`` centred on ``mean + mean*1j``."""
+    _real_arg("normal_", "mean", 1, mean)
+    _real_arg("normal_", "std", 2, std)
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-    z = _draw(generator, lambda g: g.standard_normal(tuple(self.shape)))
-    return _fill(self, mean + std * z)
+    if self.numel() == 0:   # (torch checks no dtype on an empty tensor)
+        return self
+    _need_float_or_complex("normal_kernel_cpu", self)
+    if self._dtype.category == 3:
+        std = std / np.sqrt(2.0)
+    z = _draw(generator, lambda g: g.standard_normal(_real_shape(self)))
+    return _fill_parts(self, mean + std * z)
 
 
 def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
-    """``Tensor.uniform_(from=0, to=1)``: fill with samples of U[from, to)."""
+    """``Tensor.uniform_(from=0, to=1)``: fill with samples of U[from, to).  A complex tensor gets real and
+    imaginary parts each U[from, to), independent (torch samples ``view_as_real(self)``)."""
     from_ = kw.pop("from", from_)
     if kw:
         raise TypeError(f"uniform_() got unexpected keyword arguments {sorted(kw)}")
-    _need_float("uniform_", self)
+    _real_arg("uniform_", "from", 1, from_)
+    _real_arg("uniform_", "to", 2, to)
+    _need_float_or_complex("uniform_", self)
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
-    u = _draw(generator, lambda g: g.random(tuple(self.shape)))
+    u = _draw(generator, lambda g: g.random(_real_shape(self)))
     r = from_ + (to - from_) * u
-    if self._dtype is not _dt.float64:   # rounding to a narrower dtype must not reach ``to``
-        r = np.minimum(r.astype(self._dtype.np).astype(np.float64), np.nextafter(self._dtype.np.type(to),
-                                                                                  self._dtype.np.type(-np.inf)))
+    part = _dt.to_real(self._dtype) if self._dtype.category == 3 else self._dtype
+    if part is not _dt.float64:   # rounding to a narrower dtype must not reach ``to``
+        r = np.minimum(r.astype(part.np).astype(np.float64), np.nextafter(part.np.type(to), part.np.type(-np.inf)))
         r = np.maximum(r, from_)
-    return _fill(self, r)
+    return _fill_parts(self, r)
 
 
 _MANTISSA = {"float16": 11, "float32": 24, "float64": 53}

@@ -221,8 +221,8 @@ def logcumsumexp(input, dim):
     """``torch.logcumsumexp``: ``log(cumsum(exp(input)))`` along ``dim`` without overflow or underflow
     (floating tensors): ``ceil(log2(n))`` steps of ``logaddexp`` with the sequence shifted by 1, 2, 4, ..."""
     _check(input, "logcumsumexp")
-    if input._dtype.category != 2:
-        raise _dt.DTypeNotImplementedError(f"logcumsumexp(): not implemented for {input._dtype.name} (floating point tensors only)")
+    if input._dtype.category not in (2, 3):
+        raise _dt.DTypeNotImplementedError(f"logcumsumexp(): not implemented for {input._dtype.name} (floating point and complex tensors only)")
     d = wrap_dim(dim, input.ndim, "logcumsumexp")
     if input.ndim == 0 or input.numel() == 0:
         return input.clone()
@@ -230,15 +230,34 @@ def logcumsumexp(input, dim):
     y = input.to(_dt.float32) if odt in _dt.LOW_FLOATS else input
     n = y.shape[d]
     from ..tensor.creation import full
-    logaddexp, cat = _E("logaddexp"), _E("cat")
+    logaddexp, cat = (_E("logaddexp") if odt.category == 2 else _complex_logaddexp), _E("cat")
     s = 1
-    while s < n:
+    while s < n or (s == 1 and odt.category == 3):   # (complex: torch folds even one term with -inf+0j)
         pad_shape = list(y.shape)
         pad_shape[d] = s
         shifted = cat([full(tuple(pad_shape), -math.inf, dtype=y._dtype, device=y.device), y.narrow(d, 0, n - s)], d)
         y = logaddexp(y, shifted)
         s *= 2
     return y.to(odt) if y._dtype is not odt else (y if y is not input else input.clone())
+
+
+def _complex_logaddexp(x, y):
+    """torch's complex ``_log_add_exp_helper(x, y)`` of logcumsumexp (``x`` the later term, ``y`` the earlier
+    partial sum): ``log1p(exp(min - max)) + max`` with min/max by real part (a tie makes ``y`` the min); a NaN
+    anywhere gives NaN+NaNj; two -inf real parts give the min, two +inf ones ``log(exp(min) + exp(max))``.
+    The imaginary part is not wrapped to (-pi, pi] (a log is defined up to 2*pi*i)."""
+    from ..tensor.creation import full
+    where, isnan = _E("where"), _E("isnan")
+    xr, yr = x.real, y.real
+    x_min = xr < yr
+    mn, mx = where(x_min, x, y), where(x_min, y, x)
+    r = _E("log1p")(_E("exp")(mn - mx)) + mx
+    mnr, mxr = mn.real, mx.real
+    tie_inf = _E("isinf")(mnr) & (mnr == mxr)
+    pos = _E("log")(_E("exp")(mn) + _E("exp")(mx))
+    r = where(tie_inf, where(mnr < 0, mn, pos), r)
+    bad = isnan(xr) | isnan(x.imag) | isnan(yr) | isnan(y.imag)
+    return where(bad, full((), complex(math.nan, math.nan), dtype=x._dtype, device=x.device), r)
 
 
 # ------------------------------------------------------------------ diff
