@@ -92,9 +92,5 @@ def spectral_norm(module, name: str = "weight", n_power_iterations: int = 1, eps
 
 def remove_spectral_norm(module, name: str = "weight"):
     """Folds ``<name>_orig`` / ``_u`` / ``_v`` back into a plain ``<name>`` parameter."""
-    for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, SpectralNorm) and hook.name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[k]
-            return module
-    raise ValueError(f"spectral_norm of '{name}' not found in {module}")
+    from .weight_norm import remove_norm_hook
+    return remove_norm_hook(module, SpectralNorm, name, "spectral_norm")

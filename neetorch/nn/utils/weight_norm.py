@@ -62,9 +62,15 @@ def weight_norm(module, name: str = "weight", dim: int = 0):
 def remove_weight_norm(module, name: str = "weight"):
     """Folds ``<name>_g`` / ``<name>_v`` back into a plain ``<name>`` parameter
     (``torch.nn.utils.remove_weight_norm``)."""
+    return remove_norm_hook(module, WeightNorm, name, "weight_norm")
+
+
+def remove_norm_hook(module, hook_type, name: str, what: str):
+    """Removes ``module``'s forward pre-hook of type ``hook_type`` on ``name`` (folding the parameter back, by the
+    hook's ``remove``); shared by :func:`remove_weight_norm` and ``remove_spectral_norm``."""
     for k, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, WeightNorm) and hook.name == name:
+        if isinstance(hook, hook_type) and hook.name == name:
             hook.remove(module)
             del module._forward_pre_hooks[k]
             return module
-    raise ValueError(f"weight_norm of '{name}' not found in {module}")
+    raise ValueError(f"{what} of '{name}' not found in {module}")
