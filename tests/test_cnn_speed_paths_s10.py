@@ -69,6 +69,11 @@ def test_strided_chan_unsplit_matches_torch(nthreads, fresh, relu):
         got = np.full(want.shape, np.nan, np.float32)
         assert D.conv2d(x, w, b, got, *s, *pads, *d, relu)
         lay = _last_layout()
+        if D._small_k_strided(s[0], s[1], *ws[1:]) and D.FORCE[0] is None:
+            # AVX2, few (channel, tap) pairs: the "pix" kernel on the phase planes (session 13)
+            assert lay.kind == "pix" and lay.nph == len(D.geometry(*xs[2:], *ws[2:], *s, *pads, *d)[2])
+            _close(got, want, (xs, ws, s, pads, d, relu))
+            continue
         # the rule's kernel for strided convs, one phase (the padded input unsplit)
         assert lay.kind == "chan" and lay.nph == 1, (xs, ws, lay.kind, lay.nph)
         assert not lay.bare, (xs, ws, pads)      # strided: copied (in-model: a sequential copy of a cold input)
@@ -118,6 +123,9 @@ def test_plan_rule_small_k_and_strides():
     # (AVX-512's tiles: 24 channels fill no block of 16 lanes; AVX2's "chan" 3 x 8 fits them)
     assert D.plan(24, 112, 112, 113, 27)[0] == ("pix" if D.VEC == 16 else "chan")
     lay = D._Layout((1, 3, 224, 224), (24, 3, 3, 3), 112, 112, 2, 2, 1, 1, 1, 1, 1, 1, None)
+    # (AVX2: strided convs of fewer than _SHORT_K pairs take "pix" on the phase planes, session 13)
+    assert (lay.kind, lay.nph) == (("pix", 4) if D.VEC == 8 else ("chan", 1))
+    lay = D._Layout((1, 5, 224, 224), (24, 5, 3, 3), 112, 112, 2, 2, 1, 1, 1, 1, 1, 1, None)     # K = 45
     assert lay.kind == "chan" and lay.nph == 1
     lay = D._Layout((1, 24, 56, 56), (112, 6, 1, 1), 56, 56, 1, 1, 0, 0, 0, 0, 1, 1, None)
     assert lay.kind == "pix" and lay.direct_out
@@ -138,7 +146,7 @@ def test_unforced_layouts_stay_in_bounds():
             continue
         C_, O = int(rng.integers(1, 20)), int(rng.integers(1, 80))
         lay = D._Layout((1, C_, H, W), (O, C_, KH, KW), OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, None)
-        if sh > 1 or sw > 1:
+        if (sh > 1 or sw > 1) and not D._small_k_strided(sh, sw, C_, KH, KW):   # (AVX2 few pairs: "pix", s13)
             assert lay.kind == "chan" and lay.nph == 1
         n += 1
     assert n > 200
@@ -150,6 +158,8 @@ def test_op_takes_the_new_paths(fresh):
     cases = [((1, 3, 40, 38), (24, 3, 3, 3), 2, 1, 1, "chan"), ((1, 3, 41, 41), (64, 3, 3, 3), 2, 0, 1, "chan"),
              ((2, 24, 20, 20), (112, 6, 1, 1), 1, 0, 4, "pix")]
     for xs, ws, s, p, g, kind in cases:
+        if s > 1 and D._small_k_strided(s, s, *ws[1:]):
+            kind = "pix"        # AVX2: strided convs of few (channel, tap) pairs (session 13)
         x = RNG.standard_normal(xs).astype(np.float32)
         w = (RNG.standard_normal(ws) / 4).astype(np.float32)
         b = RNG.standard_normal(ws[0]).astype(np.float32)
@@ -165,7 +175,9 @@ def test_output_prefetch_flag(nthreads, fresh, monkeypatch):
     # the "chan" kernel prefetches its output rows ahead where an image's output is large (params word _C_PF):
     # on for a SqueezeNet-sized stem, off for small outputs and depthwise; forced on here for small convs (channel
     # tails: rows past the group's last channel prefetched, never stored), against torch
-    big = D._Layout((1, 3, 224, 224), (64, 3, 3, 3), 111, 111, 2, 2, 0, 0, 0, 0, 1, 1, None)
+    # (the "chan" layout: on AVX2 the rule gives this stem "pix", conv_direct._small_k_strided)
+    big = D._Layout((1, 3, 224, 224), (64, 3, 3, 3), 111, 111, 2, 2, 0, 0, 0, 0, 1, 1,
+                    "chan" if D._small_k_strided(2, 2, 3, 3, 3) else None)
     small = D._Layout((1, 16, 20, 20), (40, 16, 3, 3), 20, 20, 1, 1, 1, 1, 1, 1, 1, 1, "chan")
     assert big.kind == "chan" and big.base[D._C_PF] == 1 and small.base[D._C_PF] == 0
     monkeypatch.setattr(D, "_PF_MIN_BYTES", 0)

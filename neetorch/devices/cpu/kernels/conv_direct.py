@@ -775,6 +775,40 @@ FORCE = [None]            # tests / benchmarks: "pix" or "chan"
 # 24 -> 112 in 4 groups (K = 6) on 56x56, 2 threads, pix 103 vs chan 118 us; K = 28 (112 -> 112) 89 vs 60.
 _SPLIT_CHAN = True
 _SPLIT_CHAN_MIN_K = 16
+
+
+def _small_k_strided(sh: int, sw: int, Cg: int, KH: int, KW: int) -> bool:
+    """A strided conv (not 1x1) of fewer than _SHORT_K (channel, tap) pairs on the AVX2 kernels (8 lanes): the "pix"
+    kernel, on one thread and split, not the "chan" one (its tiles of 8 channels x 4-6 pixels pay a transposition and
+    row stores per tile for K FMAs a pair).  Measured on the AVX2 Zen 3 box (1 thread, conv + bias, thread CPU
+    time, min of 3 alternating rounds, us chan / pix): ShuffleNet's 3 -> 24 3x3 stride 2 on 224x224 1006 / 657,
+    SqueezeNet's unpadded 3 -> 64 3x3 stride 2 2276 / 1492; in the ONNX model (one Conv + Relu, 1 thread) 725-1187
+    / 481 us.  From K = 147 (7x7 stems) "chan" ties or wins (3 -> 64 7x7 6006 / 6191, 3 -> 96 11x11 stride 4
+    3526 / 3598), and more so for wider inputs (96 -> 96 3x3 stride 2 on 28x28 782 / 1093): those keep "chan"."""
+    if _feat[0] is None:
+        available()             # (fixes VEC)
+    return VEC == 8 and (sh > 1 or sw > 1) and KH * KW > 1 and Cg * KH * KW < _SHORT_K
+
+
+# grouped (G > 1) unpadded stride-1 1x1 convs of fewer than this many input channels per group, split over the threads
+# on the AVX2 kernels: "pix", not _SPLIT_CHAN's "chan" (its AVX2 tiles of 8 or 16 channels x 4-6 pixels, measured
+# on the AVX-512 ones).  ShuffleNet's, conv + second bias + relu, us "chan" / "pix": 1 thread (thread CPU time, min
+# of 100) 112 -> 112 in 4 groups on 28x28 161 / 107, 136 -> 136 on 28x28 228 / 193, 272 -> 272 on 14x14 226 / 137,
+# 544 -> 544 on 7x7 153 / 148; 2 threads, process CPU time per call (both threads; min of 5 x 200 calls, load ~10,
+# others niced: wall times there are the scheduler's) 225 / 155, 319 / 210, 259 / 187, 250 / 258
+_AVX2_G1X1_PIX_K = 128
+
+
+def _avx2_grouped_1x1(G: int, Cg: int, KH: int, KW: int, sh: int, sw: int, pt: int, pb: int, pl: int,
+                      pr: int) -> bool:
+    """A grouped unpadded stride-1 1x1 conv of fewer than _AVX2_G1X1_PIX_K input channels per group on the AVX2
+    kernels: split over the threads on the "pix" kernel."""
+    if _feat[0] is None:
+        available()             # (fixes VEC)
+    return (VEC == 8 and G > 1 and Cg < _AVX2_G1X1_PIX_K and KH == KW == sh == sw == 1
+            and pt == pb == pl == pr == 0)
+
+
 # weights of one chunk of (channel, tap) pairs of the "chan" kernel (bytes): kept in L2 across the tiles
 _CHUNK_BYTES = 192 << 10
 
@@ -800,8 +834,10 @@ class _Layout:
             # strided: the "chan" kernel, reading the padded input unsplit (below), ran 1.1-1.2x faster than the
             # "pix" kernel on its phase planes even at 0.75 of its lane use (1 thread, relu: 3 -> 24 3x3 stride 2
             # on 224x224 269 vs 297 us, 16 -> 24 on 112x112 319 vs 346, 24 -> 40 5x5 441 vs 490, 40 -> 80 153
-            # vs 184); stride 1 keeps the lane-use rule (3 -> 24 on 112x112: pix 233 vs 252 us)
-            kind, A, B, _ = plan(Og, OH, OW, Wq, Cg * KH * KW, force or ("chan" if sh > 1 or sw > 1 else None))
+            # vs 184); stride 1 keeps the lane-use rule (3 -> 24 on 112x112: pix 233 vs 252 us).  On AVX2 the
+            # strided ones of few (channel, tap) pairs take "pix" (_small_k_strided)
+            strided = "pix" if _small_k_strided(sh, sw, Cg, KH, KW) else "chan"
+            kind, A, B, _ = plan(Og, OH, OW, Wq, Cg * KH * KW, force or (strided if sh > 1 or sw > 1 else None))
         # the "chan" kernel reads each pixel through its table entry: strided, it reads the padded input unsplit
         # (a copy of contiguous rows).  The phase split (numpy's strided copy) took 150-225 us of a 224x224
         # stride-2 stem's 650-1150 us in the ONNX models (1 thread, in-process interleaved with the phase planes:
@@ -964,8 +1000,9 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=
                          f"out {res.shape} {res.dtype}" + ("" if e is None else f", residual {e.shape} {e.dtype}"))
     force = FORCE[0]
     if (force is None and _SPLIT_CHAN and threads.NUM_THREADS > 1 and C2 * KH * KW >= _SPLIT_CHAN_MIN_K
-            and 2.0 * O * C2 * KH * KW * OH * OW >= _NATIVE_PAR_FLOPS):
-        force = "chan"          # split over the threads: the "chan" kernel (see _SPLIT_CHAN)
+            and 2.0 * O * C2 * KH * KW * OH * OW >= _NATIVE_PAR_FLOPS and not _small_k_strided(sh, sw, C2, KH, KW)):
+        # split over the threads: the "chan" kernel (see _SPLIT_CHAN); "pix" for the grouped 1x1s on AVX2
+        force = "pix" if _avx2_grouped_1x1(C // C2, C2, KH, KW, sh, sw, pt, pb, pl, pr) else "chan"
     key = (x.shape, w.shape, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force)
     lay = _layouts.get(key)
     if lay is None:
@@ -1138,7 +1175,14 @@ _CHAN_1X1_USE = 0.9
 # GEMMs (packed panels) beat the "chan" kernel on the larger one-group 1x1 convs: direct only below this many
 # flops (1 thread, relu, us direct / GEMM: 512 -> 64 on 13x13 (11 MFLOP) 170 / 167, 256 -> 32 on 27x27 198 / 225,
 # 576 -> 64 on 14x14 244-251 / 296; 1024 -> 256 on 14x14 (103 MFLOP) 1428 / 1235, 512 -> 1000 on 13x13 2412 /
-# 2104, 64 -> 256 on 56x56 2076 / 1739, 1024 -> 352 on 7x7 (35 MFLOP) 1615 / 1362)
+# 2104, 64 -> 256 on 56x56 2076 / 1739, 1024 -> 352 on 7x7 (35 MFLOP) 1615 / 1362).  Session 13: the GEMM path
+# (its epilogue in gemm_driver's blocks) now beats the direct kernel on the small ones too (1 thread, conv + bias +
+# relu, thread CPU time, min of 45, in-process alternating, us direct / GEMM: 64 -> 16 on 55x55 153 / 126, 32 -> 128
+# on 27x27 183 / 128, 48 -> 192 on 13x13 93 / 62, 64 -> 256 on 13x13 131 / 91, 384 -> 64 on 13x13 157 / 124, 512 ->
+# 64 on 13x13 191 / 161, 1024 -> 128 on 7x7 265 / 198, 576 -> 64 on 14x14 248 / 206; 128 -> 16 on 55x55 236 / 250
+# the only loss; whole SqueezeNet ~4% less CPU).  Not taken: with 0 here the ONNX conformance case light_squeezenet
+# (constant weights: logits ~1.4e10, float32 ulp 1024) fails, its last 512 -> 1000 GEMM's tail rows (OpenBLAS's
+# edge kernel) rounding differently on the new inputs and the softmax then one-hot on them instead of uniform
 _AVX2_1X1_FLOPS = 16e6
 _pays: dict = {}
 _conv_mod = [None]      # kernels/conv.py (imported on the first call: it imports this module)

@@ -38,10 +38,10 @@ MAX_ROW_BYTES = 256 << 10       # the row buffer lives on the stack of the calli
 
 # params (int64): input H, W; output OH, OW; window KH, KW; row stride; pads top, left; dilations;
 # row bands per plane, rows per band, units per claim, units, row buffer length (a multiple of the
-# vector), rows per batch (BR row buffers), the claim counter
+# vector), rows per batch (BR row buffers), input elements (XN: all planes), the claim counter
 (_P_H, _P_W, _P_OH, _P_OW, _P_KH, _P_KW, _P_SH, _P_PH, _P_PW, _P_DH, _P_DW, _P_NB, _P_RB, _P_G, _P_T1, _P_TL,
- _P_BR, _P_CTR, _P_N) = range(19)
-_NAMES = ("H", "W", "OH", "OW", "KH", "KW", "SH", "PH", "PW", "DH", "DW", "NB", "RB", "G", "T1", "TL", "BR")
+ _P_BR, _P_XN, _P_CTR, _P_N) = range(20)
+_NAMES = ("H", "W", "OH", "OW", "KH", "KW", "SH", "PH", "PW", "DH", "DW", "NB", "RB", "G", "T1", "TL", "BR", "XN")
 
 _kernels: dict = {}
 
@@ -181,20 +181,38 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %tlb = shufflevector <{V} x i64> %tlb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
     a(f'  %tmk = icmp slt <{V} x i64> %lanes, %tlb')
     a(f'  %xtc = getelementptr {tname}, {tname}* %xr, i64 %Wf')
+    # the tail's whole vectors lie inside x (the next row's or plane's elements in the lanes past the row): plain
+    # loads and a select rather than masked loads (the last rows of the last plane: masked)
+    a('  %tx0 = add i64 %xbo, %xro')
+    a('  %tx1 = add i64 %tx0, %Wf')
+    a('  %tkn = sub i64 %nk, 1')
+    a('  %tkl = mul i64 %tkn, %DHW')
+    a('  %tx2 = add i64 %tx1, %tkl')
+    a(f'  %tx3 = add i64 %tx2, {V}')
+    a('  %tin = icmp sle i64 %tx3, %XN')
     a('  br i1 %kv, label %tk, label %vt_end')
     a('tk:')
-    a('  %tki = phi i64 [ 0, %vt ], [ %tki1, %tk ]')
-    a(f'  %tacc = phi {v} [ %fillv, %vt ], [ %tnew, %tk ]')
+    a('  %tki = phi i64 [ 0, %vt ], [ %tki1, %tkj ]')
+    a(f'  %tacc = phi {v} [ %fillv, %vt ], [ %tnew, %tkj ]')
     a('  %tkio = mul i64 %tki, %DHW')
     a(f'  %txk.f = getelementptr {tname}, {tname}* %xtc, i64 %tkio')
     a(f'  %txk = bitcast {tname}* %txk.f to {vp}')
-    a(f'  %txv = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %txk, i32 4, <{V} x i1> %tmk, {v} %fillv)')
+    a('  br i1 %tin, label %tkp, label %tkm')
+    a('tkp:')
+    a(f'  %txf = load {v}, {vp} %txk, align 4')
+    a(f'  %txs = select <{V} x i1> %tmk, {v} %txf, {v} %fillv')
+    a('  br label %tkj')
+    a('tkm:')
+    a(f'  %txm = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %txk, i32 4, <{V} x i1> %tmk, {v} %fillv)')
+    a('  br label %tkj')
+    a('tkj:')
+    a(f'  %txv = phi {v} [ %txs, %tkp ], [ %txm, %tkm ]')
     comb("%tacc", "%txv", "tnew")
     a('  %tki1 = add i64 %tki, 1')
     a('  %tkic = icmp slt i64 %tki1, %nk')
     a('  br i1 %tkic, label %tk, label %vt_end')
     a('vt_end:')
-    a(f'  %tres = phi {v} [ %fillv, %vt ], [ %tnew, %tk ]')
+    a(f'  %tres = phi {v} [ %fillv, %vt ], [ %tnew, %tkj ]')
     a(f'  %ttc.f = getelementptr {tname}, {tname}* %tmpi, i64 %Wf')
     a(f'  %ttc = bitcast {tname}* %ttc.f to {vp}')
     a(f'  store {v} %tres, {vp} %ttc, align 4')
@@ -247,7 +265,12 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %op = bitcast {tname}* %op.f to {vp}')
     a(f'  %dvp.f = getelementptr {tname}, {tname}* %dvr, i64 %j')
     a(f'  %dvp = bitcast {tname}* %dvp.f to {vp}')
-    a('  %jfull = icmp slt i64 %j, %OWf')
+    # a whole-vector store where the vector ends inside this band's output rows (lanes past the row land on the
+    # next rows' outputs, which this thread writes later): masked stores (slow on AMD cores) only at a band's end
+    a('  %jend0 = add i64 %orow, %j')
+    a(f'  %jend = add i64 %jend0, {V}')
+    a('  %bend = mul i64 %r1, %OW')
+    a('  %jfull = icmp sle i64 %jend, %bend')
     a('  br i1 %jfull, label %hst, label %hmask')
     a('hst:')
     if is_max:
@@ -368,7 +391,7 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
         # rows per batch: enough row buffers that the first one's stores are done when it is read
         BR = max(1, min(RB, max(_BATCH_MIN, -(-_BATCH_ELEMS // TL)), MAX_ROW_BYTES // (TL * dt.itemsize)))
         base = np.zeros(_P_N, np.int64)
-        base[:_P_CTR] = (H, W, OH, OW, KH, KW, sh, ph, pw, dh, dw, NB, RB, G, T1, TL, BR)
+        base[:_P_CTR] = (H, W, OH, OW, KH, KW, sh, ph, pw, dh, dw, NB, RB, G, T1, TL, BR, P * H * W)
         pl = _Plan()
         pl.base, pl.est, pl.OH, pl.OW, pl.P = base, (nt if par else 1), OH, OW, P
         if is_max:
