@@ -518,18 +518,24 @@ def erf_f32(x):
     small = fmuladd(x, p, x)
     # |x| >= 0.8: 1 - 2^(Q(u) - 2), u = min(|x|, 4) - S0
     u = (_ERF_CLAMP_F if a > _ERF_CLAMP_F else a) - _ERF_S0_F  # NaN passes through
-    q = fmuladd(_EQ6_F, u, _EQ5_F)
-    q = fmuladd(q, u, _EQ4_F)
-    q = fmuladd(q, u, _EQ3_F)
-    q = fmuladd(q, u, _EQ2_F)
+    # Both polynomials: the three leading steps by Horner (they set the accuracy), the degree-3 tail
+    # as two independent pairs joined by u^2 (8 instead of 12 cycles of FMA latency each, for two more
+    # multiplies: this chain, not the FMA count, bounds the gelu kernels).  Max error unchanged (0.80 ulp; every float32 in [0.8, 4.5) compared
+    # with the all-Horner form: the same maxima per sub-range, ~0.01% of results 1 ulp apart).
+    u2 = u * u
+    qb = fmuladd(_EQ4_F, u, _EQ3_F)
+    qc = fmuladd(_EQ6_F, u, _EQ5_F)
+    qb = fmuladd(qc, u2, qb)
+    q = fmuladd(qb, u, _EQ2_F)
     q = fmuladd(q, u, _EQ1_F)
     q = fmuladd(q, u, _EQ0_F)                      # log2(erfc(t)) + 2 in [-24, 0.05]
     t = q + _RND_F                                 # k = rint(q) in the low bits
     f = q - (t - _RND_F)                           # in [-1/2, 1/2], exact
-    e = fmuladd(_EX6_F, f, _EX5_F)
-    e = fmuladd(e, f, _EX4_F)
-    e = fmuladd(e, f, _EX3_F)
-    e = fmuladd(e, f, _EX2_F)
+    f2 = f * f
+    eb = fmuladd(_EX4_F, f, _EX3_F)
+    ec = fmuladd(_EX6_F, f, _EX5_F)
+    eb = fmuladd(ec, f2, eb)
+    e = fmuladd(eb, f, _EX2_F)
     e = fmuladd(e, f, _EX1_F)
     e = fmuladd(e, f, _ONE_F)                      # 2^f
     s = i32_as_f32(_shl32(_add32(f32_as_i32(t), 125 - _RND_BITS_F), 23))  # 2^(k-2), k-2 in [-26, -2]

@@ -1138,6 +1138,19 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
     md_seq = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
                                                  ir.Constant(ir.IntType(1), 0)])])
     loop_ids = [md_par, md_seq]
+    # costly bodies (erf, gelu...): the unit-stride loop interleaved (see _IL_MIN_COST), its tail apart
+    heavy = variant is not None and not nt and _IL_COUNT > 1 and body_cost(in_dt, out_dt, body, results) >= _IL_MIN_COST
+    if heavy:
+        md_il = mod.add_metadata([md_par.operands[0],
+                                  mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.interleave.count"),
+                                                    ir.Constant(ir.IntType(32), _IL_COUNT)])])
+        md_tail = mod.add_metadata([md_par.operands[0],
+                                    mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.predicate.enable"),
+                                                      ir.Constant(ir.IntType(1), 1)]),
+                                    mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                      ir.Constant(ir.IntType(1), 1)])])
+        loop_ids += [md_il, md_tail]
+    immediate = set()   # blocks whose float constants stay immediate operands (_hoist_float_constants)
     if nt:
         if variant is None or not nt_eligible(out_dt):
             raise ValueError(f"llvm_render: no non-temporal variant for outputs {out_dt} / layout {variant}")
@@ -1263,6 +1276,8 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
                     par[0] = group
                     if nt:
                         streaming_rows(ptr, contiguous)
+                    elif heavy:
+                        interleaved_row(contiguous)
                     else:
                         loop(n[3], contiguous, md_par)
                     par[0] = None
@@ -1275,6 +1290,19 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
             for j, v in enumerate(compute(vals)):
                 store(j, bd.add(ptr[j], bd.mul(i3, ops[j][0][3])), v)
         loop(n[3], general)
+
+    def interleaved_row(contiguous):
+        """The row as a loop over whole multiples of _IL_BLOCK elements, vectorized and interleaved
+        _IL_COUNT times (independent vectors side by side: their long erf/exp dependency chains overlap),
+        then the rest (under _IL_BLOCK) as masked vector iterations, not LLVM's scalar remainder loop.
+        The interleaved loop keeps its float constants immediate (broadcast loads from the constant
+        pool, no registers held): with the splats read once at entry, 4 interleaved vectors spill them
+        and their temporaries to the stack."""
+        main = bd.and_(n[3], i64(-_IL_BLOCK))
+        first = len(fn.blocks)
+        loop(main, contiguous, md_il)
+        immediate.update(blk for blk in fn.blocks[first:] if blk is not bd.block)   # not where code continues
+        loop(bd.sub(n[3], main), lambda i: contiguous(i, main), md_tail)
 
     def streaming_rows(ptr, contiguous):
         """The row as a head loop up to the first 64-byte boundary of the outputs, a streaming loop
@@ -1307,10 +1335,12 @@ def render_ir(name: str, in_dt: list, out_dt: list, body: list, results: list, v
         bd.fence("seq_cst")
     bd.ret_void()
     if _HOIST_CONSTANTS:
-        _hoist_float_constants(mod, fn, bd)
+        _hoist_float_constants(mod, fn, bd, immediate)
     lay = "any strides" if variant is None else ("unit stride" + (f", inputs {list(variant)} broadcast" if variant else ""))
     if nt:
         lay += ", non-temporal stores"
+    if heavy:
+        lay += f", interleaved x{_IL_COUNT}"
     return (f"; neetorch elementwise kernel {name}({', '.join(in_dt)}) -> ({', '.join(out_dt)}); {lay}\n" +
             _distinct(str(mod), group, *loop_ids))
 
@@ -1391,9 +1421,23 @@ def nt_eligible(out_dt) -> bool:
 
 
 _HOIST_CONSTANTS = True    # False: constants stay immediate operands (to compare; part of the cache key)
+# Unit-stride loops of bodies costing _IL_MIN_COST IR instructions or more per element (body_cost: tanh 28,
+# exp 35, tanh-gelu 36, erf 40, log 40, sigmoid 41, gelu 44) run _IL_COUNT vectors per iteration.  Such a
+# body is a long dependency chain (gelu: ~80 cycles of FMA latency per 8-lane vector) and with one vector per
+# iteration the out-of-order window overlaps only a few: gelu(x*w+b) ran at ~4 cycles per element, ~2.5x
+# what its FMA count needs.  One thread, AVX2 Zen 3, process CPU time, min of 12-15 interleaved repeats,
+# load 7-10, ns/element 1 -> 4 vectors (same bits): gelu(x*w+b), rows of 1024 in L1, 1.25 -> 0.99 (with
+# session 13's erf_f32, whose polynomial tails are shorter chains: 0.83), 4M elements 1.33 -> 1.07 (0.97);
+# with that erf, in L1: gelu 1.17 -> 0.82, erf 0.95 -> 0.74, tanh-gelu 1.03 -> 0.74, tanh 0.70 -> 0.55,
+# exp 0.65 -> 0.45, sigmoid 0.85 -> 0.61, log 0.83 -> 0.63.  4 vectors with the splats hoisted to entry
+# (spilled): 1.17-1.31 for gelu(x*w+b); 3 or 6 vectors: 1.6 (1024 is no multiple of 24 or 48: the rest
+# ran scalar).
+_IL_MIN_COST = 24
+_IL_COUNT = 4
+_IL_BLOCK = 32     # the interleaved loop's trip is a multiple of this many elements (8 float32 lanes x 4)
 
 
-def _hoist_float_constants(mod, fn, bd) -> None:
+def _hoist_float_constants(mod, fn, bd, immediate=()) -> None:
     """Read the float constants of the loops once, at entry, from (writable, so never folded)
     globals.  Vector code on x86-64 otherwise reloads every constant from the constant pool on
     every iteration, each through a 64-bit ``movabs`` of its address (MCJIT's large code model):
@@ -1405,7 +1449,7 @@ def _hoist_float_constants(mod, fn, bd) -> None:
     entry = fn.entry_basic_block
     slots: dict = {}
     for blk in fn.blocks:
-        if blk is entry:
+        if blk is entry or blk in immediate:
             continue
         for ins in blk.instructions:
             if isinstance(ins, ir.PhiInstr):
