@@ -478,9 +478,9 @@ def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, t
             r1 = min(OH, (ti0 + th) * m)
             if r1 > ti0 * m:
                 ys = out[(p * OH + ti0 * m) * OW:(p * OH + r1) * OW]
-                for j in range(ys.size):
-                    if ys[j] < 0:
-                        ys[j] = 0
+                for j in range(ys.size):   # a select, not a conditional store: vectorizes (conv._bias_act)
+                    v = ys[j]
+                    ys[j] = 0.0 if v < 0 else v
 
 
 # ---------------------------------------------------------------- the phases as native tasks
