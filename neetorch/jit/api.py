@@ -147,6 +147,7 @@ class JitFunction:
                 g = passes.freeze_constants(g, self.freeze, self._frozen)
             for t in g.consts.values():   # frozen: never written again (True: our snapshots; "views": owners' promise)
                 t._backend().mark_immutable(t._data)
+            g.consts_frozen = True        # passes.merge_equal_constants may merge equal ones
             memos = ()
         else:
             # the layouts freezing gives products (row-major weights for GEMMs), as guarded copies kept in

@@ -15,7 +15,7 @@ from ..tensor import _storage
 from ..trace.ir import Graph, Node, Value
 from ..trace.tracer import ViewOp
 
-__all__ = ["fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
+__all__ = ["fold_constants", "merge_equal_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
            "replace_uses", "hoist_elementwise_over_views", "freeze_constants", "memo_product_weights",
            "check_weights", "WeightsChanged", "ConstGuard", "const_guards", "check_const_guards"]
 
@@ -66,6 +66,43 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
             seen[key] = n
         keep.append(n)
     g.nodes = keep
+    return g
+
+
+# constants held as numpy arrays up to this many bytes are compared for merging (merge_equal_constants)
+MERGE_CONST_MAX_BYTES = 64 << 20
+
+
+def merge_equal_constants(g: Graph) -> Graph:
+    """Constants with the same dtype, shape, device and bytes become one value, so that :func:`eliminate_common_subexpressions`
+    then merges the nodes applying the same op to them (onnxruntime's CSE does the same over initializers).  Only
+    for graphs whose constants never change (``g.consts_frozen``: ``nee.jit(freeze=...)``, ONNX sessions); a
+    default-mode graph's captured tensors may be written later, so two that are equal now stay apart.  Bytes, not
+    values: ``-0.0`` and ``0.0`` stay two constants (their products' signs of zero differ), NaN payloads compare
+    as stored.  Cheap on real models: a handful of sampled elements tells almost every pair apart before a full
+    comparison."""
+    if not getattr(g, "consts_frozen", False):
+        return g
+    groups: dict = {}
+    for v, t in g.consts.items():
+        d = getattr(t, "_data", None)
+        if not isinstance(d, np.ndarray) or d.size < 2 or d.nbytes > MERGE_CONST_MAX_BYTES or d.dtype.hasobject:
+            continue
+        groups.setdefault((d.dtype.str, d.shape, str(t.device)), []).append(v)
+    for vs in groups.values():
+        if len(vs) < 2:
+            continue
+        kept: list = []    # (value, bytes view, sample)
+        for v in vs:
+            d = np.ascontiguousarray(g.consts[v]._data).reshape(-1).view(np.uint8)
+            idx = np.linspace(0, d.size - 1, num=min(d.size, 64)).astype(np.intp)
+            sample = d[idx]
+            for kv, kd, ks in kept:
+                if np.array_equal(sample, ks) and np.array_equal(d, kd):
+                    replace_uses(g, v, kv)
+                    break
+            else:
+                kept.append((v, d, sample))
     return g
 
 
@@ -520,6 +557,7 @@ def hoist_elementwise_over_views(g: Graph) -> Graph:
 
 PIPELINE = [
     ("fold_constants", fold_constants),
+    ("merge_equal_constants", merge_equal_constants),
     ("simplify", simplify),
     ("cse", eliminate_common_subexpressions),
     ("dce", eliminate_dead_code),
