@@ -194,7 +194,7 @@ def test_dynamic_copying_reshape_reuses_its_buffer():
 # ---- products with a frozen float32 weight: packed panels + the LLVM tile kernel (linalg._pk_caller)
 
 
-needs_pk = pytest.mark.skipif(not L._pk_host_ok(), reason="the packed kernel runs on AVX-512F hosts only")
+needs_pk = pytest.mark.skipif(not L._pk_host_ok(), reason="the packed kernel needs AVX-512F or AVX2 + FMA")
 
 
 def _frozen(w):
@@ -211,7 +211,8 @@ def _frozen(w):
     (64, 256, 1024, "C"),
     (520, 300, 64, "C"),         # rows in chunks of 256 (3 chunks; on 2 threads each cut in 2 column halves)
 ])
-def test_packed_product_right(M, K, N, wlayout, nthreads):
+def test_packed_product_right(M, K, N, wlayout, nthreads, monkeypatch):
+    monkeypatch.setattr(L, "PK_AVX2_RULE", [False])     # AVX2 hosts: (520, 300, 64) too
     rng = np.random.default_rng(M + K + N)
     a = rng.standard_normal((M, K)).astype(np.float32)
     w = rng.standard_normal((K, N)).astype(np.float32)
@@ -220,7 +221,7 @@ def test_packed_product_right(M, K, N, wlayout, nthreads):
     g = L._pk_caller(out, a, w)
     big = nthreads > 1 and M * K * N >= L.DRV_MNK
     chunks = 1 if M < 2 * L.PK_MC else -(-M // L.PK_MC)
-    assert g is not None and g.tasks == (chunks * min(nthreads, N // 32) if big else 1)
+    assert g is not None and g.tasks == (chunks * min(nthreads, N // L.PK_NR) if big else 1)
     for _ in range(2):
         g(out, a, w)
         np.testing.assert_allclose(out, _ref(a, w), rtol=2e-4, atol=2e-4)
@@ -250,8 +251,9 @@ def test_packed_product_not_taken():
     assert L._pk_caller(np.empty((64, 64), np.float32), a, w) is not None
     assert L._pk_caller(np.empty((4, 64), np.float32), a[:4], w) is None            # few rows: other kernels
     assert L._pk_caller(np.empty((5, 64), np.float32), a[:5], w) is not None
-    w48 = _frozen(rng.standard_normal((128, 48)).astype(np.float32))
-    assert L._pk_caller(np.empty((64, 48), np.float32), a, w48) is None             # N not a multiple of 32
+    n = L.PK_NR * 3 // 2
+    w48 = _frozen(rng.standard_normal((128, n)).astype(np.float32))
+    assert L._pk_caller(np.empty((64, n), np.float32), a, w48) is None              # N not a multiple of the panel
     w64 = _frozen(rng.standard_normal((128, 64)))
     assert L._pk_caller(np.empty((64, 64)), a.astype(np.float64), w64) is None      # float64: BLAS
     assert L._pk_caller(np.empty((64, 64), np.float32), a[:, ::2][:, :64], w[:64]) is None   # strided rows of a

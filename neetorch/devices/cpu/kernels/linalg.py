@@ -7,9 +7,10 @@ memory order, every matrix of a batch in one GIL-free call (see "few-row product
 claimed by the calling thread and ``gemm_driver``'s native workers (``_rows_threaded``).
 
 float32 products of 5+ rows with a frozen weight (ONNX initializers, ``nee.jit(freeze=...)`` constants;
-``winograd.freeze``) whose column count is a multiple of 32 run through an LLVM tile kernel on the weight
-packed once into 32-column panels (``_pk_caller``, see "products with a frozen weight" below), on 2+ threads
-as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's bound callers).
+``winograd.freeze``) whose column count is a multiple of 32 (16 on AVX2 hosts) run through an LLVM tile kernel
+on the weight packed once into 32-column panels (16: ``PK_NR``) (``_pk_caller``, see "products with a frozen
+weight" below), on 2+ threads as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's
+bound callers).
 
 On 2+ threads, float32/float64 products from ``DRV_MNK`` multiply-adds run through
 ``gemm_driver``: one GIL-free native call cuts the product into blocks (columns or rows of a
@@ -960,14 +961,30 @@ def _gemm2d(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
 # 0.93, 128x384x1536 0.88, 128x1536x384 0.85, 128x256x256 0.85, 128x256x1024 0.82; 64x1024x1024 1.06 and
 # 128x1024x256 1.01 before rows 2 KiB apart were copied to a padded stride (then 0.90, 0.95; 16x1024x1024
 # 0.71, 1024x384x384 0.88).  Taken from PK_MIN_ROWS rows (fewer: the few-row kernel / gemv.py, or BLAS)
-# for N a multiple of 32, on hosts with AVX-512F; NEE_MATMUL_PACKED=0 turns it off.
+# for N a multiple of the panel (PK_NR), on hosts with AVX-512F or AVX2 + FMA; NEE_MATMUL_PACKED=0 turns it off.
+# On AVX2 hosts (no AVX-512: PK_VEC = 8) the same kernel has 8-lane vectors: 6 x 16 tiles in 12 ymm accumulators
+# (2 ymm for the panel's row, 1 for the broadcast: 15 of the 16 registers) on panels of PK_NR = 16 columns, its K
+# loop unrolled 4 times (PK_UNROLL8: constant offsets instead of 6 address adds per k), the same descriptors,
+# tasks and epilogues.  Measured on this AVX2 EPYC (512 KiB L2 per core; one thread, process CPU time, min over
+# rounds of fresh processes alternating with numpy's OpenBLAS Haswell sgemm, 4-6 rounds, load 7-11 from other
+# sessions: ratios only, +-8% between runs), the time vs BLAS: 128x384x384 0.86-0.91, 128x384x1152 0.78-0.95,
+# 128x384x1536 0.95-1.02, 128x1536x384 0.85-1.02, 64x784x1024 0.89-0.93, 64x1024x1024 0.81-0.95, 49x512x2048 0.81,
+# 49x2048x512 0.81, 196x256x1024 0.95, 196x1024x256 1.01, 784x128x512 0.78-0.93, 3136x64x256 0.56-1.02; but with
+# rows in chunks (2 PK_MC rows and up) and a longer K no better or worse: 1024x384x384 0.93-1.10, 1024x384x1152
+# 0.95-1.04, 1024x384x1536 0.84-1.10, 1024x1536x384 1.02-1.31, 784x512x128 1.0-1.17, 3136x256x64 0.70-1.12 (a
+# 256-row chunk of a 512-float K block fills the L2; 96- or 144-row chunks did not help).  Hence PK_AVX2_RULE.
 PK_ON = [os.environ.get("NEE_MATMUL_PACKED", "1") not in ("0", "")]
 PK_NR = 32
 PK_MR = 12
+PK_VEC = 16                # float32 lanes of the kernel's vectors: 16 (zmm, AVX-512F) or 8 (ymm, AVX2 + FMA)
+# NEE_MATMUL_PACKED_VEC=8: the AVX2 kernel on an AVX-512 host too (tests, comparisons); unset: the host's widest
+_PK_VEC_ENV = os.environ.get("NEE_MATMUL_PACKED_VEC", "")
 # from 5 rows (up to 4: the few-row kernel, gemv.py): hot 768x768 weight, one thread, 5 rows 0.31x BLAS's time,
 # 8 rows 0.58, 12 rows 0.70
 PK_MIN_ROWS = 5
-PK_KC = int(os.environ.get("NEE_MATMUL_PACKED_KC", "512"))
+_PK_KC0 = int(os.environ.get("NEE_MATMUL_PACKED_KC", "512"))
+PK_KC = _PK_KC0
+PK_UNROLL8 = int(os.environ.get("NEE_MATMUL_PACKED_UNROLL", "4"))  # the 8-lane tile's K loop unrolled (see below)
 _PK_DW = 8                 # descriptor words per task: end row, end column, K, lda, ldc, first column, K block, first row
 # rows in chunks of PK_MC (from 2 PK_MC rows): a chunk's rows of a K block (256 x 512 floats) stay in L2 while
 # every panel streams past them, where all the rows of a long activation would be re-read from L3 per panel
@@ -975,25 +992,50 @@ PK_MC = 256
 # column parts per thread on 2+ threads (the panels are packed once: more parts cost only re-reads of a's rows
 # from L2, and a worker descheduled mid-part holds the call up by a smaller part)
 PK_TASKS = int(os.environ.get("NEE_MATMUL_PACKED_TASKS", "1"))
-_pk_fn: list = [None, None]  # (builtin, address)
-_pk_cpu = [None]             # whether the host has AVX-512F (the kernel's 16-wide FMAs; measured there only)
+_pk_fns: dict = {}           # vector width -> (builtin, address) of the kernel
+# the AVX2 kernel only where it measured faster than OpenBLAS: a product in row chunks (2 PK_MC rows and up) runs
+# packed only with K <= PK_AVX2_LONG_K (see "on AVX2 hosts" above); False (tests): every product it can take
+PK_AVX2_RULE = [True]
+PK_AVX2_LONG_K = 128
+_pk_cpu = [None]             # whether the host has AVX-512F or AVX2 + FMA (then PK_VEC is fixed)
+
+
+def _pk_shape(width: int):
+    """(tile rows, panel columns, K block) of the kernel with ``width``-lane vectors: 12 x 32 tiles in 24 zmm
+    accumulators on AVX-512F (32 registers), 6 x 16 tiles in 12 ymm ones on AVX2 (16 registers: + 2 for the
+    panel's row, 1 for the broadcast value, as OpenBLAS's / MLAS's Haswell kernels), K blocks of 512 both."""
+    return (12, 32, _PK_KC0) if width == 16 else (6, 16, _PK_KC0)
+
+
+def _pk_set_width(width: int) -> None:
+    """PK_VEC, PK_MR, PK_NR, PK_KC for ``width``-lane vectors (16: the AVX-512 tuning, unchanged)."""
+    global PK_VEC, PK_MR, PK_NR, PK_KC
+    PK_VEC = width
+    PK_MR, PK_NR, PK_KC = _pk_shape(width)
 
 
 def _pk_host_ok() -> bool:
+    """AVX-512F (16-lane kernel) or AVX2 + FMA (8-lane) on this CPU; the first call fixes the width."""
     if _pk_cpu[0] is None:
-        ok = False
+        width = 0
         try:
             from .. import llvm_render
             _, llvm = llvm_render._init()
-            ok = "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+            feats = llvm.get_host_cpu_features().flatten().split(",")
+            if "+avx512f" in feats and _PK_VEC_ENV != "8":
+                width = 16
+            elif "+avx2" in feats and "+fma" in feats:
+                width = 8
         except Exception:   # noqa: BLE001 - no LLVM: the path is off (BLAS runs every product)
-            ok = False
-        _pk_cpu[0] = ok
+            width = 0
+        _pk_set_width(width or 16)
+        _pk_cpu[0] = bool(width)
     return _pk_cpu[0]
 
 
-def _pk_tile_ir(mr: int) -> str:
-    """``tile{mr}(A, lda, panel, C, ldc, K)``: C[0:mr, 0:32] = A[0:mr, 0:K] @ panel (K x 32)."""
+def _pk_tile_ir(mr: int, w: int = 16) -> str:
+    """``tile{mr}(A, lda, panel, C, ldc, K)``: C[0:mr, 0:2w] = A[0:mr, 0:K] @ panel (K x 2w), ``w``-lane vectors."""
+    nr, al = 2 * w, 4 * w
     L = [f"define internal void @tile{mr}(float* %A, i64 %lda, float* %B, float* %C, i64 %ldc, i64 %K, i1 %acc) {{",
          "entry:"]
     for r in range(mr):
@@ -1001,49 +1043,130 @@ def _pk_tile_ir(mr: int) -> str:
     L += ["  br label %loop", "loop:", "  %k = phi i64 [0, %entry], [%k1, %loop]"]
     for r in range(mr):
         for v in range(2):
-            L.append(f"  %acc{r}_{v} = phi <16 x float> [zeroinitializer, %entry], [%nacc{r}_{v}, %loop]")
-    L.append("  %bo = mul i64 %k, 32")
+            L.append(f"  %acc{r}_{v} = phi <{w} x float> [zeroinitializer, %entry], [%nacc{r}_{v}, %loop]")
+    L.append(f"  %bo = mul i64 %k, {nr}")
     for v in range(2):
-        L += [f"  %bo{v} = add i64 %bo, {16 * v}",
+        L += [f"  %bo{v} = add i64 %bo, {w * v}",
               f"  %bp{v} = getelementptr float, float* %B, i64 %bo{v}",
-              f"  %bq{v} = bitcast float* %bp{v} to <16 x float>*",
-              f"  %b{v} = load <16 x float>, <16 x float>* %bq{v}, align 64"]
+              f"  %bq{v} = bitcast float* %bp{v} to <{w} x float>*",
+              f"  %b{v} = load <{w} x float>, <{w} x float>* %bq{v}, align {al}"]
     for r in range(mr):
         L += [f"  %aq{r} = add i64 %ao{r}, %k",
               f"  %ap{r} = getelementptr float, float* %A, i64 %aq{r}",
               f"  %a{r} = load float, float* %ap{r}",
-              f"  %ai{r} = insertelement <16 x float> undef, float %a{r}, i32 0",
-              f"  %as{r} = shufflevector <16 x float> %ai{r}, <16 x float> undef, <16 x i32> zeroinitializer"]
+              f"  %ai{r} = insertelement <{w} x float> undef, float %a{r}, i32 0",
+              f"  %as{r} = shufflevector <{w} x float> %ai{r}, <{w} x float> undef, <{w} x i32> zeroinitializer"]
         for v in range(2):
-            L.append(f"  %nacc{r}_{v} = call <16 x float> @llvm.fma.v16f32(<16 x float> %as{r}, "
-                     f"<16 x float> %b{v}, <16 x float> %acc{r}_{v})")
+            L.append(f"  %nacc{r}_{v} = call <{w} x float> @llvm.fma.v{w}f32(<{w} x float> %as{r}, "
+                     f"<{w} x float> %b{v}, <{w} x float> %acc{r}_{v})")
     L += ["  %k1 = add i64 %k, 1", "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done",
           "done:"]
     for r in range(mr):
         L.append(f"  %co{r} = mul i64 %ldc, {r}")
         for v in range(2):
-            L += [f"  %cq{r}_{v} = add i64 %co{r}, {16 * v}",
+            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
                   f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
-                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to <16 x float>*"]
+                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to <{w} x float>*"]
     L.append("  br i1 %acc, label %add, label %store")
     L.append("add:")      # a later block of K: C += the block's part
     for r in range(mr):
         for v in range(2):
-            L += [f"  %old{r}_{v} = load <16 x float>, <16 x float>* %cv{r}_{v}, align 4",
-                  f"  %sum{r}_{v} = fadd <16 x float> %old{r}_{v}, %nacc{r}_{v}",
-                  f"  store <16 x float> %sum{r}_{v}, <16 x float>* %cv{r}_{v}, align 4"]
+            L += [f"  %old{r}_{v} = load <{w} x float>, <{w} x float>* %cv{r}_{v}, align 4",
+                  f"  %sum{r}_{v} = fadd <{w} x float> %old{r}_{v}, %nacc{r}_{v}",
+                  f"  store <{w} x float> %sum{r}_{v}, <{w} x float>* %cv{r}_{v}, align 4"]
     L += ["  ret void", "store:"]
     for r in range(mr):
         for v in range(2):
-            L.append(f"  store <16 x float> %nacc{r}_{v}, <16 x float>* %cv{r}_{v}, align 4")
+            L.append(f"  store <{w} x float> %nacc{r}_{v}, <{w} x float>* %cv{r}_{v}, align 4")
     L += ["  ret void", "}"]
     return "\n".join(L)
 
 
-def _pk_ir() -> str:
+def _pk_tile_ir_unrolled(mr: int, w: int, U: int) -> str:
+    """_pk_tile_ir's tile with its K loop unrolled ``U`` times (then a loop over the K % U rest)."""
+    nr, al = 2 * w, 4 * w
+    V = f"<{w} x float>"
+    L = [f"define internal void @tile{mr}(float* %A, i64 %lda, float* %B, float* %C, i64 %ldc, i64 %K, i1 %acc) {{",
+         "entry:"]
+    for r in range(mr):
+        L.append(f"  %ao{r} = mul i64 %lda, {r}")
+    L += [f"  %KU = and i64 %K, {-U}", "  %hasu = icmp ne i64 %KU, 0", "  br i1 %hasu, label %uloop, label %mid",
+          "uloop:", "  %ku = phi i64 [0, %entry], [%kun, %uloop]"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %uacc{r}_{v} = phi {V} [zeroinitializer, %entry], [%u{U-1}n{r}_{v}, %uloop]")
+    for u in range(U):
+        L.append(f"  %ku{u} = add i64 %ku, {u}")
+        L.append(f"  %ubo{u} = mul i64 %ku{u}, {nr}")
+        for v in range(2):
+            L += [f"  %ubo{u}_{v} = add i64 %ubo{u}, {w * v}",
+                  f"  %ubp{u}_{v} = getelementptr float, float* %B, i64 %ubo{u}_{v}",
+                  f"  %ubq{u}_{v} = bitcast float* %ubp{u}_{v} to {V}*",
+                  f"  %ub{u}_{v} = load {V}, {V}* %ubq{u}_{v}, align {al}"]
+        for r in range(mr):
+            L += [f"  %uaq{u}_{r} = add i64 %ao{r}, %ku{u}",
+                  f"  %uap{u}_{r} = getelementptr float, float* %A, i64 %uaq{u}_{r}",
+                  f"  %ua{u}_{r} = load float, float* %uap{u}_{r}",
+                  f"  %uai{u}_{r} = insertelement {V} undef, float %ua{u}_{r}, i32 0",
+                  f"  %uas{u}_{r} = shufflevector {V} %uai{u}_{r}, {V} undef, <{w} x i32> zeroinitializer"]
+            for v in range(2):
+                prev = f"%uacc{r}_{v}" if u == 0 else f"%u{u-1}n{r}_{v}"
+                L.append(f"  %u{u}n{r}_{v} = call {V} @llvm.fma.v{w}f32({V} %uas{u}_{r}, {V} %ub{u}_{v}, {V} {prev})")
+    L += [f"  %kun = add i64 %ku, {U}", "  %umore = icmp ult i64 %kun, %KU", "  br i1 %umore, label %uloop, label %mid",
+          "mid:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %macc{r}_{v} = phi {V} [zeroinitializer, %entry], [%u{U-1}n{r}_{v}, %uloop]")
+    L += ["  %hasrem = icmp ult i64 %KU, %K", "  br i1 %hasrem, label %loop, label %done",
+          "loop:", "  %k = phi i64 [%KU, %mid], [%k1, %loop]"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %acc{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
+    L.append(f"  %bo = mul i64 %k, {nr}")
+    for v in range(2):
+        L += [f"  %bo{v} = add i64 %bo, {w * v}",
+              f"  %bp{v} = getelementptr float, float* %B, i64 %bo{v}",
+              f"  %bq{v} = bitcast float* %bp{v} to {V}*",
+              f"  %b{v} = load {V}, {V}* %bq{v}, align {al}"]
+    for r in range(mr):
+        L += [f"  %aq{r} = add i64 %ao{r}, %k",
+              f"  %ap{r} = getelementptr float, float* %A, i64 %aq{r}",
+              f"  %a{r} = load float, float* %ap{r}",
+              f"  %ai{r} = insertelement {V} undef, float %a{r}, i32 0",
+              f"  %as{r} = shufflevector {V} %ai{r}, {V} undef, <{w} x i32> zeroinitializer"]
+        for v in range(2):
+            L.append(f"  %nacc{r}_{v} = call {V} @llvm.fma.v{w}f32({V} %as{r}, {V} %b{v}, {V} %acc{r}_{v})")
+    L += ["  %k1 = add i64 %k, 1", "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done",
+          "done:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %fin{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
+    for r in range(mr):
+        L.append(f"  %co{r} = mul i64 %ldc, {r}")
+        for v in range(2):
+            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
+                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
+                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to {V}*"]
+    L.append("  br i1 %acc, label %add, label %store")
+    L.append("add:")
+    for r in range(mr):
+        for v in range(2):
+            L += [f"  %old{r}_{v} = load {V}, {V}* %cv{r}_{v}, align 4",
+                  f"  %sum{r}_{v} = fadd {V} %old{r}_{v}, %fin{r}_{v}",
+                  f"  store {V} %sum{r}_{v}, {V}* %cv{r}_{v}, align 4"]
+    L += ["  ret void", "store:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  store {V} %fin{r}_{v}, {V}* %cv{r}_{v}, align 4")
+    L += ["  ret void", "}"]
+    return "\n".join(L)
+
+
+def _pk_ir(w: int = 16) -> str:
     """``kernel(A, P, C, D)``: rows [D[7], D[0]) and columns [D[5], D[1]) of C (row stride D[4]) = A (row stride
     D[3]) @ the packed panels P, in blocks of D[6] of K (the first stores, the later ones add); D = (end row, end
-    column, K, lda, ldc, first column, K block, first row); columns multiples of 32."""
+    column, K, lda, ldc, first column, K block, first row); columns multiples of the panel's (2 ``w``)."""
+    PK_MR, PK_NR, _ = _pk_shape(w)
     cases = " ".join(f"i64 {mr}, label %t{mr}" for mr in range(1, PK_MR + 1))
     calls = "".join(f"t{mr}:\n  call void @tile{mr}(float* %Ai, i64 %lda, float* %Pj, float* %Ci, i64 %ldc, i64 %kc, "
                     f"i1 %later)\n  br label %inext\n" for mr in range(1, PK_MR + 1))
@@ -1106,21 +1229,26 @@ pnext:
 out:
   ret void
 }}
-declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
 """
-    return "\n".join(_pk_tile_ir(mr) for mr in range(1, PK_MR + 1)) + main
+    if w == 16:
+        return "\n".join(_pk_tile_ir(mr, w) for mr in range(1, PK_MR + 1)) + main
+    return "\n".join(_pk_tile_ir_unrolled(mr, w, PK_UNROLL8) for mr in range(1, PK_MR + 1)) + main
 
 
-def _pk_kernel():
-    if _pk_fn[0] is None:
+def _pk_kernel(w: int = 0):
+    """(builtin, address) of the kernel with ``w``-lane vectors (0: PK_VEC's)."""
+    w = w or PK_VEC
+    fn = _pk_fns.get(w)
+    if fn is None:
         import hashlib
 
         from .. import llvm_call, llvm_render
-        text = _pk_ir()
-        addr = llvm_render.compile_ir("gemm_packed_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
-        _pk_fn[1] = addr
-        _pk_fn[0] = llvm_call.make(addr, 4)
-    return _pk_fn[0]
+        text = _pk_ir(w)
+        addr = llvm_render.compile_ir(f"gemm_packed_v{w}_" + hashlib.sha1(text.encode()).hexdigest()[:16],
+                                      lambda: text)
+        fn = _pk_fns[w] = (llvm_call.make(addr, 4), addr)
+    return fn
 
 
 # packed copies live as long as their weights; past PK_MAX_BYTES of them a weight is not packed (None: its
@@ -1134,14 +1262,15 @@ def pk_pack(w: np.ndarray, tag=None):
     (``tag``: winograd.weights' cache tag, unused); None past PK_MAX_BYTES of packed weights."""
     import weakref
     K, N = w.shape
+    nr = PK_NR
     if _pk_live[0] + 4 * K * N > PK_MAX_BYTES:
         return None
     raw = np.empty(K * N + 16, np.float32)
     _pk_live[0] += raw.nbytes
     weakref.finalize(raw, _pk_release, raw.nbytes)
     off = (-raw.ctypes.data % 64) // 4
-    p = raw[off:off + K * N].reshape(N // PK_NR, K, PK_NR)
-    p[...] = w.reshape(K, N // PK_NR, PK_NR).transpose(1, 0, 2)
+    p = raw[off:off + K * N].reshape(N // nr, K, nr)
+    p[...] = w.reshape(K, N // nr, nr).transpose(1, 0, 2)
     return p
 
 
@@ -1227,7 +1356,7 @@ def pk_with_epilogue(g, epi_addr: int, table: np.ndarray, apos: int):
     width += -width % 8          # rows 64 bytes apart
     ext = np.zeros((ntasks, width), np.int64)
     ext[:, :8] = desc
-    ext[:, 8] = _pk_fn[1]
+    ext[:, 8] = _pk_kernel(pk[0].shape[-1] // 2)[1]     # the product's kernel: its panels' width
     ext[:, 9] = int(epi_addr)
     for t in range(ntasks):
         r1, j1, _, _, _, j0, _, r0 = (int(v) for v in desc[t])
@@ -1271,7 +1400,7 @@ def pk_with_row_epilogue(g, row_addr: int, meta: np.ndarray, nops: int, cpos: in
     width += -width % 8
     ext = np.zeros((ntasks, width), np.int64)
     ext[:, :8] = desc
-    ext[:, 8] = _pk_fn[1]
+    ext[:, 8] = _pk_kernel(pk[0].shape[-1] // 2)[1]
     ext[:, 9] = int(row_addr)
     ext[:, 10:10 + mlen] = meta
     ext[:, 10] = desc[:, 7]      # r0: the task's first row
@@ -1314,6 +1443,8 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     if N == 0 or N % PK_NR or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
             out.shape[:-1] != a.shape[:-1] or out.shape[-1] != N:
         return None
+    if PK_VEC == 8 and PK_AVX2_RULE[0] and R >= 2 * PK_MC and K > PK_AVX2_LONG_K:
+        return None         # the AVX2 kernel: see PK_AVX2_RULE
     try:
         a2 = np.reshape(a, (R, K), copy=False)
         o2 = np.reshape(out, (R, N), copy=False)
@@ -1327,10 +1458,10 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     from . import winograd
     if not winograd.is_frozen(b):
         return None
-    panels = winograd.weights(b, ("gemm_pk", PK_NR, b.strides), pk_pack)
+    panels = winograd.weights(b, ("gemm_pk", PK_NR, PK_VEC, b.strides), pk_pack)
     if panels is None:
         return None
-    fn = _pk_kernel()
+    fn, fn_addr = _pk_kernel()
     nt = threads.NUM_THREADS
     lda = a2.strides[0] // isz
     pad = None
@@ -1361,7 +1492,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     desc.flags.writeable = False
     if ntasks > 1 and nt > 1 and R * K * N >= DRV_MNK:
         from .. import gemm_driver
-        d = gemm_driver.call_plan(_pk_fn[1], 4, min(nt, ntasks), ntasks, desc.strides[0])
+        d = gemm_driver.call_plan(fn_addr, 4, min(nt, ntasks), ntasks, desc.strides[0])
         if d is not None:
             call = gemm_driver.epilogue_caller(4)
             dummy = np.zeros(1, np.int64)
