@@ -59,6 +59,30 @@ def _addcdiv(a, b, c, v):
     return a + v * b / c
 
 
+def _log1p(z):
+    """torch's CPU complex ``log1p`` (c10's complex_math, after numpy PR 22611): ``log(u) * (z / (u - 1))`` with
+    ``u = 1 + z`` (Kahan's trick: the factor undoes the rounding of ``1 + z``), ``z`` where ``u == 1`` and
+    ``log(u)`` where ``u - 1 == z``.  numpy's complex ``log1p`` is ``log(|1 + z|)``, which loses the real part for
+    ``|z| << 1`` (relative error ~1 at ``|z| = 1e-8`` in complex64).  Where ``u - 1`` is subnormal both operands
+    of the ratio are scaled by a power of two first (exact): torch's division overflows there and gives NaN."""
+    z = np.asarray(z)
+    if z.dtype.kind != "c":
+        return np.log1p(z)
+    u = np.empty_like(z)
+    u.real, u.imag = z.real + 1, z.imag      # (a real 1: the sign of a zero imaginary part is kept, as in c10)
+    d = np.empty_like(z)
+    d.real, d.imag = u.real - 1, u.imag
+    lu = np.log(u)
+    tiny = np.maximum(np.abs(d.real), np.abs(d.imag)) < np.finfo(z.dtype).tiny
+    zs, ds = z, d
+    if tiny.any():
+        s = z.dtype.type(2.0 ** (80 if z.dtype == np.complex64 else 600))
+        zs, ds = np.where(tiny, z * s, z), np.where(tiny, d * s, d)
+    r = lu * (zs / ds)
+    r = np.where(d == z, lu, r)
+    return np.where(u == 1, z, r)
+
+
 def _lerp(a, b, w):
     # torch's lerp: from the nearer end, so lerp(a, b, 1) is exactly b
     return np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
@@ -70,7 +94,7 @@ COMPLEX_ELEMENTWISE = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "true_divide": np.true_divide, "pow": np.power,
     "neg": np.negative, "square": np.square, "reciprocal": np.reciprocal, "abs": np.abs,
     "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2, "log10": np.log10,
-    "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
+    "log1p": _log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "sigmoid": _sigmoid, "silu": lambda x: x * _sigmoid(x),

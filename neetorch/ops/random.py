@@ -53,43 +53,81 @@ def _need_float(who, t: Tensor):
 
 
 # ------------------------------------------------------------------ bernoulli
+def _fmt(v) -> str:
+    """A float as torch's messages print it (C++ ``operator<<`` on a double: ``%g``)."""
+    return format(float(v), "g")
+
+
 def _check_p(who, p):
     if isinstance(p, Tensor):
-        a = _host_values(p)
-        if a.size and not (np.all(a >= 0) and np.all(a <= 1)):
-            raise RuntimeError(f"{who}: Expected p_in >= 0 && p_in <= 1 to be true, but got false (probabilities "
-                               f"must lie in [0, 1])")
-        return a
+        return _host_values(p)
     p = float(p)
     if not 0 <= p <= 1:
-        raise RuntimeError(f"{who}: bernoulli expects p to be in [0, 1], but got p={p}")
+        raise RuntimeError(f"{who} expects p to be in [0, 1], but got p={_fmt(p)}")
     return p
+
+
+def _bernoulli_tensor_p(self: Tensor, p: Tensor, who: str):
+    """The probabilities of torch's ``bernoulli_(Tensor p)`` kernel for a non-empty ``self``, with its checks in
+    its order: self's dtype (not complex), ``p`` expanding to self's shape, ``p`` floating, ``0 <= p <= 1``."""
+    if self._dtype.category == 3:
+        raise NotImplementedError(f"\"bernoulli_tensor_cpu_self_\" not implemented for '{self._dtype.name}'")
+    from .shape_rules import broadcast_shapes
+    try:
+        ok = broadcast_shapes(tuple(p.shape), tuple(self.shape), op=who) == tuple(self.shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise RuntimeError(f"{who}: p of shape {tuple(p.shape)} is not broadcastable to self {tuple(self.shape)}")
+    if p._dtype.category != 2:
+        raise NotImplementedError(f"\"bernoulli_tensor_cpu_p_\" not implemented for '{p._dtype.name}'")
+    a = _host_values(p)
+    if not (np.all(a >= 0) and np.all(a <= 1)):
+        raise RuntimeError(f"Expected p_in >= 0 && p_in <= 1 to be true, but got false ({who}: probabilities must "
+                           f"lie in [0, 1])")
+    return np.broadcast_to(a, tuple(self.shape))
+
+
+def _bernoulli_scalar_dtype(self: Tensor):
+    if self._dtype.category == 3:
+        raise NotImplementedError(f"\"bernoulli_scalar_cpu_\" not implemented for '{self._dtype.name}'")
 
 
 @export
 def bernoulli(input, p=None, *, generator=None):
     """``torch.bernoulli``: 0/1 samples with probabilities ``input`` (or a float ``p`` for every element),
-    in ``input``'s dtype."""
+    in ``input``'s dtype.  As torch (``empty_like(input).bernoulli_(p or input)``): an empty ``input`` of any
+    dtype gives an empty result; otherwise probabilities must be floating, and complex results are refused."""
     if not isinstance(input, Tensor):
         raise TypeError(f"bernoulli(): argument 'input' must be Tensor, not {type(input).__name__}")
+    if p is not None and not isinstance(p, Tensor):
+        p = _check_p("bernoulli_", p)
+    if input.numel() == 0:
+        return _wrap(np.zeros(tuple(input.shape)), input._dtype, input._device)
     if p is None:
-        _need_float("bernoulli", input)
-        probs = _check_p("bernoulli", input)
+        probs = _bernoulli_tensor_p(input, input, "bernoulli")
+    elif isinstance(p, Tensor):
+        probs = _bernoulli_tensor_p(input, p, "bernoulli")
     else:
-        probs = np.broadcast_to(_check_p("bernoulli", p), tuple(input.shape))
+        _bernoulli_scalar_dtype(input)
+        probs = p
     u = _draw(generator, lambda g: g.random(tuple(input.shape)))
     return _wrap((u < probs).astype(np.float64), input._dtype, input._device)
 
 
 def bernoulli_(self, p=0.5, *, generator=None):
-    """``Tensor.bernoulli_``: fill with 0/1 samples of probability ``p`` (float or tensor broadcast to self)."""
-    probs = _check_p("bernoulli_", p)
-    if isinstance(probs, np.ndarray):
-        from .shape_rules import broadcast_shapes
-        if broadcast_shapes(probs.shape, tuple(self.shape), op="bernoulli_") != tuple(self.shape):
-            raise RuntimeError(f"bernoulli_: p of shape {probs.shape} is not broadcastable to self "
-                               f"{tuple(self.shape)}")
-        probs = np.broadcast_to(probs, tuple(self.shape))
+    """``Tensor.bernoulli_``: fill with 0/1 samples of probability ``p`` (float or tensor broadcast to self).
+    torch's checks and order: a float ``p`` in [0, 1] (even for an empty self); nothing else for an empty self;
+    then self not complex, a tensor ``p`` broadcastable to self, floating, within [0, 1]."""
+    if not isinstance(p, Tensor):
+        p = _check_p("bernoulli_", p)
+    if self.numel() == 0:
+        return self
+    if isinstance(p, Tensor):
+        probs = _bernoulli_tensor_p(self, p, "bernoulli_")
+    else:
+        _bernoulli_scalar_dtype(self)
+        probs = p
     u = _draw(generator, lambda g: g.random(tuple(self.shape)))
     return _fill(self, (u < probs).astype(np.float64))
 
@@ -207,70 +245,203 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     return _fill_parts(self, r)
 
 
-_MANTISSA = {"float16": 11, "float32": 24, "float64": 53}
+#: std::numeric_limits<T>::digits of the floating dtypes (random_'s exact-integer range is [-2**d, 2**d])
+_MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
+_I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def _int_arg(name, v):
+    """torch's ``int`` argument of random_: Python ints (and integer 0-d tensors); a float or bool is refused."""
+    if isinstance(v, Tensor):
+        if v.numel() != 1 or v._dtype.category not in (0, 1) or v._dtype is _dt.bool_:
+            raise TypeError(f"random_(): argument '{name}' must be int, not Tensor of dtype {v._dtype.name}")
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"random_(): argument '{name}' must be int, not {type(v).__name__}")
+    v = int(v)
+    if not _I64_MIN <= v <= _I64_MAX:
+        raise ValueError(f"random_(): argument '{name}' = {v} overflows int64 (Overflow when unpacking long long)")
+    return v
+
+
+def _round_to_digits(v: int, digits: int) -> int:
+    """``static_cast<int64_t>(static_cast<T>(v))`` for a float type of ``digits`` mantissa bits: ``v`` rounded
+    to nearest, ties to even, exactly in integers (the float range itself is checked afterwards)."""
+    a = abs(v)
+    shift = a.bit_length() - digits
+    if shift <= 0:
+        return v
+    q, r = divmod(a, 1 << shift)
+    half = 1 << (shift - 1)
+    if r > half or (r == half and q & 1):
+        q += 1
+    return (q << shift) * (1 if v >= 0 else -1)
+
+
+def _update_from(lo: int, digits: int) -> int:
+    # torch's update_from: a 'from' whose float value rounds below it moves up to the next representable one
+    lo_p1 = _round_to_digits(lo + 1, digits)
+    if lo_p1 < lo:
+        n = abs(lo + 1).bit_length() - 1
+        lo = lo_p1 + (1 << (n - digits + 1))
+    return lo
+
+
+def _update_to(to: int, digits: int) -> int:
+    # torch's update_to: a 'to' whose float value of to - 1 rounds up to it moves down
+    to_m1 = _round_to_digits(to - 1, digits)
+    if to_m1 >= to:
+        n = abs(to - 1).bit_length() - 1
+        to = to_m1 - (1 << (n - digits + 1))
+    return to
+
+
+def _check_random_bounds(lo: int, hi: int, dt) -> None:
+    """torch's check_from_to_in_range: ``from`` and ``to - 1`` (inclusive ``hi``) within the dtype's range;
+    floats warn outside [-2**digits, 2**digits], where not every integer is representable."""
+    if dt.category == 2:
+        if dt is _dt.bfloat16:
+            import ml_dtypes
+            fi = ml_dtypes.finfo(dt.np)
+        else:
+            fi = np.finfo(dt.np)
+        mn, mx = float(fi.min), float(fi.max)
+        bounds = ((lo, "from"), (hi, "to - 1"))
+        for v, nm in bounds:
+            if not mn <= v <= mx:
+                raise RuntimeError(f"{nm} is out of bounds for {dt.name} (random_: its range is [{mn:g}, {mx:g}])")
+        d = _MANTISSA[dt.name]
+        for v, nm in bounds:
+            if v < -(1 << d) or v > (1 << d):
+                import warnings
+                warnings.warn(f"{nm} is out of bounds [-(2^{d}), 2^{d}]. Due to precision limitations {dt.name} can "
+                              f"support discrete uniform distribution only within this range. This warning will "
+                              f"become an error in version 1.7 release, please fix the code in advance", UserWarning,
+                              stacklevel=4)
+    elif dt.category in (0, 1):
+        mn, mx = (0, 1) if dt is _dt.bool_ else (int(np.iinfo(dt.np).min), int(np.iinfo(dt.np).max))
+        for v, nm in ((lo, "from"), (hi, "to - 1")):
+            if not mn <= v <= mx:
+                raise RuntimeError(f"{nm} is out of bounds for {dt.name} (random_: its range is [{mn}, {mx}])")
+    else:
+        raise RuntimeError(f"check_random_bounds handles only integral, floating-point and boolean types "
+                           f"(random_: got {dt.name})")
 
 
 def random_(self, *args, generator=None, **kw):
     """``Tensor.random_``: ``random_()`` integers in ``[0, 2**mantissa]`` for floats (``[0, max]`` for
     integer dtypes, {0, 1} for bool), ``random_(to)`` in ``[0, to)``, ``random_(from, to)`` in ``[from, to)``
-    (``to=None``: up to the dtype's limit)."""
+    (``to=None``: up to the dtype's limit; ``random_(-2**63, None)``: the whole int64 range).  torch's checks in
+    its order (random_from_to_impl): ``from < to``; for floats ``from``/``to`` moved to representable values;
+    both within the dtype's range (complex refused); an empty tensor is returned as it is after those."""
     if len(args) > 2 or set(kw) - {"from", "to"}:
         raise TypeError(f"random_() takes (from, to), (to) or no arguments, got {args} {sorted(kw)}")
     dt = self._dtype
-    if dt.category == 2:
-        top = 2 ** _MANTISSA[dt.name]
-    elif dt.category == 1:
-        top = int(np.iinfo(dt.np).max)
+    empty = self.numel() == 0
+    if not args and not kw:
+        if empty:
+            return self
+        if dt.category == 3:
+            raise NotImplementedError(f"\"random_kernel_cpu\" not implemented for '{dt.name}'")
+        lo, hi = 0, (2 ** _MANTISSA[dt.name] if dt.category == 2 else 1 if dt is _dt.bool_ else
+                     int(np.iinfo(dt.np).max))
     else:
-        top = 1
-    if len(args) == 1 and not kw:
-        lo, to = 0, args[0]
-    else:
-        lo = args[0] if args else kw.get("from", 0)
-        to = args[1] if len(args) > 1 else kw.get("to")
-    lo = int(lo)
-    hi = top if to is None else int(to) - 1   # inclusive
-    if hi < lo:
-        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={hi + 1}")
-    if dt.category == 1:
-        ii = np.iinfo(dt.np)
-        if lo < ii.min or hi > ii.max:
-            raise RuntimeError(f"random_: [from, to) = [{lo}, {hi + 1}) is outside the range of {dt.name} "
-                               f"[{ii.min}, {ii.max}]")
+        if len(args) == 1 and not kw:
+            lo, to = 0, _int_arg("to", args[0])
+        else:
+            lo = _int_arg("from", args[0] if args else kw.get("from", 0))
+            to = args[1] if len(args) > 1 else kw.get("to")
+            to = None if to is None else _int_arg("to", to)
+        if to is not None:
+            if not lo < to:
+                raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={to}")
+            if dt.category == 2:
+                d = _MANTISSA[dt.name]
+                lo, to = _update_from(lo, d), _update_to(to, d)
+                if not lo < to:
+                    raise RuntimeError(f"random_ expects 'from' casted to dtype to be less than 'to' casted to "
+                                       f"dtype, but got from={lo} >= to={to}")
+            hi = to - 1
+            _check_random_bounds(lo, hi, dt)
+        elif lo != _I64_MIN:
+            if dt.category == 2:
+                hi = 2 ** _MANTISSA[dt.name]
+                lo = _update_from(lo, _MANTISSA[dt.name])
+                if not lo < hi:
+                    raise RuntimeError(f"random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' "
+                                       f"casted to dtype, but got from={lo} > to_inc={hi}")
+            elif dt.category in (0, 1):
+                hi = 1 if dt is _dt.bool_ else int(np.iinfo(dt.np).max)
+            else:
+                raise RuntimeError(f"random_from_to_impl handles only integral, floating-point and boolean types "
+                                   f"(random_: got {dt.name})")
+            _check_random_bounds(lo, hi, dt)
+        else:   # [-2**63, 2**63 - 1]: torch's full 64-bit range kernel
+            if empty:
+                return self
+            if dt.category == 3 or dt is _dt.bool_ or dt is _dt.float16:
+                raise NotImplementedError(f"\"random_full_64_bits_range_kernel_cpu\" not implemented for '{dt.name}'")
+            if dt not in (_dt.int64, _dt.float64, _dt.float32, _dt.bfloat16):
+                raise RuntimeError(f"random_full_64_bits_range_kernel_cpu handles only int64, double, float and "
+                                   f"bfloat16 (random_: got {dt.name})")
+            hi = _I64_MAX
+        if empty:
+            return self
     a = _draw(generator, lambda g: g.integers(lo, hi, size=tuple(self.shape), dtype=np.int64, endpoint=True))
     return _fill(self, a if dt.category != 2 else a.astype(np.float64))
 
 
+def _continuous_only(dist, self: Tensor):
+    """torch's check of exponential_ / cauchy_ (a RuntimeError, not a dispatch NotImplementedError)."""
+    if self._dtype.category != 2:
+        raise RuntimeError(f"{dist} distribution is a continuous probability distribution. dtype must be a floating "
+                           f"point but you specified {self._dtype.name}")
+
+
 def exponential_(self, lambd=1.0, *, generator=None):
-    """``Tensor.exponential_``: fill with samples of Exp(lambd) (density ``lambd * exp(-lambd x)``)."""
-    _need_float("exponential_", self)
+    """``Tensor.exponential_``: fill with samples of Exp(lambd) (density ``lambd * exp(-lambd x)``).  As torch:
+    ``lambd > 0`` checked first; an empty tensor of any dtype is returned as it is; else floating only."""
     if not lambd > 0:
-        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={_fmt(lambd)}")
+    if self.numel() == 0:
+        return self
+    _continuous_only("Exponential", self)
     return _fill(self, _draw(generator, lambda g: g.exponential(1.0 / lambd, tuple(self.shape))))
 
 
 def geometric_(self, p, *, generator=None):
-    """``Tensor.geometric_``: fill with the number of Bernoulli(p) trials to the first success (1, 2, ...)."""
+    """``Tensor.geometric_``: fill with the number of Bernoulli(p) trials to the first success (1, 2, ...).
+    As torch: ``p`` in (0, 1) checked first; an empty tensor of any dtype is returned as it is; integer and
+    floating dtypes take samples, bool and complex are refused."""
     if not 0 < p < 1:
-        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
-    if self._dtype is _dt.bool_:
-        raise NotImplementedError("\"geometric_cpu\" not implemented for 'bool'")
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={_fmt(p)}")
+    if self.numel() == 0:
+        return self
+    if self._dtype is _dt.bool_ or self._dtype.category == 3:
+        raise NotImplementedError(f"\"geometric_cpu\" not implemented for '{self._dtype.name}'")
     return _fill(self, _draw(generator, lambda g: g.geometric(p, tuple(self.shape))))
 
 
 def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
-    """``Tensor.log_normal_``: fill with ``exp(N(mean, std**2))`` samples."""
-    _need_float("log_normal_", self)
+    """``Tensor.log_normal_``: fill with ``exp(N(mean, std**2))`` samples.  As torch: ``std > 0`` checked
+    first; an empty tensor of any dtype is returned as it is; else floating only."""
     if not std > 0:
-        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={_fmt(std)}")
+    if self.numel() == 0:
+        return self
+    if self._dtype.category != 2:
+        raise NotImplementedError(f"\"log_normal_cpu\" not implemented for '{self._dtype.name}'")
     return _fill(self, _draw(generator, lambda g: g.lognormal(mean, std, tuple(self.shape))))
 
 
 def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
-    """``Tensor.cauchy_``: fill with Cauchy(median, sigma) samples."""
-    _need_float("cauchy_", self)
+    """``Tensor.cauchy_``: fill with Cauchy(median, sigma) samples.  As torch: ``sigma > 0`` checked first,
+    then floating only, even for an empty tensor."""
     if not sigma > 0:
-        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={_fmt(sigma)}")
+    _continuous_only("Cauchy", self)
+    if self.numel() == 0:
+        return self
     return _fill(self, median + sigma * _draw(generator, lambda g: g.standard_cauchy(tuple(self.shape))))
 
 

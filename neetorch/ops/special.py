@@ -5,8 +5,8 @@
 bit-level ``view``...), so it runs on every device that runs those, traces as those nodes and fuses under
 ``@nee.jit`` into one kernel; none needs a kernel of its own.  Float16 inputs compute in float32 and round
 once at the end (PyTorch's "opmath" for half on the CPU).  Dtype rules and errors follow PyTorch: integer and
-bool inputs of the unary functions compute in the default float dtype; ``logaddexp``/``nextafter`` take
-floating tensors only; ``heaviside`` wants one dtype for both operands.
+bool inputs of the unary functions compute in the default float dtype; ``logaddexp`` takes floating and
+complex tensors, ``logaddexp2``/``nextafter`` floating tensors only; ``heaviside`` wants one dtype for both operands.
 """
 from __future__ import annotations
 
@@ -124,9 +124,16 @@ def _logaddexp(name, input, other, base2):
     _tensor_arg(name, "input", 1, input)
     _tensor_arg(name, "other", 2, other)
     rt = _dt.result_type(input, other)
+    if rt.category == 3 and not base2:
+        # torch's complex logaddexp (_log_add_exp_helper, shared with logcumsumexp); torch has no complex
+        # logaddexp2 ('"logaddexp2_cpu" not implemented for 'ComplexFloat'')
+        from .shape_rules import broadcast_shapes
+        from .statistics import _complex_logaddexp
+        broadcast_shapes(input.shape, other.shape, op=name)   # (the error names logaddexp, not an inner op)
+        return _complex_logaddexp(input.to(rt), other.to(rt))
     if rt.category != 2:
         raise _dt.DTypeNotImplementedError(f"{name}(): not implemented for {rt.name} inputs (got {input._dtype.name} and "
-                        f"{other._dtype.name}); floating point tensors only")
+                        f"{other._dtype.name}); floating point {'' if base2 else 'and complex '}tensors only")
     cdt = _dt.compute_dtype(rt)
     a, b = input.to(cdt), other.to(cdt)
     m = _E("maximum")(a, b)
@@ -139,7 +146,9 @@ def _logaddexp(name, input, other, base2):
 
 @export
 def logaddexp(input, other):
-    """``torch.logaddexp``: ``log(exp(input) + exp(other))`` without overflow (floating tensors)."""
+    """``torch.logaddexp``: ``log(exp(input) + exp(other))`` without overflow (floating and complex tensors;
+    complex as torch: ``log1p(exp(min - max)) + max`` with min/max by real part, NaN+NaNj if any part is NaN, equal
+    infinite real parts give ``min`` (-inf) or ``log(exp(min) + exp(max))`` (+inf))."""
     return _logaddexp("logaddexp", input, other, False)
 
 
