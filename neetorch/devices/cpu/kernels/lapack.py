@@ -649,6 +649,41 @@ def geqrf_kernel(backend, outs, ins, attrs):
 
 
 # ------------------------------------------------------------------ LDL^T with Bunch-Kaufman pivoting (sytf2 / sytrs)
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _sy_update_1x1(A, k, n):
+    """dsyr / zsyr (uplo='L') after a 1x1 pivot at k: the trailing lower triangle minus
+    ``A[j:, k] * A[j, k] / A[k, k]``, then column k scaled to L's.  Shared by :func:`_sytf2_lower` (real) and
+    the complex symmetric form of :func:`_hetf2_lower_c` (the Hermitian one conjugates: zher)."""
+    d11 = 1.0 / A[k, k]
+    for j in range(k + 1, n):
+        xj = A[j, k]
+        if xj != 0.0:
+            t = -d11 * xj
+            for i in range(j, n):
+                A[i, j] += A[i, k] * t
+    for i in range(k + 1, n):
+        A[i, k] *= d11
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _sy_update_2x2(A, k, n):
+    """dsytf2's / zsytf2's update after a 2x2 pivot block at (k, k+1): the trailing lower triangle minus
+    ``[A[:, k] A[:, k+1]] D^-1 [...]^T`` and columns k, k+1 replaced by L's.  Shared like
+    :func:`_sy_update_1x1`."""
+    d21 = A[k + 1, k]
+    d11 = A[k + 1, k + 1] / d21
+    d22 = A[k, k] / d21
+    t = 1.0 / (d11 * d22 - 1.0)
+    d21 = t / d21
+    for j in range(k + 2, n):
+        wk = d21 * (d11 * A[j, k] - A[j, k + 1])
+        wkp1 = d21 * (d22 * A[j, k + 1] - A[j, k])
+        for i in range(j, n):
+            A[i, j] -= A[i, k] * wk + A[i, k + 1] * wkp1
+        A[j, k] = wk
+        A[j, k + 1] = wkp1
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _sytf2_lower(a, ipiv, info):
     """LAPACK's dsytf2 (uplo='L') on every matrix of a (batch, n, n), in place: a's lower triangle becomes L and
@@ -711,29 +746,10 @@ def _sytf2_lower(a, ipiv, info):
                         A[kp, k] = t
                 if kstep == 1:
                     if k < n - 1:
-                        d11 = 1.0 / A[k, k]
-                        for j in range(k + 1, n):          # dsyr: the trailing lower triangle
-                            xj = A[j, k]
-                            if xj != 0.0:
-                                t = -d11 * xj
-                                for i in range(j, n):
-                                    A[i, j] += A[i, k] * t
-                        for i in range(k + 1, n):
-                            A[i, k] *= d11
+                        _sy_update_1x1(A, k, n)
                 else:
                     if k < n - 2:
-                        d21 = A[k + 1, k]
-                        d11 = A[k + 1, k + 1] / d21
-                        d22 = A[k, k] / d21
-                        t = 1.0 / (d11 * d22 - 1.0)
-                        d21 = t / d21
-                        for j in range(k + 2, n):
-                            wk = d21 * (d11 * A[j, k] - A[j, k + 1])
-                            wkp1 = d21 * (d22 * A[j, k + 1] - A[j, k])
-                            for i in range(j, n):
-                                A[i, j] -= A[i, k] * wk + A[i, k + 1] * wkp1
-                            A[j, k] = wk
-                            A[j, k + 1] = wkp1
+                        _sy_update_2x2(A, k, n)
             if kstep == 1:
                 ipiv[b, k] = kp + 1
             else:
@@ -919,15 +935,7 @@ def _hetf2_lower_c(a, ipiv, info, herm):
                             for i in range(k + 1, n):
                                 A[i, k] *= r1
                         else:
-                            d11 = 1.0 / A[k, k]
-                            for j in range(k + 1, n):        # zsyr
-                                xj = A[j, k]
-                                if xj != 0.0:
-                                    t = -d11 * xj
-                                    for i in range(j, n):
-                                        A[i, j] += A[i, k] * t
-                            for i in range(k + 1, n):
-                                A[i, k] *= d11
+                            _sy_update_1x1(A, k, n)         # zsyr
                 else:
                     if k < n - 2:
                         if herm:
@@ -946,18 +954,7 @@ def _hetf2_lower_c(a, ipiv, info, herm):
                                 A[j, k + 1] = wkp1
                                 A[j, j] = A[j, j].real
                         else:
-                            d21 = A[k + 1, k]
-                            d11 = A[k + 1, k + 1] / d21
-                            d22 = A[k, k] / d21
-                            t = 1.0 / (d11 * d22 - 1.0)
-                            d21 = t / d21
-                            for j in range(k + 2, n):
-                                wk = d21 * (d11 * A[j, k] - A[j, k + 1])
-                                wkp1 = d21 * (d22 * A[j, k + 1] - A[j, k])
-                                for i in range(j, n):
-                                    A[i, j] -= A[i, k] * wk + A[i, k + 1] * wkp1
-                                A[j, k] = wk
-                                A[j, k + 1] = wkp1
+                            _sy_update_2x2(A, k, n)
             if kstep == 1:
                 ipiv[b, k] = kp + 1
             else:
