@@ -231,6 +231,7 @@ def test_compare_script_runs_quick(capsys):
     assert script.main(["--quick", "--models", "mlp,gpt_step", "--rounds", "1", "--min-time", "0"]) == 0
     out = capsys.readouterr().out
     assert "ratio" in out and "mlp" in out and "of floor" in out and "copy bandwidth" in out
+    assert "not the floor: read bandwidth" in out
 
 
 def test_onnx_vs_ort_alone_mode_times_each_engine_in_its_own_process(capsys):

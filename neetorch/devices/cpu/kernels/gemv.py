@@ -13,7 +13,8 @@ zero-padded), cached with the weight (``winograd.weights``, gone with its owner)
 compiled once per dtype and panel width into llvm_render's disk cache) runs panel by panel: for each k it
 broadcasts x[k] and adds x[k] * Wp[j, k, :] into (up to) four vector accumulators held in registers, so
 each weight byte is loaded once with full-width loads in memory order and nothing else is read or written
-but x (from L1) and y once per panel; a software prefetch runs ``PREFETCH`` bytes ahead.  The packed
+but x (from L1) and y once per panel (a software prefetch ``PREFETCH`` bytes ahead is off by default: the
+hardware's own streams do better).  The packed
 copies live in slabs backed by 2 MiB pages (see SLAB_BYTES: in 4 KiB pages the hardware prefetcher stops
 at every page boundary, and half the bandwidth was lost).  On 2+ threads a product of ``PAR_BYTES`` and
 up is cut into tasks (runs of consecutive full panels, each one contiguous stretch of Wp: one stream per
@@ -64,9 +65,17 @@ _D_WORDS = 16            # 128 bytes: stacked task descriptors on their own cach
 # vector, or just above one: the panels' padding would be read as weight)
 MAX_PAD = 0.125
 
-# software prefetch this many bytes ahead of the loads, one per 64-byte line (0: none): 4096 was ~5% faster
-# than none on one thread with the slabs' huge pages (and 10-20% before them); 2048 no better than none
-PREFETCH = int(os.environ.get("NEE_GEMV_PREFETCH", "4096"))
+# software prefetch this many bytes ahead of the loads, one per 64-byte line (0: none).  Session 10 measured
+# 4096 ~5% faster than none on one thread with the slabs' huge pages (10-20% before them); session 13 (load
+# 7-11, the same process, variants interleaved, 40-50 rounds, one thread's CPU time, the GPT step's 24 weights,
+# 42.5 MB) measured none faster than every distance and hint tried: min 2.83-3.23 ms vs 3.32-3.87 (4096, t0),
+# 3.42 (1024), 3.02-3.79 (8192), 3.23 (16384), 3.25-3.32 (4096, t1/t2), 4.01 (4096, nta); with none the
+# product streams at a streaming sum's rate (15.0 vs 15.1 GB/s, same load); the whole step (A/B in
+# alternating fresh processes, one thread's CPU time, 12 rounds at load 7-10) median of the mins 5.4-5.6 vs
+# 6.2-6.3 ms; with the slabs in 4 KiB pages (no madvise) none was faster too (min 2.39 vs 2.84 ms (4096),
+# 2.79 (8192)).  (Presumably the prefetches, into L1, hold miss buffers the L2's hardware streams would use.)
+# Not re-measured on a quiet box: NEE_GEMV_PREFETCH=4096 restores the old kernel.
+PREFETCH = int(os.environ.get("NEE_GEMV_PREFETCH", "0"))
 # its locality hint (llvm.prefetch: 3 prefetcht0, 0 prefetchnta): t0 / nta / t2 were within noise on the
 # whole step (one thread's CPU time, interleaved, 25-40 rounds)
 PREFETCH_LOCALITY = int(os.environ.get("NEE_GEMV_PREFETCH_LOCALITY", "3"))
