@@ -1033,9 +1033,53 @@ def _pk_host_ok() -> bool:
     return _pk_cpu[0]
 
 
+def _pk_k_step(L: list, mr: int, w: int, kv: str, acc, out, pre: str = "", s0: str = "", sv: str = "") -> None:
+    """One k of a tile: the panel's row ``kv`` (2 vectors), each of the ``mr`` rows' A element broadcast, 2 FMAs per
+    row from ``acc(r, v)`` into ``out(r, v)``; value names prefixed ``pre`` and suffixed ``s0`` / ``sv`` (the
+    unrolled tile's copies of the step)."""
+    V = f"<{w} x float>"
+    L.append(f"  %{pre}bo{s0} = mul i64 {kv}, {2 * w}")
+    for v in range(2):
+        L += [f"  %{pre}bo{sv}{v} = add i64 %{pre}bo{s0}, {w * v}",
+              f"  %{pre}bp{sv}{v} = getelementptr float, float* %B, i64 %{pre}bo{sv}{v}",
+              f"  %{pre}bq{sv}{v} = bitcast float* %{pre}bp{sv}{v} to {V}*",
+              f"  %{pre}b{sv}{v} = load {V}, {V}* %{pre}bq{sv}{v}, align {4 * w}"]
+    for r in range(mr):
+        L += [f"  %{pre}aq{sv}{r} = add i64 %ao{r}, {kv}",
+              f"  %{pre}ap{sv}{r} = getelementptr float, float* %A, i64 %{pre}aq{sv}{r}",
+              f"  %{pre}a{sv}{r} = load float, float* %{pre}ap{sv}{r}",
+              f"  %{pre}ai{sv}{r} = insertelement {V} undef, float %{pre}a{sv}{r}, i32 0",
+              f"  %{pre}as{sv}{r} = shufflevector {V} %{pre}ai{sv}{r}, {V} undef, <{w} x i32> zeroinitializer"]
+        for v in range(2):
+            L.append(f"  {out(r, v)} = call {V} @llvm.fma.v{w}f32({V} %{pre}as{sv}{r}, {V} %{pre}b{sv}{v}, "
+                     f"{V} {acc(r, v)})")
+
+
+def _pk_tile_out(L: list, mr: int, w: int, fin: str) -> None:
+    """A tile's end: C's rows = the accumulators ``%{fin}{r}_{v}`` (the first K block) or += them (later ones)."""
+    V = f"<{w} x float>"
+    for r in range(mr):
+        L.append(f"  %co{r} = mul i64 %ldc, {r}")
+        for v in range(2):
+            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
+                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
+                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to {V}*"]
+    L.append("  br i1 %acc, label %add, label %store")
+    L.append("add:")      # a later block of K: C += the block's part
+    for r in range(mr):
+        for v in range(2):
+            L += [f"  %old{r}_{v} = load {V}, {V}* %cv{r}_{v}, align 4",
+                  f"  %sum{r}_{v} = fadd {V} %old{r}_{v}, %{fin}{r}_{v}",
+                  f"  store {V} %sum{r}_{v}, {V}* %cv{r}_{v}, align 4"]
+    L += ["  ret void", "store:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  store {V} %{fin}{r}_{v}, {V}* %cv{r}_{v}, align 4")
+    L += ["  ret void", "}"]
+
+
 def _pk_tile_ir(mr: int, w: int = 16) -> str:
     """``tile{mr}(A, lda, panel, C, ldc, K)``: C[0:mr, 0:2w] = A[0:mr, 0:K] @ panel (K x 2w), ``w``-lane vectors."""
-    nr, al = 2 * w, 4 * w
     L = [f"define internal void @tile{mr}(float* %A, i64 %lda, float* %B, float* %C, i64 %ldc, i64 %K, i1 %acc) {{",
          "entry:"]
     for r in range(mr):
@@ -1044,47 +1088,15 @@ def _pk_tile_ir(mr: int, w: int = 16) -> str:
     for r in range(mr):
         for v in range(2):
             L.append(f"  %acc{r}_{v} = phi <{w} x float> [zeroinitializer, %entry], [%nacc{r}_{v}, %loop]")
-    L.append(f"  %bo = mul i64 %k, {nr}")
-    for v in range(2):
-        L += [f"  %bo{v} = add i64 %bo, {w * v}",
-              f"  %bp{v} = getelementptr float, float* %B, i64 %bo{v}",
-              f"  %bq{v} = bitcast float* %bp{v} to <{w} x float>*",
-              f"  %b{v} = load <{w} x float>, <{w} x float>* %bq{v}, align {al}"]
-    for r in range(mr):
-        L += [f"  %aq{r} = add i64 %ao{r}, %k",
-              f"  %ap{r} = getelementptr float, float* %A, i64 %aq{r}",
-              f"  %a{r} = load float, float* %ap{r}",
-              f"  %ai{r} = insertelement <{w} x float> undef, float %a{r}, i32 0",
-              f"  %as{r} = shufflevector <{w} x float> %ai{r}, <{w} x float> undef, <{w} x i32> zeroinitializer"]
-        for v in range(2):
-            L.append(f"  %nacc{r}_{v} = call <{w} x float> @llvm.fma.v{w}f32(<{w} x float> %as{r}, "
-                     f"<{w} x float> %b{v}, <{w} x float> %acc{r}_{v})")
+    _pk_k_step(L, mr, w, "%k", lambda r, v: f"%acc{r}_{v}", lambda r, v: f"%nacc{r}_{v}")
     L += ["  %k1 = add i64 %k, 1", "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done",
           "done:"]
-    for r in range(mr):
-        L.append(f"  %co{r} = mul i64 %ldc, {r}")
-        for v in range(2):
-            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
-                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
-                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to <{w} x float>*"]
-    L.append("  br i1 %acc, label %add, label %store")
-    L.append("add:")      # a later block of K: C += the block's part
-    for r in range(mr):
-        for v in range(2):
-            L += [f"  %old{r}_{v} = load <{w} x float>, <{w} x float>* %cv{r}_{v}, align 4",
-                  f"  %sum{r}_{v} = fadd <{w} x float> %old{r}_{v}, %nacc{r}_{v}",
-                  f"  store <{w} x float> %sum{r}_{v}, <{w} x float>* %cv{r}_{v}, align 4"]
-    L += ["  ret void", "store:"]
-    for r in range(mr):
-        for v in range(2):
-            L.append(f"  store <{w} x float> %nacc{r}_{v}, <{w} x float>* %cv{r}_{v}, align 4")
-    L += ["  ret void", "}"]
+    _pk_tile_out(L, mr, w, "nacc")
     return "\n".join(L)
 
 
 def _pk_tile_ir_unrolled(mr: int, w: int, U: int) -> str:
     """_pk_tile_ir's tile with its K loop unrolled ``U`` times (then a loop over the K % U rest)."""
-    nr, al = 2 * w, 4 * w
     V = f"<{w} x float>"
     L = [f"define internal void @tile{mr}(float* %A, i64 %lda, float* %B, float* %C, i64 %ldc, i64 %K, i1 %acc) {{",
          "entry:"]
@@ -1097,21 +1109,9 @@ def _pk_tile_ir_unrolled(mr: int, w: int, U: int) -> str:
             L.append(f"  %uacc{r}_{v} = phi {V} [zeroinitializer, %entry], [%u{U-1}n{r}_{v}, %uloop]")
     for u in range(U):
         L.append(f"  %ku{u} = add i64 %ku, {u}")
-        L.append(f"  %ubo{u} = mul i64 %ku{u}, {nr}")
-        for v in range(2):
-            L += [f"  %ubo{u}_{v} = add i64 %ubo{u}, {w * v}",
-                  f"  %ubp{u}_{v} = getelementptr float, float* %B, i64 %ubo{u}_{v}",
-                  f"  %ubq{u}_{v} = bitcast float* %ubp{u}_{v} to {V}*",
-                  f"  %ub{u}_{v} = load {V}, {V}* %ubq{u}_{v}, align {al}"]
-        for r in range(mr):
-            L += [f"  %uaq{u}_{r} = add i64 %ao{r}, %ku{u}",
-                  f"  %uap{u}_{r} = getelementptr float, float* %A, i64 %uaq{u}_{r}",
-                  f"  %ua{u}_{r} = load float, float* %uap{u}_{r}",
-                  f"  %uai{u}_{r} = insertelement {V} undef, float %ua{u}_{r}, i32 0",
-                  f"  %uas{u}_{r} = shufflevector {V} %uai{u}_{r}, {V} undef, <{w} x i32> zeroinitializer"]
-            for v in range(2):
-                prev = f"%uacc{r}_{v}" if u == 0 else f"%u{u-1}n{r}_{v}"
-                L.append(f"  %u{u}n{r}_{v} = call {V} @llvm.fma.v{w}f32({V} %uas{u}_{r}, {V} %ub{u}_{v}, {V} {prev})")
+        _pk_k_step(L, mr, w, f"%ku{u}",
+                   (lambda r, v: f"%uacc{r}_{v}") if u == 0 else (lambda r, v, u=u: f"%u{u-1}n{r}_{v}"),
+                   lambda r, v, u=u: f"%u{u}n{r}_{v}", pre="u", s0=f"{u}", sv=f"{u}_")
     L += [f"  %kun = add i64 %ku, {U}", "  %umore = icmp ult i64 %kun, %KU", "  br i1 %umore, label %uloop, label %mid",
           "mid:"]
     for r in range(mr):
@@ -1122,43 +1122,13 @@ def _pk_tile_ir_unrolled(mr: int, w: int, U: int) -> str:
     for r in range(mr):
         for v in range(2):
             L.append(f"  %acc{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
-    L.append(f"  %bo = mul i64 %k, {nr}")
-    for v in range(2):
-        L += [f"  %bo{v} = add i64 %bo, {w * v}",
-              f"  %bp{v} = getelementptr float, float* %B, i64 %bo{v}",
-              f"  %bq{v} = bitcast float* %bp{v} to {V}*",
-              f"  %b{v} = load {V}, {V}* %bq{v}, align {al}"]
-    for r in range(mr):
-        L += [f"  %aq{r} = add i64 %ao{r}, %k",
-              f"  %ap{r} = getelementptr float, float* %A, i64 %aq{r}",
-              f"  %a{r} = load float, float* %ap{r}",
-              f"  %ai{r} = insertelement {V} undef, float %a{r}, i32 0",
-              f"  %as{r} = shufflevector {V} %ai{r}, {V} undef, <{w} x i32> zeroinitializer"]
-        for v in range(2):
-            L.append(f"  %nacc{r}_{v} = call {V} @llvm.fma.v{w}f32({V} %as{r}, {V} %b{v}, {V} %acc{r}_{v})")
+    _pk_k_step(L, mr, w, "%k", lambda r, v: f"%acc{r}_{v}", lambda r, v: f"%nacc{r}_{v}")
     L += ["  %k1 = add i64 %k, 1", "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done",
           "done:"]
     for r in range(mr):
         for v in range(2):
             L.append(f"  %fin{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
-    for r in range(mr):
-        L.append(f"  %co{r} = mul i64 %ldc, {r}")
-        for v in range(2):
-            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
-                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
-                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to {V}*"]
-    L.append("  br i1 %acc, label %add, label %store")
-    L.append("add:")
-    for r in range(mr):
-        for v in range(2):
-            L += [f"  %old{r}_{v} = load {V}, {V}* %cv{r}_{v}, align 4",
-                  f"  %sum{r}_{v} = fadd {V} %old{r}_{v}, %fin{r}_{v}",
-                  f"  store {V} %sum{r}_{v}, {V}* %cv{r}_{v}, align 4"]
-    L += ["  ret void", "store:"]
-    for r in range(mr):
-        for v in range(2):
-            L.append(f"  store {V} %fin{r}_{v}, {V}* %cv{r}_{v}, align 4")
-    L += ["  ret void", "}"]
+    _pk_tile_out(L, mr, w, "fin")
     return "\n".join(L)
 
 
