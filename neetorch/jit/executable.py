@@ -713,6 +713,12 @@ class Executable:
 
                     def binder(arrs, xs):
                         return bind_step(op_name, attrs, arrs, xs)
+                elif check is None and be.device.type == "cpu" and n.op.name == "conv2d":
+                    # the direct conv kernel's launch (kernels/conv.py bind_kernel; other paths: None)
+                    from ..devices.cpu.kernels.conv import bind_kernel as bind_conv
+
+                    def binder(arrs, xs):
+                        return bind_conv(arrs, xs, attrs)
                 if binder is not None:
                     run = _bound_runner(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, make, ins, outs)
                     if getattr(make, "fixed", None) is not None:

@@ -587,6 +587,56 @@ def conv2d_kernel(backend, outs, ins, attrs):
     conv2d_into(outs[0], ins, attrs)
 
 
+def bind_kernel(outs, ins, attrs):
+    """``f(outs, ins) -> bool``: conv2d_kernel for arrays of these layouts (a compiled graph's conv step; see
+    :func:`bind_into`), or None."""
+    g = bind_into(outs[0], ins, attrs) if len(outs) == 1 else None
+    if g is None:
+        return None
+    return lambda outs, ins: g(outs[0], ins, None, None)
+
+
+def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
+    """``f(out, ins, b2, e) -> bool``: :func:`conv2d_into` for arrays of these layouts, where it would run the direct
+    kernel (conv_direct's cost rule, NEE_CONV_DIRECT) on operands it takes as they are (float32, C-contiguous, a
+    residual of out's shape): the dispatch decided once and the kernel's launch bound (``conv_direct.bind``).
+    ``f`` returns False (nothing written; the caller runs conv2d_into) when a setting it depends on changed (thread
+    count, NEE_CONV_DIRECT / Winograd / tile forcing) or the weights are other than the bound ones.  None: another
+    path (the GEMM, Winograd, depthwise ones) or other operands: a compiled graph's step then calls conv2d_into."""
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous:
+        return None
+    for a in (x, w, b, b2, e):
+        if a is not None and (not isinstance(a, np.ndarray) or a.dtype != _F32 or not a.flags.c_contiguous):
+            return None
+    if e is not None and (e.shape != out.shape or np.may_share_memory(e, out)):
+        return None
+    G = attrs["groups"]
+    C = x.shape[1]
+    O, Cg, KH, KW = w.shape
+    if Cg == 0 or (Cg == 1 and G == C and O == C and KH * KW > 1):
+        return None         # (depthwise: kernels/depthwise_native.py first)
+    sh, sw = attrs["stride"]
+    pt, pb, pl, pr = attrs["padding"]
+    dh, dw = attrs["dilation"]
+    st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0])
+    if st0[0] == "0" or not conv_direct.applies(x, w, out, G) or (st0[0] != "1" and not conv_direct.pays(
+            x.shape, w.shape, out.shape, sh, sw, pt, pb, pl, pr, dh, dw, G)):
+        return None
+    g = conv_direct.bind(x, w, b, out, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
+    if g is None:
+        return None
+    has_b = b is not None
+    cd = conv_direct
+
+    def f(out, ins, b2, e) -> bool:
+        if (cd.MODE[0], cd.FORCE[0], _WINO_FORCE[0]) != st0:
+            return False
+        return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e)
+    return f
+
+
 @njit(**_NOGIL)
 def _bias_act(r, bias, has_bias, e, has_e, relu, L, O, q0, q1):
     """Planes [q0, q1) of r (N*O planes of L, flat, in place): r + bias[channel] (+ e, same layout), then

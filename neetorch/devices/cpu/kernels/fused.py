@@ -567,6 +567,11 @@ def compile_matmul_epilogue(backend, op):
             pkern(backend, [buf], list(ins[:npin]), prod.attrs)
             rest = iter(ins[npin:])
             run_epi(outs, [buf if v is acc else next(rest) for v in einputs])
+        if inside is not None:
+            # (jit/executable.py's _bound_runner: the conv's launch bound per layout, conv_epilogue's bind)
+            def bind_other(outs, ins):
+                return None if outs[0].size == 0 else inside.bind(outs, ins)
+            run_other.bind = bind_other
         return run_other, sources
 
     native = None
