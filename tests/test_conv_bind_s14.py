@@ -206,3 +206,31 @@ def test_onnx_session_bound_matches_onnxruntime(counts):
         feed = {"x": RNG.standard_normal((1, 3, 29, 27)).astype(np.float32)}
         _close(s.run(None, feed)[0], o.run(None, feed)[0])
     assert counts["bound"] >= 3, counts
+
+
+def test_profile_times_the_bound_steps(counts, monkeypatch):
+    # nee.profile() times the steps a call runs (the bound launches), one event per step; NEE_PROFILE_FAST=0
+    # times the generic loop's unbound launches instead
+    from neetorch.jit import executable as X
+    xs, ws = (1, 8, 12, 12), (16, 8, 3, 3)
+    w = RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(16).astype(np.float32)
+    wn, bn = nee.from_numpy(w), nee.from_numpy(b)
+    jf = nee.jit(lambda xx: F.max_pool2d(F.relu(F.conv2d(xx, wn, bn, 1, 1)), 2))
+    x = RNG.standard_normal(xs).astype(np.float32)
+    want = TF.max_pool2d(torch.from_numpy(_ref(x, w, b, 1, 1, 1, relu=True)), 2).numpy()
+    jf(nee.from_numpy(x))
+    for fast in (True, False):
+        monkeypatch.setattr(X, "_PROFILE_FAST", [fast])
+        bound, into = counts["bound"], counts["into"]
+        with nee.profile() as prof:
+            got = jf(nee.from_numpy(x)).numpy()
+        _close(got, want)
+        names = [e.name for e in prof.kernels()]
+        assert len(names) == 2 and names[0].startswith("conv2d") and names[1] == "max_pool2d", names
+        conv_ev = prof.kernels()[0]
+        assert conv_ev.nbytes == 4 * (x.size + w.size + b.size + 16 * 12 * 12) and conv_ev.dur > 0
+        if fast:
+            assert counts["bound"] == bound + 1 and counts["into"] == into, counts
+        else:
+            assert counts["into"] == into + 1, counts

@@ -337,7 +337,8 @@ class Executable:
     def __call__(self, *inputs):
         if self._placement is not None:
             self._placement.record_run()
-        if profiler.timing_enabled():
+        timing = profiler.timing_enabled()
+        if timing and not _PROFILE_FAST[0]:
             return self._call_generic(inputs)
         if self.dynamic:
             # a shape-polymorphic executable called at exactly the shapes it was traced (and planned)
@@ -353,9 +354,43 @@ class Executable:
         env = template.copy()
         for i, t in zip(in_slots, inputs):
             env[i] = t
-        for run in runners:
-            run(env)
+        if timing:
+            self._run_timed(runners, env)
+        else:
+            for run in runners:
+                run(env)
         return [env[i] for i in out_slots]
+
+    def _run_timed(self, runners, env):
+        """The fast path's steps, each timed and recorded (``nee.profile()``, NEE_DEBUG >= 2): what a call runs
+        without the profiler (bound launches, in-place cats, frozen views), so per-step times and the threads'
+        speed-up are those of an unprofiled call (the generic loop's unbound launches cost more Python per step
+        and are not what runs).  Steps without a node (a KV cache's fused parts) are recorded as "step"."""
+        pc, rec = time.perf_counter, profiler.record
+        for run in runners:
+            st = getattr(run, "step", None)
+            if st is None or st[0] == "view":
+                t0 = pc()
+                run(env)
+                if st is None:
+                    rec("step", "kernel", self.device, t0, pc() - t0)
+                continue
+            n = st[1]
+            dev = st[3] if len(st) > 3 and hasattr(st[3], "synchronize") else None
+            t0 = pc()
+            run(env)
+            if dev is not None:
+                dev.synchronize()
+            dt = pc() - t0
+            if st[0] == "cat":     # the inputs not written in place by their producers: read and written
+                rec("cat", "kernel", n.outputs[0].device, t0, dt, 2 * sum(_nbytes_of(n.inputs[k]) for k in st[2]),
+                    detail=str(n.outputs[0].shape))
+                continue
+            nbytes = 0
+            for v in list(n.inputs) + list(n.outputs):
+                nbytes += _nbytes_of(v)
+            rec(n.op.name, "kernel", dev.device if dev is not None else self.device, t0, dt, nbytes,
+                detail=str(n.outputs[-1].shape if st[0] == "pattern" else n.outputs[0].shape))
 
     # ---------------------------------------------------------------- the fast path
     # Built once per thread (the arena is per thread): values live in a list indexed by slot
@@ -1228,6 +1263,18 @@ _BIND_CAT = [os.environ.get("NEE_JIT_BIND_CAT", "1") not in ("0", "")]
 # of the cache, then the product reading the copy) instead of one pass (_fuse_kv_products)
 _FUSE_KV = [os.environ.get("NEE_JIT_FUSE_KV", "1") not in ("0", "")]
 _GENERIC_BIND = [os.environ.get("NEE_JIT_GENERIC_BIND", "1") not in ("0", "")]
+# NEE_PROFILE_FAST=0: nee.profile() times the generic loop (unbound launches) instead of the fast path's steps
+_PROFILE_FAST = [os.environ.get("NEE_PROFILE_FAST", "1") not in ("0", "")]
+
+
+def _nbytes_of(v) -> int:
+    """Bytes of IR value ``v`` from its static shape and dtype (0 where a dim is symbolic)."""
+    n = 1
+    for d in v.shape:
+        if not isinstance(d, int):
+            return 0
+        n *= d
+    return n * getattr(v.dtype, "itemsize", 0)
 _GENERIC_TABLE = 16     # layouts / input shapes remembered per step by the generic loop
 
 
