@@ -45,6 +45,36 @@ def timing_enabled() -> bool:
     return _active[0] is not None or _env.DEBUG >= 2
 
 
+def op_flops(name: str, in_shapes, out_shape) -> int:
+    """Floating-point operations (2 per multiply-add) of one launch of the ops whose cost is their products,
+    from static shapes: matmul (``(..., M, K) @ (..., K, N)``, 1-D operands as torch), conv2d /
+    conv_transpose2d (2 x output (or input, transposed) elements x the weight's elements per output channel);
+    0 for every other op and for symbolic dims (the profile's GFLOP/s column stays empty for them)."""
+    shapes = [tuple(s) for s in in_shapes[:2]] + [tuple(out_shape)]
+    if not all(type(d) is int or hasattr(d, "__index__") and not isinstance(d, str) for s in shapes for d in s):
+        return 0
+    try:
+        if name == "matmul" and len(in_shapes) >= 2:
+            a, b = in_shapes[0], in_shapes[1]
+            K = a[-1] if len(a) else 1
+            n = 1
+            for d in tuple(out_shape):
+                n *= d
+            return 2 * n * K
+        if name in ("conv2d", "conv_transpose2d") and len(in_shapes) >= 2:
+            w = in_shapes[1]
+            per = 1
+            for d in w[1:]:
+                per *= d
+            n = 1
+            for d in (tuple(out_shape) if name == "conv2d" else tuple(in_shapes[0])):
+                n *= d
+            return 2 * n * per
+    except TypeError:      # (a symbolic dim)
+        return 0
+    return 0
+
+
 def record(name, kind, device, start, dur, nbytes=0, flops=0, detail="") -> None:
     p = _active[0]
     ev = Event(name, kind, str(device), start, dur, nbytes, flops, detail, threading.get_ident())

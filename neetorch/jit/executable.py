@@ -389,7 +389,9 @@ class Executable:
             nbytes = 0
             for v in list(n.inputs) + list(n.outputs):
                 nbytes += _nbytes_of(v)
-            rec(n.op.name, "kernel", dev.device if dev is not None else self.device, t0, dt, nbytes,
+            p = getattr(n.op, "matmul", None) or n       # (a product with its epilogue: the product's flops)
+            flops = profiler.op_flops(p.op.name, [v.shape for v in p.inputs], p.outputs[0].shape)
+            rec(n.op.name, "kernel", dev.device if dev is not None else self.device, t0, dt, nbytes, flops,
                 detail=str(n.outputs[-1].shape if st[0] == "pattern" else n.outputs[0].shape))
 
     # ---------------------------------------------------------------- the fast path

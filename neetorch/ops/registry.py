@@ -199,6 +199,7 @@ def _run(op: OpDef, inputs: list, attrs: dict, metas: list, out: list | None) ->
             backend.synchronize()
             nbytes = sum(t.nbytes for t in inputs) + sum(o.nbytes for o in out)
             _profiler.record(op.name, "kernel", dev, t0, time.perf_counter() - t0, nbytes,
+                             _profiler.op_flops(op.name, [t.shape for t in inputs], out[0].shape) if out else 0,
                              detail=str(tuple(out[0].shape)) if out else "")
         return out
     if op.decompose is not None:
