@@ -5,7 +5,8 @@
   wide, so tap (kh, kw) of the output pixel at "wide" index ``q = oh * Wq + ow`` reads
   ``xq[c, phase, q + off(kh, kw)]``.  The "chan" kernel (its pixels' positions from a table) reads strided convs
   from the padded input unsplit (one phase, ``q = oh * sh * Wq + ow * sw``): a copy of contiguous rows.  Unpadded
-  stride-1 convs on "chan" read the input itself ("pix" reads every input through its padded copy).
+  stride-1 convs on "chan" read the input itself ("pix" reads every input through its padded copy).  The copy
+  (``_fill``): one compiled kernel (``_render_fill``), split over the threads for large inputs.
 * Weights: packed once per weight buffer as ``[ceil(O / CW)][C * KH * KW][CW]`` (zero rows past O), kept
   in kernels/winograd.py's cache (``winograd.weights(w, tag, transform)``: keyed by the buffer, checked
   bitwise on every call, dropped with the buffer; weights changing on every call are not packed and the
@@ -28,8 +29,9 @@
     are as well used (``plan``).
   - "pix" (R, P): R output channels x P vectors of 16 consecutive wide pixels: per pair P input vector
     loads and R broadcast weights; written as wide rows (masked at the end), compacted into the output
-    (or written straight to it when ``Wq == OW``).  Wastes the ``Wq - OW`` padding columns but has no
-    per-tile transposition: output channel counts the "chan" blocks of 16 fit badly (3 -> 24 stems).
+    (or written straight to it when ``Wq == OW``; the 8-lane kernel, ``_render_pix8``, writes the compact rows
+    itself and takes its tiles in super-tiles of all channel blocks).  Wastes the ``Wq - OW`` padding columns
+    but has no per-tile transposition: output channel counts the "chan" blocks of 16 fit badly (3 -> 24 stems).
   Both take groups (one launch over all of them: each group's channel blocks packed on their own, the
   tile's group from its channel block), a second per-channel bias (a folded BatchNorm's shift: summed into
   the bias the accumulators start from) and relu in their final stores (kernels/conv_epilogue.py).
@@ -263,6 +265,247 @@ def _render(R: int, P: int, relu: bool = False) -> str:
     return "\n".join(L) + "\n"
 
 
+# the 8-lane "pix" kernel: its output rows' lines this many floats ahead of a tile's stores prefetched for writing
+# (0: none).  SqueezeNet's 3 -> 64 stem (3.2 MB out), caches evicted before each call (bench/conv_vs_ort.py --cold,
+# 1 thread): 1184 -> 1089 us; warm: 717 -> 712
+_PIX_PF8 = 64
+# the 8-lane "pix" kernel's tiles go in super-tiles of this many pixel tiles: all channel blocks of one (its input
+# lines read from L1 by each block), then the next; block by block over all pixels (the 16-lane kernel's order)
+# streamed the input from L2 / L3 once per block.  1 thread, "pix" forced, relu, 3x3 stride 2 on 112x112 -> 64 (us,
+# block by block / super-tiles of 1, 4, 8, 16): 24 inputs 2192 / 1651 / 1320 / 1381 / 1340, 6 inputs 575 / 406 /
+# 331 / 328 / 383; the 224x224 stems alike (3 -> 64 717 / 1228 / 740 / 717 / 727, 3 -> 24 297 / 358 / 314 / 294
+# / 299)
+_PIX_SPT8 = 8
+# the 8-lane "pix" kernel's params after the K offsets: WQ, OWC, OHC (_pix_store8), SPT (pixel tiles per super-tile)
+_PIX_PARAMS8 = ['  %px8 = getelementptr i64, i64* %offs, i64 %K'] + [
+    line for i, nm in enumerate(("WQ", "OWC", "OHC", "SPT"))
+    for line in (f'  %{nm}.p = getelementptr i64, i64* %px8, i64 {i}', f'  %{nm} = load i64, i64* %{nm}.p')]
+
+
+def _pix_store8(a, R: int, P: int, relu: bool) -> None:
+    """The 8-lane "pix" kernel's stores (block ``store`` on, to ``tile_end``; the tile's first wide pixel at row
+    %ohb, column %colb): each vector of 8 wide pixels straight into the compact NCHW output, the padding columns
+    skipped (no wide rows, no compaction pass: 118 us of SqueezeNet's 3 -> 64 stem on one thread).  Params after
+    the K offsets: WQ (wide row length), OWC, OHC (output row length and rows; a shape without padding columns
+    passes one row of L pixels: WQ = OWC = L, OHC = 1); the output row stride (OS) is L.  A vector inside one
+    row's OWC columns: one plain store per channel; one crossing a row end (or past the last pixel): per row it
+    touches, the lanes in that row's columns, masked (none past row OHC).  Rows < O only."""
+    v, vp = "<8 x float>", "<8 x float>*"
+    a('store:')
+    for r in range(R):
+        a(f'  %oi{r} = add i64 %lo0, {r}')
+        a(f'  %ok{r} = icmp slt i64 %oi{r}, %OGR')
+        a(f'  %og{r} = add i64 %gro, %oi{r}')
+        a(f'  %ro{r} = mul i64 %og{r}, %OS')
+        a(f'  %orow{r} = getelementptr float, float* %out, i64 %ro{r}')
+        for j in range(P):
+            if relu:
+                _relu_ir(a, f"rl{r}_{j}", f"%nacc{r}_{j}")
+    val = (lambda r, j: f"%rl{r}_{j}") if relu else (lambda r, j: f"%nacc{r}_{j}")
+    if _PIX_PF8:
+        # the rows' lines _PIX_PF8 floats past the tile's first pixel prefetched for writing (no faults)
+        a('  %pfq0 = mul i64 %ohb, %OWC')
+        a('  %pfq1 = add i64 %pfq0, %colb')
+        a(f'  %pfq = add i64 %pfq1, {_PIX_PF8}')
+        for r in range(R):
+            a(f'  %pf{r}.f = getelementptr float, float* %orow{r}, i64 %pfq')
+            a(f'  %pf{r} = bitcast float* %pf{r}.f to i8*')
+            a(f'  call void @llvm.prefetch.p0i8(i8* %pf{r}, i32 1, i32 3, i32 1)')
+    a('  br label %v0')
+
+    def rows(lab: str, store, end: str) -> None:
+        # store(r) for the rows r < R while %ok<r> (rows past O: none), then to ``end``
+        for r in range(R):
+            if r:
+                a(f'  br i1 %ok{r}, label %{lab}r{r}, label %{end}')
+                a(f'{lab}r{r}:')
+            store(r)
+        a(f'  br label %{end}')
+
+    for j in range(P):
+        nxt = f"v{j + 1}" if j + 1 < P else "tile_end"
+        # the vector's first pixel: row %oh<j>, column %col<j> (wide)
+        a(f'v{j}:')
+        a(f'  %cj{j} = add i64 %colb, {8 * j}')
+        a(f'  %cge{j} = icmp uge i64 %cj{j}, %WQ')
+        a(f'  br i1 %cge{j}, label %dv{j}, label %cx{j}')
+        a(f'dv{j}:')
+        a(f'  %qd{j} = udiv i64 %cj{j}, %WQ')
+        a(f'  %qm{j} = mul i64 %qd{j}, %WQ')
+        a(f'  %cr{j} = sub i64 %cj{j}, %qm{j}')
+        a(f'  %ohd{j} = add i64 %ohb, %qd{j}')
+        a(f'  br label %cx{j}')
+        a(f'cx{j}:')
+        a(f'  %vh{j} = phi i64 [ %ohb, %v{j} ], [ %ohd{j}, %dv{j} ]')
+        a(f'  %vc{j} = phi i64 [ %cj{j}, %v{j} ], [ %cr{j}, %dv{j} ]')
+        a(f'  %ce{j} = add i64 %vc{j}, 8')
+        a(f'  %fin{j} = icmp ule i64 %ce{j}, %OWC')
+        a(f'  %rin{j} = icmp ult i64 %vh{j}, %OHC')
+        a(f'  %fast{j} = and i1 %fin{j}, %rin{j}')
+        a(f'  %pr{j} = mul i64 %vh{j}, %OWC')
+        a(f'  %pos{j} = add i64 %pr{j}, %vc{j}')
+        a(f'  br i1 %fast{j}, label %f{j}, label %sl{j}')
+        a(f'f{j}:')
+
+        def fast(r, j=j):
+            a(f'  %fp{r}_{j}.f = getelementptr float, float* %orow{r}, i64 %pos{j}')
+            a(f'  %fp{r}_{j} = bitcast float* %fp{r}_{j}.f to {vp}')
+            a(f'  store {v} {val(r, j)}, {vp} %fp{r}_{j}, align 4')
+        rows(f"f{j}", fast, nxt)
+        # crossing a row end: row oh + k takes lanes [k * WQ - col, + OWC) of the vector
+        a(f'sl{j}:')
+        a(f'  %sk{j} = phi i64 [ 0, %cx{j} ], [ %sk1{j}, %sb{j}end ]')
+        a(f'  %skw{j} = mul i64 %sk{j}, %WQ')
+        a(f'  %s{j} = sub i64 %skw{j}, %vc{j}')
+        a(f'  %row{j} = add i64 %vh{j}, %sk{j}')
+        a(f'  %sin{j} = icmp slt i64 %s{j}, 8')
+        a(f'  %rw{j} = icmp ult i64 %row{j}, %OHC')
+        a(f'  %more{j} = and i1 %sin{j}, %rw{j}')
+        a(f'  br i1 %more{j}, label %sb{j}, label %{nxt}')
+        a(f'sb{j}:')
+        a(f'  %sv{j}.0 = insertelement <8 x i64> undef, i64 %s{j}, i32 0')
+        a(f'  %sv{j} = shufflevector <8 x i64> %sv{j}.0, <8 x i64> undef, <8 x i32> zeroinitializer')
+        a(f'  %se{j} = add i64 %s{j}, %OWC')
+        a(f'  %sev{j}.0 = insertelement <8 x i64> undef, i64 %se{j}, i32 0')
+        a(f'  %sev{j} = shufflevector <8 x i64> %sev{j}.0, <8 x i64> undef, <8 x i32> zeroinitializer')
+        lanes = "<i64 0, i64 1, i64 2, i64 3, i64 4, i64 5, i64 6, i64 7>"
+        a(f'  %mlo{j} = icmp sge <8 x i64> {lanes}, %sv{j}')
+        a(f'  %mhi{j} = icmp slt <8 x i64> {lanes}, %sev{j}')
+        a(f'  %mk{j} = and <8 x i1> %mlo{j}, %mhi{j}')
+        a(f'  %br{j} = mul i64 %row{j}, %OWC')
+        a(f'  %sbase{j} = sub i64 %br{j}, %s{j}')
+
+        def slow(r, j=j):
+            a(f'  %sp{r}_{j}.f = getelementptr float, float* %orow{r}, i64 %sbase{j}')
+            a(f'  %sp{r}_{j} = bitcast float* %sp{r}_{j}.f to {vp}')
+            a(f'  call void @llvm.masked.store.v8f32.p0v8f32({v} {val(r, j)}, {vp} %sp{r}_{j}, i32 4, <8 x i1> '
+              f'%mk{j})')
+        rows(f"sb{j}", slow, f"sb{j}end")
+        a(f'sb{j}end:')
+        a(f'  %sk1{j} = add i64 %sk{j}, 1')
+        a(f'  br label %sl{j}')
+
+
+def _render_pix8(R: int, P: int, relu: bool = False) -> str:
+    """The 8-lane "pix" kernel (R output channels x P vectors of 8 wide pixels; AVX2): as ``_render``'s, but the
+    tile's channel block, pixel tile, group and first pixel's (row, column) carried from tile to tile (the claim's
+    first tile divided out once: no divisions per tile, whose K can be as short as a stem's 27), the compact
+    output stored directly (``_pix_store8``) and its lines prefetched for writing (``_PIX_PF8``)."""
+    v, vp = "<8 x float>", "<8 x float>*"
+    L = []
+    a = L.append
+    a(f'declare {v} @llvm.fma.v8f32({v}, {v}, {v})')
+    a(f'declare void @llvm.masked.store.v8f32.p0v8f32({v}, {vp}, i32, <8 x i1>)')
+    a('declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)')
+    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
+      'i64* noalias %p) {')
+    a('entry:')
+    _params_and_claim(a, ("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR"), _P_CTR, _P_OFF,
+                      [f'  %KR = mul i64 %K, {R}'] + _PIX_PARAMS8, "first")
+    a('first:')
+    a('  %NOBT = udiv i64 %T1, %NPT')
+    # the tiles in super-tiles of SPT pixel tiles (the last one: the rest): all channel blocks of a super-tile's
+    # pixel tiles (its input lines stay in L1 across them), block by block.  A tile's counters from its index
+    # (block ``dec``: at the claim's start and each block's first tile of a super-tile), else carried on
+    a('  %SBS = mul i64 %NOBT, %SPT')
+    a('  br label %dec')
+    a('dec:')
+    a('  %td = phi i64 [ %gt0, %first ], [ %t1, %tnx ]')
+    a('  %st = udiv i64 %td, %SBS')
+    a('  %stm = mul i64 %st, %SBS')
+    a('  %rem = sub i64 %td, %stm')
+    a('  %ptb = mul i64 %st, %SPT')
+    a('  %ptr = sub i64 %NPT, %ptb')
+    a('  %spl = icmp ult i64 %ptr, %SPT')
+    a('  %sp.0 = select i1 %spl, i64 %ptr, i64 %SPT')
+    a('  %ob.0 = udiv i64 %rem, %sp.0')
+    a('  %obm.0 = mul i64 %ob.0, %sp.0')
+    a('  %ptl.0 = sub i64 %rem, %obm.0')
+    a('  %pt.0 = add i64 %ptb, %ptl.0')
+    a('  %gi.0 = udiv i64 %ob.0, %NBG')
+    a('  %gim.0 = mul i64 %gi.0, %NBG')
+    a('  %lb.0 = sub i64 %ob.0, %gim.0')
+    a(f'  %p0.0 = mul i64 %pt.0, {P * 8}')
+    a('  %ohb.0 = udiv i64 %p0.0, %WQ')
+    a('  %ohbm.0 = mul i64 %ohb.0, %WQ')
+    a('  %colb.0 = sub i64 %p0.0, %ohbm.0')
+    a('  br label %tile')
+    cnt = ("ob", "pt", "ptl", "sp", "gi", "lb", "ohb", "colb")
+    a('tile:')
+    a('  %t = phi i64 [ %td, %dec ], [ %t1, %tnp ], [ %t1, %tnd ]')
+    # from tnp / tnd: the block's next pixel tile (its first pixel's column on, row on past the row's end)
+    nxt = {"pt": ("%pt1", "%pt1"), "ptl": ("%ptl1", "%ptl1"), "ohb": ("%ohb", "%ohb2"), "colb": ("%cb1", "%cb2")}
+    for nm in cnt:
+        p_, d_ = nxt.get(nm, (f"%{nm}", f"%{nm}"))
+        a(f'  %{nm} = phi i64 [ %{nm}.0, %dec ], [ {p_}, %tnp ], [ {d_}, %tnd ]')
+    a(f'  %p0 = mul i64 %pt, {P * 8}')
+    a(f'  %o0 = mul i64 %ob, {R}')
+    a('  %wb0 = mul i64 %ob, %KR')
+    a('  %wb = getelementptr float, float* %w, i64 %wb0')
+    a(f'  %lo0 = mul i64 %lb, {R}')
+    a('  %gro = mul i64 %gi, %OGR')
+    a('  %xgo = mul i64 %gi, %XG')
+    a('  %xbo = add i64 %xgo, %p0')
+    a('  %xb = getelementptr float, float* %x, i64 %xbo')
+    for r in range(R):
+        a(f'  %bi{r} = add i64 %o0, {r}')
+        a(f'  %bp{r} = getelementptr float, float* %bias, i64 %bi{r}')
+        a(f'  %bs{r} = load float, float* %bp{r}')
+        a(f'  %bv{r}.0 = insertelement {v} undef, float %bs{r}, i32 0')
+        a(f'  %bv{r} = shufflevector {v} %bv{r}.0, {v} undef, <8 x i32> zeroinitializer')
+    a('  br label %k_loop')
+    a('k_loop:')
+    a('  %k = phi i64 [ 0, %tile ], [ %k1, %k_loop ]')
+    for r in range(R):
+        for j in range(P):
+            a(f'  %acc{r}_{j} = phi {v} [ %bv{r}, %tile ], [ %nacc{r}_{j}, %k_loop ]')
+    a('  %offp = getelementptr i64, i64* %offs, i64 %k')
+    a('  %off = load i64, i64* %offp')
+    a('  %xk = getelementptr float, float* %xb, i64 %off')
+    for j in range(P):
+        a(f'  %xp{j}.f = getelementptr float, float* %xk, i64 {j * 8}')
+        a(f'  %xp{j} = bitcast float* %xp{j}.f to {vp}')
+        a(f'  %xv{j} = load {v}, {vp} %xp{j}, align 4')
+    a(f'  %wk0 = mul i64 %k, {R}')
+    a('  %wk = getelementptr float, float* %wb, i64 %wk0')
+    for r in range(R):
+        a(f'  %wp{r} = getelementptr float, float* %wk, i64 {r}')
+        a(f'  %ws{r} = load float, float* %wp{r}')
+        a(f'  %wv{r}.0 = insertelement {v} undef, float %ws{r}, i32 0')
+        a(f'  %wv{r} = shufflevector {v} %wv{r}.0, {v} undef, <8 x i32> zeroinitializer')
+        for j in range(P):
+            a(f'  %nacc{r}_{j} = call {v} @llvm.fma.v8f32({v} %xv{j}, {v} %wv{r}, {v} %acc{r}_{j})')
+    a('  %k1 = add i64 %k, 1')
+    a('  %kc = icmp slt i64 %k1, %K')
+    a('  br i1 %kc, label %k_loop, label %store')
+    _pix_store8(a, R, P, relu)
+    # the next tile: the block's next pixel tile of the super-tile (its first pixel P * 8 wide pixels on), or
+    # (its last done) the next block's first of the super-tile, or the next super-tile's first (``dec``)
+    a('tile_end:')
+    a('  %t1 = add i64 %t, 1')
+    a('  %tc = icmp slt i64 %t1, %gt1')
+    a('  br i1 %tc, label %tnx, label %claim')
+    a('tnx:')
+    a('  %ptl1 = add i64 %ptl, 1')
+    a('  %ptw = icmp eq i64 %ptl1, %sp')
+    a('  br i1 %ptw, label %dec, label %tnp')
+    a('tnp:')
+    a('  %pt1 = add i64 %pt, 1')
+    a(f'  %cb1 = add i64 %colb, {P * 8}')
+    a('  %cbw = icmp uge i64 %cb1, %WQ')
+    a('  br i1 %cbw, label %tnd, label %tile')
+    a('tnd:')
+    a('  %cbq = udiv i64 %cb1, %WQ')
+    a('  %cbm = mul i64 %cbq, %WQ')
+    a('  %cb2 = sub i64 %cb1, %cbm')
+    a('  %ohb2 = add i64 %ohb, %cbq')
+    a('  br label %tile')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
 def _shuffler(a, pre: str, lanes: int):
     """The two-source shuffle both transpose ladders build from: ``shuf(s1, s2, target)`` of two sources
     ``(name, content)`` (content: the (pixel, channel) each of their ``lanes`` lanes holds) emits
@@ -332,6 +575,69 @@ def _transpose8_ir(a, pre: str, vals: list) -> list:
             for cc in (c, c + 4):
                 rows[cc] = shuf(lv2[0, h, s_], lv2[1, h, s_], [(i, cc) for i in range(8)])[0]
     return rows
+
+
+def _rows_store8(a, NB: int, R: int, relu: bool, res: bool) -> None:
+    """The 8-lane "chan" kernel's final stores (block ``st_go`` on; ends in block ``st_x8``): each
+    block's tile transposed (``_transpose8_ir``), then each channel's row of pixels into the NCHW output y[o][i]
+    (o < %nc; residual row added, relu).  A full tile (%nr == R) stores its rows with plain stores of 4 / 2 / 1
+    lanes (8 when R is 8); a pixel tail through masked stores.  The masked store (vmaskmovps) is microcoded on
+    AMD's Zen: with plain stores for the 16 rows of a tile of 2 x 8 channels x 6 pixels, SqueezeNet's 16 -> 64 3x3
+    on 55x55 (144 (channel, tap) pairs) ran 829 -> 674 us (1 thread, relu)."""
+    rows = []
+    for j in range(NB):
+        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
+                for r in range(R)]
+        rows.append(_transpose8_ir(a, f"tr{j}_", vals))
+    a(f'  %fullt = icmp eq i64 %nr, {R}')
+    a('  br i1 %fullt, label %sf_0, label %sm_0')
+    pieces, o = [], 0
+    for n in (8, 4, 2, 1):
+        while R - o >= n:
+            pieces.append((o, n))
+            o += n
+    for full in (True, False):
+        t = "f" if full else "m"
+        for ch in range(NB * 8):
+            a(f's{t}_{ch}:')
+            a(f'  %okc{t}{ch} = icmp slt i64 {ch}, %nc')
+            a(f'  br i1 %okc{t}{ch}, label %s{t}g{ch}, label %st_done')
+            a(f's{t}g{ch}:')
+            a(f'  %yo{t}{ch} = mul i64 {ch}, %L')
+            a(f'  %yq{t}{ch}.f = getelementptr float, float* %ytp, i64 %yo{t}{ch}')
+            row = rows[ch // 8][ch % 8]
+            if res:
+                # the residual's row (lanes past the last pixel not read), added before relu
+                a(f'  %eq{t}{ch}.f = getelementptr float, float* %etp, i64 %yo{t}{ch}')
+                a(f'  %eq{t}{ch} = bitcast float* %eq{t}{ch}.f to <8 x float>*')
+                a(f'  %ev{t}{ch} = call <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>* %eq{t}{ch}, '
+                  'i32 4, <8 x i1> %pmask, <8 x float> zeroinitializer)')
+                a(f'  %es{t}{ch} = fadd <8 x float> {row}, %ev{t}{ch}')
+                row = f'%es{t}{ch}'
+                if relu:
+                    a(f'  %el{t}{ch} = fcmp olt <8 x float> {row}, zeroinitializer')
+                    a(f'  %er{t}{ch} = select <8 x i1> %el{t}{ch}, <8 x float> zeroinitializer, <8 x float> {row}')
+                    row = f'%er{t}{ch}'
+            nxt = f"%s{t}_{ch + 1}" if ch + 1 < NB * 8 else "%st_x8"
+            if not full:
+                a(f'  %yq{t}{ch} = bitcast float* %yq{t}{ch}.f to <8 x float>*')
+                a(f'  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> {row}, <8 x float>* %yq{t}{ch}, '
+                  'i32 4, <8 x i1> %pmask)')
+                a(f'  br label {nxt}')
+                continue
+            for o, n in pieces:
+                nm = f"{t}{ch}_{o}"
+                a(f'  %pp{nm}.f = getelementptr float, float* %yq{t}{ch}.f, i64 {o}')
+                if n == 1:
+                    a(f'  %pv{nm} = extractelement <8 x float> {row}, i32 {o}')
+                    a(f'  store float %pv{nm}, float* %pp{nm}.f, align 4')
+                    continue
+                idx = ", ".join(f"i32 {o + i}" for i in range(n))
+                a(f'  %pv{nm} = shufflevector <8 x float> {row}, <8 x float> undef, <{n} x i32> <{idx}>')
+                a(f'  %pp{nm} = bitcast float* %pp{nm}.f to <{n} x float>*')
+                a(f'  store <{n} x float> %pv{nm}, <{n} x float>* %pp{nm}, align 4')
+            a(f'  br label {nxt}')
+    a('st_x8:')     # (the caller's branch to %st_done ends it)
 
 
 def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool = False) -> str:
@@ -489,7 +795,9 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
         a(f'  call void @llvm.prefetch.p0i8(i8* %pfp{ch}, i32 1, i32 3, i32 1)')
     a('  br label %st_go')
     a('st_go:')
-    for j in range(NB):
+    if VEC == 8 and not dw:         # (the "dw" kernel's stores as they were)
+        _rows_store8(a, NB, R, relu, res)
+    for j in range(0 if VEC == 8 and not dw else NB):     # (the 8-lane "chan" kernel: above)
         vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
                 for r in range(R)]
         rows = (_transpose_ir if VEC == 16 else _transpose8_ir)(a, f"tr{j}_", vals)
@@ -613,7 +921,7 @@ def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False):
     f = _kernels.get(k)
     if f is not None:
         return f
-    render = (lambda: _render(A, B, relu)) if kind == "pix" else (
+    render = (lambda: (_render_pix8 if VEC == 8 else _render)(A, B, relu)) if kind == "pix" else (
         lambda: _render_c(A, B, relu, kind == "dw", res))
     return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}v{VEC}",
                    f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}|v{VEC}", render, 5 if kind == "pix" else 6 + res)
@@ -885,10 +1193,17 @@ class _Layout:
         if kind == "pix":
             if gx + int(offs.max()) + npt * tp > xlen or int(offs.min()) < 0:
                 raise AssertionError("conv_direct: input plane layout would read out of bounds")
-            direct_out = Wq == OW
-            base = np.empty(_P_OFF + K, np.int64)
+            direct_out = Wq == OW or VEC == 8
+            base = np.empty(_P_OFF + K + (4 if VEC == 8 else 0), np.int64)
             base[:_P_OFF] = (K, O, L if direct_out else Lw, Lw, npt, 1, nob * npt, nbg, XG, Og, 0)
-            base[_P_OFF:] = offs
+            base[_P_OFF:_P_OFF + K] = offs
+            if VEC == 8:
+                # the 8-lane kernel stores the compact rows itself (_pix_store8): WQ, OWC, OHC.  Even on rows
+                # narrower than a vector (most vectors then cross a row end: a masked store per row) faster than
+                # wide rows and their compaction (1 thread, relu, 32 -> 64 3x3 on 7x7 44 vs 69 us, 14x14 110 vs 146,
+                # 8 -> 24 on 10x10 17 vs 39, 24 -> 36 stride 2 on 12x12 (OW 6) 35 vs 47)
+                base[_P_OFF + K:_P_OFF + K + 3] = (Wq, OW, OH) if Wq != OW else (L, L, 1)
+                base[_P_OFF + K + 3] = max(1, min(npt, _PIX_SPT8))
             self.t0, self.t1 = _P_G, _P_CTR
             self.multi = False
             self.oshape = (O, Lw)
@@ -1145,26 +1460,249 @@ def _launch(lay, prep, x, wp, bias, res, e, relu):
         _finish_epilogue(res, None, e, relu)
 
 
-def _fill(x3, xq, fill):
-    """xq[c, phase, :Hq * Wq] = the zero-padded input's phase planes, the rest of xq zero."""
-    Hq, Wq, parts = fill
-    C = x3.shape[0]
-    xq[:, :, Hq * Wq:] = 0
+# params of the fill kernel (_render_fill): 0 units (plane rows: C * phases * Hq), 1 Hq, 2 Wq, 3 S (plane
+# stride), 4 input channel stride (H * W), 5 input row stride (W), 6 units per claim, 7 the claim counter, 8
+# phases; then per phase _FD words: used, plane rows [r0, r1), columns [c0, c1), input rows i0 + sh * k, columns
+# j0 + sw * k
+_F_T1, _F_HQ, _F_WQ, _F_S, _F_XC, _F_XR, _F_G, _F_CTR, _F_NPH, _F_D = range(10)
+_FD = 9
+
+
+def _render_fill() -> str:
+    """The phase-plane fill (see _fill) as a self-claiming kernel ``f(x3, xq, params)``: unit u = plane row r of
+    (channel c, phase pi) (u = (c * phases + pi) * Hq + r): zeros outside the phase's rows and columns, its input
+    row's elements j0, j0 + sw, ... between (8 at a time for sw 1 and 2: two loads and a shuffle of the even
+    lanes), and with the plane's last row the plane's tail [Hq * Wq, S) zeroed."""
+    v, vp = "<8 x float>", "<8 x float>*"
+    L = []
+    a = L.append
+    a('define void @"kernel"(float* noalias %x, float* noalias %xq, i64* noalias %p) {')
+    a('entry:')
+    for i, nm in enumerate(("T1", "HQ", "WQ", "S", "XC", "XR", "G")):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %NPH.p = getelementptr i64, i64* %p, i64 {_F_NPH}')
+    a('  %NPH = load i64, i64* %NPH.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_F_CTR}')
+    a(f'  %dsc = getelementptr i64, i64* %p, i64 {_F_D}')
+    a('  %HW = mul i64 %HQ, %WQ')
+    a('  br label %claim')
+    claim_ir(a, "first")
+    # the claim's first unit: plane %pl0, row %rr0; then row by row, the plane's words loaded once per plane
+    a('first:')
+    a('  %pl0 = udiv i64 %gt0, %HQ')
+    a('  %pl0m = mul i64 %pl0, %HQ')
+    a('  %rr0 = sub i64 %gt0, %pl0m')
+    a('  br label %plane')
+    a('plane:')
+    a('  %pl = phi i64 [ %pl0, %first ], [ %pl1, %next_plane ]')
+    a('  %rs = phi i64 [ %rr0, %first ], [ 0, %next_plane ]')
+    a('  %us = phi i64 [ %gt0, %first ], [ %u1, %next_plane ]')
+    a('  %c = udiv i64 %pl, %NPH')
+    a('  %cm = mul i64 %c, %NPH')
+    a('  %pi = sub i64 %pl, %cm')
+    a('  %plo = mul i64 %pl, %S')
+    a('  %pbase = getelementptr float, float* %xq, i64 %plo')
+    a(f'  %dpo = mul i64 %pi, {_FD}')
+    a('  %dp = getelementptr i64, i64* %dsc, i64 %dpo')
+    for i, nm in enumerate(("used", "r0", "r1", "c0", "c1", "i0", "sh", "j0", "sw")):
+        a(f'  %{nm}.p = getelementptr i64, i64* %dp, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a('  %xco = mul i64 %c, %XC')
+    a('  %xcj = add i64 %xco, %j0')
+    a('  %xch = getelementptr float, float* %x, i64 %xcj')
+    a('  br label %unit')
+    a('unit:')
+    a('  %u = phi i64 [ %us, %plane ], [ %u1, %unit_cont ]')
+    a('  %r = phi i64 [ %rs, %plane ], [ %rn, %unit_cont ]')
+    a('  %rwo = mul i64 %r, %WQ')
+    a('  %drow = getelementptr float, float* %pbase, i64 %rwo')
+    a('  %u0 = icmp ne i64 %used, 0')
+    a('  %ra = icmp sge i64 %r, %r0')
+    a('  %rb = icmp slt i64 %r, %r1')
+    a('  %rab = and i1 %ra, %rb')
+    a('  %inr = and i1 %u0, %rab')
+    a('  br i1 %inr, label %copy, label %zrow')
+
+    def zeros(lab, ptr, n, end):
+        # ptr[0:n) = 0 (8 at a time, then one at a time), then to ``end``
+        a(f'  br label %{lab}v')
+        a(f'{lab}v:')
+        a(f'  %{lab}i = phi i64 [ 0, %{lab}pre ], [ %{lab}i1, %{lab}vb ]')
+        a(f'  %{lab}e = add i64 %{lab}i, 8')
+        a(f'  %{lab}c = icmp sle i64 %{lab}e, {n}')
+        a(f'  br i1 %{lab}c, label %{lab}vb, label %{lab}s')
+        a(f'{lab}vb:')
+        a(f'  %{lab}q.f = getelementptr float, float* {ptr}, i64 %{lab}i')
+        a(f'  %{lab}q = bitcast float* %{lab}q.f to {vp}')
+        a(f'  store {v} zeroinitializer, {vp} %{lab}q, align 4')
+        a(f'  %{lab}i1 = add i64 %{lab}i, 8')
+        a(f'  br label %{lab}v')
+        a(f'{lab}s:')
+        a(f'  %{lab}j = phi i64 [ %{lab}i, %{lab}v ], [ %{lab}j1, %{lab}sb ]')
+        a(f'  %{lab}sc = icmp slt i64 %{lab}j, {n}')
+        a(f'  br i1 %{lab}sc, label %{lab}sb, label %{end}')
+        a(f'{lab}sb:')
+        a(f'  %{lab}sq = getelementptr float, float* {ptr}, i64 %{lab}j')
+        a(f'  store float 0.0, float* %{lab}sq, align 4')
+        a(f'  %{lab}j1 = add i64 %{lab}j, 1')
+        a(f'  br label %{lab}s')
+
+    # a row outside the phase's rows: all zero
+    a('zrow:')
+    a('  br label %zrpre')
+    a('zrpre:')
+    zeros("zr", "%drow", "%WQ", "row_end")
+    # a row of the input: zeros [0, c0), the copy [c0, c1), zeros [c1, Wq)
+    a('copy:')
+    a('  br label %zlpre')
+    a('zlpre:')
+    zeros("zl", "%drow", "%c0", "cp")
+    a('cp:')
+    a('  %n = sub i64 %c1, %c0')
+    a('  %ri = sub i64 %r, %r0')
+    a('  %rih = mul i64 %ri, %sh')
+    a('  %xi = add i64 %i0, %rih')
+    a('  %xro = mul i64 %xi, %XR')
+    a('  %src = getelementptr float, float* %xch, i64 %xro')
+    a('  %dst = getelementptr float, float* %drow, i64 %c0')
+    a('  %s1 = icmp eq i64 %sw, 1')
+    a('  %s2 = icmp eq i64 %sw, 2')
+    # vector chunks of 8 outputs: sw 1 one load, sw 2 two loads (their last element, 2 * 8 - 1, read only
+    # while the input row has it: n8 chunks while 2 * (8 * k + 8) <= W - j0)
+    a('  %wr = sub i64 %XR, %j0')
+    a('  %w2 = lshr i64 %wr, 1')
+    a('  %n2a = icmp slt i64 %w2, %n')
+    a('  %n2 = select i1 %n2a, i64 %w2, i64 %n')
+    a('  %nv0 = select i1 %s2, i64 %n2, i64 %n')
+    a('  %sv = or i1 %s1, %s2')
+    a('  %nv = select i1 %sv, i64 %nv0, i64 0')
+    a('  br label %cv')
+    a('cv:')
+    a('  %ci = phi i64 [ 0, %cp ], [ %ci1, %cvn ]')
+    a('  %ce = add i64 %ci, 8')
+    a('  %cc = icmp sle i64 %ce, %nv')
+    a('  br i1 %cc, label %cvb, label %cs')
+    a('cvb:')
+    a('  %cdq.f = getelementptr float, float* %dst, i64 %ci')
+    a(f'  %cdq = bitcast float* %cdq.f to {vp}')
+    a('  %cso = mul i64 %ci, %sw')
+    a('  %csq.f = getelementptr float, float* %src, i64 %cso')
+    a(f'  %csq = bitcast float* %csq.f to {vp}')
+    a(f'  %cl0 = load {v}, {vp} %csq, align 4')
+    a('  br i1 %s1, label %cv1, label %cv2')
+    a('cv1:')
+    a(f'  store {v} %cl0, {vp} %cdq, align 4')
+    a('  br label %cvn')
+    a('cv2:')
+    a('  %csq2.f = getelementptr float, float* %csq.f, i64 8')
+    a(f'  %csq2 = bitcast float* %csq2.f to {vp}')
+    a(f'  %cl1 = load {v}, {vp} %csq2, align 4')
+    ev = ", ".join(f"i32 {2 * i}" for i in range(8))
+    a(f'  %cev = shufflevector {v} %cl0, {v} %cl1, <8 x i32> <{ev}>')
+    a(f'  store {v} %cev, {vp} %cdq, align 4')
+    a('  br label %cvn')
+    a('cvn:')
+    a('  %ci1 = add i64 %ci, 8')
+    a('  br label %cv')
+    a('cs:')
+    a('  %cj = phi i64 [ %ci, %cv ], [ %cj1, %csb ]')
+    a('  %csc = icmp slt i64 %cj, %n')
+    a('  br i1 %csc, label %csb, label %zhpre')
+    a('csb:')
+    a('  %cjo = mul i64 %cj, %sw')
+    a('  %cjs = getelementptr float, float* %src, i64 %cjo')
+    a('  %cjv = load float, float* %cjs, align 4')
+    a('  %cjd = getelementptr float, float* %dst, i64 %cj')
+    a('  store float %cjv, float* %cjd, align 4')
+    a('  %cj1 = add i64 %cj, 1')
+    a('  br label %cs')
+    a('zhpre:')
+    a('  %zhp = getelementptr float, float* %drow, i64 %c1')
+    a('  %zhn = sub i64 %WQ, %c1')
+    zeros("zh", "%zhp", "%zhn", "row_end")
+    # the plane's last row: its tail [Hq * Wq, S) too
+    a('row_end:')
+    a('  %rn = add i64 %r, 1')
+    a('  %last = icmp eq i64 %rn, %HQ')
+    a('  br i1 %last, label %ztpre, label %unit_end')
+    a('ztpre:')
+    a('  %ztp = getelementptr float, float* %pbase, i64 %HW')
+    a('  %ztn = sub i64 %S, %HW')
+    zeros("zt", "%ztp", "%ztn", "unit_end")
+    a('unit_end:')
+    a('  %u1 = add i64 %u, 1')
+    a('  %uc = icmp slt i64 %u1, %gt1')
+    a('  br i1 %uc, label %wrap, label %claim')
+    a('wrap:')
+    a('  br i1 %last, label %next_plane, label %unit_cont')
+    a('unit_cont:')
+    a('  br label %unit')
+    a('next_plane:')
+    a('  %pl1 = add i64 %pl, 1')
+    a('  br label %plane')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
+# fills of at least this many plane elements (xq) are split over the threads (gemm_driver's native workers)
+_FILL_PAR = 1 << 17
+_fill_kernels: dict = {}
+
+
+def _fill_params(parts, C, H, W, Hq, Wq, S) -> np.ndarray:
+    """The fill kernel's params template (claim counter 0, one claim of every unit), every read and write
+    checked inside x3 (C, H, W) and xq (C, phases, S)."""
+    nph = len(parts)
+    base = np.zeros(_F_D + _FD * nph, np.int64)
+    base[:_F_D] = (C * nph * Hq, Hq, Wq, S, H * W, W, C * nph * Hq, 0, nph)
+    if Hq * Wq > S:
+        raise AssertionError("conv_direct: fill planes larger than their stride")
     for pi, part in enumerate(parts):
-        plane = xq[:, pi, :Hq * Wq].reshape(C, Hq, Wq)
         if part is None:
-            plane[...] = 0
             continue
         r0, r1, c0, c1, rs, cs = part
-        if r0:
-            plane[:, :r0] = 0
-        if r1 < Hq:
-            plane[:, r1:] = 0
-        if c0:
-            plane[:, r0:r1, :c0] = 0
-        if c1 < Wq:
-            plane[:, r0:r1, c1:] = 0
-        plane[:, r0:r1, c0:c1] = x3[:, rs, cs]
+        sh, sw = rs.step or 1, cs.step or 1
+        if not (0 <= r0 < r1 <= Hq and 0 <= c0 < c1 <= Wq and rs.start >= 0 and cs.start >= 0 and sh >= 1
+                and sw >= 1 and rs.start + sh * (r1 - r0 - 1) < H and cs.start + sw * (c1 - c0 - 1) < W):
+            raise AssertionError("conv_direct: fill would read or write out of bounds")
+        base[_F_D + _FD * pi:_F_D + _FD * (pi + 1)] = (1, r0, r1, c0, c1, rs.start, sh, cs.start, sw)
+    return base
+
+
+def _fill(x3, xq, fill):
+    """xq[c, phase, :Hq * Wq] = the zero-padded input's phase planes, the rest of xq zero: one compiled pass
+    (_render_fill; numpy's strided copies took 80-120 us of a 224x224 stride-2 stem's phase split and 14-21 us
+    of a small padded conv's ~8 slice assignments), split over the threads from _FILL_PAR elements."""
+    Hq, Wq, parts = fill
+    C, H, W = x3.shape
+    S = xq.shape[2]
+    if (xq.shape[:2] != (C, len(parts)) or x3.dtype != np.float32 or xq.dtype != np.float32
+            or not (x3.flags.c_contiguous and xq.flags.c_contiguous)):
+        raise AssertionError("conv_direct: fill of the wrong layout")
+    nt = threads.NUM_THREADS
+    key = (id(parts), C, H, W, S, nt)
+    d = _fill_desc.get(key)
+    if d is None or d[0] is not parts:
+        if len(_fill_desc) > 1024:
+            _fill_desc.clear()
+        base = _fill_params(parts, C, H, W, Hq, Wq, S)
+        f = builtin(_fill_kernels, "fill", "convdirectfillv8", f"{source_key()}|fill", _render_fill, 3)
+        nthr = min(nt, base[_F_T1])
+        g = None
+        if nthr > 1 and xq.size >= _FILL_PAR:
+            g = _native_parallel(f, 3, nthr)
+            if g is not None:
+                base[_F_G] = -(-base[_F_T1] // (nthr * _CHUNKS_PER_THREAD))
+        base.flags.writeable = False
+        d = _fill_desc[key] = (parts, base, g or f)
+    d[2](x3, xq, d[1].copy())
+
+
+# _fill's params and caller by the layout's parts list (checked by identity), shape and thread count
+_fill_desc: dict = {}
 
 
 def _fill_cl(x3, xq, fill):
