@@ -40,6 +40,8 @@ def _last_layout():
 
 @pytest.fixture
 def fresh(monkeypatch):
+    from neetorch.devices.cpu.kernels import conv1x1_packed
+    monkeypatch.setattr(conv1x1_packed, "ON", [False])     # the paths before kernels/conv1x1_packed.py (session 14)
     monkeypatch.setattr(D, "FORCE", [None])
     monkeypatch.setattr(D, "MODE", [""])
     D._layouts.clear()

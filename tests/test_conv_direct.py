@@ -247,7 +247,10 @@ def test_conv2d_rule_and_switch(spy, monkeypatch):
         assert bool(spy) == runs
         spy.clear()
     monkeypatch.setattr(D, "MODE", [""])
-    # the rule: not the unpadded 1x1 convs (GEMM), not where the Winograd rule picks its path
+    # the rule: not the unpadded 1x1 convs (GEMM), not where the Winograd rule picks its path (the rule before
+    # kernels/conv1x1_packed.py took the unpadded stride-1 1x1s, session 14: NEE_CONV_PK1X1=0)
+    from neetorch.devices.cpu.kernels import conv1x1_packed
+    monkeypatch.setattr(conv1x1_packed, "ON", [False])
     f32 = np.dtype(np.float32)
     assert D.pays((1, 24, 13, 13), (64, 24, 5, 5), (1, 64, 13, 13), 1, 1, 2, 2, 2, 2, 1, 1)
     assert D.pays((1, 128, 14, 14), (32, 128, 3, 3), (1, 32, 14, 14), 1, 1, 1, 1, 1, 1, 1, 1)

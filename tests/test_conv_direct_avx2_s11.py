@@ -164,9 +164,12 @@ def test_kernel_cache_keys_carry_the_width():
     assert "@llvm.fma.v8f32" in ir and "<16 x float>" not in ir
 
 
-def test_avx2_cost_rule():
+def test_avx2_cost_rule(monkeypatch):
     # the larger one-group unpadded 1x1 convs go to the GEMM (from _AVX2_1X1_FLOPS), the smaller ones direct
     # where the "chan" kernel uses its lanes; other convs as on AVX-512 (the Winograd rule's leftovers direct)
+    # (with kernels/conv1x1_packed.py off, NEE_CONV_PK1X1=0: it takes the unpadded stride-1 1x1s, session 14)
+    from neetorch.devices.cpu.kernels import conv1x1_packed
+    monkeypatch.setattr(conv1x1_packed, "ON", [False])
     assert not D.pays((1, 512, 13, 13), (1000, 512, 1, 1), (1, 1000, 13, 13), 1, 1, 0, 0, 0, 0, 1, 1)
     assert not D.pays((1, 1024, 14, 14), (256, 1024, 1, 1), (1, 256, 14, 14), 1, 1, 0, 0, 0, 0, 1, 1)
     assert D.pays((1, 512, 13, 13), (64, 512, 1, 1), (1, 64, 13, 13), 1, 1, 0, 0, 0, 0, 1, 1)

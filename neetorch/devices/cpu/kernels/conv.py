@@ -57,7 +57,7 @@ import numpy as np
 from numba import njit
 
 from .. import kernel, threads
-from . import conv_direct, depthwise_native, pool_native, winograd
+from . import conv1x1_packed, conv_direct, depthwise_native, pool_native, winograd
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -612,6 +612,9 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
             return None
     if e is not None and (e.shape != out.shape or np.may_share_memory(e, out)):
         return None
+    g = conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
+    if g is not None:
+        return g        # (unpadded stride-1 1x1s conv_direct.try_conv2d gives kernels/conv1x1_packed.py)
     G = attrs["groups"]
     C = x.shape[1]
     O, Cg, KH, KW = w.shape

@@ -61,7 +61,7 @@ import weakref
 import numpy as np
 
 from .. import threads
-from . import winograd
+from . import conv1x1_packed, winograd
 
 VERSION = "1"
 VEC = 16                      # float32 lanes of one vector: 16 (a zmm, AVX-512F) or 8 (a ymm, AVX2 + FMA)
@@ -1740,15 +1740,27 @@ def applies(x, w, res, G) -> bool:
             and res.flags.c_contiguous and w.shape[1] > 0 and available())
 
 
+def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G) -> bool:
+    """Whether kernels/conv1x1_packed.py takes this conv (its cost rule; not the per-channel 1x1s of depthwise
+    shape)."""
+    return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G)
+
+
 def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> bool:
     """conv2d_kernel's branch: run the direct kernel into res when NEE_CONV_DIRECT / the cost rule pick it
     for this convolution (``kept``: w is the caller's array, its packing cached across calls); False when
-    it did not run (nothing written).  ``relu`` / ``b2`` / ``e``: as conv2d's."""
+    it did not run (nothing written).  ``relu`` / ``b2`` / ``e``: as conv2d's.  First (NEE_CONV_DIRECT unset) the
+    unpadded stride-1 1x1 convs kernels/conv1x1_packed.py's rule takes (this rule then says no to them)."""
     mode = MODE[0]
-    if mode == "0" or not applies(x, w, res, attrs["groups"]):
-        return False
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
+    if mode == "" and w.ndim == 4 and w.shape[2] == w.shape[3] == 1 and _pk1x1_takes(
+            x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, attrs["groups"]) and conv1x1_packed.conv2d(
+                x, w, b, res, attrs["groups"], relu, b2, e):
+        # unpadded stride-1 1x1: linalg's packed GEMM kernel, the activation as its panels (kernels/conv1x1_packed.py)
+        return True
+    if mode == "0" or not applies(x, w, res, attrs["groups"]):
+        return False
     dh, dw = attrs["dilation"]
     if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw,
                                           attrs["groups"])):
@@ -1777,7 +1789,10 @@ _CHAN_1X1_USE = 0.9
 # 64 on 13x13 191 / 161, 1024 -> 128 on 7x7 265 / 198, 576 -> 64 on 14x14 248 / 206; 128 -> 16 on 55x55 236 / 250
 # the only loss; whole SqueezeNet ~4% less CPU).  Not taken: with 0 here the ONNX conformance case light_squeezenet
 # (constant weights: logits ~1.4e10, float32 ulp 1024) fails, its last 512 -> 1000 GEMM's tail rows (OpenBLAS's
-# edge kernel) rounding differently on the new inputs and the softmax then one-hot on them instead of uniform
+# edge kernel) rounding differently on the new inputs and the softmax then one-hot on them instead of uniform.
+# Session 14: kernels/conv1x1_packed.py takes most unpadded stride-1 1x1s before this rule (those below only with
+# NEE_CONV_PK1X1=0, or its "squeezes" and K < 16), its sums row-symmetric: the case passes whatever path the other
+# convs take (OpenBLAS's 12-row tiles sum their two halves of 6 in different orders: that was the trap)
 _AVX2_1X1_FLOPS = 16e6
 _pays: dict = {}
 _conv_mod = [None]      # kernels/conv.py (imported on the first call: it imports this module)
@@ -1799,7 +1814,8 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
         from . import conv as c
         _conv_mod[0] = c
     # (conv.py's NEE_CONV_WINOGRAD setting in the key: the 3x3s' answer is its Winograd rule's)
-    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0])
+    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0], conv1x1_packed.ON[0],
+           conv1x1_packed.FORCE[0])
     r = _pays.get(key)
     if r is None:
         if len(_pays) > 4096:
@@ -1826,6 +1842,8 @@ def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1) -> bool:
             return H * W <= _DW_PLANE_BIG
         return H * W <= _DW_PLANE_3X3 and C >= _DW_MIN_C
     if KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
+        if MODE[0] == "" and _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G):
+            return False        # kernels/conv1x1_packed.py's (try_conv2d runs it before this rule)
         if Cg < _SHORT_K:
             return True
         if G > 1 and N == 1 and nt > 1:
