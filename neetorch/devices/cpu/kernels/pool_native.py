@@ -6,22 +6,35 @@ conv.py's Numba kernels.
 
 * One machine-code function per (dtype, max/avg, column stride): every size, window, row stride, padding,
   dilation and ceil_mode is a runtime parameter (``_P_*`` below), so a handful of functions (compiled once,
-  ~0.1 s, cached on disk by llvm_render) serve every model.
+  ~0.1 s, cached on disk by llvm_render) serve every model.  Windows up to 3x3 with dilation 1 (the CNNs'
+  pools) get their own function per window (``fixed_window``): the vertical pass unrolled for each count of
+  valid window rows (a switch per row; the row's count and first row read from a table after the params,
+  ``_row_table``), the horizontal taps unrolled, each group of sw taps sharing its sw loads (column stride 2:
+  combined in the lane order of one in-lane shuffle per 256 bits and put back in order once), and planes whose
+  output rows fit in half a vector on one-register vectors (``narrow``: 7x7 outputs).  Where no output reads
+  the row buffer past its row (``_P_RP`` 0), the row's tail vector is a whole one (plain loads, no select).
 * Separable, per output row, all in registers and one row buffer on the stack (``alloca``, filled with the
-  pad value -inf / 0 once per call; only its interior is ever rewritten): the window's valid input rows
+  pad value -inf / 0 once per call; only its interior is ever rewritten, and with ``_P_RP`` 0 the lanes up to
+  the row's last whole vector, which no output reads): the window's valid input rows
   combined column-vector by column-vector straight from the input into the buffer (the last vector a masked
   load whose lanes past the row keep the pad value), then each output vector combines its KW taps read from
   the buffer (column stride s: s vector loads, the lanes s apart gathered by s - 1 shuffles), divided by
-  the window's count (average: a per-output table of divisors, as torch divides), stored (the last vector
-  masked).  Rows of a window outside the input are skipped; columns outside it read the pad value.
+  the window's count (average: a per-output table of divisors, as torch divides), stored (masked only where
+  the vector would end past the output rows of the thread's claimed run of units: the lanes past a row land on
+  rows the same thread writes later).  Rows of a window outside the input are skipped; columns outside it read
+  the pad value.
 * Max: ``v > acc or v is NaN`` (torch's NaN propagation; order-free, so the separable order gives torch's
-  values).  Average: sums in row-then-column order (the rounding of a different summation order).
+  values), written as a max (``v > acc ? v : acc``: x86's maxps) then the NaN lanes of v (a ``freeze`` between
+  keeps instcombine from folding the two selects back into one 4-instruction select).  Average: sums in
+  row-then-column order (the rounding of a different summation order).
 * Threads: units of (plane, band of output rows) claimed in runs from an atomic counter in the params by
   every thread calling the kernel (conv_direct's scheme: a worker that starts late finds the work taken).
   Large calls go through ``gemm_driver.call_plan`` (no Python pool hand-off), small ones run on the calling
   thread.
 * Bounds: every read is checked in Python when a shape's plan is built: input rows are clipped to [0, H) in
-  the kernel, column loads stay inside their row (masked tail), buffer reads stay below its length.
+  the kernel, column loads stay inside their row (masked tail) or, where the row's tail vectors end inside x
+  (checked per row and plane in the kernel: the row table's tail end), inside x; buffer reads stay below its
+  length.
 """
 from __future__ import annotations
 
@@ -30,24 +43,56 @@ import os
 import numpy as np
 
 from .. import threads
-from .conv_direct import builtin, claim_ir, gather_lanes_ir, plane_band_ir, source_key
+from .conv_direct import builtin, claim_ir, source_key
 
 VERSION = "1"
 STRIDES = (1, 2, 3, 4)          # column strides with a kernel (others: conv.py's Numba kernel)
+FIXED_MAX = 3                   # windows up to 3x3 (dilation 1) get a kernel with their taps unrolled
 MAX_ROW_BYTES = 256 << 10       # the row buffer lives on the stack of the calling / worker threads
 
 # params (int64): input H, W; output OH, OW; window KH, KW; row stride; pads top, left; dilations;
 # row bands per plane, rows per band, units per claim, units, row buffer length (a multiple of the
-# vector), rows per batch (BR row buffers), input elements (XN: all planes), the claim counter
+# vector), rows per batch (BR row buffers), input elements (XN: all planes), whether some output reads the
+# row buffer past its row (RP: the right padding, or ceil_mode's last window), the claim counter
 (_P_H, _P_W, _P_OH, _P_OW, _P_KH, _P_KW, _P_SH, _P_PH, _P_PW, _P_DH, _P_DW, _P_NB, _P_RB, _P_G, _P_T1, _P_TL,
- _P_BR, _P_XN, _P_CTR, _P_N) = range(20)
-_NAMES = ("H", "W", "OH", "OW", "KH", "KW", "SH", "PH", "PW", "DH", "DW", "NB", "RB", "G", "T1", "TL", "BR", "XN")
+ _P_BR, _P_XN, _P_RP, _P_CTR, _P_N) = range(21)
+_NAMES = ("H", "W", "OH", "OW", "KH", "KW", "SH", "PH", "PW", "DH", "DW", "NB", "RB", "G", "T1", "TL", "BR", "XN",
+          "RP")
 
 _kernels: dict = {}
 
 
-def _render(tname: str, is_max: bool, sw: int) -> str:
-    V = 16 if tname == "float" else 8
+def _gather_phase(a, loads, sw, m, V, v, nm):
+    """Lanes i * sw + m (i < V) of the concatenated vector loads ``loads`` (sw of them, m < sw): sw - 1
+    two-source shuffles named ``%nm.s<t>``; returns the value holding them."""
+    if sw == 1:
+        return loads[0]
+    src = [((i * sw + m) // V, (i * sw + m) % V) for i in range(V)]
+    cur = loads[0]
+    have = set()
+    for t in range(1, sw):
+        idx = []
+        for i in range(V):
+            s, lane = src[i]
+            if s == t:
+                idx.append(f"i32 {V + lane}")
+            elif t == 1 and s == 0:
+                idx.append(f"i32 {lane}")
+            elif i in have:
+                idx.append(f"i32 {i}")
+            else:
+                idx.append("i32 undef")
+        a(f'  %{nm}.s{t} = shufflevector {v} {cur}, {v} {loads[t]}, <{V} x i32> <{", ".join(idx)}>')
+        cur = f"%{nm}.s{t}"
+        have |= {i for i in range(V) if src[i][0] <= t}
+    return cur
+
+
+def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
+    """The kernel's IR: column stride ``sw``; ``ks``: None (every window size and dilation a runtime parameter)
+    or (KH, KW) fixed with dilations 1 (the vertical pass unrolled for each count of valid rows 1..KH, the
+    horizontal taps unrolled, each group of sw taps sharing its sw loads)."""
+    V = V or (16 if tname == "float" else 8)
     sfx = f"v{V}f{32 if tname == 'float' else 64}"
     v = f"<{V} x {tname}>"
     vp = f"{v}*"
@@ -73,7 +118,20 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('  %DHW = mul i64 %DH, %W')
     a('  %dh1 = icmp eq i64 %DH, 1')
     a(f'  %Wf = and i64 %W, {-V}')              # columns in whole vectors
-    a(f'  %OWf = and i64 %OW, {-V}')
+    a('  %colf = icmp slt i64 0, %Wf')
+    a('  %nb1 = icmp eq i64 %NB, 1')
+    a(f'  %Wc0 = add i64 %W, {V - 1}')
+    a(f'  %Wc = and i64 %Wc0, {-V}')            # columns in vectors, the tail's one whole
+    a('  %norp = icmp eq i64 %RP, 0')
+    # the tail vector's lanes inside the row (W % V of them)
+    a('  %tl = sub i64 %W, %Wf')
+    a('  %tany = icmp sgt i64 %tl, 0')
+    a(f'  %tlb.0 = insertelement <{V} x i64> undef, i64 %tl, i32 0')
+    a(f'  %tlb = shufflevector <{V} x i64> %tlb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
+    a(f'  %tmk = icmp slt <{V} x i64> %lanes, %tlb')
+    KHc = ks[0] if ks else 0
+    for k in range(1, KHc):
+        a(f'  %DHW{k} = mul i64 %DHW, {k}')
     a('  br label %fill')
     # the row buffer: pad value everywhere (TL a multiple of V)
     a('fill:')
@@ -86,13 +144,42 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('  br i1 %fc, label %fill, label %claim')
     # ---- claim a run of units [gt0, gt1)
     claim_ir(a, 'unit')
-    plane_band_ir(a, tname)
+    # unit u: band bd of plane pl (NB bands of RB output rows per plane: one band, the plane u, without the
+    # 64-bit division); output rows [r0, r1), the plane's input / output bases xb / ob
+    # runend: the end of the claimed run's output (its units' rows are consecutive output rows)
+    a('unit:')
+    a('  %u = phi i64 [ %gt0, %grp ], [ %u1, %unit_end ]')
+    a('  %rend1 = mul i64 %gt1, %OHW')
+    a('  br i1 %nb1, label %unit_p, label %unit_d')
+    a('unit_d:')
+    a('  %pld = udiv i64 %u, %NB')
+    a('  %gl = sub i64 %gt1, 1')
+    a('  %pll = udiv i64 %gl, %NB')
+    a('  %bdl.m = mul i64 %pll, %NB')
+    a('  %bdl = sub i64 %gl, %bdl.m')
+    a('  %bdl1 = add i64 %bdl, 1')
+    a('  %r1la = mul i64 %bdl1, %RB')
+    a('  %r1ls = icmp slt i64 %r1la, %OH')
+    a('  %r1l = select i1 %r1ls, i64 %r1la, i64 %OH')
+    a('  %rendp = mul i64 %pll, %OHW')
+    a('  %rendr = mul i64 %r1l, %OW')
+    a('  %rendd = add i64 %rendp, %rendr')
+    a('  br label %unit_p')
+    a('unit_p:')
+    a('  %pl = phi i64 [ %u, %unit ], [ %pld, %unit_d ]')
+    a('  %runend = phi i64 [ %rend1, %unit ], [ %rendd, %unit_d ]')
+    for line in ("  %bd.m = mul i64 %pl, %NB", "  %bd = sub i64 %u, %bd.m", "  %r0 = mul i64 %bd, %RB",
+                 "  %r1a = add i64 %r0, %RB", "  %r1s = icmp slt i64 %r1a, %OH",
+                 "  %r1 = select i1 %r1s, i64 %r1a, i64 %OH", "  %xbo = mul i64 %pl, %HW",
+                 f"  %xb = getelementptr {tname}, {tname}* %x, i64 %xbo", "  %obo = mul i64 %pl, %OHW",
+                 f"  %ob = getelementptr {tname}, {tname}* %out, i64 %obo"):
+        a(line)
     a('  %rany = icmp slt i64 %r0, %r1')
     a('  br i1 %rany, label %batch, label %unit_end')
     # ---- a batch of output rows [b0, b1): their vertical passes, then their horizontal ones (a load right
     # after the stores it overlaps, unaligned, would wait for them: store forwarding fails)
     a('batch:')
-    a('  %b0 = phi i64 [ %r0, %unit ], [ %b1, %hrow_end ]')
+    a('  %b0 = phi i64 [ %r0, %unit_p ], [ %b1, %hrow_end ]')
     a('  %b1a = add i64 %b0, %BR')
     a('  %b1s = icmp slt i64 %b1a, %r1')
     a('  %b1 = select i1 %b1s, i64 %b1a, i64 %r1')
@@ -104,6 +191,35 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('  %tro = mul i64 %rb, %TL')
     a('  %tri = add i64 %tro, %PW')
     a(f'  %tmpi = getelementptr {tname}, {tname}* %tmp, i64 %tri')
+    if ks:
+        # the row's count of valid window rows and the offset of the first one (the table after the params,
+        # _row_table), and the end of its tail vectors' reads (the next OH words)
+        a(f'  %rti = add i64 %r, {_P_N}')
+        a('  %rtp = getelementptr i64, i64* %p, i64 %rti')
+        a('  %rt = load i64, i64* %rtp')
+        a('  %nk = and i64 %rt, 255')
+        a('  %xro = ashr i64 %rt, 8')
+        a('  %kv = icmp sgt i64 %nk, 0')
+        a(f'  %xr = getelementptr {tname}, {tname}* %xb, i64 %xro')
+        a('  %tei = add i64 %rti, %OH')
+        a('  %tep = getelementptr i64, i64* %p, i64 %tei')
+        a('  %te = load i64, i64* %tep')
+        a('  %tx3 = add i64 %xbo, %te')
+        a('  %tin = icmp sle i64 %tx3, %XN')
+    else:
+        _row_geometry(a, tname, V)
+    if KHc:
+        cases = " ".join(f"i64 {n}, label %f{n}_pre" for n in range(1, KHc + 1))
+        a(f'  switch i64 %nk, label %g_pre [ {cases} ]')
+    else:
+        a('  br label %g_pre')
+    _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc)
+    return "\n".join(L) + "\n"
+
+
+def _row_geometry(a, tname, V):
+    """The generic kernel's row: its valid window rows (count %nk, %kv: any) from the first (%xr), whether its
+    tail vectors' plain loads stay inside x (%tin)."""
     a('  %hs0 = mul i64 %r, %SH')
     a('  %hs = sub i64 %hs0, %PH')
     # valid taps [k0, k1): hs + k * DH in [0, H)
@@ -134,22 +250,45 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('  %ih0c = select i1 %kv, i64 %ih0, i64 0')
     a('  %xro = mul i64 %ih0c, %W')
     a(f'  %xr = getelementptr {tname}, {tname}* %xb, i64 %xro')
-    a('  %colf = icmp slt i64 0, %Wf')
-    a('  br i1 %colf, label %vc, label %vt_pre')
+    # the tail's whole vectors lie inside x (the next row's or plane's elements in the lanes past the row): plain
+    # loads and a select rather than masked loads (the last rows of the last plane: masked)
+    a('  %tx0 = add i64 %xbo, %xro')
+    a('  %tx1 = add i64 %tx0, %Wf')
+    a('  %tkn = sub i64 %nk, 1')
+    a('  %tkl = mul i64 %tkn, %DHW')
+    a('  %tx2 = add i64 %tx1, %tkl')
+    a(f'  %tx3 = add i64 %tx2, {V}')
+    a('  %tin = icmp sle i64 %tx3, %XN')
 
+
+def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
+    """The row's vertical pass (generic, or unrolled per count of valid rows), the batch's horizontal passes,
+    the loops' ends."""
     def comb(acc, val, nm):
         if is_max:
+            # v where v > acc or v is NaN, else acc (torch's NaN propagation): a max, then the NaN lanes of v
             a(f'  %{nm}.gt = fcmp ogt {v} {val}, {acc}')
+            a(f'  %{nm}.m = select <{V} x i1> %{nm}.gt, {v} {val}, {v} {acc}')
+            a(f'  %{nm}.mf = freeze {v} %{nm}.m')
             a(f'  %{nm}.nan = fcmp uno {v} {val}, zeroinitializer')
-            a(f'  %{nm}.c = or <{V} x i1> %{nm}.gt, %{nm}.nan')
-            a(f'  %{nm} = select <{V} x i1> %{nm}.c, {v} {val}, {v} {acc}')
+            a(f'  %{nm} = select <{V} x i1> %{nm}.nan, {v} {val}, {v} %{nm}.mf')
         else:
             a(f'  %{nm} = fadd {v} {acc}, {val}')
         return f"%{nm}"
 
+    def first(val, nm):
+        """the pad value combined with val (max: val itself, -inf where val is -inf; average: 0 + val)."""
+        if is_max:
+            return val
+        a(f'  %{nm} = fadd {v} %fillv, {val}')
+        return f"%{nm}"
+
+    # -- the generic vertical pass (every count of valid rows, runtime dilation)
+    a('g_pre:')
+    a('  br i1 %colf, label %vc, label %vt_pre')
     # vertical pass, whole vectors: tmp[PW + c ..] = comb over valid rows of x[row][c ..]
     a('vc:')
-    a('  %c = phi i64 [ 0, %kd_one ], [ %c1, %vc_end ]')
+    a('  %c = phi i64 [ 0, %g_pre ], [ %c1, %vc_end ]')
     a(f'  %xc = getelementptr {tname}, {tname}* %xr, i64 %c')
     a('  br i1 %kv, label %vk, label %vc_end')
     a('vk:')
@@ -171,25 +310,11 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %c1 = add i64 %c, {V}')
     a('  %cc = icmp slt i64 %c1, %Wf')
     a('  br i1 %cc, label %vc, label %vt_pre')
-    # the tail vector (W % V columns): masked loads, the lanes past the row the pad value
+    # the tail vector (W % V columns): the lanes past the row the pad value
     a('vt_pre:')
-    a('  %tl = sub i64 %W, %Wf')
-    a('  %tany = icmp sgt i64 %tl, 0')
     a('  br i1 %tany, label %vt, label %row_end')
     a('vt:')
-    a(f'  %tlb.0 = insertelement <{V} x i64> undef, i64 %tl, i32 0')
-    a(f'  %tlb = shufflevector <{V} x i64> %tlb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
-    a(f'  %tmk = icmp slt <{V} x i64> %lanes, %tlb')
     a(f'  %xtc = getelementptr {tname}, {tname}* %xr, i64 %Wf')
-    # the tail's whole vectors lie inside x (the next row's or plane's elements in the lanes past the row): plain
-    # loads and a select rather than masked loads (the last rows of the last plane: masked)
-    a('  %tx0 = add i64 %xbo, %xro')
-    a('  %tx1 = add i64 %tx0, %Wf')
-    a('  %tkn = sub i64 %nk, 1')
-    a('  %tkl = mul i64 %tkn, %DHW')
-    a('  %tx2 = add i64 %tx1, %tkl')
-    a(f'  %tx3 = add i64 %tx2, {V}')
-    a('  %tin = icmp sle i64 %tx3, %XN')
     a('  br i1 %kv, label %tk, label %vt_end')
     a('tk:')
     a('  %tki = phi i64 [ 0, %vt ], [ %tki1, %tkj ]')
@@ -217,6 +342,64 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %ttc = bitcast {tname}* %ttc.f to {vp}')
     a(f'  store {v} %tres, {vp} %ttc, align 4')
     a('  br label %row_end')
+
+    # -- the vertical pass for n valid rows (fixed windows, dilation 1): straight-line combinations
+    def rows_at(n, base, nm, tail):
+        """the combination of the n row vectors at base + k * W (k < n); tail: lanes past the row the pad."""
+        acc = None
+        for k in range(n):
+            if k:
+                a(f'  %{nm}.p{k}.f = getelementptr {tname}, {tname}* {base}, i64 %DHW{k}')
+            else:
+                a(f'  %{nm}.p{k}.f = getelementptr {tname}, {tname}* {base}, i64 0')
+            a(f'  %{nm}.p{k} = bitcast {tname}* %{nm}.p{k}.f to {vp}')
+            if tail == "plain":
+                a(f'  %{nm}.r{k} = load {v}, {vp} %{nm}.p{k}, align 4')
+                a(f'  %{nm}.l{k} = select <{V} x i1> %tmk, {v} %{nm}.r{k}, {v} %fillv')
+            elif tail == "masked":
+                a(f'  %{nm}.l{k} = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %{nm}.p{k}, i32 4, '
+                  f'<{V} x i1> %tmk, {v} %fillv)')
+            else:
+                a(f'  %{nm}.l{k} = load {v}, {vp} %{nm}.p{k}, align 4')
+            acc = first(f"%{nm}.l{k}", f"{nm}.a{k}") if k == 0 else comb(acc, f"%{nm}.l{k}", f"{nm}.a{k}")
+        return acc
+
+    for n in range(1, KHc + 1):
+        f = f"f{n}"
+        a(f'{f}_pre:')
+        a(f'  %{f}.ext = and i1 %tin, %norp')
+        a(f'  %{f}.Wl = select i1 %{f}.ext, i64 %Wc, i64 %Wf')
+        a(f'  %{f}.any = icmp slt i64 0, %{f}.Wl')
+        a(f'  br i1 %{f}.any, label %{f}_vc, label %{f}_vt')
+        a(f'{f}_vc:')
+        a(f'  %{f}.c = phi i64 [ 0, %{f}_pre ], [ %{f}.c1, %{f}_vc ]')
+        a(f'  %{f}.xc = getelementptr {tname}, {tname}* %xr, i64 %{f}.c')
+        res = rows_at(n, f"%{f}.xc", f"{f}.v", None)
+        a(f'  %{f}.tc.f = getelementptr {tname}, {tname}* %tmpi, i64 %{f}.c')
+        a(f'  %{f}.tc = bitcast {tname}* %{f}.tc.f to {vp}')
+        a(f'  store {v} {res}, {vp} %{f}.tc, align 4')
+        a(f'  %{f}.c1 = add i64 %{f}.c, {V}')
+        a(f'  %{f}.cc = icmp slt i64 %{f}.c1, %{f}.Wl')
+        a(f'  br i1 %{f}.cc, label %{f}_vc, label %{f}_vt')
+        a(f'{f}_vt:')
+        a(f'  %{f}.xt = getelementptr {tname}, {tname}* %xr, i64 %Wf')
+        a(f'  %{f}.tn = icmp slt i64 %{f}.Wl, %W')     # a tail left: lanes past the row the pad value
+        a(f'  br i1 %{f}.tn, label %{f}_vt1, label %row_end')
+        a(f'{f}_vt1:')
+        a(f'  br i1 %tin, label %{f}_tp, label %{f}_tm')
+        a(f'{f}_tp:')
+        rp = rows_at(n, f"%{f}.xt", f"{f}.tp", "plain")
+        a(f'  br label %{f}_tj')
+        a(f'{f}_tm:')
+        rm = rows_at(n, f"%{f}.xt", f"{f}.tm", "masked")
+        a(f'  br label %{f}_tj')
+        a(f'{f}_tj:')
+        a(f'  %{f}.t = phi {v} [ {rp}, %{f}_tp ], [ {rm}, %{f}_tm ]')
+        a(f'  %{f}.ttc.f = getelementptr {tname}, {tname}* %tmpi, i64 %Wf')
+        a(f'  %{f}.ttc = bitcast {tname}* %{f}.ttc.f to {vp}')
+        a(f'  store {v} %{f}.t, {vp} %{f}.ttc, align 4')
+        a('  br label %row_end')
+
     a('row_end:')
     a('  %rn = add i64 %r, 1')
     a('  %rc = icmp slt i64 %rn, %b1')
@@ -232,8 +415,8 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %dvr = getelementptr {tname}, {tname}* %dv, i64 %orow')
     a('  br label %hj')
 
-    def strided(base, nm):
-        """value: lanes tmp[base + i * sw], i < V."""
+    def loads_at(base, nm):
+        """the sw vectors tmp[base + m * V ..], m < sw."""
         loads = []
         for m in range(sw):
             a(f'  %{nm}.o{m} = add i64 {base}, {m * V}')
@@ -241,43 +424,76 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
             a(f'  %{nm}.p{m} = bitcast {tname}* %{nm}.p{m}.f to {vp}')
             a(f'  %{nm}.l{m} = load {v}, {vp} %{nm}.p{m}, align 4')
             loads.append(f"%{nm}.l{m}")
-        return gather_lanes_ir(a, loads, sw, V, v, nm)
+        return loads
 
     a('hj:')
     a('  %j = phi i64 [ 0, %hz_pre ], [ %j1, %hj_end ]')
     a(f'  %jb = mul i64 %j, {sw}')
-    h0 = strided("%jb", "h0")
-    a('  %hmore = icmp sgt i64 %KW, 1')
-    a('  br i1 %hmore, label %hk, label %hk_end')
-    a('hk:')
-    a('  %kj = phi i64 [ 1, %hj ], [ %kj1, %hk ]')
-    a(f'  %hacc = phi {v} [ {h0}, %hj ], [ %hnew, %hk ]')
-    a('  %kjo = mul i64 %kj, %DW')
-    a('  %hbase = add i64 %jb, %kjo')
-    hv = strided("%hbase", "hv")
-    comb("%hacc", hv, "hnew")
-    a('  %kj1 = add i64 %kj, 1')
-    a('  %kjc = icmp slt i64 %kj1, %KW')
-    a('  br i1 %kjc, label %hk, label %hk_end')
-    a('hk_end:')
-    a(f'  %hres = phi {v} [ {h0}, %hj ], [ %hnew, %hk ]')
+    if ks:
+        # taps q * sw + m (m < sw) of group q: lanes i * sw + m of the sw loads at jb + q * sw
+        KWc = ks[1]
+        acc = None
+        # lane order of the in-lane even / odd shuffles: per 256 bits, lanes (0 1 4 5 2 3 6 7) of 32-bit
+        # elements, (0 2 1 3) of 64-bit ones
+        blk = (0, 1, 4, 5, 2, 3, 6, 7) if tname == "float" else (0, 2, 1, 3)
+        sig = [h * len(blk) + o for h in range(V // len(blk)) for o in blk]
+        for q in range(-(-KWc // sw)):
+            if q:
+                a(f'  %hg{q}.b = add i64 %jb, {q * sw}')
+            ld = loads_at("%jb" if q == 0 else f"%hg{q}.b", f"hg{q}")
+            for m in range(sw):
+                kj = q * sw + m
+                if kj >= KWc:
+                    break
+                if sw == 2:
+                    # lanes in the order one in-lane shuffle per 256 bits gives (AVX2's shufps / shufpd), put
+                    # back in order once, after the combinations (elementwise: any common lane order serves)
+                    idx = ", ".join(f"i32 {2 * o + m}" for o in sig)
+                    a(f'  %hg{q}.{m} = shufflevector {v} {ld[0]}, {v} {ld[1]}, <{V} x i32> <{idx}>')
+                    t = f"%hg{q}.{m}"
+                else:
+                    t = _gather_phase(a, ld, sw, m, V, v, f"hg{q}.{m}")
+                acc = t if kj == 0 else comb(acc, t, f"hc{kj}")
+        hres = acc
+        if sw == 2:
+            idx = ", ".join(f"i32 {o}" for o in sig)      # (sig is its own inverse)
+            a(f'  %hres.o = shufflevector {v} {acc}, {v} undef, <{V} x i32> <{idx}>')
+            hres = "%hres.o"
+    else:
+        h0 = _gather_phase(a, loads_at("%jb", "h0"), sw, 0, V, v, "h0")
+        a('  %hmore = icmp sgt i64 %KW, 1')
+        a('  br i1 %hmore, label %hk, label %hk_end')
+        a('hk:')
+        a('  %kj = phi i64 [ 1, %hj ], [ %kj1, %hk ]')
+        a(f'  %hacc = phi {v} [ {h0}, %hj ], [ %hnew, %hk ]')
+        a('  %kjo = mul i64 %kj, %DW')
+        a('  %hbase = add i64 %jb, %kjo')
+        hv = _gather_phase(a, loads_at("%hbase", "hv"), sw, 0, V, v, "hv")
+        comb("%hacc", hv, "hnew")
+        a('  %kj1 = add i64 %kj, 1')
+        a('  %kjc = icmp slt i64 %kj1, %KW')
+        a('  br i1 %kjc, label %hk, label %hk_end')
+        a('hk_end:')
+        a(f'  %hres = phi {v} [ {h0}, %hj ], [ %hnew, %hk ]')
+        hres = "%hres"
     a(f'  %op.f = getelementptr {tname}, {tname}* %orp, i64 %j')
     a(f'  %op = bitcast {tname}* %op.f to {vp}')
     a(f'  %dvp.f = getelementptr {tname}, {tname}* %dvr, i64 %j')
     a(f'  %dvp = bitcast {tname}* %dvp.f to {vp}')
-    # a whole-vector store where the vector ends inside this band's output rows (lanes past the row land on the
-    # next rows' outputs, which this thread writes later): masked stores (slow on AMD cores) only at a band's end
+    # a whole-vector store where the vector ends inside the output rows of this claimed run of units (lanes past
+    # the row land on the next rows' outputs, which this thread writes later): masked stores (slow on AMD cores)
+    # only at a run's end
     a('  %jend0 = add i64 %orow, %j')
-    a(f'  %jend = add i64 %jend0, {V}')
-    a('  %bend = mul i64 %r1, %OW')
-    a('  %jfull = icmp sle i64 %jend, %bend')
+    a('  %jend1 = add i64 %jend0, %obo')
+    a(f'  %jend = add i64 %jend1, {V}')
+    a('  %jfull = icmp sle i64 %jend, %runend')
     a('  br i1 %jfull, label %hst, label %hmask')
     a('hst:')
     if is_max:
-        a(f'  store {v} %hres, {vp} %op, align 4')
+        a(f'  store {v} {hres}, {vp} %op, align 4')
     else:
         a(f'  %dvv = load {v}, {vp} %dvp, align 4')
-        a(f'  %hq = fdiv {v} %hres, %dvv')
+        a(f'  %hq = fdiv {v} {hres}, %dvv')
         a(f'  store {v} %hq, {vp} %op, align 4')
     a('  br label %hj_end')
     a('hmask:')
@@ -286,13 +502,13 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a(f'  %orb = shufflevector <{V} x i64> %orb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
     a(f'  %omk = icmp slt <{V} x i64> %lanes, %orb')
     if is_max:
-        val = "%hres"
+        val = hres
     else:
         one = "1.0"
         a(f'  %on.0 = insertelement {v} undef, {tname} {one}, i32 0')
         a(f'  %onev = shufflevector {v} %on.0, {v} undef, <{V} x i32> zeroinitializer')
         a(f'  %dvm = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %dvp, i32 4, <{V} x i1> %omk, {v} %onev)')
-        a(f'  %hqm = fdiv {v} %hres, %dvm')
+        a(f'  %hqm = fdiv {v} {hres}, %dvm')
         val = "%hqm"
     a(f'  call void @llvm.masked.store.{sfx}.p0{sfx}({v} {val}, {vp} %op, i32 4, <{V} x i1> %omk)')
     a('  br label %hj_end')
@@ -314,19 +530,39 @@ def _render(tname: str, is_max: bool, sw: int) -> str:
     a('done:')
     a('  ret void')
     a('}')
-    return "\n".join(L) + "\n"
 
 
-def kernel(dt: np.dtype, is_max: bool, sw: int):
-    """The builtin ``f(x, out, dv, params)`` for (dtype, max / average, column stride sw); compiled once per
-    process (machine code cached on disk by llvm_render)."""
-    k = (dt.char, is_max, sw)
+def kernel(dt: np.dtype, is_max: bool, sw: int, ks=None, V: int = 0):
+    """The builtin ``f(x, out, dv, params)`` for (dtype, max / average, column stride sw, fixed window ks =
+    (KH, KW) with dilations 1, or None: any window); compiled once per process (machine code cached on disk by
+    llvm_render)."""
+    V = V or vector(dt, False)
+    k = (dt.char, is_max, sw, ks, V)
     f = _kernels.get(k)
     if f is not None:
         return f
     tname = "float" if dt == np.float32 else "double"
-    return builtin(_kernels, k, f"pool{'max' if is_max else 'avg'}{tname[0]}{sw}",
-                   f"{source_key(__file__)}|{tname}|{is_max}|{sw}", lambda: _render(tname, is_max, sw), 4)
+    kn = (f"k{ks[0]}x{ks[1]}" if ks else "") + (f"v{V}" if V != vector(dt, False) else "")
+    return builtin(_kernels, k, f"pool{'max' if is_max else 'avg'}{tname[0]}{sw}{kn}",
+                   f"{source_key(__file__)}|{tname}|{is_max}|{sw}|{ks}|{V}",
+                   lambda: _render(tname, is_max, sw, ks, V), 4)
+
+
+def vector(dt, narrow: bool) -> int:
+    """Lanes of the kernels' vectors: two 256-bit registers' worth, or one (``narrow``: planes whose output rows
+    fit in one, the horizontal pass then half the work)."""
+    n = 16 if dt == np.float32 else 8
+    return n // 2 if narrow else n
+
+
+def narrow(OW, dt, KH, KW, dh, dw) -> bool:
+    """Output rows of at most half a (two-register) vector, fixed windows: the one-register kernel."""
+    return fixed_window(KH, KW, dh, dw) is not None and OW <= vector(dt, True)
+
+
+def fixed_window(KH, KW, dh, dw):
+    """The (KH, KW) of the kernel specialized for this window (unrolled taps), or None (the generic one)."""
+    return (KH, KW) if dh == dw == 1 and KH <= FIXED_MAX and KW <= FIXED_MAX else None
 
 
 _avail = [None]
@@ -347,7 +583,7 @@ def available() -> bool:
 # NEE_POOL_NATIVE=0 (or MODE[0] = "0": tests, benchmarks) keeps every pool on conv.py's Numba kernels
 MODE = [os.environ.get("NEE_POOL_NATIVE", "1")]
 # estimated single-thread ns from which a call is split over the native workers (a wake-up costs a few us)
-_PAR_NS = 25000.0
+_PAR_NS = 22000.0
 _UNITS_PER_THREAD = 8
 _BATCH_MIN = 2
 _BATCH_ELEMS = 512
@@ -363,7 +599,7 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
     pl = _plans.get(key)
     if pl is not None:
         return pl
-    V = 16 if dt == np.float32 else 8
+    V = vector(dt, narrow(OW, dt, KH, KW, dh, dw))
     nov = -(-OW // V)
     TL = max(pw + -(-W // V) * V, nov * V * sw + (KW - 1) * dw)
     TL = -(-TL // V) * V
@@ -374,9 +610,18 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
     if TL * dt.itemsize * _BATCH_MIN > MAX_ROW_BYTES:
         pl = None
     else:
-        # work (one thread, float32; measured 22-153 us on the light models' pools): ~0.06 ns per input element
-        # read per window row, ~0.08 ns per output tap, ~8 ns per output row
-        est = P * (0.06 * OH * W * min(KH, H) + 0.08 * OH * OW * KW + 8.0 * OH) * (2 if dt == np.float64 else 1)
+        # work (one thread, float32): the fixed-window kernels (fit to 15-127 us on the light models' 3x3 pools
+        # before the one-register kernels):
+        # ~0.032 ns per input element read per window row, ~0.14 ns per output tap, ~1.8 ns per output row,
+        # ~50 ns per plane; the generic kernel (measured 22-153 us on them): ~0.06 ns per input element read per
+        # window row, ~0.08 ns per output tap, ~8 ns per output row
+        if fixed_window(KH, KW, dh, dw):
+            est = P * (0.032 * OH * W * min(KH, H) + 0.14 * OH * OW * KW + 1.8 * OH + 50.0)
+            if V < vector(dt, False):
+                est *= 0.6      # (one-register vectors: 272 7x7 outputs from 14x14, 25 -> 14.5 us)
+        else:
+            est = P * (0.06 * OH * W * min(KH, H) + 0.08 * OH * OW * KW + 8.0 * OH)
+        est *= 2 if dt == np.float64 else 1
         par = nt > 1 and est >= _PAR_NS
         if par:
             units = nt * _UNITS_PER_THREAD
@@ -390,8 +635,13 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
             G = T1
         # rows per batch: enough row buffers that the first one's stores are done when it is read
         BR = max(1, min(RB, max(_BATCH_MIN, -(-_BATCH_ELEMS // TL)), MAX_ROW_BYTES // (TL * dt.itemsize)))
-        base = np.zeros(_P_N, np.int64)
-        base[:_P_CTR] = (H, W, OH, OW, KH, KW, sh, ph, pw, dh, dw, NB, RB, G, T1, TL, BR, P * H * W)
+        fixed = fixed_window(KH, KW, dh, dw)
+        base = np.zeros(_P_N + (2 * OH if fixed else 0), np.int64)
+        # RP: the last output's window reaches past the row into the buffer's right padding
+        rp = int((OW - 1) * sw + (KW - 1) * dw >= pw + W)
+        base[:_P_CTR] = (H, W, OH, OW, KH, KW, sh, ph, pw, dh, dw, NB, RB, G, T1, TL, BR, P * H * W, rp)
+        if fixed:
+            base[_P_N:] = _row_table(H, W, OH, KH, sh, ph, V)
         pl = _Plan()
         pl.base, pl.est, pl.OH, pl.OW, pl.P = base, (nt if par else 1), OH, OW, P
         if is_max:
@@ -408,6 +658,21 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
         _plans.clear()
     _plans[key] = pl
     return pl
+
+
+def _row_table(H, W, OH, KH, sh, ph, V):
+    """The fixed-window kernels' per-output-row words (dilation 1): (offset of the first valid window row in the
+    plane) << 8 | (count of valid window rows, 0..KH), then the plane offset past the last element the row's tail
+    vectors read with plain loads (row offset + whole-vector columns + (count - 1) rows + one vector)."""
+    hs = np.arange(OH, dtype=np.int64) * sh - ph
+    k0 = np.maximum(-hs, 0)
+    k1 = np.where(H - hs > 0, np.minimum(H - hs, KH), 0)
+    nk = np.maximum(k1 - k0, 0)
+    xro = np.where(nk > 0, hs + k0, 0) * W
+    if nk.max(initial=0) > 255 or KH > 255:
+        raise AssertionError("pool_native: window too tall for the row table")
+    te = xro + (W // V) * V + (nk - 1) * W + V
+    return np.concatenate([(xro << 8) | nk, te])
 
 
 def pool2d(x, res, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip=False, div=0) -> bool:
@@ -445,7 +710,7 @@ def _runner(xs, rs, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, rdt):
     pl = _plan(N * C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, nt)
     if pl is None:
         return False
-    f = kernel(dt, is_max, sw)
+    f = kernel(dt, is_max, sw, fixed_window(KH, KW, dh, dw), vector(dt, narrow(OW, dt, KH, KW, dh, dw)))
     base, dv = pl.base, pl.dv
     if pl.est > 1:
         from . import conv_direct
