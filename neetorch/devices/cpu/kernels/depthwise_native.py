@@ -2,18 +2,36 @@
 gemm_driver's native workers (conv.py's ``conv2d_into`` hands it float32 / float64 depthwise convs with
 column stride 1-4 and windows of up to 49 taps).
 
-* One machine-code function per (dtype, KH, KW, column stride, relu): sizes, row stride, padding and dilation
-  are runtime parameters (``_P_*``); compiled once (~0.1 s), cached on disk by llvm_render.
-* Straight from the input, no padded copy: per output row and vector of V outputs (16 float32 / 8 float64)
-  the accumulator starts at the channel's bias and takes every tap (the plane's KH x KW weights broadcast in
-  registers once per unit): rows outside the input are skipped, a tap's V inputs (column stride s: s vector
-  loads, the lanes s apart gathered by shuffles) are plain loads where the vector's whole span lies inside the
-  row, masked loads (zeros outside the row) at the borders.  Sums in the (ki, kj) tap order after the bias.
-* relu (torch's: x < 0 -> 0, NaN kept) in the stores; the last vector of a row a masked store.
-* Threads: units of (plane, band of output rows) claimed in runs from an atomic counter (pool_native's scheme);
-  large calls through ``gemm_driver.call_plan``.
-* Bounds: loads stay inside their input row (the unmasked ones checked by the span test, the rest masked),
-  stores inside their output row.
+Two kernels, both over units of (plane, band of output rows) with the plane's KH x KW weights broadcast in
+registers once per unit and the sums in the (ki, kj) tap order after the bias (row ki > 0's taps summed on their
+own, then added), so both give the same float32 bits (finite weights; but the sign of an exact-zero sum: the
+generic kernel skips the rows outside the input, the padded-rows kernel adds their zeros):
+
+* The padded-rows kernel (float32, column stride 1 / 2, column dilation 1; ``_render_pad``): the unit's padded
+  input rows copied into a per-thread scratch on the stack (each row at its left padding, zeros around it; rows
+  outside the input zero rows; stride 2: each row split into its even and odd padded columns, half a row each),
+  then per pair of output rows and vector of 8 outputs every tap a plain unaligned load of the scratch (the pair's
+  common input rows loaded once), no masks: a row's last vector ends at its last column (overlapping the one
+  before), rows under 8 wide run over into the next row of the unit (overwritten by it), the unit's last rows
+  masked stores.  One machine-code function per (KH, KW, row / column stride, row dilation, relu).  ShuffleNet's
+  3x3s (1 thread, conv2d_into, bench/depthwise_vs_ort.py): 2.0-2.5x the generic kernel's speed (rows of 7-28:
+  its every load / store masked, 16 lanes on AVX2); 0.7-0.96x onnxruntime's Conv with its NCHWc reorders (which
+  it runs around each of them in light_shufflenet), 1.3x (stride 1) - 2.5x (stride 2) its Conv node alone.
+  Padded taps multiply zeros (as torch: an inf weight gives NaN at the borders).
+* The generic kernel (``_render``: float64, column strides 3 / 4, column dilation, rows whose scratch would not
+  fit): one machine-code function per (dtype, KH, KW, column stride, relu): sizes, row stride, padding and
+  dilation are runtime parameters (``_P_*``); compiled once (~0.1 s), cached on disk by llvm_render.  Straight
+  from the input, no padded copy: per output row and vector of V outputs (16 float32 / 8 float64) the accumulator
+  starts at the channel's bias and takes every tap: rows outside the input are skipped, a tap's V inputs (column
+  stride s: s vector loads, the lanes s apart gathered by shuffles) are plain loads where the vector's whole span
+  lies inside the row, masked loads (zeros outside the row) at the borders.  The last vector of a row a masked
+  store.
+* relu (torch's: x < 0 -> 0, NaN kept) in the stores.
+* Threads: units claimed in runs from an atomic counter (pool_native's scheme); large calls through
+  ``gemm_driver.call_plan``.
+* Bounds: the generic kernel's loads stay inside their input row (the unmasked ones checked by the span test,
+  the rest masked), stores inside their output row; the padded-rows kernel's fills, reads and rows are checked
+  against its scratch in ``pad_params``, its stores stay inside the unit's rows.
 """
 from __future__ import annotations
 
@@ -219,8 +237,401 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
                    f"{source_key(__file__)}|{tname}|{KH}|{KW}|{sw}|{relu}", lambda: _render(tname, KH, KW, sw, relu), 5)
 
 
+# ---------------------------------------------------------------- float32, column stride 1 / 2: padded rows
+# params after _P_CTR (the generic kernel's first 15): scratch row stride, phase width (stride 2: the odd padded
+# columns' half row from it), scratch floats, full fill chunks per input row, the tail chunk's valid columns, output
+# vectors per row, the last vector's column, the even / odd input columns' destination in a scratch row, the column
+# of the row's last (overlapping, unmasked) fill chunk or -1 (a masked tail chunk instead)
+(_Q_WR, _Q_WH, _Q_SZ, _Q_NF, _Q_TL, _Q_NV, _Q_JL, _Q_DE, _Q_DO, _Q_OV, _Q_N) = range(_P_N, _P_N + 11)
+_QNAMES = ("WR", "WH", "SZ", "NF", "TL", "NV", "JL", "DE", "DO", "OV")
+PV = 8          # lanes of the padded-rows kernel's vectors (a ymm)
+
+
+def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
+    """The padded-rows kernel (float32, column stride sw 1 or 2): per unit (plane, band of output rows) the band's
+    padded input rows copied into a per-thread scratch at their left padding (stride 2: split into even / odd
+    padded columns, each its own half row; rows outside the input zero rows), then every output vector of 8 from
+    plain loads of the scratch, the taps summed in the generic kernel's order; full stores (a row's last vector
+    ends at its last column; rows under 8 wide run over into the next row of the unit, which overwrites them),
+    masked where a vector would leave the unit's rows."""
+    V = PV
+    v = f"<{V} x float>"
+    vp = f"{v}*"
+    iv = f"<{V} x i32>"
+    m = f"<{V} x i1>"
+    L = []
+    a = L.append
+    a(f'declare {v} @llvm.masked.load.v8f32.p0v8f32({vp}, i32, {m}, {v})')
+    a(f'declare void @llvm.masked.store.v8f32.p0v8f32({v}, {vp}, i32, {m})')
+    a(f'declare {v} @llvm.fma.v8f32({v}, {v}, {v})')
+    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %bias, float* noalias %out, '
+      'i64* noalias %p) {')
+    a('entry:')
+    for i, nm in enumerate(_NAMES):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    for i, nm in enumerate(_QNAMES):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {_P_N + i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
+    a(f'  %lanes = add {iv} <{", ".join(f"i32 {i}" for i in range(V))}>, zeroinitializer')
+    a('  %HW = mul i64 %H, %W')
+    a('  %OHW = mul i64 %OH, %OW')
+    a('  %sbf = alloca float, i64 %SZ, align 32')
+    # the fill's tail masks: lanes below TL (and TL - 8: stride 2's second vector)
+    for k in range(sw):
+        a(f'  %tl{k} = sub i64 %TL, {k * V}')
+        a(f'  %tl{k}t = trunc i64 %tl{k} to i32')
+        a(f'  %tl{k}b.0 = insertelement {iv} undef, i32 %tl{k}t, i32 0')
+        a(f'  %tl{k}b = shufflevector {iv} %tl{k}b.0, {iv} undef, {iv} zeroinitializer')
+        a(f'  %tm{k} = icmp slt {iv} %lanes, %tl{k}b')
+    # the output vectors' mask (rows narrower than V: lanes below OW)
+    a('  %OW32 = trunc i64 %OW to i32')
+    a(f'  %owb.0 = insertelement {iv} undef, i32 %OW32, i32 0')
+    a(f'  %owb = shufflevector {iv} %owb.0, {iv} undef, {iv} zeroinitializer')
+    a(f'  %omk = icmp slt {iv} %lanes, %owb')
+    a('  %hasTL = icmp sgt i64 %TL, 0')
+    a('  %hasOV = icmp sge i64 %OV, 0')
+    a('  %fany = icmp sgt i64 %NF, 0')
+    a(f'  %khr = mul i64 %DH, {KH - 1}')
+    a('  br label %zero')
+    # the scratch zeroed once (the fills write only the padded rows' input columns, zeros past them, zero rows)
+    a('zero:')
+    a('  %zi = phi i64 [ 0, %entry ], [ %zi1, %zero ]')
+    a('  %zp.f = getelementptr float, float* %sbf, i64 %zi')
+    a(f'  %zp = bitcast float* %zp.f to {vp}')
+    a(f'  store {v} zeroinitializer, {vp} %zp, align 32')
+    a(f'  %zi1 = add i64 %zi, {V}')
+    a('  %zc = icmp slt i64 %zi1, %SZ')
+    a('  br i1 %zc, label %zero, label %claim')
+    claim_ir(a, 'gstart')
+    # the group's first unit: plane and band by division, then counted (no division per unit)
+    a('gstart:')
+    a('  %pl0 = udiv i64 %gt0, %NB')
+    a('  %bdm0 = mul i64 %pl0, %NB')
+    a('  %bd0 = sub i64 %gt0, %bdm0')
+    a('  %ch0 = urem i64 %pl0, %C')
+    a('  br label %unit')
+    a('unit:')
+    a('  %u = phi i64 [ %gt0, %gstart ], [ %u1, %unit_end ]')
+    a('  %pl = phi i64 [ %pl0, %gstart ], [ %pln, %unit_end ]')
+    a('  %bd = phi i64 [ %bd0, %gstart ], [ %bdn, %unit_end ]')
+    a('  %ch = phi i64 [ %ch0, %gstart ], [ %chn, %unit_end ]')
+    a('  %r0 = mul i64 %bd, %RB')
+    a('  %r1a = add i64 %r0, %RB')
+    a('  %r1s = icmp slt i64 %r1a, %OH')
+    a('  %r1 = select i1 %r1s, i64 %r1a, i64 %OH')
+    a('  %xbo = mul i64 %pl, %HW')
+    a('  %xb = getelementptr float, float* %x, i64 %xbo')
+    a('  %obo = mul i64 %pl, %OHW')
+    a('  %ob = getelementptr float, float* %out, i64 %obo')
+    a('  %bsp = getelementptr float, float* %bias, i64 %ch')
+    a('  %bs = load float, float* %bsp')
+    a(f'  %bv.0 = insertelement {v} undef, float %bs, i32 0')
+    a(f'  %bv = shufflevector {v} %bv.0, {v} undef, {iv} zeroinitializer')
+    a(f'  %wo = mul i64 %ch, {KH * KW}')
+    for t in range(KH * KW):
+        a(f'  %wsp{t} = getelementptr float, float* %w, i64 %wo')
+        a(f'  %wsq{t} = getelementptr float, float* %wsp{t}, i64 {t}')
+        a(f'  %ws{t} = load float, float* %wsq{t}')
+        a(f'  %wv{t}.0 = insertelement {v} undef, float %ws{t}, i32 0')
+        a(f'  %wv{t} = shufflevector {v} %wv{t}.0, {v} undef, {iv} zeroinitializer')
+    # the band's padded input rows [hb0, hb1): scratch rows from 0 (zero rows outside the input)
+    a('  %hbs = mul i64 %r0, %SH')
+    a('  %hb0 = sub i64 %hbs, %PT')
+    a('  %rl = sub i64 %r1, 1')
+    a('  %hbl0 = mul i64 %rl, %SH')
+    a('  %hbl1 = sub i64 %hbl0, %PT')
+    a('  %hbl2 = add i64 %hbl1, %khr')
+    a('  %hb1 = add i64 %hbl2, 1')
+    a('  %o1 = mul i64 %r1, %OW')
+    # ---- fill: padded input rows [hb0, hb1) -> scratch rows from 0: zero rows above / below the input, data rows
+    # [d0, d1) between
+    a('  %d0n = icmp slt i64 %hb0, 0')
+    a('  %d0a = select i1 %d0n, i64 0, i64 %hb0')
+    a('  %d0c = icmp slt i64 %d0a, %hb1')
+    a('  %d0 = select i1 %d0c, i64 %d0a, i64 %hb1')
+    a('  %d1c = icmp slt i64 %hb1, %H')
+    a('  %d1a = select i1 %d1c, i64 %hb1, i64 %H')
+    a('  %d1d = icmp slt i64 %d1a, %d0')
+    a('  %d1 = select i1 %d1d, i64 %d0, i64 %d1a')
+
+    def zero_rows(pfx, lo, hi, nxt):
+        """Zero scratch rows for padded rows [lo, hi), then to block ``nxt``."""
+        a(f'  %{pfx}any = icmp slt i64 {lo}, {hi}')
+        a(f'  br i1 %{pfx}any, label %{pfx}row, label %{nxt}')
+        a(f'{pfx}row:')
+        a(f'  %{pfx}i = phi i64 [ {lo}, %{pfx}pre ], [ %{pfx}i1, %{pfx}row_end ]')
+        a(f'  %{pfx}r = sub i64 %{pfx}i, %hb0')
+        a(f'  %{pfx}o = mul i64 %{pfx}r, %WR')
+        a(f'  %{pfx}d = getelementptr float, float* %sbf, i64 %{pfx}o')
+        a(f'  br label %{pfx}v')
+        a(f'{pfx}v:')
+        a(f'  %{pfx}k = phi i64 [ 0, %{pfx}row ], [ %{pfx}k1, %{pfx}v ]')
+        a(f'  %{pfx}p.f = getelementptr float, float* %{pfx}d, i64 %{pfx}k')
+        a(f'  %{pfx}p = bitcast float* %{pfx}p.f to {vp}')
+        a(f'  store volatile {v} zeroinitializer, {vp} %{pfx}p, align 32')
+        a(f'  %{pfx}k1 = add i64 %{pfx}k, {V}')
+        a(f'  %{pfx}kc = icmp slt i64 %{pfx}k1, %WR')
+        a(f'  br i1 %{pfx}kc, label %{pfx}v, label %{pfx}row_end')
+        a(f'{pfx}row_end:')
+        a(f'  %{pfx}i1 = add i64 %{pfx}i, 1')
+        a(f'  %{pfx}c = icmp slt i64 %{pfx}i1, {hi}')
+        a(f'  br i1 %{pfx}c, label %{pfx}row, label %{nxt}')
+
+    a('  br label %ztpre')
+    a('ztpre:')
+    zero_rows('zt', '%hb0', '%d0', 'dpre')
+    a('dpre:')
+    a('  %dany = icmp slt i64 %d0, %d1')
+    a('  br i1 %dany, label %frow, label %zbpre')
+    a('frow:')
+    a('  %fi = phi i64 [ %d0, %dpre ], [ %fi1, %frow_end ]')
+    a('  %fdr = sub i64 %fi, %hb0')
+    a('  %fdo = mul i64 %fdr, %WR')
+    a('  %fd = getelementptr float, float* %sbf, i64 %fdo')
+    a('  %fso = mul i64 %fi, %W')
+    a('  %fs = getelementptr float, float* %xb, i64 %fso')
+    a('  %fde = getelementptr float, float* %fd, i64 %DE')
+    a('  %fdd = getelementptr float, float* %fd, i64 %DO')
+    a('  br i1 %fany, label %fvec, label %ftail_q')
+
+    def fill_chunk(pfx, c, d, masked):
+        """One chunk of V * sw input columns from column ``c`` to scratch column ``d`` of each phase: sw loads,
+        the stride-2 split, sw stores."""
+        loads = []
+        for q in range(sw):
+            a(f'  %{pfx}cq{q} = add i64 {c}, {q * V}')
+            a(f'  %{pfx}sp{q}.f = getelementptr float, float* %fs, i64 %{pfx}cq{q}')
+            a(f'  %{pfx}sp{q} = bitcast float* %{pfx}sp{q}.f to {vp}')
+            if masked:
+                a(f'  %{pfx}l{q} = call {v} @llvm.masked.load.v8f32.p0v8f32({vp} %{pfx}sp{q}, i32 4, {m} %tm{q}, '
+                  f'{v} zeroinitializer)')
+            else:
+                a(f'  %{pfx}l{q} = load {v}, {vp} %{pfx}sp{q}, align 4')
+            loads.append(f'%{pfx}l{q}')
+        if sw == 1:
+            outs = [(loads[0], '%fde')]
+        else:
+            ev = ", ".join(f"i32 {2 * i}" for i in range(V))
+            od = ", ".join(f"i32 {2 * i + 1}" for i in range(V))
+            a(f'  %{pfx}ev = shufflevector {v} {loads[0]}, {v} {loads[1]}, {iv} <{ev}>')
+            a(f'  %{pfx}od = shufflevector {v} {loads[0]}, {v} {loads[1]}, {iv} <{od}>')
+            outs = [(f'%{pfx}ev', '%fde'), (f'%{pfx}od', '%fdd')]
+        for q, (val, base) in enumerate(outs):
+            a(f'  %{pfx}dp{q}.f = getelementptr float, float* {base}, i64 {d}')
+            a(f'  %{pfx}dp{q} = bitcast float* %{pfx}dp{q}.f to {vp}')
+            # (volatile: LLVM would turn the stride-1 copy loop into a memcpy call per row)
+            a(f'  store volatile {v} {val}, {vp} %{pfx}dp{q}, align 4')
+
+    a('fvec:')
+    a('  %fk = phi i64 [ 0, %frow ], [ %fk1, %fvec ]')
+    a(f'  %fvc = mul i64 %fk, {V * sw}')
+    a(f'  %fvd = mul i64 %fk, {V}')
+    fill_chunk('fv', '%fvc', '%fvd', False)
+    a('  %fk1 = add i64 %fk, 1')
+    a('  %fkc = icmp slt i64 %fk1, %NF')
+    a('  br i1 %fkc, label %fvec, label %ftail_q')
+    # the row's last columns: a plain chunk ending at its end (overlapping the one before: the columns past the row
+    # stay the zeros they are), else (rows under a chunk, stride 2 of odd width) a masked one, zeros past the row
+    a('ftail_q:')
+    a('  br i1 %hasOV, label %fovl, label %ftail_m')
+    a('fovl:')
+    a(f'  %fod = udiv i64 %OV, {sw}')
+    fill_chunk('fo', '%OV', '%fod', False)
+    a('  br label %frow_end')
+    a('ftail_m:')
+    a('  br i1 %hasTL, label %ftail, label %frow_end')
+    a('ftail:')
+    a(f'  %ftc = mul i64 %NF, {V * sw}')
+    a(f'  %ftd = mul i64 %NF, {V}')
+    fill_chunk('ft', '%ftc', '%ftd', True)
+    a('  br label %frow_end')
+    a('frow_end:')
+    a('  %fi1 = add i64 %fi, 1')
+    a('  %fic = icmp slt i64 %fi1, %d1')
+    a('  br i1 %fic, label %frow, label %zbpre')
+    a('zbpre:')
+    zero_rows('zb', '%d1', '%hb1', 'row')
+    # ---- output rows [r0, r1), two at a time (their common input rows loaded once): scratch rows (r - r0) * sh
+    # + ki * dh
+    a('row:')
+    a('  %r = phi i64 [ %r0, %zbpre ], [ %r0, %zbrow_end ], [ %rn, %row_end ]')
+    a('  %rr = sub i64 %r, %r0')
+    a('  %rso = mul i64 %rr, %WR')
+    a(f'  %rsw = mul i64 %rso, {sh}')
+    a('  %xr = getelementptr float, float* %sbf, i64 %rsw')
+    a('  %oro = mul i64 %r, %OW')
+    a('  %r2 = add i64 %r, 2')
+    a('  %pair = icmp sle i64 %r2, %r1')
+    a('  br i1 %pair, label %row2, label %row1')
+
+    def body(NR: int, pfx: str, head: str, tail: str):
+        """The vector loop over one row's NR (1 or 2) output rows from head block ``head`` to ``tail``."""
+        srows = sorted({q * sh + ki * dh for q in range(NR) for ki in range(KH)})
+        a(f'{head}:')
+        for sr in srows:
+            a(f'  %{pfx}so{sr} = mul i64 %WR, {sr}')
+            for ph in range(sw):
+                a(f'  %{pfx}sp{sr}_{ph}.a = add i64 %{pfx}so{sr}, {"%WH" if ph else 0}')
+                a(f'  %{pfx}xr{sr}_{ph} = getelementptr float, float* %xr, i64 %{pfx}sp{sr}_{ph}.a')
+        a(f'  br label %{pfx}vec')
+        a(f'{pfx}vec:')
+        a(f'  %{pfx}jv = phi i64 [ 0, %{head} ], [ %{pfx}jv1, %{pfx}vec_end ]')
+        a(f'  %{pfx}ja = mul i64 %{pfx}jv, {V}')
+        a(f'  %{pfx}jl = icmp slt i64 %{pfx}ja, %JL')
+        a(f'  %{pfx}j = select i1 %{pfx}jl, i64 %{pfx}ja, i64 %JL')
+        loaded = {}
+
+        def load(sr, kj):
+            ph, col = (0, kj) if sw == 1 else (kj & 1, kj >> 1)
+            key = (sr, ph, col)
+            if key not in loaded:
+                nm = f"%{pfx}l{sr}_{ph}_{col}"
+                a(f'  {nm}.j = add i64 %{pfx}j, {col}')
+                a(f'  {nm}.f = getelementptr float, float* %{pfx}xr{sr}_{ph}, i64 {nm}.j')
+                a(f'  {nm}.p = bitcast float* {nm}.f to {vp}')
+                a(f'  {nm} = load {v}, {vp} {nm}.p, align 4')
+                loaded[key] = nm
+            return loaded[key]
+
+        results = []
+        for q in range(NR):
+            acc = "%bv"
+            for ki in range(KH):
+                part = acc if ki == 0 else None
+                for kj in range(KW):
+                    t = ki * KW + kj
+                    lv = load(q * sh + ki * dh, kj)
+                    nm = f"%{pfx}c{q}_{t}"
+                    if part is None:
+                        a(f'  {nm} = fmul {v} {lv}, %wv{t}')
+                    else:
+                        a(f'  {nm} = call {v} @llvm.fma.v8f32({v} {lv}, {v} %wv{t}, {v} {part})')
+                    part = nm
+                if ki > 0:
+                    a(f'  %{pfx}sum{q}_{ki} = fadd {v} {acc}, {part}')
+                    acc = f"%{pfx}sum{q}_{ki}"
+                else:
+                    acc = part
+            if relu:
+                a(f'  %{pfx}lt{q} = fcmp olt {v} {acc}, zeroinitializer')
+                a(f'  %{pfx}res{q} = select {m} %{pfx}lt{q}, {v} zeroinitializer, {v} {acc}')
+                acc = f"%{pfx}res{q}"
+            results.append(acc)
+        for q, res in enumerate(results):
+            a(f'  %{pfx}oo{q}.r = mul i64 %OW, {q}')
+            a(f'  %{pfx}oo{q}.s = add i64 %oro, %{pfx}oo{q}.r')
+            a(f'  %{pfx}oo{q} = add i64 %{pfx}oo{q}.s, %{pfx}j')
+            a(f'  %{pfx}op{q}.f = getelementptr float, float* %ob, i64 %{pfx}oo{q}')
+            a(f'  %{pfx}op{q} = bitcast float* %{pfx}op{q}.f to {vp}')
+            a(f'  %{pfx}oe{q} = add i64 %{pfx}oo{q}, {V}')
+            a(f'  %{pfx}ofull{q} = icmp sle i64 %{pfx}oe{q}, %o1')
+            nxt = f"{pfx}st{q + 1}" if q + 1 < NR else f"{pfx}vec_end"
+            a(f'  br i1 %{pfx}ofull{q}, label %{pfx}sf{q}, label %{pfx}sm{q}')
+            a(f'{pfx}sf{q}:')
+            a(f'  store {v} {res}, {vp} %{pfx}op{q}, align 4')
+            a(f'  br label %{nxt}')
+            a(f'{pfx}sm{q}:')
+            a(f'  call void @llvm.masked.store.v8f32.p0v8f32({v} {res}, {vp} %{pfx}op{q}, i32 4, {m} %omk)')
+            a(f'  br label %{nxt}')
+            if q + 1 < NR:
+                a(f'{nxt}:')
+        a(f'{pfx}vec_end:')
+        a(f'  %{pfx}jv1 = add i64 %{pfx}jv, 1')
+        a(f'  %{pfx}jvc = icmp slt i64 %{pfx}jv1, %NV')
+        a(f'  br i1 %{pfx}jvc, label %{pfx}vec, label %{tail}')
+
+    body(2, "b", "row2", "row_end2")
+    body(1, "a", "row1", "row_end1")
+    a('row_end2:')
+    a('  br label %row_end')
+    a('row_end1:')
+    a('  br label %row_end')
+    a('row_end:')
+    a('  %rstep = phi i64 [ 2, %row_end2 ], [ 1, %row_end1 ]')
+    a('  %rn = add i64 %r, %rstep')
+    a('  %rc = icmp slt i64 %rn, %r1')
+    a('  br i1 %rc, label %row, label %unit_end')
+    a('unit_end:')
+    a('  %u1 = add i64 %u, 1')
+    a('  %bd1 = add i64 %bd, 1')
+    a('  %bdw = icmp eq i64 %bd1, %NB')
+    a('  %bdn = select i1 %bdw, i64 0, i64 %bd1')
+    a('  %plw = zext i1 %bdw to i64')
+    a('  %pln = add i64 %pl, %plw')
+    a('  %ch1 = add i64 %ch, %plw')
+    a('  %chw = icmp eq i64 %ch1, %C')
+    a('  %chn = select i1 %chw, i64 0, i64 %ch1')
+    a('  %uc = icmp slt i64 %u1, %gt1')
+    a('  br i1 %uc, label %unit, label %claim')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
+def kernel_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool):
+    """The padded-rows builtin ``f(x, w, bias, out, params)`` (float32, column stride 1 / 2, column dilation 1)."""
+    k = ("pad", KH, KW, sh, sw, dh, relu)
+    f = _kernels.get(k)
+    if f is not None:
+        return f
+    return builtin(_kernels, k, f"dwpadf{KH}x{KW}s{sh}{sw}d{dh}{'r' if relu else ''}",
+                   f"{source_key(__file__)}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{relu}",
+                   lambda: _render_pad(KH, KW, sh, sw, dh, relu), 5)
+
+
+def _r8(n: int) -> int:
+    return -(-n // PV) * PV
+
+
+def pad_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW, RB):
+    """The padded-rows kernel's params past _P_CTR (``_Q_*``) and its scratch size (floats) for bands of RB output
+    rows; every scratch read and write checked in bounds.  Column dilation 1."""
+    NF, TL = divmod(W, PV * sw)
+    nch = NF + (TL > 0)                     # fill chunks per input row: columns [0, nch * PV * sw) (zeros past W)
+    # the row's last columns: one unmasked chunk ending at the row's end (stride 2: from an even column)
+    OV = W - PV * sw if TL and W >= PV * sw and (W - PV * sw) % sw == 0 else -1
+    NV = -(-OW // PV)
+    JL = max(OW - PV, 0)
+    # the last vector's lanes: columns [JL, JL + PV) (OW < PV: lanes past OW are stored over the next row or masked);
+    # tap kj reads phase kj % sw from column kj // sw on
+    if sw == 1:
+        WH = _r8(max(pl + nch * PV, JL + PV + KW - 1))
+        WR = WH
+        DE = DO = pl
+        fill_end = [(pl, pl + nch * PV)]
+    else:
+        WH = _r8(max((pl + 1) // 2 + nch * PV, JL + PV + (KW - 1) // 2))
+        WR = 2 * WH
+        DE = (pl & 1) * WH + (pl >> 1)
+        DO = ((pl + 1) & 1) * WH + ((pl + 1) >> 1)
+        fill_end = [(DE, DE + nch * PV), (DO, DO + nch * PV)]
+    rows = (RB - 1) * sh + (KH - 1) * dh + 1        # the band's padded input rows
+    SZ = _r8(rows * WR)
+    # bounds: fills inside their phase of the scratch row, reads (the last vector's lanes, every tap) inside their
+    # phase of the row, the rows inside the scratch
+    for s0, s1 in fill_end:
+        if s0 < 0 or s1 > (s0 // WH + 1) * WH:
+            raise AssertionError("depthwise_native: fill would leave its scratch row")
+    if (KW - 1) // sw + JL + PV > WH or rows * WR > SZ or SZ % PV:
+        raise AssertionError("depthwise_native: tap reads would leave the scratch")
+    return [WR, WH, SZ, NF, TL, NV, JL, DE, DO, OV], SZ
+
+
 # NEE_DEPTHWISE_NATIVE=0 (or MODE[0] = "0": tests, benchmarks) keeps every depthwise conv on conv.py's other paths
 MODE = [os.environ.get("NEE_DEPTHWISE_NATIVE", "1")]
+# NEE_DEPTHWISE_PAD=0 (or PAD[0] = "0") keeps float32 column strides 1 / 2 on the generic kernel (comparisons)
+PAD = [os.environ.get("NEE_DEPTHWISE_PAD", "1")]
+# the padded-rows kernel's scratch (on the running thread's stack, as gemm_driver's row epilogue's): bands of
+# output rows whose input rows fit _PAD_BAND_BYTES (L1); convs whose KH input rows need more than _PAD_MAX_BYTES
+# take the generic kernel
+_PAD_BAND_BYTES = 24 << 10
+_PAD_MAX_BYTES = 64 << 10
+# one thread, ns per (output vector of 8, tap) of the padded-rows kernel (+ its fill per input vector)
+_PAD_NS_TAP = 0.3
+_PAD_NS_FILL = 0.5
 _PAR_NS = 25000.0   # estimated single-thread ns from which a call goes to the native workers
 _UNITS_PER_THREAD = 8
 _BAND_BYTES = 16 << 10
@@ -239,7 +650,7 @@ def conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, relu=False) -> bool:
     ``relu``; top / left padding pt, pl (the bottom / right ones are what res's size leaves).  False (nothing
     written) where no kernel takes it (dtype, column stride, window size, layout)."""
     key = (x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, bool(relu), x.dtype.char, w.dtype.char,
-           res.dtype.char, threads.NUM_THREADS, MODE[0])
+           res.dtype.char, threads.NUM_THREADS, MODE[0], PAD[0])
     run = _runners.get(key)
     if run is None:
         if len(_runners) > 1024:
@@ -264,11 +675,15 @@ def _runner(xs, ws, rs, sh, sw, pt, pl, dh, dw, relu, dt, wdt, rdt):
     if (O != C or Cg != 1 or rs[:2] != (N, C) or KH * KW > MAX_TAPS or min(H, W, OH, OW, sh, sw, dh, dw) < 1
             or min(pt, pl) < 0 or max(W, OW * sw + (KW - 1) * dw + sw * 16) >= 1 << 30):
         return False
+    P = N * C
+    nt = threads.NUM_THREADS
+    if dt == np.float32 and sw in (1, 2) and dw == 1 and PAD[0] != "0":
+        r = _pad_runner(N, C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt)
+        if r is not None:
+            return r
     V = 16 if dt == np.float32 else 8
     if dt == np.float64 and OW > _F64_MAX_OW:
         return False
-    P = N * C
-    nt = threads.NUM_THREADS
     # one thread, float32: ~0.7 ns per (output vector, tap) (ShuffleNet's 3x3: 23-25 us for 272 x 14 x 14)
     est = P * OH * -(-OW // V) * KH * KW * sw * 0.7 * (2 if dt == np.float64 else 1)
     par = nt > 1 and est >= _PAR_NS
@@ -282,7 +697,37 @@ def _runner(xs, ws, rs, sh, sw, pt, pl, dh, dw, relu, dt, wdt, rdt):
     G = max(1, T1 // (nt * _UNITS_PER_THREAD)) if par else T1
     base = np.zeros(_P_N, np.int64)
     base[:_P_CTR] = (H, W, OH, OW, sh, pt, pl, dh, dw, C, NB, RB, G, T1)
-    f = kernel(dt, KH, KW, sw, relu)
+    return _launch(kernel(dt, KH, KW, sw, relu), base, C, dt, par, nt)
+
+
+def _pad_runner(N, C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt):
+    """The padded-rows kernel's runner (float32, column stride 1 / 2, column dilation 1), or None where its scratch
+    would not fit: bands of output rows whose padded input rows fit _PAD_BAND_BYTES, split over the threads as the
+    generic kernel's."""
+    q, _ = pad_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW, 1)
+    WR = q[0]
+    RB = max(1, min(OH, (_PAD_BAND_BYTES // (4 * WR) - (KH - 1) * dh - 1) // sh + 1))
+    est = P * (OH * -(-OW // PV) * KH * KW * _PAD_NS_TAP + H * -(-W // PV) * _PAD_NS_FILL)
+    par = nt > 1 and est >= _PAR_NS
+    if par:
+        units = nt * _UNITS_PER_THREAD
+        RB = min(RB, -(-OH // max(1, min(OH, -(-units // P)))))
+    q, SZ = pad_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW, RB)
+    if SZ * 4 > _PAD_MAX_BYTES:
+        return None
+    NB = -(-OH // RB)
+    T1 = P * NB
+    G = max(1, T1 // (nt * _UNITS_PER_THREAD)) if par else T1
+    base = np.zeros(_Q_N, np.int64)
+    base[:_P_CTR] = (H, W, OH, OW, sh, pt, pl, dh, dw, C, NB, RB, G, T1)
+    base[_P_N:] = q
+    f = kernel_pad(KH, KW, sh, sw, dh, relu)
+    return _launch(f, base, C, np.float32, par, nt)
+
+
+def _launch(f, base, C, dt, par, nt):
+    """``run(x, w, b, res)``: kernel ``f`` with a fresh copy of params ``base`` (its claim counter), on the native
+    workers when ``par``."""
     zero = np.zeros(C, dt)
     if par:
         from . import conv_direct
