@@ -234,3 +234,32 @@ def test_profile_times_the_bound_steps(counts, monkeypatch):
             assert counts["bound"] == bound + 1 and counts["into"] == into, counts
         else:
             assert counts["into"] == into + 1, counts
+
+
+@pytest.mark.parametrize("case", [((1, 24, 15, 13), 1, 1), ((1, 16, 14, 14), 2, 1), ((2, 9, 7, 11), 1, 0)])
+def test_depthwise_steps_bound(counts, case):
+    # depthwise convs bind depthwise_native's launch (b + b2 as its bias); biases written in place between calls
+    # (default jit mode: not frozen) and a thread-count change are seen
+    xs, s, p = case
+    C = xs[1]
+    w = RNG.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(C).astype(np.float32)
+    shift = RNG.standard_normal((C, 1, 1)).astype(np.float32)
+    wn, bn, sn = nee.from_numpy(w), nee.from_numpy(b.copy()), nee.from_numpy(shift)
+    jf = nee.jit(lambda xx: F.relu(F.conv2d(xx, wn, bn, s, p, 1, C) + sn))
+    nt0 = threads.get_num_threads()
+    try:
+        for i, nt in enumerate([1, 1, 1, 1, 2, 2, 1, 1]):
+            nee.set_num_threads(nt)
+            x = RNG.standard_normal(xs).astype(np.float32)
+            into = counts["into"]
+            got = jf(nee.from_numpy(x)).numpy()
+            _close(got, _ref(x, w, bn.numpy(), s, p, C, shift, relu=True))
+            if i in (1, 2, 3, 5, 7):
+                assert counts["into"] == into, (i, counts)       # bound
+            if i in (4, 6):
+                assert counts["into"] == into + 1, (i, counts)   # the thread count changed: unbound, bound anew
+            if i == 2:
+                bn.numpy()[...] = RNG.standard_normal(C).astype(np.float32)
+    finally:
+        nee.set_num_threads(nt0)

@@ -618,11 +618,14 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
     G = attrs["groups"]
     C = x.shape[1]
     O, Cg, KH, KW = w.shape
-    if Cg == 0 or (Cg == 1 and G == C and O == C and KH * KW > 1):
-        return None         # (depthwise: kernels/depthwise_native.py first)
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     dh, dw = attrs["dilation"]
+    if Cg == 1 and G == C and O == C and KH * KW > 1:
+        # depthwise: kernels/depthwise_native.py first (as conv2d_into), with b + b2 as its bias
+        return None if e is not None else _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu)
+    if Cg == 0:
+        return None
     st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0])
     if st0[0] == "0" or not conv_direct.applies(x, w, out, G) or (st0[0] != "1" and not conv_direct.pays(
             x.shape, w.shape, out.shape, sh, sw, pt, pb, pl, pr, dh, dw, G)):
@@ -686,6 +689,32 @@ def _finish_epilogue(res, b, e, relu) -> None:
     ef = np.ascontiguousarray(e).reshape(-1) if e is not None else rf
     _par_planes(lambda q0, q1: _bias_act(rf, bf, b is not None, ef, e is not None, relu, L, O, q0, q1), N * O,
                 0.3 * res.size)
+
+
+def _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu):
+    """bind_into's depthwise case: depthwise_native's launch for these layouts with the bias conv2d_into would
+    give it (b + b2; summed once when both are frozen and the bound arrays), or None."""
+    run = depthwise_native.runner(x, w, out, sh, sw, pt, pl, dh, dw, relu)
+    if run is None:
+        return None
+    st0 = depthwise_native.settings()
+    has_b = b is not None
+    b0, b20 = b, b2
+    frozen = all(a is None or winograd.is_frozen(a) for a in (b, b2))
+    summed = b if b2 is None else (b2 if b is None else (b + b2 if frozen else None))
+    dn = depthwise_native
+
+    def f(out, ins, b2, e) -> bool:
+        if e is not None or dn.settings() != st0:
+            return False
+        b = ins[2] if has_b else None
+        if summed is not None and b is b0 and b2 is b20:
+            bias = summed
+        else:
+            bias = b if b2 is None else (b2 if b is None else b + b2)
+        run(ins[0], ins[1], bias, out)
+        return True
+    return f
 
 
 def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:

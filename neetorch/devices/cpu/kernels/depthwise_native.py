@@ -649,19 +649,32 @@ def conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, relu=False) -> bool:
     """res (N, C, OH, OW) = depthwise conv2d(x (N, C, H, W), w (C, 1, KH, KW)) + b (C,) or None, through relu when
     ``relu``; top / left padding pt, pl (the bottom / right ones are what res's size leaves).  False (nothing
     written) where no kernel takes it (dtype, column stride, window size, layout)."""
+    run = runner(x, w, res, sh, sw, pt, pl, dh, dw, relu)
+    if run is None or (b is not None and (b.dtype != x.dtype or b.shape != (x.shape[1],))):
+        return False
+    run(x, w, b, res)
+    return True
+
+
+def settings() -> tuple:
+    """What the launches :func:`runner` returns depend on besides the operands' layouts (thread count, switches)."""
+    return threads.NUM_THREADS, MODE[0], PAD[0]
+
+
+def runner(x, w, res, sh, sw, pt, pl, dh, dw, relu=False):
+    """``run(x, w, b, res)``: the launch :func:`conv2d` makes for operands of these layouts (cached per layout and
+    :func:`settings`), or None where conv2d would return False (no kernel, or not C-contiguous operands)."""
     key = (x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, bool(relu), x.dtype.char, w.dtype.char,
-           res.dtype.char, threads.NUM_THREADS, MODE[0], PAD[0])
+           res.dtype.char) + settings()
     run = _runners.get(key)
     if run is None:
         if len(_runners) > 1024:
             _runners.clear()
         run = _runners[key] = _runner(x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, bool(relu), x.dtype,
                                       w.dtype, res.dtype)
-    if not run or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous) or (
-            b is not None and (b.dtype != x.dtype or b.shape != (x.shape[1],))):
-        return False
-    run(x, w, b, res)
-    return True
+    if not run or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous):
+        return None
+    return run
 
 
 def _runner(xs, ws, rs, sh, sw, pt, pl, dh, dw, relu, dt, wdt, rdt):
