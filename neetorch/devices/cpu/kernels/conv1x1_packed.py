@@ -565,6 +565,12 @@ _MIN_LANE_USE = 0.75
 # and 256 -> 32 on 27x27 even; Inception's 192 -> 32 on 28x28 181 vs 194; 2 threads, load ~6: 64 -> 16 138 vs 159,
 # 128 -> 16 214 vs 232, 256 -> 48 70 vs 87, 384 -> 48 103 vs 116)
 _MIN_K = 16
+# nor the large products on large planes: ResNet-50's 1x1s (~103 MFLOP each on 56x56 .. 14x14 planes) ran 1.06-1.29x
+# slower here than on OpenBLAS with the epilogue in gemm_driver's blocks at 2 threads (in-session per-step minima,
+# `nee.profile()`, the two paths' sessions alternating in one process, load ~3), and the whole model 1.18x; on 7x7
+# planes, and SqueezeNet's 512 -> 1000 on 13x13 (173 MFLOP), this path is faster (0.78-0.91x; 2610 -> 2010 us)
+_BIG_MIN_L = 196
+_BIG_FLOPS = 50e6
 _SQUEEZE_MAX_O = 48
 _SQUEEZE_RATIO = 4
 
@@ -587,7 +593,8 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
                 L = rs[2] * rs[3]
                 Og, Cg = ws[0] // max(G, 1), ws[1]
                 r = (L > 0 and L >= _MIN_LANE_USE * (-(-L // linalg.PK_NR) * linalg.PK_NR) and Cg >= _MIN_K
-                     and not (Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og))
+                     and not (Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og)
+                     and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS))
         if len(_pays) > 4096:
             _pays.clear()
         _pays[key] = r
