@@ -61,12 +61,12 @@ def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
 
-def numel(t) -> int:
-    return t.numel()
+def numel(input) -> int:
+    return input.numel()
 
 
-def is_floating_point(t) -> bool:
-    return t.is_floating_point()
+def is_floating_point(input) -> bool:
+    return input.is_floating_point()
 
 
 def can_cast(from_, to) -> bool:
@@ -110,6 +110,7 @@ from .serialization import load_safetensors, save_safetensors, save, load  # noq
 from . import linalg  # noqa: E402,F401
 from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401
+from . import testing  # noqa: E402,F401  (torch.testing.assert_close)
 _ops.complex.install_guard()   # (once the op table is complete) ops not known right for complex refuse it
 from .compare import compare  # noqa: E402,F401
 
@@ -123,6 +124,8 @@ del _make_callable
 import math as _math  # noqa: E402
 pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None
 from .tensor.tensor import Layout as layout, strided  # noqa: E402,F401  (torch.layout / torch.strided)
+from .tensor.tensor import (MemoryFormat as memory_format, contiguous_format, channels_last,  # noqa: E402,F401
+                            channels_last_3d, preserve_format)
 
 
 def __getattr__(name):

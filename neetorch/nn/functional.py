@@ -204,6 +204,9 @@ def prelu(input, weight):
 
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     _float_only(input, "leaky_relu_cpu")
+    if lower > upper:
+        raise RuntimeError(f"rrelu: Lower bound should be less than or equal to the upper bound (lower={lower}, "
+                           f"upper={upper})")
     if not training:
         return leaky_relu(input, (lower + upper) / 2, inplace)
     from ..tensor.creation import rand

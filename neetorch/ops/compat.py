@@ -118,7 +118,7 @@ def sgn(input):
 @export(method=False)
 def clone(input, *, memory_format=None):
     """``torch.clone``."""
-    return input.clone()
+    return input.clone(memory_format=memory_format)
 
 
 @export(method=False)
@@ -1847,3 +1847,118 @@ def _elu_float_only(name):
 for _n in ("selu", "selu_"):
     if _n in EXPORTS:
         _elu_float_only(_n)
+
+
+# ------------------------------------------------------------------ torch.vmap, torch.sym_*
+def _vmap_tree(a, d, leaf):
+    """``leaf(tensor, dim)`` over ``a`` (a tensor, or tuples / lists / dicts of them) with ``d`` its in_dims
+    (an int / None for the whole subtree, or the same structure); non-tensor leaves pass through when unmapped."""
+    if isinstance(a, (tuple, list)):
+        ds = d if isinstance(d, (tuple, list)) else [d] * len(a)
+        if len(ds) != len(a):
+            raise ValueError(f"vmap: in_dims {d!r} does not match the structure of an input of length {len(a)}")
+        return type(a)(_vmap_tree(x, dd, leaf) for x, dd in zip(a, ds))
+    if isinstance(a, dict):
+        return {k: _vmap_tree(v, d[k] if isinstance(d, dict) else d, leaf) for k, v in a.items()}
+    if d is None:
+        return a
+    if not isinstance(a, Tensor):
+        raise ValueError(f"vmap: Got in_dim={d} for an input but the input is of type {type(a).__name__}; only "
+                         f"Tensors can be mapped over (use in_dims=None for it)")
+    if isinstance(d, _bool) or not isinstance(d, (_int, np.integer)) or not -a.ndim <= d < a.ndim:
+        raise ValueError(f"vmap: Got in_dim={d!r} for an input that is a Tensor of dimensionality {a.ndim}, so "
+                         f"expected an int in_dim satisfying {-a.ndim} <= in_dim < {a.ndim}")
+    return leaf(a, _int(d))
+
+
+def _vmap_stack(rs, od):
+    r0 = rs[0]
+    if isinstance(r0, (tuple, list)):
+        ods = od if isinstance(od, (tuple, list)) else [od] * len(r0)
+        if len(ods) != len(r0):
+            raise ValueError(f"vmap: out_dims {od!r} does not match the structure of the {len(r0)} outputs")
+        return type(r0)(_vmap_stack([r[j] for r in rs], ods[j]) for j in _range(len(r0)))
+    if isinstance(r0, dict):
+        return {k: _vmap_stack([r[k] for r in rs], od[k] if isinstance(od, dict) else od) for k in r0}
+    if not isinstance(r0, Tensor):
+        raise ValueError(f"vmap: the function must return Tensors (or tuples / lists / dicts of them), got "
+                         f"{type(r0).__name__}")
+    if od is None:
+        return r0
+    return _E("stack")(rs, wrap_dim(od, r0.ndim + 1, "vmap"))
+
+
+@export(method=False)
+def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    """``torch.vmap``: ``func`` mapped over dim ``in_dims`` of its inputs (an int for all, or a tuple with an int /
+    None per argument, nested like the arguments), its outputs stacked along ``out_dims``.  neetorch runs
+    ``func`` once per batch entry and stacks the results (the values torch's batched rules give for a pure
+    function); ``randomness`` and ``chunk_size`` are accepted, random ops draw independently per entry."""
+    if not (isinstance(in_dims, (_int, tuple)) and not isinstance(in_dims, _bool)):
+        raise ValueError(f"vmap({getattr(func, '__name__', func)}, in_dims={in_dims!r}): expected `in_dims` to be "
+                         f"int or a (potentially nested) tuple matching the structure of inputs, got "
+                         f"{type(in_dims)}.")
+
+    def wrapped(*args, **kwargs):
+        dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+        if len(dims) != len(args):
+            raise ValueError(f"vmap({getattr(func, '__name__', func)}, in_dims={in_dims!r}): in_dims is not "
+                             f"compatible with the structure of `inputs` ({len(args)} positional arguments)")
+        sizes = []
+        _vmap_tree(tuple(args), dims, lambda t, d: sizes.append(t.shape[d]))
+        if not sizes:
+            raise ValueError("vmap: at least one input must be a Tensor mapped over (all in_dims are None)")
+        if len(set(sizes)) != 1:
+            raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+                             f"{sizes} for the mapped dimension")
+        if sizes[0] == 0:
+            raise NotImplementedError("vmap: a batch of size 0 is not supported by neetorch (it runs the "
+                                      "function once per entry)")
+        outs = [func(*_vmap_tree(tuple(args), dims, lambda t, d: t.select(d, i)), **kwargs)
+                for i in _range(sizes[0])]
+        return _vmap_stack(outs, out_dims)
+    wrapped.__name__ = getattr(func, "__name__", "vmapped")
+    wrapped.__doc__ = getattr(func, "__doc__", None)
+    return wrapped
+
+
+# torch.sym_*: the symbolic-shape helpers, on plain Python numbers (neetorch shapes are always concrete)
+@export(method=False)
+def sym_float(a):
+    return _float(a)
+
+
+@export(method=False)
+def sym_int(a):
+    """``torch.sym_int``: an int (a float is truncated toward zero, like ``int``)."""
+    return _int(a)
+
+
+@export(method=False)
+def sym_max(a, b):
+    return _max(a, b)
+
+
+@export(method=False)
+def sym_min(a, b):
+    return _min(a, b)
+
+
+@export(method=False)
+def sym_not(a):
+    return not a
+
+
+@export(method=False)
+def sym_ite(b, t, f):
+    return t if b else f
+
+
+@export(method=False)
+def sym_sum(args):
+    return _sum(args)
+
+
+@export(method=False)
+def sym_sqrt(a):
+    return math.sqrt(a)

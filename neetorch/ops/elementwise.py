@@ -702,7 +702,12 @@ def div(input, other, *, rounding_mode=None, out=None):
     if rounding_mode == "trunc":
         _check_int_div("div", input, other)
         return apply(_BIN["trunc_divide"], input, other, out=out)
-    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{rounding_mode}'")
+    raise _RoundingModeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                             f"'{rounding_mode}'")
+
+
+class _RoundingModeError(RuntimeError, ValueError):
+    """torch raises RuntimeError for an unknown ``rounding_mode`` (neetorch raised ValueError before: both)."""
 
 
 export(div, name="divide")

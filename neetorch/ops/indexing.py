@@ -22,7 +22,7 @@ from ..tensor import _storage
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .registry import Meta, OpDef, export, register, run
-from .shape_rules import broadcast_shapes, numel, wrap_dim
+from .shape_rules import broadcast_shapes, int_arg, numel, wrap_dim
 
 __all__ = ["getitem", "setitem", "gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
            "index_fill", "index_copy", "index_put", "take", "take_along_dim", "masked_select", "masked_scatter",
@@ -399,7 +399,13 @@ def _strip_leading_ones(value: Tensor, ndim: int) -> Tensor:
 def setitem(self: Tensor, index, value) -> None:
     """``self[index] = value``: writes through a view (basic) or scatters (advanced, ``index_put_``)."""
     if type(value) in (int, float):
-        value = _dt.fit_scalar(value, self._dtype, "setitem")
+        if self._dtype.category == 2 and self._dtype.itemsize == 2 and type(value) is float:
+            # torch: a float written into a float16 / bfloat16 tensor rounds (past the range: inf), never refused
+            # (through float32 like torch's Half(float(x)): two roundings)
+            with np.errstate(over="ignore"):
+                value = float(np.array(value, np.float64).astype(np.float32).astype(self._dtype.np))
+        else:
+            value = _dt.fit_scalar(value, self._dtype, "setitem")
     elif type(value) is complex and self._dtype.category != 3:
         value = _dt.fit_scalar(value, self._dtype, "setitem").real     # (torch: only a zero imaginary part)
     key = _fast_key(self, index)
@@ -409,6 +415,8 @@ def setitem(self: Tensor, index, value) -> None:
             raise RuntimeError("setitem: the tensor is read-only")
         if 0 in self._data.strides:     # (what is written must not overlap itself: x.expand(3, 4)[0] may be)
             _check_no_overlap(Tensor._make(self._data[key], self._device, self._dtype))
+        if isinstance(value, Tensor) and np.may_share_memory(self._data, value._data):   # (x[1:] = x[:-1]: torch
+            _check_partial_overlap(Tensor._make(self._data[key], self._device, self._dtype), value)  # refuses)
         src = value._data if isinstance(value, Tensor) else value
         if isinstance(value, Tensor) and _dt.via_f32(src.dtype, self._data.dtype):
             src = src.astype(np.float32)   # (torch narrows to float16/bfloat16 through float32)
@@ -501,6 +509,18 @@ def _dense_range(a):
     return (lo, hi) if hi - lo == a.size * a.itemsize else None
 
 
+def _check_any_overlap(out: Tensor, src) -> None:
+    """torch's assert_no_overlap (index_put_: the values may not share any element with the target, the same
+    elements included); either one not dense passes (torch: too hard to tell)."""
+    if not isinstance(src, Tensor) or not isinstance(out._data, np.ndarray) or \
+            not isinstance(src._data, np.ndarray) or not np.may_share_memory(out._data, src._data):
+        return
+    ra, rb = _dense_range(out._data), _dense_range(src._data)
+    if ra is not None and rb is not None and ra[0] < rb[1] and rb[0] < ra[1]:
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor refer "
+                           "to a single memory location. Please clone() the tensor before performing the operation.")
+
+
 def _check_partial_overlap(out: Tensor, src) -> None:
     """torch's assert_no_partial_overlap for a write into ``out`` reading ``src``: both dense over memory that
     overlaps without being the same elements (x[1:].copy_(x[:-1]), x.t().add_(x)) is refused; the same range with
@@ -519,6 +539,7 @@ def _check_partial_overlap(out: Tensor, src) -> None:
 
 
 def _index_put_impl(target: Tensor, tens, attrs, val: Tensor, accumulate: bool, res):
+    _check_any_overlap(target, val)
     val = _strip_leading_ones(val, len(res))
     try:
         ok = broadcast_shapes(tuple(val.shape), res) == res
@@ -997,7 +1018,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
     """The ``k`` largest (or smallest) entries along ``dim`` and their indices (``torch.topk``)."""
     d = wrap_dim(dim, input.ndim, "topk")
     n = (tuple(input.shape) or (1,))[d]
-    k = int(k)
+    k = int_arg("topk", "k", k)
     if not 0 <= k <= n:
         raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {n} along dim {d})")
     if input._dtype is _dt.bool_:
@@ -1012,6 +1033,7 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
 def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     """The ``k``-th smallest entry along ``dim`` and its index (``torch.kthvalue``)."""
     d = wrap_dim(dim, input.ndim, "kthvalue")
+    k = int_arg("kthvalue", "k", k)
     n = (tuple(input.shape) or (1,))[d]
     if n == 0:  # (torch: IndexError)
         raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size (shape {list(input.shape)}).")

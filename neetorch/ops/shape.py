@@ -253,7 +253,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
     a, b = wrap_dim(dims[0], input.ndim, "rot90"), wrap_dim(dims[1], input.ndim, "rot90")
     if a == b:
         raise RuntimeError(f"rot90: expected rotation dims to be different, but got dim0 = {a} and dim1 = {b}")
-    k %= 4
+    k = int_arg("rot90", "k", k) % 4
     if k == 1:
         return flip(input, (b,)).transpose(a, b)
     if k == 2:
@@ -416,7 +416,7 @@ def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -
     if a == b:
         raise RuntimeError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
     x = input.reshape(1) if input.ndim == 0 else input
-    return run(DIAG_EMBED, [x], {"offset": int(offset), "dim1": a, "dim2": b})[0]
+    return run(DIAG_EMBED, [x], {"offset": int_arg("diag_embed", "offset", offset), "dim1": a, "dim2": b})[0]
 
 
 @export

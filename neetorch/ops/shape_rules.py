@@ -1,6 +1,10 @@
 """Shape rules shared by op definitions."""
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
 __all__ = ["broadcast_shapes", "wrap_dim", "wrap_dims", "numel"]
 
 
@@ -30,7 +34,9 @@ def broadcast_shapes(*shapes, op: str = "broadcast") -> tuple:
 def wrap_dim(dim, ndim: int, op: str = "") -> int:
     n = max(ndim, 1)
     try:
-        dim = int(dim)
+        if isinstance(dim, (bool, np.bool_)):   # torch: a bool (or float) dim is a TypeError, never truncated
+            raise TypeError
+        dim = operator.index(dim)
     except TypeError:
         raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}") from None
     if not -n <= dim < n:
@@ -42,8 +48,8 @@ def wrap_dims(dims, ndim: int, op: str = "") -> tuple:
     """Normalize an int / tuple of dims (None: all dims); duplicates are an error."""
     if dims is None:
         return tuple(range(ndim))
-    if isinstance(dims, int) or not hasattr(dims, "__iter__"):
-        dims = (dims,)
+    if isinstance(dims, int) or not hasattr(dims, "__iter__") or getattr(dims, "ndim", None) == 0:
+        dims = (dims,)   # (a 0-d tensor too: torch takes an integer one as a dim)
     out = tuple(wrap_dim(d, ndim, op) for d in dims)
     if len(set(out)) != len(out):
         raise RuntimeError(f"{op}: dim {out} appears multiple times in the list of dims")

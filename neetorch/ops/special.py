@@ -275,6 +275,8 @@ class finfo:
 
     def __init__(self, type=None):
         dt = _dtype_arg(type, "finfo")
+        if dt.category == 3:   # torch: a complex dtype describes its real components (complex64: float32)
+            dt = _dt.to_dtype(np.dtype(dt.np).type(0).real.dtype)
         if dt.category != 2:
             raise TypeError(f"finfo() requires a floating point input type (got {dt.name}). Use nee.iinfo to "
                             f"handle {dt.name}")

@@ -22,7 +22,7 @@ from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from . import reduction as _red
 from .registry import EXPORTS, _trace_hook, export
-from .shape_rules import wrap_dim
+from .shape_rules import int_arg, wrap_dim
 
 __all__ = ["bincount", "diff", "histc", "logcumsumexp", "mode", "nanmedian", "nanquantile", "quantile"]
 
@@ -268,7 +268,7 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
     _check(input, "diff")
     if input.ndim == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
-    n = int(n)
+    n = int_arg("diff", "n", n)
     if n < 0:
         raise RuntimeError(f"order must be non-negative but got {n}")
     d = wrap_dim(dim, input.ndim, "diff")
@@ -309,7 +309,7 @@ def histc(input, bins=100, min=0, max=0):
     _check(input, "histc")
     if input._dtype.category != 2:
         raise _dt.DTypeNotImplementedError(f"histc(): not implemented for {input._dtype.name} (floating point tensors only)")
-    bins = int(bins)
+    bins = int_arg("histc", "bins", bins)
     if bins <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
     lo, hi = float(min), float(max)

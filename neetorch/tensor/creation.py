@@ -513,6 +513,10 @@ def full_like(t, fill_value, dtype=None, device=None, memory_format=None) -> Ten
     return _new(tuple(t.shape), dt, dev, fill_value)
 
 
+class _ArangeStepError(ValueError, RuntimeError):
+    """torch: ValueError for a float step that casts to 0 under an int64 dtype (RuntimeError for a 0 step)."""
+
+
 def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     _no_bool_out(out, "arange")
     if out is not None:
@@ -522,6 +526,9 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requir
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     start, end, step = vals
+    for v in (start, end):
+        if isinstance(v, (float, np.floating)) and not np.isfinite(v):
+            raise RuntimeError(f"arange: unsupported range: {start} -> {end}")
     n_float = None
     if dtype is not None and _dt.to_dtype(dtype).category == 3:
         raise NotImplementedError(f"arange: not implemented for complex dtypes (got {_dt.to_dtype(dtype).name}), "
@@ -534,6 +541,8 @@ def arange(start, end=None, step=1, *, out=None, dtype=None, device=None, requir
                 n_float = int(np.ceil((end - start) / step))
         else:
             start, end, step = int(start), int(end), int(step)
+            if step == 0 and vals[2] != 0:   # torch: a float step that the int64 cast makes 0 is a ValueError
+                raise _ArangeStepError(f"arange: step must be nonzero (step {vals[2]!r} is 0 as int64)")
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
     if (end - start) / step < 0:
@@ -775,7 +784,15 @@ def _accepts_layout(fn):
                                f"(layout=neetorch.strided)")
         if "pin_memory" in kw and "pin_memory" not in params:
             kw.pop("pin_memory")   # (a CPU tensor is already host memory)
-        return fn(*args, **kw)
+        if "memory_format" in kw and "memory_format" not in params:   # (dense results)
+            kw.pop("memory_format")
+        rg = kw.pop("requires_grad", False) if "requires_grad" not in params else False
+        if not args and "input" in kw and "input" not in params:   # torch.zeros_like(input=x)
+            args = (kw.pop("input"),)
+        r = fn(*args, **kw)
+        if rg:   # (the flag only, like nee.tensor(..., requires_grad=True): neetorch has no autograd)
+            r.requires_grad = True
+        return r
     return f
 
 

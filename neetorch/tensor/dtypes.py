@@ -50,6 +50,23 @@ class DType:
     def is_bool(self) -> bool:
         return self.category == 0
 
+    def to_complex(self) -> "DType":
+        """torch.dtype.to_complex: the complex dtype with this float dtype's components (float16's complex32 does
+        not exist in neetorch)."""
+        if self.category == 3:
+            return self
+        to = {"float32": "complex64", "bfloat16": "complex64", "float64": "complex128"}.get(self.name)
+        if to is None:
+            if self.name == "float16":
+                raise DTypeNotImplementedError("to_complex: float16's complex dtype is complex32, which neetorch "
+                                               "does not support")
+            raise RuntimeError(f"Unknown Complex ScalarType for {self.name}")
+        return _BY_NAME[to]
+
+    def to_real(self) -> "DType":
+        """torch.dtype.to_real: a complex dtype's component dtype; any other dtype itself."""
+        return {"complex64": float32, "complex128": float64}.get(self.name, self)
+
     def __repr__(self) -> str:
         return f"neetorch.{self.name}"
 
@@ -266,8 +283,8 @@ def _promote_pair(a: DType, b: DType) -> DType:
 _PROMOTE = {(a, b): _promote_pair(a, b) for a in ALL_DTYPES for b in ALL_DTYPES}
 
 
-def promote_types(a, b) -> DType:
-    return _PROMOTE[to_dtype(a), to_dtype(b)]
+def promote_types(type1, type2) -> DType:
+    return _PROMOTE[to_dtype(type1), to_dtype(type2)]
 
 
 def _combine(higher: DType | None, lower: DType | None) -> DType | None:

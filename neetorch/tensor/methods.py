@@ -72,7 +72,7 @@ def install() -> None:
             fn = EXPORTS[extra][0]
             setattr(Tensor, extra + "_", _inplace(fn, extra))
     # torch: ``x.where(condition, y)`` is ``torch.where(condition, x, y)`` (self is the value, not the condition)
-    Tensor.where = lambda self, condition, y: ew.where(condition, self, y)
+    Tensor.where = lambda self, condition, other: ew.where(condition, self, other)
     if not hasattr(Tensor, "type_as"):
         Tensor.type_as = lambda self, other: self.to(other.dtype)
     _compat_methods()

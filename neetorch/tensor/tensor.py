@@ -125,7 +125,16 @@ class Tensor:
         return self._backend().data_ptr(self._data)
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return _is_contiguous(self._data.shape, self.stride())
+        if memory_format is None:
+            return _is_contiguous(self._data.shape, self.stride())
+        if memory_format in (channels_last, channels_last_3d) and self.ndim != (4 if memory_format is channels_last
+                                                                               else 5):
+            return False   # torch: a tensor of another rank is not channels-last contiguous (no error)
+        perm = _channels_last_perm(memory_format, self.ndim, "is_contiguous")
+        if perm is None:
+            return _is_contiguous(self._data.shape, self.stride())
+        shape, st = self._data.shape, self.stride()
+        return _is_contiguous(tuple(shape[p] for p in perm), tuple(st[p] for p in perm))
 
     # torch's storage-kind flags: neetorch tensors are dense, strided, unquantized and never on these devices
     is_sparse = is_sparse_csr = is_quantized = is_meta = is_nested = is_mkldnn = property(lambda self: False)
@@ -240,14 +249,21 @@ class Tensor:
             raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous (shape {tuple(self.shape)})")
         return bool(self.item())
 
+    def _scalar_conv(self):
+        # torch: int() / float() / complex() of a tensor that is not one element raise ValueError (item(): RuntimeError)
+        if self.numel() != 1:
+            raise _ScalarConversionError("only one element tensors can be converted to Python scalars "
+                                         f"(got {self.numel()} elements, shape {tuple(self.shape)})")
+        return self.item()
+
     def __int__(self):
-        return int(self.item())
+        return int(self._scalar_conv())
 
     def __float__(self):
-        return float(self.item())
+        return float(self._scalar_conv())
 
     def __complex__(self):
-        return complex(self.item())
+        return complex(self._scalar_conv())
 
     def __index__(self):
         if self._dtype.category == 2 or self.numel() != 1:
@@ -289,6 +305,7 @@ class Tensor:
         dt = kwargs.pop("dtype", None)
         copy = kwargs.pop("copy", False)
         kwargs.pop("non_blocking", None)
+        fmt = kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         flags = [a for a in args if isinstance(a, bool)]      # torch's positional non_blocking, copy
@@ -320,10 +337,19 @@ class Tensor:
             copy = False
         if copy:
             t = t.clone()
+        perm = None if fmt is None else _channels_last_perm(fmt, t.ndim, "to")
+        if perm is not None:   # torch: the format's own strides (a copy unless the tensor has them already)
+            want, acc = [0] * t.ndim, 1
+            for p in reversed(perm):
+                want[p], acc = acc, acc * max(t._data.shape[p], 1)
+            if tuple(t.stride()) != tuple(want):
+                t = t.clone(memory_format=fmt)
+        elif fmt is contiguous_format:
+            t = t.contiguous()
         return t
 
-    def cpu(self) -> "Tensor":
-        return self.to("cpu")
+    def cpu(self, memory_format=None) -> "Tensor":
+        return self.to("cpu", memory_format=memory_format)
 
     def cuda(self, device=None) -> "Tensor":
         return self.to(f"cuda:{device or 0}")
@@ -346,43 +372,49 @@ class Tensor:
         raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
                            f"{type(element).__name__}.")
 
-    def float(self):
-        return self.to(_dt.float32)
+    def float(self, memory_format=None):
+        return self.to(_dt.float32, memory_format=memory_format)
 
-    def double(self):
-        return self.to(_dt.float64)
+    def double(self, memory_format=None):
+        return self.to(_dt.float64, memory_format=memory_format)
 
-    def half(self):
-        return self.to(_dt.float16)
+    def half(self, memory_format=None):
+        return self.to(_dt.float16, memory_format=memory_format)
 
-    def cfloat(self):
-        return self.to(_dt.complex64)
+    def cfloat(self, memory_format=None):
+        return self.to(_dt.complex64, memory_format=memory_format)
 
-    def cdouble(self):
-        return self.to(_dt.complex128)
+    def cdouble(self, memory_format=None):
+        return self.to(_dt.complex128, memory_format=memory_format)
 
-    def int(self):
-        return self.to(_dt.int32)
+    def int(self, memory_format=None):
+        return self.to(_dt.int32, memory_format=memory_format)
 
-    def long(self):
-        return self.to(_dt.int64)
+    def long(self, memory_format=None):
+        return self.to(_dt.int64, memory_format=memory_format)
 
-    def short(self):
-        return self.to(_dt.int16)
+    def short(self, memory_format=None):
+        return self.to(_dt.int16, memory_format=memory_format)
 
-    def char(self):
-        return self.to(_dt.int8)
+    def char(self, memory_format=None):
+        return self.to(_dt.int8, memory_format=memory_format)
 
-    def byte(self):
-        return self.to(_dt.uint8)
+    def byte(self, memory_format=None):
+        return self.to(_dt.uint8, memory_format=memory_format)
 
-    def bool(self):
-        return self.to(_dt.bool_)
+    def bool(self, memory_format=None):
+        return self.to(_dt.bool_, memory_format=memory_format)
 
     def contiguous(self, memory_format=None) -> "Tensor":
-        return self if self.is_contiguous() else self.clone()
+        if self.is_contiguous(memory_format):
+            return self
+        return self.clone(memory_format=memory_format or contiguous_format)
 
     def clone(self, memory_format=None) -> "Tensor":
+        perm = None if memory_format is None else _channels_last_perm(memory_format, self.ndim, "clone")
+        if perm is not None:   # copy in the permuted order, then view it back: NHWC (NDHWC) strides
+            inv = tuple(int(i) for i in np.argsort(perm))
+            return self.permute(*perm).clone().permute(*inv)
         if _READ_HOOK[0] is not None:  # a trace is running: the copy must be a node, not a constant
             from ..trace.tracer import traced_copy
             r = traced_copy(self)
@@ -426,8 +458,8 @@ class Tensor:
     def detach_(self):
         return self
 
-    def requires_grad_(self, flag: bool = True):
-        self.requires_grad = flag
+    def requires_grad_(self, requires_grad: bool = True):
+        self.requires_grad = requires_grad
         return self
 
     def copy_(self, src, non_blocking=False) -> "Tensor":
@@ -471,21 +503,21 @@ class Tensor:
         from .creation import tensor
         return tensor(data, dtype=dtype or self._dtype, device=device or self._device)
 
-    def new_zeros(self, *size, dtype=None, device=None):
+    def new_zeros(self, *size, dtype=None, device=None, **kw):   # (torch's size=, requires_grad=, layout=...)
         from .creation import zeros
-        return zeros(*size, dtype=dtype or self._dtype, device=device or self._device)
+        return zeros(*size, dtype=dtype or self._dtype, device=device or self._device, **kw)
 
-    def new_ones(self, *size, dtype=None, device=None):
+    def new_ones(self, *size, dtype=None, device=None, **kw):   # (torch's size=, requires_grad=, layout=...)
         from .creation import ones
-        return ones(*size, dtype=dtype or self._dtype, device=device or self._device)
+        return ones(*size, dtype=dtype or self._dtype, device=device or self._device, **kw)
 
     def new_full(self, size, fill_value, dtype=None, device=None):
         from .creation import full
         return full(size, fill_value, dtype=dtype or self._dtype, device=device or self._device)
 
-    def new_empty(self, *size, dtype=None, device=None):
+    def new_empty(self, *size, dtype=None, device=None, **kw):   # (torch's size=, requires_grad=, layout=...)
         from .creation import empty
-        return empty(*size, dtype=dtype or self._dtype, device=device or self._device)
+        return empty(*size, dtype=dtype or self._dtype, device=device or self._device, **kw)
 
     def __repr__(self):
         from ._repr import tensor_repr
@@ -536,6 +568,40 @@ class Layout:
 
 
 strided = Layout("strided")
+
+
+class _ScalarConversionError(ValueError, RuntimeError):
+    """torch raises ValueError (recent) or RuntimeError (older) converting a many-element tensor to a scalar."""
+
+
+class MemoryFormat:
+    """``torch.memory_format``: ``contiguous_format`` (row-major), ``channels_last`` (4-d NHWC strides),
+    ``channels_last_3d`` (5-d NDHWC strides), ``preserve_format``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"neetorch.{self.name}"
+
+
+contiguous_format = MemoryFormat("contiguous_format")
+channels_last = MemoryFormat("channels_last")
+channels_last_3d = MemoryFormat("channels_last_3d")
+preserve_format = MemoryFormat("preserve_format")
+
+
+def _channels_last_perm(fmt, ndim, op):
+    """The dim order (outermost first) of ``fmt``'s strides for an ``ndim``-d tensor; None: row-major."""
+    if fmt is None or fmt is contiguous_format or fmt is preserve_format:
+        return None
+    if fmt is channels_last or fmt is channels_last_3d:
+        want = 4 if fmt is channels_last else 5
+        if ndim != want:
+            raise RuntimeError(f"{op}: required rank {want} tensor to use {fmt.name} format (got a {ndim}-d tensor)")
+        return (0,) + tuple(range(2, ndim)) + (1,)
+    raise TypeError(f"{op}: memory_format must be a neetorch memory format (nee.contiguous_format, "
+                    f"nee.channels_last, ...), got {fmt!r}")
 
 
 def _is_contiguous(shape, strides) -> bool:

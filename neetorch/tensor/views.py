@@ -516,12 +516,25 @@ def tensor_split(t: Tensor, indices_or_sections, dim: int = 0):
     return tuple(narrow(t, d, bounds[i], max(bounds[i + 1] - bounds[i], 0)) for i in range(len(bounds) - 1))
 
 
+def _hv_split(t, sections, d, need, name):
+    """torch.hsplit / vsplit: ``tensor_split`` along ``d``; the tensor needs ``need`` dims, an int section count
+    must divide that dim evenly."""
+    if t.ndim < need:
+        raise RuntimeError(f"torch.{name} requires a tensor with at least {need} dimension, but got a tensor with "
+                           f"{t.ndim} dimensions!")
+    if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool) and \
+            (sections == 0 or t.shape[d] % sections):
+        raise RuntimeError(f"torch.{name} attempted to split along dimension {d}, but the size of the dimension "
+                           f"{t.shape[d]} is not divisible by the split_size {sections}!")
+    return tensor_split(t, sections, d)
+
+
 def hsplit(t, sections):
-    return tensor_split(t, sections, 1 if t.ndim > 1 else 0)
+    return _hv_split(t, sections, 1 if t.ndim > 1 else 0, 1, "hsplit")
 
 
 def vsplit(t, sections):
-    return tensor_split(t, sections, 0)
+    return _hv_split(t, sections, 0, 2, "vsplit")
 
 
 def _atleast_many(fn, t, more):

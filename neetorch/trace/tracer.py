@@ -495,8 +495,31 @@ def _guard_mutation(fn, what):
 _ASSIGNS = frozenset({"copy_", "fill_", "zero_"})
 
 
+#: torch's keyword names that differ from the neetorch view function's own
+_VIEW_KW_RENAMES = {"swapaxes": {"axis0": "dim0", "axis1": "dim1"}, "broadcast_to": {"size": "shape"},
+                    "split": {"split_size": "split_size_or_sections"}}
+
+
 def _traced_view(name, fn):
-    def wrapper(base, *args, **kwargs):
+    import inspect
+    try:
+        first = next(iter(inspect.signature(fn).parameters))
+    except (TypeError, ValueError, StopIteration):
+        first = "input"
+    renames = _VIEW_KW_RENAMES.get(name)
+
+    def wrapper(*args, **kwargs):
+        if args:
+            base, args = args[0], args[1:]
+        else:   # torch's keyword for the tensor: input= (split: tensor=), or neetorch's own name
+            for k in (first, "input", "tensor", "self"):
+                if k in kwargs:
+                    base = kwargs.pop(k)
+                    break
+            else:
+                raise TypeError(f"{name}() missing 1 required positional argument: 'input'")
+        if renames and kwargs:
+            kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
         r = fn(base, *args, **kwargs)
         tr = getattr(_active, "tracer", None)
         if tr is not None and registry._depth[0] == 0:
