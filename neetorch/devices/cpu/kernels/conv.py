@@ -687,7 +687,8 @@ def _finish_epilogue(res, b, e, relu) -> None:
     rf = res.reshape(-1)
     bf = b if b is not None else _NO_BIAS[res.dtype]
     ef = np.ascontiguousarray(e).reshape(-1) if e is not None else rf
-    _par_planes(lambda q0, q1: _bias_act(rf, bf, b is not None, ef, e is not None, relu, L, O, q0, q1), N * O,
+    from . import ir_small      # the same arithmetic as an IR kernel (no Numba on a session's path)
+    _par_planes(ir_small.bias_act(rf, bf, b is not None, ef, e is not None, relu, L, O, _bias_act), N * O,
                 0.3 * res.size)
 
 
@@ -1796,6 +1797,12 @@ def _pool_global(x, out, n, is_max, dv, p0, p1):
             for i in range(m, n):
                 a0 += x[_U(s + i)]
             out[p] = ((a0 + a1) + (a2 + a3)) / dv[0]
+
+
+# callers (_pool, pool_native.bind_pool) run the same arithmetic as an IR kernel (kernels/ir_small.py: the same
+# bits, and no Numba on an ONNX session's path); this Numba kernel for other arrays
+from . import ir_small as _ir_small     # noqa: E402
+_pool_global = _ir_small.pool_global(_pool_global)
 
 
 # per geometry: the tap offsets and divisors (numpy calls: ~40 us for an average pool's divisors, more than

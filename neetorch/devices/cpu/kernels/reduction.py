@@ -25,6 +25,7 @@ import numpy as np
 from ....tensor.dtypes import compute_np, copy_into, is_low_np, widen
 
 from .. import codegen, kernel, threads
+from . import ir_small
 
 _NB = {"bool": "boolean", "uint8": "uint8", "int8": "int8", "int16": "int16", "int32": "int32",
        "int64": "int64", "float32": "float32", "float64": "float64"}
@@ -363,6 +364,11 @@ def reduce_into(kind: str, x: np.ndarray, out: np.ndarray, red, idx: np.ndarray 
         oi = oi.transpose(perm) if oi is not None else None
         p = plan(x, o, tuple(range(len(kept), x.ndim)), ordered)
     xbuf, obuf, m = p
+    if oi is None and (kind == "mean" or kind == "sum"):
+        g = ir_small.bind_rows(kind, xbuf, obuf, m)     # row sums / means: an IR kernel (no Numba)
+        if g is not None:
+            g(xbuf, obuf)
+            return
     ibuf = _base(oi)[0] if oi is not None else _EMPTY_I64
     kern, part = _get(kind, x.dtype, out.dtype)   # keyed by dtype objects: .name is slow
     no, nr, ni = m[0], m[1], m[2]
@@ -444,6 +450,15 @@ def bind_reduce(name, attrs, out, ins):
     if p is None:
         return None
     m = p[2]
+    nt0 = threads.NUM_THREADS
+    g = ir_small.bind_rows(kind, p[0], p[1], m) if kind in ("sum", "mean") else None
+    if g is not None:       # row sums / means: an IR kernel (no Numba)
+        def f(outs, ins):
+            if threads.NUM_THREADS != nt0:
+                return False
+            g(ins[0].reshape(-1), outs[0].reshape(-1))
+            return True
+        return f
     kern = _get(kind, x.dtype, out.dtype)[0]
     no, nr, ni = m[0], m[1], m[2]
     nt = threads.NUM_THREADS
