@@ -343,3 +343,14 @@ def test_testing_assert_close_agrees_with_torch(i):
         except (AssertionError, ValueError, TypeError) as ex:
             res.append(type(ex).__name__)
     assert res[0] == res[1], res
+
+
+@pytest.mark.parametrize("dt", ["uint8", "int8", "int16", "int32", "int64"])
+def test_softsign_integer_inputs_wrap_like_torch(dt):
+    # torch: input / (abs(input) + 1) with the + 1 in the input's dtype (uint8 255 -> 0: inf; int8 127 -> -128)
+    info = np.iinfo(dt)
+    a = np.array([info.max, info.min, 0, 1, -1 if info.min < 0 else 2, 3, info.max - 1], dtype=dt)
+    got = nee.nn.functional.softsign(nee.from_numpy(a)).numpy()
+    want = torch.nn.functional.softsign(torch.from_numpy(a)).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -113,6 +113,11 @@ def softplus(input, beta=1.0, threshold=20.0):
 def softsign(input):
     if getattr(input, "_dtype", None) is _dt.bool_:   # torch: input / (1 + abs(input)), and abs refuses bool
         raise NotImplementedError("softsign: \"abs_cpu\" not implemented for 'Bool'")
+    dt = getattr(input, "_dtype", None)
+    if dt is not None and dt.is_integer:
+        # torch's formula in the input's integer dtype, then a true division: abs(x) + 1 wraps (uint8 255 -> 0:
+        # inf, as torch), which the float kernel would not
+        return input / (input.abs() + 1)
     return _E("softsign")(input)
 
 
