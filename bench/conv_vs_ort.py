@@ -11,26 +11,19 @@ min over ``--reps`` calls (after warm-up; ``--cold``: the caches evicted before 
 copy of the module loaded as a sibling module (its own kernel cache keys: its source hash), timed in the same
 process alternating with the tree's, round by round.  onnxruntime: a one-node Conv + Relu model (its Conv fuses
 the Relu; its NCHWc reorders, if any, counted), ``intra_op_num_threads`` = ``--threads``, the nodes' kernel time
-from its profiler (min over the calls; the session's per-run overhead not counted), as /tmp/ortprof.py reads the
-models.  Ratios: neetorch / onnxruntime (lower is better).  Outputs are checked against onnxruntime's (max |diff|
+from its profiler (min over the calls; the session's per-run overhead not counted; bench/_ort.py).  Ratios: neetorch / onnxruntime (lower is better).  Outputs are checked against onnxruntime's (max |diff|
 / max |ref|).
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
-import time
 
-NT = 1
-for _i, _a in enumerate(sys.argv):
-    if _a.startswith("--threads"):
-        NT = int(_a.split("=", 1)[1] if "=" in _a else sys.argv[_i + 1])
-os.environ["NEE_NUM_THREADS"] = str(NT)
-# one thread: process CPU time; more: wall time (the other threads' CPU time is not the call's latency)
-CLOCK = time.process_time if NT == 1 else time.perf_counter
+from _ort import node_times, threads_and_clock  # noqa: E402 - bench/ (before neetorch: the thread count)
+
+NT, CLOCK = threads_and_clock()
 
 import numpy as np
 
@@ -86,15 +79,7 @@ def ort_node(xs, ws, s, pad, x, w, b, reps, junk=None):
         if junk is not None:
             junk[::16] += 1.0
         out = sess.run(None, {"x": x})[0]
-    prof = sess.end_profiling()
-    with open(prof) as fh:
-        ev = json.load(fh)
-    os.unlink(prof)
-    best = {}
-    for e in ev:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            best[e["name"]] = min(best.get(e["name"], 1e18), e["dur"])
-    return sum(best.values()), out
+    return sum(node_times(sess).values()), out
 
 
 def main():

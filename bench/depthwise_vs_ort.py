@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from _ort import node_times  # bench/
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (channels, plane, stride): light_shufflenet's depthwise 3x3 convs (padding 1)
 SHAPES = [(112, 56, 2), (136, 28, 1), (136, 28, 2), (272, 14, 1), (272, 14, 2), (544, 7, 1)]
@@ -74,14 +76,7 @@ def child(engine: str, nt: int, old: str | None) -> dict:
             so.profile_file_prefix = f"/tmp/dw_vs_ort_{os.getpid()}"
             sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
             run = _bench(lambda: sess.run(None, {"x": x}), clock)
-            prof = sess.end_profiling()
-            with open(prof) as fh:
-                ev = json.load(fh)
-            os.remove(prof)
-            nodes = {}
-            for e in ev:
-                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-                    nodes[e["name"]] = min(nodes.get(e["name"], 1e18), e["dur"])
+            nodes = node_times(sess)
             out[f"{C}x{H}s{s}"] = {"run": run, "node": float(sum(nodes.values())),
                                    "conv": float(sum(v for n, v in nodes.items() if "Reorder" not in n)),
                                    "y": sess.run(None, {"x": x})[0].tolist()}

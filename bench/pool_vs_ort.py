@@ -17,20 +17,14 @@ checked against torch (max: exactly).
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib.util
-import json
 import os
 import sys
 import tempfile
-import time
 
-NT = 1
-for _i, _a in enumerate(sys.argv):
-    if _a.startswith("--threads"):
-        NT = int(_a.split("=", 1)[1] if "=" in _a else sys.argv[_i + 1])
-os.environ["NEE_NUM_THREADS"] = str(NT)
-CLOCK = time.process_time if NT == 1 else time.perf_counter
+from _ort import node_times, threads_and_clock  # noqa: E402 - bench/ (before neetorch: the thread count)
+
+NT, CLOCK = threads_and_clock()
 
 import numpy as np  # noqa: E402
 
@@ -83,14 +77,7 @@ def ort_times(name, pools, runs):
         s.run(None, spec.feed)
     for _ in range(runs):
         s.run(None, spec.feed)
-    path = s.end_profiling()
-    with open(path) as f:
-        ev = json.load(f)
-    os.remove(path)
-    best = collections.defaultdict(lambda: float("inf"))
-    for e in ev:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            best[e["name"][:-len("_kernel_time")]] = min(best[e["name"][:-len("_kernel_time")]], e["dur"])
+    best = node_times(s)
     res = {}
     for node, outname, *_ in pools:
         for cand in (node, f"{outname}_nchwc", f"{node}_nchwc"):

@@ -68,6 +68,33 @@ def available() -> bool:
     return ok
 
 
+def _row_copy_ir(entry: str, pd: str, poff: str, pbase: str, xoff: str, xbase: str, nr: int) -> str:
+    """IR blocks ``st`` .. ``stend`` (entered from ``%entry``, leaving to ``%kend``): one panel row of nr floats at
+    pbase + poff + t, copied from xbase + xoff + t for t < %rem and zero past it (a partial panel's missing
+    columns).  Shared by the per-task packing (:func:`_task_ir`) and the direct mode's last panel
+    (:func:`_direct_ir`)."""
+    return f"""st:
+  %t = phi i64 [0, %{entry}], [%t1, %stend]
+  %in = icmp ult i64 %t, %rem
+  %{pd} = add i64 {poff}, %t
+  %pp = getelementptr float, float* {pbase}, i64 %{pd}
+  br i1 %in, label %sload, label %szero
+sload:
+  %xd = add i64 {xoff}, %t
+  %xp = getelementptr float, float* {xbase}, i64 %xd
+  %xval = load float, float* %xp, align 4
+  store float %xval, float* %pp, align 4
+  br label %stend
+szero:
+  store float 0.0, float* %pp, align 4
+  br label %stend
+stend:
+  %t1 = add i64 %t, 1
+  %tm = icmp ult i64 %t1, {nr}
+  br i1 %tm, label %st, label %kend
+"""
+
+
 def _task_ir(nr: int, nops: int, ne: int) -> str:
     """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task: panels [D[40], D[41]) of X (op{nops-1} + D[44] floats:
     D[43] rows of D[42] floats) packed into P + D[47] (panel p at + p * K * nr: K x nr floats, the last panel's
@@ -117,26 +144,7 @@ tail:
   %rem = sub i64 %L, %tc
   %tpc = mul i64 %pf, %pstride
   br label %st
-st:
-  %t = phi i64 [0, %tail], [%t1, %stend]
-  %in = icmp ult i64 %t, %rem
-  %pd0 = add i64 %tpc, %t
-  %pp = getelementptr float, float* %pr, i64 %pd0
-  br i1 %in, label %sload, label %szero
-sload:
-  %xd = add i64 %tc, %t
-  %xp = getelementptr float, float* %xr, i64 %xd
-  %xval = load float, float* %xp, align 4
-  store float %xval, float* %pp, align 4
-  br label %stend
-szero:
-  store float 0.0, float* %pp, align 4
-  br label %stend
-stend:
-  %t1 = add i64 %t, 1
-  %tm = icmp ult i64 %t1, {nr}
-  br i1 %tm, label %st, label %kend
-kend:
+{_row_copy_ir('tail', 'pd0', '%tpc', '%pr', '%tc', '%xr', nr)}kend:
   %k1 = add i64 %k, 1
   %km = icmp ult i64 %k1, %K
   br i1 %km, label %krow, label %done
@@ -267,26 +275,7 @@ krow:
   %xo = mul i64 %k, %w2
   %po = mul i64 %k, {nr}
   br label %st
-st:
-  %t = phi i64 [0, %krow], [%t1, %stend]
-  %in = icmp ult i64 %t, %rem
-  %pd = add i64 %po, %t
-  %pp = getelementptr float, float* %Pt, i64 %pd
-  br i1 %in, label %sload, label %szero
-sload:
-  %xd = add i64 %xo, %t
-  %xp = getelementptr float, float* %Xt, i64 %xd
-  %xval = load float, float* %xp, align 4
-  store float %xval, float* %pp, align 4
-  br label %stend
-szero:
-  store float 0.0, float* %pp, align 4
-  br label %stend
-stend:
-  %t1 = add i64 %t, 1
-  %tm = icmp ult i64 %t1, {nr}
-  br i1 %tm, label %st, label %kend
-kend:
+{_row_copy_ir('krow', 'pd', '%po', '%Pt', '%xo', '%Xt', nr)}kend:
   %k1 = add i64 %k, 1
   %km = icmp ult i64 %k1, %w3
   br i1 %km, label %krow, label %tmul

@@ -159,36 +159,10 @@ def plane_band_ir(a, tname: str) -> None:
         a(line)
 
 
-def _render(R: int, P: int, relu: bool = False) -> str:
-    v = f"<{VEC} x float>"
-    vp = f"<{VEC} x float>*"
-    L = []
-    a = L.append
-    a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
-    a(f'declare void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v}, {vp}, i32, <{VEC} x i1>)')
-    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
-      'i64* noalias %p) {')
-    a('entry:')
-    _params_and_claim(a, ("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR"), _P_CTR, _P_OFF,
-                      [f'  %KR = mul i64 %K, {R}'], "tile")
-    # ---- tile loop
-    a('tile:')
-    a('  %t = phi i64 [ %gt0, %grp ], [ %t1, %tile_end ]')
-    a('  %ob = udiv i64 %t, %NPT')
-    a('  %pt = urem i64 %t, %NPT')
-    a(f'  %p0 = mul i64 %pt, {P * VEC}')
-    a(f'  %o0 = mul i64 %ob, {R}')
-    a('  %wb0 = mul i64 %ob, %KR')
-    a('  %wb = getelementptr float, float* %w, i64 %wb0')
-    # the group of this channel block: its input channels at grp * XG, its rows at grp * OGR + lb * R
-    a('  %gi = udiv i64 %ob, %NBG')
-    a('  %lbm = mul i64 %gi, %NBG')
-    a('  %lb = sub i64 %ob, %lbm')
-    a(f'  %lo0 = mul i64 %lb, {R}')
-    a('  %gro = mul i64 %gi, %OGR')
-    a('  %xgo = mul i64 %gi, %XG')
-    a('  %xbo = add i64 %xgo, %p0')
-    a('  %xb = getelementptr float, float* %x, i64 %xbo')
+def _pix_loop(a, R: int, P: int, v: str, vp: str) -> None:
+    """The "pix" tile's R x P accumulators started at the bias and its (channel, tap) loop (one offset load, P
+    input vectors, R broadcast weights, R x P FMAs per pair), ending in the branch to ``store``: shared by the
+    16-lane kernel (:func:`_render`) and the 8-lane one (:func:`_render_pix8`)."""
     for r in range(R):
         a(f'  %bi{r} = add i64 %o0, {r}')
         a(f'  %bp{r} = getelementptr float, float* %bias, i64 %bi{r}')
@@ -221,6 +195,39 @@ def _render(R: int, P: int, relu: bool = False) -> str:
     a('  %k1 = add i64 %k, 1')
     a('  %kc = icmp slt i64 %k1, %K')
     a('  br i1 %kc, label %k_loop, label %store')
+
+
+def _render(R: int, P: int, relu: bool = False) -> str:
+    v = f"<{VEC} x float>"
+    vp = f"<{VEC} x float>*"
+    L = []
+    a = L.append
+    a(f'declare {v} @llvm.fma.v{VEC}f32({v}, {v}, {v})')
+    a(f'declare void @llvm.masked.store.v{VEC}f32.p0v{VEC}f32({v}, {vp}, i32, <{VEC} x i1>)')
+    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %out, float* noalias %bias, '
+      'i64* noalias %p) {')
+    a('entry:')
+    _params_and_claim(a, ("K", "O", "OS", "LW", "NPT", "G", "T1", "NBG", "XG", "OGR"), _P_CTR, _P_OFF,
+                      [f'  %KR = mul i64 %K, {R}'], "tile")
+    # ---- tile loop
+    a('tile:')
+    a('  %t = phi i64 [ %gt0, %grp ], [ %t1, %tile_end ]')
+    a('  %ob = udiv i64 %t, %NPT')
+    a('  %pt = urem i64 %t, %NPT')
+    a(f'  %p0 = mul i64 %pt, {P * VEC}')
+    a(f'  %o0 = mul i64 %ob, {R}')
+    a('  %wb0 = mul i64 %ob, %KR')
+    a('  %wb = getelementptr float, float* %w, i64 %wb0')
+    # the group of this channel block: its input channels at grp * XG, its rows at grp * OGR + lb * R
+    a('  %gi = udiv i64 %ob, %NBG')
+    a('  %lbm = mul i64 %gi, %NBG')
+    a('  %lb = sub i64 %ob, %lbm')
+    a(f'  %lo0 = mul i64 %lb, {R}')
+    a('  %gro = mul i64 %gi, %OGR')
+    a('  %xgo = mul i64 %gi, %XG')
+    a('  %xbo = add i64 %xgo, %p0')
+    a('  %xb = getelementptr float, float* %x, i64 %xbo')
+    _pix_loop(a, R, P, v, vp)
     # ---- stores: rows < O, pixels < LW (the last vector masked)
     a('store:')
     idx = ", ".join(f"i64 {i}" for i in range(VEC))
@@ -447,37 +454,7 @@ def _render_pix8(R: int, P: int, relu: bool = False) -> str:
     a('  %xgo = mul i64 %gi, %XG')
     a('  %xbo = add i64 %xgo, %p0')
     a('  %xb = getelementptr float, float* %x, i64 %xbo')
-    for r in range(R):
-        a(f'  %bi{r} = add i64 %o0, {r}')
-        a(f'  %bp{r} = getelementptr float, float* %bias, i64 %bi{r}')
-        a(f'  %bs{r} = load float, float* %bp{r}')
-        a(f'  %bv{r}.0 = insertelement {v} undef, float %bs{r}, i32 0')
-        a(f'  %bv{r} = shufflevector {v} %bv{r}.0, {v} undef, <8 x i32> zeroinitializer')
-    a('  br label %k_loop')
-    a('k_loop:')
-    a('  %k = phi i64 [ 0, %tile ], [ %k1, %k_loop ]')
-    for r in range(R):
-        for j in range(P):
-            a(f'  %acc{r}_{j} = phi {v} [ %bv{r}, %tile ], [ %nacc{r}_{j}, %k_loop ]')
-    a('  %offp = getelementptr i64, i64* %offs, i64 %k')
-    a('  %off = load i64, i64* %offp')
-    a('  %xk = getelementptr float, float* %xb, i64 %off')
-    for j in range(P):
-        a(f'  %xp{j}.f = getelementptr float, float* %xk, i64 {j * 8}')
-        a(f'  %xp{j} = bitcast float* %xp{j}.f to {vp}')
-        a(f'  %xv{j} = load {v}, {vp} %xp{j}, align 4')
-    a(f'  %wk0 = mul i64 %k, {R}')
-    a('  %wk = getelementptr float, float* %wb, i64 %wk0')
-    for r in range(R):
-        a(f'  %wp{r} = getelementptr float, float* %wk, i64 {r}')
-        a(f'  %ws{r} = load float, float* %wp{r}')
-        a(f'  %wv{r}.0 = insertelement {v} undef, float %ws{r}, i32 0')
-        a(f'  %wv{r} = shufflevector {v} %wv{r}.0, {v} undef, <8 x i32> zeroinitializer')
-        for j in range(P):
-            a(f'  %nacc{r}_{j} = call {v} @llvm.fma.v8f32({v} %xv{j}, {v} %wv{r}, {v} %acc{r}_{j})')
-    a('  %k1 = add i64 %k, 1')
-    a('  %kc = icmp slt i64 %k1, %K')
-    a('  br i1 %kc, label %k_loop, label %store')
+    _pix_loop(a, R, P, v, vp)
     _pix_store8(a, R, P, relu)
     # the next tile: the block's next pixel tile of the super-tile (its first pixel P * 8 wide pixels on), or
     # (its last done) the next block's first of the super-tile, or the next super-tile's first (``dec``)

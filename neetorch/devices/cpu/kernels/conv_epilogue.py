@@ -96,28 +96,38 @@ def plan(prod, epi, acc, einputs):
     ib, ir = pos.get("bias"), pos.get("res")
     attrs = prod.attrs
 
-    def run(outs, ins) -> bool:
+    def operands(outs, ins):
+        """(conv.py, out, b2 as an (O,) view or None, residual or None) when the runner takes these arrays, else
+        None (the generic run follows): float output, no operand sharing its memory, epilogue operands of its
+        dtype and sizes."""
         conv = _conv[0]
         if conv is None:
             from . import conv
             _conv[0] = conv
         out = outs[0]
         if out.dtype not in _FLOAT_DTYPES:
-            return False
+            return None
         for a in ins:
             if not isinstance(a, np.ndarray) or np.may_share_memory(out, a):
-                return False
+                return None
         O = out.shape[1]
         b2 = res = None
         if ib is not None:
             b2 = ins[ib]
             if b2.dtype != out.dtype or b2.size != O:
-                return False
+                return None
             b2 = b2.reshape(O)
         if ir is not None:
             res = ins[ir]
             if res.dtype != out.dtype or res.shape != out.shape:
-                return False
+                return None
+        return conv, out, b2, res
+
+    def run(outs, ins) -> bool:
+        ops = operands(outs, ins)
+        if ops is None:
+            return False
+        conv, out, b2, res = ops
         conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu)
         return True
 
@@ -125,26 +135,13 @@ def plan(prod, epi, acc, einputs):
         """``f(outs, ins) -> bool``: ``run`` for arrays of these layouts where conv.bind_into binds the conv
         (the direct kernel's launch looked up once), or None.  A second bias given as the same array as here
         is passed as the same (O,) view, so the summed bias of frozen ones is reused."""
-        conv = _conv[0]
-        if conv is None:
-            from . import conv
-            _conv[0] = conv
-        out = outs[0]
-        if len(outs) != 1 or out.dtype not in _FLOAT_DTYPES:
+        ops = operands(outs, ins) if len(outs) == 1 else None
+        if ops is None:
             return None
-        for a in ins:
-            if not isinstance(a, np.ndarray) or np.may_share_memory(out, a):
-                return None
+        conv, out, b2view, res = ops
         O = out.shape[1]
-        b2src = b2view = None
-        if ib is not None:
-            b2src = ins[ib]
-            if b2src.dtype != out.dtype or b2src.size != O:
-                return None
-            b2view = b2src.reshape(O)
-        if ir is not None and (ins[ir].dtype != out.dtype or ins[ir].shape != out.shape):
-            return None
-        g = conv.bind_into(out, ins[:npin], attrs, b2view, None if ir is None else ins[ir], relu)
+        b2src = None if ib is None else ins[ib]
+        g = conv.bind_into(out, ins[:npin], attrs, b2view, res, relu)
         if g is None:
             return None
 

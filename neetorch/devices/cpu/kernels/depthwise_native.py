@@ -53,14 +53,13 @@ _NAMES = ("H", "W", "OH", "OW", "SH", "PT", "PL", "DH", "DW", "C", "NB", "RB", "
 _kernels: dict = {}
 
 
-def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
-    V = 16 if tname == "float" else 8
+def _head(a, tname: str, V: int) -> None:
+    """The kernels' declarations (masked load / store, fma of V-lane vectors of ``tname``), the signature
+    ``kernel(x, w, bias, out, p)`` and the entry block's loads of the params named in _NAMES (shared by
+    :func:`_render` and :func:`_render_pad`)."""
     sfx = f"v{V}f{32 if tname == 'float' else 64}"
     v = f"<{V} x {tname}>"
     vp = f"{v}*"
-    iv = f"<{V} x i32>"
-    L = []
-    a = L.append
     a(f'declare {v} @llvm.masked.load.{sfx}.p0{sfx}({vp}, i32, <{V} x i1>, {v})')
     a(f'declare void @llvm.masked.store.{sfx}.p0{sfx}({v}, {vp}, i32, <{V} x i1>)')
     a(f'declare {v} @llvm.fma.{sfx}({v}, {v}, {v})')
@@ -70,6 +69,17 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
     for i, nm in enumerate(_NAMES):
         a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
         a(f'  %{nm} = load i64, i64* %{nm}.p')
+
+
+def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
+    V = 16 if tname == "float" else 8
+    sfx = f"v{V}f{32 if tname == 'float' else 64}"
+    v = f"<{V} x {tname}>"
+    vp = f"{v}*"
+    iv = f"<{V} x i32>"
+    L = []
+    a = L.append
+    _head(a, tname, V)
     a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
     a(f'  %lanes = add {iv} <{", ".join(f"i32 {i}" for i in range(V))}>, zeroinitializer')
     a('  %W32 = trunc i64 %W to i32')
@@ -261,15 +271,7 @@ def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
     m = f"<{V} x i1>"
     L = []
     a = L.append
-    a(f'declare {v} @llvm.masked.load.v8f32.p0v8f32({vp}, i32, {m}, {v})')
-    a(f'declare void @llvm.masked.store.v8f32.p0v8f32({v}, {vp}, i32, {m})')
-    a(f'declare {v} @llvm.fma.v8f32({v}, {v}, {v})')
-    a('define void @"kernel"(float* noalias %x, float* noalias %w, float* noalias %bias, float* noalias %out, '
-      'i64* noalias %p) {')
-    a('entry:')
-    for i, nm in enumerate(_NAMES):
-        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
-        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    _head(a, "float", V)
     for i, nm in enumerate(_QNAMES):
         a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {_P_N + i}')
         a(f'  %{nm} = load i64, i64* %{nm}.p')
