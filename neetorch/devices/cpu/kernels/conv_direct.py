@@ -554,6 +554,22 @@ def _transpose8_ir(a, pre: str, vals: list) -> list:
     return rows
 
 
+def _res_relu8(a, sfx: str, row: str, relu: bool) -> str:
+    """Emit an 8-lane output row ``row`` + its residual row (``%etp`` at ``%yo<sfx>``, lanes past the last pixel
+    (``%pmask``) not read), then torch's relu when ``relu``; returns the value's name (the AVX2 "chan" stores)."""
+    a(f'  %eq{sfx}.f = getelementptr float, float* %etp, i64 %yo{sfx}')
+    a(f'  %eq{sfx} = bitcast float* %eq{sfx}.f to <8 x float>*')
+    a(f'  %ev{sfx} = call <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>* %eq{sfx}, i32 4, '
+      '<8 x i1> %pmask, <8 x float> zeroinitializer)')
+    a(f'  %es{sfx} = fadd <8 x float> {row}, %ev{sfx}')
+    row = f'%es{sfx}'
+    if relu:
+        a(f'  %el{sfx} = fcmp olt <8 x float> {row}, zeroinitializer')
+        a(f'  %er{sfx} = select <8 x i1> %el{sfx}, <8 x float> zeroinitializer, <8 x float> {row}')
+        row = f'%er{sfx}'
+    return row
+
+
 def _rows_store8(a, NB: int, R: int, relu: bool, res: bool) -> None:
     """The 8-lane "chan" kernel's final stores (block ``st_go`` on; ends in block ``st_x8``): each
     block's tile transposed (``_transpose8_ir``), then each channel's row of pixels into the NCHW output y[o][i]
@@ -584,17 +600,7 @@ def _rows_store8(a, NB: int, R: int, relu: bool, res: bool) -> None:
             a(f'  %yq{t}{ch}.f = getelementptr float, float* %ytp, i64 %yo{t}{ch}')
             row = rows[ch // 8][ch % 8]
             if res:
-                # the residual's row (lanes past the last pixel not read), added before relu
-                a(f'  %eq{t}{ch}.f = getelementptr float, float* %etp, i64 %yo{t}{ch}')
-                a(f'  %eq{t}{ch} = bitcast float* %eq{t}{ch}.f to <8 x float>*')
-                a(f'  %ev{t}{ch} = call <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>* %eq{t}{ch}, '
-                  'i32 4, <8 x i1> %pmask, <8 x float> zeroinitializer)')
-                a(f'  %es{t}{ch} = fadd <8 x float> {row}, %ev{t}{ch}')
-                row = f'%es{t}{ch}'
-                if relu:
-                    a(f'  %el{t}{ch} = fcmp olt <8 x float> {row}, zeroinitializer')
-                    a(f'  %er{t}{ch} = select <8 x i1> %el{t}{ch}, <8 x float> zeroinitializer, <8 x float> {row}')
-                    row = f'%er{t}{ch}'
+                row = _res_relu8(a, f"{t}{ch}", row, relu)
             nxt = f"%s{t}_{ch + 1}" if ch + 1 < NB * 8 else "%st_x8"
             if not full:
                 a(f'  %yq{t}{ch} = bitcast float* %yq{t}{ch}.f to <8 x float>*')
@@ -789,17 +795,7 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
             a(f'  %yq{ch} = bitcast float* %yq{ch}.f to <8 x float>*')
             row = rows[c]
             if res:
-                # the residual's row (lanes past the last pixel not read), added before relu
-                a(f'  %eq{ch}.f = getelementptr float, float* %etp, i64 %yo{ch}')
-                a(f'  %eq{ch} = bitcast float* %eq{ch}.f to <8 x float>*')
-                a(f'  %ev{ch} = call <8 x float> @llvm.masked.load.v8f32.p0v8f32(<8 x float>* %eq{ch}, i32 4, '
-                  '<8 x i1> %pmask, <8 x float> zeroinitializer)')
-                a(f'  %es{ch} = fadd <8 x float> {row}, %ev{ch}')
-                row = f'%es{ch}'
-                if relu:
-                    a(f'  %el{ch} = fcmp olt <8 x float> {row}, zeroinitializer')
-                    a(f'  %er{ch} = select <8 x i1> %el{ch}, <8 x float> zeroinitializer, <8 x float> {row}')
-                    row = f'%er{ch}'
+                row = _res_relu8(a, f"{ch}", row, relu)
             a(f'  call void @llvm.masked.store.v8f32.p0v8f32(<8 x float> {row}, <8 x float>* %yq{ch}, i32 4, '
               '<8 x i1> %pmask)')
     a('  br label %st_done')
@@ -866,11 +862,11 @@ def gather_lanes_ir(a, loads, sw, V, v, nm):
     return cur
 
 
-def builtin(cache: dict, k, name: str, params: str, render, nargs: int):
+def builtin(cache: dict, k, name: str, params: str, render, nargs: int, interleave: bool = False):
     """``cache[k]``, else the LLVM kernel ``render()`` compiled once per process (machine code cached on disk by
     llvm_render under ``name`` + a hash of ``params``, VERSION and the calling module's source key) and wrapped
     as a builtin of ``nargs`` pointer arguments, registered for :func:`_native_parallel`.  One path for the direct
-    conv's, pool_native's and depthwise_native's kernels."""
+    conv's, pool_native's, depthwise_native's and ir_small's kernels (``interleave``: llvm_render's option)."""
     f = cache.get(k)
     if f is not None:
         return f
@@ -879,7 +875,7 @@ def builtin(cache: dict, k, name: str, params: str, render, nargs: int):
         if f is None:
             from .. import llvm_call, llvm_render
             key = f"{name}_" + hashlib.sha1(f"{VERSION}|{params}".encode()).hexdigest()[:16]
-            addr = llvm_render.compile_ir(key, render)
+            addr = llvm_render.compile_ir(key, render, interleave)
             f = llvm_call.make(addr, nargs)
             _addr_of[id(f)] = addr        # f lives in its cache for the process: its id stays its own
             cache[k] = f

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 
 import numpy as np
 
 VERSION = "1"
 BLOCK = 2048            # reduction.py's BLOCK (float sums in blocks of this many elements)
 
-_lock = threading.Lock()
 _kernels: dict = {}
-_avail = [None]
 _prms: dict = {}        # params tuple -> its int64 array (read-only to the kernels; cleared past 4096)
 # NEE_IR_SMALL=0 (or MODE[0] = "0": tests, benchmarks) keeps these ops on their Numba kernels
 MODE = [os.environ.get("NEE_IR_SMALL", "1")]
@@ -44,32 +41,15 @@ _SRC = _source_key()
 
 
 def available() -> bool:
-    """llvmlite with a native target and the builtin-call trampolines, and MODE not "0"."""
-    if MODE[0] == "0":
-        return False
-    if _avail[0] is None:
-        try:
-            from .. import llvm_render
-            llvm_render._init()
-            _avail[0] = True
-        except Exception:   # noqa: BLE001 - no llvmlite / no native target: the Numba kernels run
-            _avail[0] = False
-    return _avail[0]
+    """llvmlite with a native target (pool_native's test) and MODE not "0"."""
+    from . import pool_native
+    return MODE[0] != "0" and pool_native.available()
 
 
 def _get(k, name: str, render, nargs: int, interleave: bool = False):
-    f = _kernels.get(k)
-    if f is not None:
-        return f
-    with _lock:
-        f = _kernels.get(k)
-        if f is None:
-            from .. import llvm_call, llvm_render
-            key = f"{name}_" + hashlib.sha1(f"{VERSION}|{_SRC}|{k!r}".encode()).hexdigest()[:16]
-            addr = llvm_render.compile_ir(key, render, interleave)
-            f = llvm_call.make(addr, nargs)
-            _kernels[k] = f
-    return f
+    """The kernel of key ``k``: conv_direct.builtin (compiled once per process, cached on disk)."""
+    from . import conv_direct
+    return conv_direct.builtin(_kernels, k, name, f"ir_small|{VERSION}|{_SRC}|{k!r}", render, nargs, interleave)
 
 
 def _tn(dt) -> str:
