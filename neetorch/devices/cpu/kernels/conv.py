@@ -597,12 +597,14 @@ def bind_kernel(outs, ins, attrs):
 
 
 def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
-    """``f(out, ins, b2, e) -> bool``: :func:`conv2d_into` for arrays of these layouts, where it would run the direct
-    kernel (conv_direct's cost rule, NEE_CONV_DIRECT) on operands it takes as they are (float32, C-contiguous, a
-    residual of out's shape): the dispatch decided once and the kernel's launch bound (``conv_direct.bind``).
+    """``f(out, ins, b2, e) -> bool``: :func:`conv2d_into` for arrays of these layouts, where it would run the
+    depthwise, packed 1x1 or direct kernel (the same order and rules: ``_depthwise_shape``, ``conv_direct.route``)
+    on operands it takes as they are (float32, C-contiguous, a residual of out's shape): the dispatch decided once
+    and the kernel's launch bound (``depthwise_native.runner``, ``conv1x1_packed.bind_into``, ``conv_direct.bind``).
     ``f`` returns False (nothing written; the caller runs conv2d_into) when a setting it depends on changed (thread
-    count, NEE_CONV_DIRECT / Winograd / tile forcing) or the weights are other than the bound ones.  None: another
-    path (the GEMM, Winograd, depthwise ones) or other operands: a compiled graph's step then calls conv2d_into."""
+    count, NEE_CONV_DIRECT / Winograd / tile forcing, the paths' switches) or the weights are other than the bound
+    ones.  None: another path (the GEMM, Winograd ones) or other operands: a compiled graph's step then calls
+    conv2d_into."""
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous:
@@ -612,23 +614,22 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
             return None
     if e is not None and (e.shape != out.shape or np.may_share_memory(e, out)):
         return None
-    g = conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
-    if g is not None:
-        return g        # (unpadded stride-1 1x1s conv_direct.try_conv2d gives kernels/conv1x1_packed.py)
     G = attrs["groups"]
-    C = x.shape[1]
     O, Cg, KH, KW = w.shape
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     dh, dw = attrs["dilation"]
-    if Cg == 1 and G == C and O == C and KH * KW > 1:
-        # depthwise: kernels/depthwise_native.py first (as conv2d_into), with b + b2 as its bias
+    # conv2d_into's order: depthwise_native first, then the path conv_direct.route picks
+    if _depthwise_shape(x.shape[1], G, O, Cg, KH, KW):
+        # b + b2 as its bias
         return None if e is not None else _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu)
     if Cg == 0:
         return None
     st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0])
-    if st0[0] == "0" or not conv_direct.applies(x, w, out, G) or (st0[0] != "1" and not conv_direct.pays(
-            x.shape, w.shape, out.shape, sh, sw, pt, pb, pl, pr, dh, dw, G)):
+    r = conv_direct.route(x, w, out, attrs, True)
+    if r == "pk1x1":
+        return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
+    if r != "direct":
         return None
     g = conv_direct.bind(x, w, b, out, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
     if g is None:
@@ -692,6 +693,11 @@ def _finish_epilogue(res, b, e, relu) -> None:
                 0.3 * res.size)
 
 
+def _depthwise_shape(C, G, O, Cg, KH, KW) -> bool:
+    """One output channel per input channel, a kernel larger than 1x1: kernels/depthwise_native.py's convs."""
+    return Cg == 1 and G == C and O == C and KH * KW > 1
+
+
 def _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu):
     """bind_into's depthwise case: depthwise_native's launch for these layouts with the bias conv2d_into would
     give it (b + b2; summed once when both are frozen and the bound arrays), or None."""
@@ -745,7 +751,7 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
     OH, OW = out.shape[2], out.shape[3]
     Og = O // G
     L = OH * OW
-    if Cg == 1 and G == C and O == C and KH * KW > 1 and depthwise_native.conv2d(
+    if _depthwise_shape(C, G, O, Cg, KH, KW) and depthwise_native.conv2d(
             x, w, b, res, sh, sw, pt, pl, dh, dw, act[0]):
         # depthwise, float32 / float64: the LLVM kernels on the native workers (kernels/depthwise_native.py)
         _finish_epilogue(res, None, e, relu and not act[0])

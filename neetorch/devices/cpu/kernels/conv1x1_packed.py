@@ -639,21 +639,13 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None):
 
 def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
     """conv.bind_into's hook: ``f(out, ins, b2, e) -> bool`` running this path for a compiled graph's conv step
-    (``ins`` = x, w[, b]; float32 C-contiguous operands, ``e`` of out's shape) where conv_direct.try_conv2d would
-    run it (NEE_CONV_DIRECT unset, :func:`pays`), the dispatch decided once; ``f`` returns False (nothing written:
-    the caller runs conv2d_into) when NEE_CONV_DIRECT, this path's switches or the thread count changed.  None:
-    not this path's conv."""
+    (``ins`` = x, w[, b]; float32 C-contiguous operands, ``e`` of out's shape) where conv_direct.route picked it,
+    the dispatch decided once; ``f`` returns False (nothing written: the caller runs conv2d_into) when
+    NEE_CONV_DIRECT, this path's switches or the thread count changed.  None: operands the kernel declines."""
     from . import conv_direct
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    if conv_direct.MODE[0] != "" or w.ndim != 4 or w.shape[2] != 1 or w.shape[3] != 1 or x.ndim != 4:
-        return None
-    G = attrs["groups"]
-    sh, sw = attrs["stride"]
-    pt, pb, pl, pr = attrs["padding"]
-    if not conv_direct._pk1x1_takes(x.shape, w.shape, out.shape, sh, sw, pt, pb, pl, pr, G):
-        return None
-    g = bind(x, w, b, out, G, relu, b2, e)
+    g = bind(x, w, b, out, attrs["groups"], relu, b2, e)
     if g is None:
         return None
     has_b = b is not None

@@ -1719,25 +1719,40 @@ def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G) -> bool:
     return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G)
 
 
-def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> bool:
-    """conv2d_kernel's branch: run the direct kernel into res when NEE_CONV_DIRECT / the cost rule pick it
-    for this convolution (``kept``: w is the caller's array, its packing cached across calls); False when
-    it did not run (nothing written).  ``relu`` / ``b2`` / ``e``: as conv2d's.  First (NEE_CONV_DIRECT unset) the
-    unpadded stride-1 1x1 convs kernels/conv1x1_packed.py's rule takes (this rule then says no to them)."""
+def route(x, w, res, attrs, kept: bool):
+    """The float32 path conv2d_kernel takes after the depthwise one (``conv.conv2d_into`` and a compiled graph's
+    bound step, ``conv.bind_into``, both ask here): "pk1x1" (NEE_CONV_DIRECT unset and the unpadded stride-1 1x1
+    convs kernels/conv1x1_packed.py's rule takes), "direct" (this module's kernel: NEE_CONV_DIRECT=1, or the cost
+    rule with ``kept`` weights: the caller's array, its packing cached across calls), or None (conv.py's GEMM /
+    Winograd paths)."""
     mode = MODE[0]
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     if mode == "" and w.ndim == 4 and w.shape[2] == w.shape[3] == 1 and _pk1x1_takes(
-            x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, attrs["groups"]) and conv1x1_packed.conv2d(
-                x, w, b, res, attrs["groups"], relu, b2, e):
-        # unpadded stride-1 1x1: linalg's packed GEMM kernel, the activation as its panels (kernels/conv1x1_packed.py)
-        return True
+            x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, attrs["groups"]):
+        return "pk1x1"
     if mode == "0" or not applies(x, w, res, attrs["groups"]):
-        return False
+        return None
     dh, dw = attrs["dilation"]
     if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw,
                                           attrs["groups"])):
+        return None
+    return "direct"
+
+
+def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> bool:
+    """conv2d_kernel's branch: run the path :func:`route` picks into res (the packed 1x1 kernel or the direct
+    one); False when neither ran (nothing written: conv.py's paths follow; the packed kernel may decline operands
+    its rule's shapes allow).  ``relu`` / ``b2`` / ``e``: as conv2d's."""
+    r = route(x, w, res, attrs, kept)
+    if r == "pk1x1":
+        # unpadded stride-1 1x1: linalg's packed GEMM kernel, the activation as its panels (kernels/conv1x1_packed.py)
+        return conv1x1_packed.conv2d(x, w, b, res, attrs["groups"], relu, b2, e)
+    if r != "direct":
         return False
+    sh, sw = attrs["stride"]
+    pt, pb, pl, pr = attrs["padding"]
+    dh, dw = attrs["dilation"]
     return conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
 
 
