@@ -521,7 +521,9 @@ BINARY = {
     "remainder": (lambda dt: "f_remainder({0}, {1})" if dt.category == 2 else "f_iremainder({0}, {1})", _same,
                   np.remainder, _no_bool),
     "fmod": (lambda dt: "f_fmod({0}, {1})" if dt.category == 2 else "f_ifmod({0}, {1})", _same, np.fmod, _no_bool),
-    "pow": (lambda dt: "f_pow({0}, {1})" if dt.category == 2 else "f_ipow({0}, {1})", _same, np.power, None),
+    # (float32 and the low floats computed in it: f_pow32, vectorizable; float64 Numba's ** (pow))
+    "pow": (lambda dt: ("f_pow32({0}, {1})" if dt in (_dt.float32, _dt.float16, _dt.bfloat16) else "f_pow({0}, {1})")
+            if dt.category == 2 else "f_ipow({0}, {1})", _same, np.power, None),
     "atan2": (lambda dt: "np.arctan2({0}, {1})", _float, np.arctan2, None),
     "hypot": (lambda dt: "np.hypot({0}, {1})", _float, np.hypot, None),
     "copysign": (lambda dt: "np.copysign({0}, {1})", _float, np.copysign, None),

@@ -263,7 +263,9 @@ def run_strided(kern, out, ins: list) -> None:
     shape = outs[0].shape
     # the chunk metas depend only on the operands' shapes and strides: cached, so repeated
     # launches (compiled graphs, in-place ops) skip the collapse and meta building
-    key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins))
+    # (and the thread count: its chunks are one per thread)
+    key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins),
+           threads.NUM_THREADS)
     metas = _launch_cache.get(key)
     if metas is not None:
         bufs = [layout.flat(a)[0] for a in outs] + [layout.flat(a)[0] for a in ins]
@@ -291,7 +293,7 @@ def run_strided(kern, out, ins: list) -> None:
             o2 = [off + sum(i * st[d] for d, i in enumerate(idx)) for off, st in zip(offs, cstrides)]
             _launch4(kern, bufs, cshape[lead:], [st[lead:] for st in cstrides], o2)
         return
-    metas = chunk_metas(cshape, cstrides, offs)
+    metas = chunk_metas(cshape, cstrides, offs, split_weight(kern))
     if len(_launch_cache) < 16384:
         _launch_cache[key] = metas
     if len(metas) == 1:
@@ -350,13 +352,35 @@ def _run_chunks(kern, bufs, metas, key) -> None:
         threads.run_parallel(lambda m: kern(*bufs, m), metas)
 
 
-def chunk_metas(cshape, cstrides, offs) -> list:
-    """Kernel meta arrays for a collapsed layout: one, or one per thread for large launches
-    (split along the outermost dim that has enough work, else the innermost)."""
+def split_weight(kern) -> int:
+    """Elements of a plain launch one element of ``kern`` is worth for the parallel split
+    (llvm_render.split_weight: 1 for cheap kernels and the Numba ones)."""
+    w = _weights.get(kern)
+    if w is None:
+        w = 1
+        pieces = getattr(kern, "pieces", None)
+        if pieces is not None:
+            from . import llvm_render
+            try:
+                w = llvm_render.split_weight(*pieces)
+            except Exception:       # (a body the cost emitter cannot translate: as a plain launch)
+                w = 1
+        if len(_weights) < 4096:
+            _weights[kern] = w
+    return w
+
+
+_weights: dict = {}
+
+
+def chunk_metas(cshape, cstrides, offs, weight: int = 1) -> list:
+    """Kernel meta arrays for a collapsed layout: one, or one per thread for large launches (from
+    threads.PARALLEL_THRESHOLD elements, each counted ``weight`` times: :func:`split_weight`), split along
+    the outermost dim that has enough work, else the innermost."""
     shape4, strides4 = layout.pad4(cshape, cstrides)
     total = shape4[0] * shape4[1] * shape4[2] * shape4[3]
     nt = threads.NUM_THREADS
-    if total < threads.PARALLEL_THRESHOLD or nt == 1:
+    if total * weight < threads.PARALLEL_THRESHOLD or nt == 1:
         return [layout.meta(shape4, strides4, offs)]
     d = next((i for i in range(4) if shape4[i] >= 2 * nt), 3)
     metas = []
@@ -368,7 +392,7 @@ def chunk_metas(cshape, cstrides, offs) -> list:
 
 
 def _launch4(kern, bufs, cshape, cstrides, offs):
-    metas = chunk_metas(cshape, cstrides, offs)
+    metas = chunk_metas(cshape, cstrides, offs, split_weight(kern))
     if len(metas) == 1:
         kern(*bufs, metas[0])
     else:
@@ -454,7 +478,8 @@ def prepare(op, args, ins, meta, device):
     cshape, cstrides = layout.collapse(shape, strides)
     if len(cshape) > layout.MAX_RANK:
         return None
-    chunks = chunk_metas(cshape, cstrides, offs)
+    nt0 = threads.NUM_THREADS
+    chunks = chunk_metas(cshape, cstrides, offs, split_weight(kern))
     single = chunks[0] if len(chunks) == 1 else None
     prof_active, timed = profiler._active, profiler.timing_enabled() and profiler._active[0] is None
     nbytes = n * odt.itemsize + sum(t._data.nbytes for t in ins)
@@ -469,7 +494,15 @@ def prepare(op, args, ins, meta, device):
     nb = n * odt.itemsize
     big = nb >= _POOL_MIN
 
+    def other_threads(args):
+        # set_num_threads since the plan was made (its chunks are per thread): the launch for this count
+        out = np.empty(shape, out_np)
+        launch(op, out, [a._data if k != 2 else _scalar_buf(a, sdt).reshape(()) for a, (k, sdt) in zip(args, kinds)])
+        return make(out, device, odt)
+
     def plan(args):
+        if threads.NUM_THREADS != nt0:
+            return other_threads(args)
         out1 = take(nb).view(out_np) if big else empty(n, out_np)
         out = out1.reshape(shape)
         if n == 0:
@@ -515,7 +548,7 @@ def prepare(op, args, ins, meta, device):
         # the common small case (one or two contiguous tensors, one chunk): no loops, no
         # indirection — this is what per-op overhead on tiny tensors is made of
         def plan_fast(args):
-            if prof_active[0] is not None or timed:
+            if prof_active[0] is not None or timed or threads.NUM_THREADS != nt0:
                 return plan(args)
             out1 = take(nb).view(out_np) if big else empty(n, out_np)
             a = args[0]

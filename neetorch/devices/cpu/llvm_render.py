@@ -1370,9 +1370,47 @@ def body_cost(in_dt, out_dt, body, results) -> int:
             env.locals[st.targets[0].id] = em.expr(st.value, env)
         for r, t in zip(results, tout):
             em.cast(em.expr(ast.parse(r, mode="eval").body, env), t)
-        c = _costs[key] = sum(1 for blk in fn.blocks for ins in blk.instructions
-                              if not isinstance(ins, (ir.PhiInstr, ir.Branch, ir.ConditionalBranch)))
+        insts = [ins for blk in fn.blocks for ins in blk.instructions
+                 if not isinstance(ins, (ir.PhiInstr, ir.Branch, ir.ConditionalBranch))]
+        calls = sum(1 for ins in insts if isinstance(ins, ir.CallInstr) and not _inline_call(ins))
+        c = _costs[key] = len(insts)
+        _call_counts[key] = calls
     return c
+
+
+_call_counts: dict = {}
+# intrinsics that are instructions (or a few) in the vector loop; any other call (llvm.pow / llvm.exp /
+# llvm.sin..., libm's tanf, lgammaf...) is a scalar library call per element: the loop does not vectorize
+_INLINE_INTRINSICS = ("llvm.fmuladd", "llvm.fma", "llvm.fabs", "llvm.floor", "llvm.ceil", "llvm.trunc",
+                      "llvm.rint", "llvm.nearbyint", "llvm.round", "llvm.sqrt", "llvm.copysign", "llvm.minnum",
+                      "llvm.maxnum", "llvm.minimum", "llvm.maximum", "llvm.ctpop", "llvm.ctlz", "llvm.cttz",
+                      "llvm.smin", "llvm.smax", "llvm.umin", "llvm.umax", "llvm.abs")
+
+
+def _inline_call(ins) -> bool:
+    name = getattr(ins.callee, "name", "") or ""
+    return name.startswith(_INLINE_INTRINSICS)
+
+
+# split_weight: a scalar library call counts as this many IR instructions (llvm.pow.f32 -> powf: ~7 ns an
+# element on the AVX2 host, against ~0.05 ns per vectorized instruction), and every _SPLIT_COST_UNIT of
+# the total as one element of a plain launch
+_CALL_COST = 120
+_SPLIT_COST_UNIT = 8
+
+
+def split_weight(in_dt, out_dt, body, results) -> int:
+    """How many elements of a plain (copy-like) launch one element of this kernel is worth, for the
+    parallel split (elementwise.chunk_metas: threads.PARALLEL_THRESHOLD weighted elements and up are split
+    over the threads): 1 up to _NT_MAX_COST IR instructions per element (the cheap, memory-bound kernels:
+    the threshold was measured on them), else (instructions + _CALL_COST per library call) /
+    _SPLIT_COST_UNIT.  LRN's ``x / pow(bias + k * sum of 5 squares, beta)`` (a powf per element): 16, so
+    its 192 x 55 x 55 launch (4 ms on one thread) splits; gelu ~7."""
+    c = body_cost(in_dt, out_dt, body, results)
+    calls = _call_counts.get((tuple(in_dt), tuple(out_dt), tuple(body), tuple(results)), 0)
+    if c <= _NT_MAX_COST and not calls:
+        return 1
+    return max(1, (c + (_CALL_COST - 1) * calls) // _SPLIT_COST_UNIT)
 _nt_limit: list = []
 
 

@@ -830,7 +830,8 @@ def _bind_strided(kern, outs, ins):
     if not isinstance(kern, llvm_render.LLVMKernel) or not outs or outs[0].size == 0:
         return None
     shape = outs[0].shape
-    key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins))
+    nt0 = threads.NUM_THREADS
+    key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins), nt0)
     metas = ew._launch_cache.get(key)
     if metas is None:
         return None
@@ -838,10 +839,15 @@ def _bind_strided(kern, outs, ins):
         if not isinstance(x, np.ndarray) or x.size == 0 or layout.flat(x)[1] != 0:
             return None
     launches = [(kern._specialize(m), m) for m in metas]
+    th = threads
+    # (f returns False once the thread count changed: the metas are one chunk per thread; the step runs
+    # the launch and binds anew)
     if len(launches) == 1:
         call, meta = launches[0]
 
         def f(outs, ins):
+            if th.NUM_THREADS != nt0:
+                return False
             call(*outs, *ins, meta)
             return True
     else:
@@ -850,10 +856,14 @@ def _bind_strided(kern, outs, ins):
             desc, caller, stacked, dummy = nat
 
             def f(outs, ins):
+                if th.NUM_THREADS != nt0:
+                    return False
                 caller(desc, dummy, dummy, dummy, *outs, *ins, stacked)
                 return True
         else:
             def f(outs, ins):
+                if th.NUM_THREADS != nt0:
+                    return False
                 threads.run_parallel(lambda cm: cm[0](*outs, *ins, cm[1]), launches)
                 return True
     return f
