@@ -2,14 +2,25 @@
 gemm_driver's native workers (conv.py's ``conv2d_into`` hands it float32 / float64 depthwise convs with
 column stride 1-4 and windows of up to 49 taps).
 
-Two kernels, both over units of (plane, band of output rows) with the plane's KH x KW weights broadcast in
+Three kernels, all over units of (plane, band of output rows) with the plane's KH x KW weights broadcast in
 registers once per unit and the sums in the (ki, kj) tap order after the bias (row ki > 0's taps summed on their
-own, then added), so both give the same float32 bits (finite weights; but the sign of an exact-zero sum: the
-generic kernel skips the rows outside the input, the padded-rows kernel adds their zeros):
+own, then added), so all give the same float32 bits (finite weights; but the sign of an exact-zero sum: the
+generic kernel skips the rows outside the input, the other two add their zeros):
 
-* The padded-rows kernel (float32, column stride 1 / 2, column dilation 1; ``_render_pad``): the unit's padded
-  input rows copied into a per-thread scratch on the stack (each row at its left padding, zeros around it; rows
-  outside the input zero rows; stride 2: each row split into its even and odd padded columns, half a row each),
+* The direct kernel (float32, column stride 2, column dilation 1; ``_render_dir``; ``NEE_DEPTHWISE_DIRECT=0``
+  leaves these to the padded-rows kernel): no copy of the input; per pair of output rows (their common input
+  rows loaded once; rows outside the input read a zero row on the stack) and vector of 8 outputs, each row's
+  taps from two 8-lane loads per pair of taps split into their even / odd columns in registers (one in-lane
+  shuffle each, x86's shufps: the sums in its lane order, put back in order by one permute before the store);
+  plain loads for the vectors whose columns lie inside the row, masked loads (zeros outside: the padding; masks
+  from a table after the params) for the few at the row's ends, each kind its own loop.  Stores as the
+  padded-rows kernel's.  ShuffleNet's stride-2 3x3s (1 thread, one-thread CPU time, bench/depthwise_vs_ort.py):
+  0.7-0.8x the padded-rows kernel's time, whose stride-2 row split copy was half of it.  (Stride 1 on it: up to
+  1.3x slower than the padded-rows kernel on rows under ~32 wide, where most loads are masked.)
+* The padded-rows kernel (float32, column stride 1 (and 2 where the direct kernel does not take it), column
+  dilation 1; ``_render_pad``): the unit's padded input rows copied into a per-thread scratch on the stack (each
+  row at its left padding, zeros around it; rows outside the input zero rows; stride 2: each row split into its
+  even and odd padded columns, half a row each),
   then per pair of output rows and vector of 8 outputs every tap a plain unaligned load of the scratch (the pair's
   common input rows loaded once), no masks: a row's last vector ends at its last column (overlapping the one
   before), rows under 8 wide run over into the next row of the unit (overwritten by it), the unit's last rows
@@ -31,7 +42,9 @@ generic kernel skips the rows outside the input, the padded-rows kernel adds the
   ``gemm_driver.call_plan``.
 * Bounds: the generic kernel's loads stay inside their input row (the unmasked ones checked by the span test,
   the rest masked), stores inside their output row; the padded-rows kernel's fills, reads and rows are checked
-  against its scratch in ``pad_params``, its stores stay inside the unit's rows.
+  against its scratch in ``pad_params``, its stores stay inside the unit's rows; the direct kernel's plain loads
+  only in the vectors ``dir_params`` finds inside the row (the zero row: as wide as a row), the rest masked to the
+  row, its stores as the padded-rows kernel's.
 """
 from __future__ import annotations
 
@@ -573,12 +586,17 @@ def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
     return "\n".join(L) + "\n"
 
 
-def kernel_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool):
-    """The padded-rows builtin ``f(x, w, bias, out, params)`` (float32, column stride 1 / 2, column dilation 1)."""
-    k = ("pad", KH, KW, sh, sw, dh, relu)
+def kernel_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool, direct: bool = False):
+    """The padded-rows builtin ``f(x, w, bias, out, params)`` (float32, column stride 1 / 2, column dilation 1),
+    or with ``direct`` the direct kernel's (:func:`_render_dir`, params :func:`dir_params`)."""
+    k = ("dir" if direct else "pad", KH, KW, sh, sw, dh, relu)
     f = _kernels.get(k)
     if f is not None:
         return f
+    if direct:
+        return builtin(_kernels, k, f"dwdirf{KH}x{KW}s{sh}{sw}d{dh}{'r' if relu else ''}",
+                       f"{source_key(__file__)}|dir|{KH}|{KW}|{sh}|{sw}|{dh}|{relu}",
+                       lambda: _render_dir(KH, KW, sh, sw, dh, relu), 5)
     return builtin(_kernels, k, f"dwpadf{KH}x{KW}s{sh}{sw}d{dh}{'r' if relu else ''}",
                    f"{source_key(__file__)}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{relu}",
                    lambda: _render_pad(KH, KW, sh, sw, dh, relu), 5)
@@ -622,10 +640,313 @@ def pad_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW, RB):
     return [WR, WH, SZ, NF, TL, NV, JL, DE, DO, OV], SZ
 
 
+# ---------------------------------------------------------------- float32, column stride 2: direct rows
+# params after _P_CTR (the generic kernel's first 15): output vectors per row, the last vector's column, the zero
+# row's floats, the first fast vector and the first slow one after the fast ones; then the slow vectors' load masks
+(_R_NV, _R_JL, _R_ZW, _R_FA, _R_FB, _R_N) = range(_P_N, _P_N + 6)
+_RNAMES = ("NV", "JL", "ZW", "FA", "FB")
+_DIR_MAX_SLOW = 64      # slow vectors per row (mask table entries) from which a conv takes another kernel
+# column stride 2: the even / odd lanes of two vectors of 8 in the order of one in-lane shuffle per 256 bits
+# (x86's shufps), the outputs put back in order once (``_UNP``: the permutation is its own inverse)
+_EVEN = (0, 2, 8, 10, 4, 6, 12, 14)
+_ODD = (1, 3, 9, 11, 5, 7, 13, 15)
+_UNP = (0, 1, 4, 5, 2, 3, 6, 7)
+
+
+def tap_loads(KW: int, sw: int) -> list:
+    """Per tap kj of a row, (o, ph): the tap's 8 inputs (columns c + kj + sw * i, c the vector's first output's
+    column of tap 0) are, column stride 1, the 8-lane load at column c + o (o = kj); column stride 2, the even
+    (ph 0) or odd (ph 1) lanes of the two 8-lane loads at c + o, c + o + 8 (taps 2s, 2s + 1 share theirs; a last
+    even tap the odd lanes of the loads at c + kj - 1): a row's loads span exactly columns [c, c + span(KW, sw))."""
+    if sw == 1:
+        return [(kj, 0) for kj in range(KW)]
+    return [(kj - 1, 1) if kj % 2 or (kj == KW - 1 and kj > 0) else (kj, 0) for kj in range(KW)]
+
+
+def span(KW: int, sw: int) -> int:
+    """The columns a row's loads of one output vector cover (from its column c of tap 0)."""
+    return max(o for o, _ in tap_loads(KW, sw)) + PV * sw
+
+
+def load_offsets(KW: int, sw: int) -> list:
+    """The columns (past the vector's c) of a row's 8-lane loads."""
+    return sorted({o + PV * h for o, _ in tap_loads(KW, sw) for h in range(sw)})
+
+
+def _render_dir(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
+    """The direct kernel (float32, column stride sw 2 (1 works too, slower than the padded-rows kernel where
+    masked loads are many: rows under ~32 wide), column dilation 1): per unit (plane, band of output
+    rows), two output rows at a time (their common input rows loaded once), every output vector of 8 straight
+    from the input rows (rows outside the input: a zero row on the stack), plain loads where the vector's span
+    lies inside the row (the vectors [FA, FB)), else masked loads (zeros outside the row: the padding; masks from
+    the table after the params); stride 2's even / odd columns split in registers (:func:`tap_loads`), the sums
+    in shufps' lane order, put back in order before the store; the taps summed in the generic kernel's order;
+    full stores (a row's last vector ends at its last column; rows under 8 wide run over into the next row of the
+    unit, which overwrites them), masked where a vector would leave the unit's rows."""
+    V = PV
+    v = f"<{V} x float>"
+    vp = f"{v}*"
+    iv = f"<{V} x i32>"
+    m = f"<{V} x i1>"
+    plan = tap_loads(KW, sw)
+    offs = load_offsets(KW, sw)
+    L = []
+    a = L.append
+    _head(a, "float", V)
+    for i, nm in enumerate(_RNAMES):
+        a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {_P_N + i}')
+        a(f'  %{nm} = load i64, i64* %{nm}.p')
+    a(f'  %ctr = getelementptr i64, i64* %p, i64 {_P_CTR}')
+    a(f'  %lanes = add {iv} <{", ".join(f"i32 {i}" for i in range(V))}>, zeroinitializer')
+    a('  %HW = mul i64 %H, %W')
+    a('  %OHW = mul i64 %OH, %OW')
+    # the output vectors' mask (rows narrower than V: lanes below OW)
+    a('  %OW32 = trunc i64 %OW to i32')
+    a(f'  %owb.0 = insertelement {iv} undef, i32 %OW32, i32 0')
+    a(f'  %owb = shufflevector {iv} %owb.0, {iv} undef, {iv} zeroinitializer')
+    a(f'  %omk = icmp slt {iv} %lanes, %owb')
+    # the slow vectors' load masks (int32 lanes, sign bit set where the lane's column lies inside the row; the
+    # same for every row): a table after the params, len(offs) vectors of 8 per slow vector
+    a(f'  %tab.p = getelementptr i64, i64* %p, i64 {_R_N}')
+    a('  %tab = bitcast i64* %tab.p to i32*')
+    a('  %NFV = sub i64 %FB, %FA')
+    # the zero row (read for the rows outside the input): ZW >= W floats, zeroed once per call
+    a('  %zb = alloca float, i64 %ZW, align 32')
+    a('  br label %zero')
+    a('zero:')
+    a('  %zi = phi i64 [ 0, %entry ], [ %zi1, %zero ]')
+    a('  %zp.f = getelementptr float, float* %zb, i64 %zi')
+    a(f'  %zp = bitcast float* %zp.f to {vp}')
+    a(f'  store volatile {v} zeroinitializer, {vp} %zp, align 32')
+    a(f'  %zi1 = add i64 %zi, {V}')
+    a('  %zc = icmp slt i64 %zi1, %ZW')
+    a('  br i1 %zc, label %zero, label %claim')
+    claim_ir(a, 'gstart')
+    # the group's first unit: plane and band by division, then counted (no division per unit)
+    a('gstart:')
+    a('  %pl0 = udiv i64 %gt0, %NB')
+    a('  %bdm0 = mul i64 %pl0, %NB')
+    a('  %bd0 = sub i64 %gt0, %bdm0')
+    a('  %ch0 = urem i64 %pl0, %C')
+    a('  br label %unit')
+    a('unit:')
+    a('  %u = phi i64 [ %gt0, %gstart ], [ %u1, %unit_end ]')
+    a('  %pl = phi i64 [ %pl0, %gstart ], [ %pln, %unit_end ]')
+    a('  %bd = phi i64 [ %bd0, %gstart ], [ %bdn, %unit_end ]')
+    a('  %ch = phi i64 [ %ch0, %gstart ], [ %chn, %unit_end ]')
+    a('  %r0 = mul i64 %bd, %RB')
+    a('  %r1a = add i64 %r0, %RB')
+    a('  %r1s = icmp slt i64 %r1a, %OH')
+    a('  %r1 = select i1 %r1s, i64 %r1a, i64 %OH')
+    a('  %xbo = mul i64 %pl, %HW')
+    a('  %xb = getelementptr float, float* %x, i64 %xbo')
+    a('  %obo = mul i64 %pl, %OHW')
+    a('  %ob = getelementptr float, float* %out, i64 %obo')
+    a('  %bsp = getelementptr float, float* %bias, i64 %ch')
+    a('  %bs = load float, float* %bsp')
+    a(f'  %bv.0 = insertelement {v} undef, float %bs, i32 0')
+    a(f'  %bv = shufflevector {v} %bv.0, {v} undef, {iv} zeroinitializer')
+    a(f'  %wo = mul i64 %ch, {KH * KW}')
+    for t in range(KH * KW):
+        a(f'  %wsp{t} = getelementptr float, float* %w, i64 %wo')
+        a(f'  %wsq{t} = getelementptr float, float* %wsp{t}, i64 {t}')
+        a(f'  %ws{t} = load float, float* %wsq{t}')
+        a(f'  %wv{t}.0 = insertelement {v} undef, float %ws{t}, i32 0')
+        a(f'  %wv{t} = shufflevector {v} %wv{t}.0, {v} undef, {iv} zeroinitializer')
+    a('  %o1 = mul i64 %r1, %OW')
+    a('  br label %row')
+    # ---- output rows [r0, r1), two at a time: input rows r * sh - pt + (q * sh + ki * dh)
+    a('row:')
+    a('  %r = phi i64 [ %r0, %unit ], [ %rn, %row_end ]')
+    a('  %hs0 = mul i64 %r, %SH')
+    a('  %hs = sub i64 %hs0, %PT')
+    a('  %oro = mul i64 %r, %OW')
+    a('  %r2 = add i64 %r, 2')
+    a('  %pair = icmp sle i64 %r2, %r1')
+    a('  br i1 %pair, label %row2, label %row1')
+
+    def vloop(NR: int, pfx: str, slow: bool, lo: str, hi: str, pre: str, nxt: str):
+        """Output vectors jv in [lo, hi) of NR rows (from block ``pre``, then to ``nxt``): plain loads, or
+        (``slow``) masked loads, the masks of slow vector s (jv, less the fast ones before it) from the table."""
+        a(f'{pre}:')
+        a(f'  %{pfx}any = icmp slt i64 {lo}, {hi}')
+        a(f'  br i1 %{pfx}any, label %{pfx}vec, label %{nxt}')
+        a(f'{pfx}vec:')
+        a(f'  %{pfx}jv = phi i64 [ {lo}, %{pre} ], [ %{pfx}jv1, %{pfx}vec_end ]')
+        a(f'  %{pfx}ja = mul i64 %{pfx}jv, {V}')
+        a(f'  %{pfx}jl = icmp slt i64 %{pfx}ja, %JL')
+        a(f'  %{pfx}j = select i1 %{pfx}jl, i64 %{pfx}ja, i64 %JL')
+        a(f'  %{pfx}cs = mul i64 %{pfx}j, {sw}')
+        a(f'  %{pfx}c = sub i64 %{pfx}cs, %PL')
+        if slow:
+            a(f'  %{pfx}sl = icmp slt i64 %{pfx}jv, %FB')
+            a(f'  %{pfx}sd = select i1 %{pfx}sl, i64 0, i64 %NFV')
+            a(f'  %{pfx}si = sub i64 %{pfx}jv, %{pfx}sd')
+            a(f'  %{pfx}so = mul i64 %{pfx}si, {V * len(offs)}')
+            a(f'  %{pfx}mp = getelementptr i32, i32* %tab, i64 %{pfx}so')
+            for n, o in enumerate(offs):
+                a(f'  %{pfx}k{o}.q = getelementptr i32, i32* %{pfx}mp, i64 {V * n}')
+                a(f'  %{pfx}k{o}.p = bitcast i32* %{pfx}k{o}.q to {iv}*')
+                a(f'  %{pfx}k{o}.i = load {iv}, {iv}* %{pfx}k{o}.p, align 4')
+                a(f'  %{pfx}k{o} = icmp slt {iv} %{pfx}k{o}.i, zeroinitializer')
+        raw = {}
+
+        def raw_load(sr, o):
+            key = (sr, o)
+            if key not in raw:
+                nm = f"%{pfx}l{sr}_{o}"
+                a(f'  {nm}.j = add i64 %{pfx}c, {o}')
+                a(f'  {nm}.f = getelementptr float, float* %{pfx[0]}xr{sr}, i64 {nm}.j')
+                a(f'  {nm}.p = bitcast float* {nm}.f to {vp}')
+                if not slow:
+                    a(f'  {nm} = load {v}, {vp} {nm}.p, align 4')
+                else:
+                    a(f'  {nm} = call {v} @llvm.masked.load.v8f32.p0v8f32({vp} {nm}.p, i32 4, {m} %{pfx}k{o}, '
+                      f'{v} zeroinitializer)')
+                raw[key] = nm
+            return raw[key]
+
+        taps = {}
+
+        def tap(sr, kj):
+            o, ph = plan[kj]
+            key = (sr, o, ph)
+            if key not in taps:
+                if sw == 1:
+                    taps[key] = raw_load(sr, o)
+                else:
+                    lo_, hi_ = raw_load(sr, o), raw_load(sr, o + V)
+                    nm = f"%{pfx}t{sr}_{o}_{ph}"
+                    idx = ", ".join(f"i32 {i}" for i in (_ODD if ph else _EVEN))
+                    a(f'  {nm} = shufflevector {v} {lo_}, {v} {hi_}, {iv} <{idx}>')
+                    taps[key] = nm
+            return taps[key]
+
+        for q in range(NR):
+            acc = "%bv"
+            for ki in range(KH):
+                part = acc if ki == 0 else None
+                for kj in range(KW):
+                    t = ki * KW + kj
+                    lv = tap(q * sh + ki * dh, kj)
+                    nm = f"%{pfx}c{q}_{t}"
+                    if part is None:
+                        a(f'  {nm} = fmul {v} {lv}, %wv{t}')
+                    else:
+                        a(f'  {nm} = call {v} @llvm.fma.v8f32({v} {lv}, {v} %wv{t}, {v} {part})')
+                    part = nm
+                if ki > 0:
+                    a(f'  %{pfx}sum{q}_{ki} = fadd {v} {acc}, {part}')
+                    acc = f"%{pfx}sum{q}_{ki}"
+                else:
+                    acc = part
+            if relu:
+                a(f'  %{pfx}lt{q} = fcmp olt {v} {acc}, zeroinitializer')
+                a(f'  %{pfx}rl{q} = select {m} %{pfx}lt{q}, {v} zeroinitializer, {v} {acc}')
+                acc = f"%{pfx}rl{q}"
+            if sw == 2:
+                a(f'  %{pfx}un{q} = shufflevector {v} {acc}, {v} undef, {iv} '
+                  f'<{", ".join(f"i32 {i}" for i in _UNP)}>')
+                acc = f"%{pfx}un{q}"
+            a(f'  %{pfx}oo{q}.r = mul i64 %OW, {q}')
+            a(f'  %{pfx}oo{q}.s = add i64 %oro, %{pfx}oo{q}.r')
+            a(f'  %{pfx}oo{q} = add i64 %{pfx}oo{q}.s, %{pfx}j')
+            a(f'  %{pfx}op{q}.f = getelementptr float, float* %ob, i64 %{pfx}oo{q}')
+            a(f'  %{pfx}op{q} = bitcast float* %{pfx}op{q}.f to {vp}')
+            a(f'  %{pfx}oe{q} = add i64 %{pfx}oo{q}, {V}')
+            a(f'  %{pfx}ofull{q} = icmp sle i64 %{pfx}oe{q}, %o1')
+            nx = f"{pfx}st{q + 1}" if q + 1 < NR else f"{pfx}vec_end"
+            a(f'  br i1 %{pfx}ofull{q}, label %{pfx}sf{q}, label %{pfx}sm{q}')
+            a(f'{pfx}sf{q}:')
+            a(f'  store {v} {acc}, {vp} %{pfx}op{q}, align 4')
+            a(f'  br label %{nx}')
+            a(f'{pfx}sm{q}:')
+            a(f'  call void @llvm.masked.store.v8f32.p0v8f32({v} {acc}, {vp} %{pfx}op{q}, i32 4, {m} %omk)')
+            a(f'  br label %{nx}')
+            if q + 1 < NR:
+                a(f'{nx}:')
+        a(f'{pfx}vec_end:')
+        a(f'  %{pfx}jv1 = add i64 %{pfx}jv, 1')
+        a(f'  %{pfx}jvc = icmp slt i64 %{pfx}jv1, {hi}')
+        a(f'  br i1 %{pfx}jvc, label %{pfx}vec, label %{nxt}')
+
+    def body(NR: int, pfx: str, head: str, tail: str):
+        """NR (1 or 2) output rows from head block ``head`` to ``tail``: their input rows' bases (the zero row
+        outside the input), then the slow vectors [0, FA), the fast ones [FA, FB), the slow ones [FB, NV)."""
+        srows = sorted({q * sh + ki * dh for q in range(NR) for ki in range(KH)})
+        a(f'{head}:')
+        for sr in srows:
+            a(f'  %{pfx}ih{sr} = add i64 %hs, {sr}')
+            a(f'  %{pfx}iv{sr} = icmp ult i64 %{pfx}ih{sr}, %H')
+            a(f'  %{pfx}io{sr} = mul i64 %{pfx}ih{sr}, %W')
+            a(f'  %{pfx}ip{sr} = getelementptr float, float* %xb, i64 %{pfx}io{sr}')
+            a(f'  %{pfx}xr{sr} = select i1 %{pfx}iv{sr}, float* %{pfx}ip{sr}, float* %zb')
+        a(f'  br label %{pfx}Lpre')
+        vloop(NR, pfx + "L", True, "0", "%FA", f"{pfx}Lpre", f"{pfx}Fpre")
+        vloop(NR, pfx + "F", False, "%FA", "%FB", f"{pfx}Fpre", f"{pfx}Rpre")
+        vloop(NR, pfx + "R", True, "%FB", "%NV", f"{pfx}Rpre", tail)
+
+    body(2, "b", "row2", "row_end2")
+    body(1, "a", "row1", "row_end1")
+    a('row_end2:')
+    a('  br label %row_end')
+    a('row_end1:')
+    a('  br label %row_end')
+    a('row_end:')
+    a('  %rstep = phi i64 [ 2, %row_end2 ], [ 1, %row_end1 ]')
+    a('  %rn = add i64 %r, %rstep')
+    a('  %rc = icmp slt i64 %rn, %r1')
+    a('  br i1 %rc, label %row, label %unit_end')
+    a('unit_end:')
+    a('  %u1 = add i64 %u, 1')
+    a('  %bd1 = add i64 %bd, 1')
+    a('  %bdw = icmp eq i64 %bd1, %NB')
+    a('  %bdn = select i1 %bdw, i64 0, i64 %bd1')
+    a('  %plw = zext i1 %bdw to i64')
+    a('  %pln = add i64 %pl, %plw')
+    a('  %ch1 = add i64 %ch, %plw')
+    a('  %chw = icmp eq i64 %ch1, %C')
+    a('  %chn = select i1 %chw, i64 0, i64 %ch1')
+    a('  %uc = icmp slt i64 %u1, %gt1')
+    a('  br i1 %uc, label %unit, label %claim')
+    a('done:')
+    a('  ret void')
+    a('}')
+    return "\n".join(L) + "\n"
+
+
+def dir_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW) -> np.ndarray:
+    """The direct kernel's params past _P_CTR (``_R_*``, then the slow vectors' load masks), every read checked
+    in bounds: the vectors' columns j in [0, JL] (JL + 8 <= OW, or 0 where OW < 8), their loads'
+    columns [j * sw - pl, + span) plain only inside [0, W) (the kernel's test), else masked to the lanes inside
+    [0, W); the zero row ZW >= W floats.  Column dilation 1."""
+    NV = -(-OW // PV)
+    JL = max(OW - PV, 0)
+    ZW = _r8(W)
+    if (NV - 1) * PV < JL or JL + PV > max(OW, PV) or ZW < W:
+        raise AssertionError("depthwise_native: direct kernel's params out of range")
+    offs = load_offsets(KW, sw)
+    SP = span(KW, sw)
+    cs = [min(PV * jv, JL) * sw - pl for jv in range(NV)]
+    fast = [c >= 0 and c + SP <= W for c in cs]
+    FA = next((jv for jv in range(NV) if fast[jv]), NV)
+    FB = next((jv for jv in range(NV - 1, -1, -1) if fast[jv]), FA - 1) + 1
+    if any(fast[:FA]) or not all(fast[FA:FB]) or any(fast[FB:]) or FB < FA:
+        raise AssertionError("depthwise_native: the fast vectors are not one run")
+    slow = list(range(FA)) + list(range(FB, NV))
+    lanes = np.arange(PV)
+    tab = np.zeros((max(1, len(slow)), len(offs), PV), np.int32)
+    for n, jv in enumerate(slow):
+        for i, o in enumerate(offs):
+            col = cs[jv] + o + lanes
+            tab[n, i] = np.where((col >= 0) & (col < W), -1, 0)
+    return np.concatenate([np.array([NV, JL, ZW, FA, FB], np.int64), tab.reshape(-1).view(np.int64)])
 # NEE_DEPTHWISE_NATIVE=0 (or MODE[0] = "0": tests, benchmarks) keeps every depthwise conv on conv.py's other paths
 MODE = [os.environ.get("NEE_DEPTHWISE_NATIVE", "1")]
 # NEE_DEPTHWISE_PAD=0 (or PAD[0] = "0") keeps float32 column strides 1 / 2 on the generic kernel (comparisons)
 PAD = [os.environ.get("NEE_DEPTHWISE_PAD", "1")]
+# NEE_DEPTHWISE_DIRECT=0 (or DIRECT[0] = "0") keeps float32 column stride 2 on the padded-rows kernel (comparisons)
+DIRECT = [os.environ.get("NEE_DEPTHWISE_DIRECT", "1")]
 # the padded-rows kernel's scratch (on the running thread's stack, as gemm_driver's row epilogue's): bands of
 # output rows whose input rows fit _PAD_BAND_BYTES (L1); convs whose KH input rows need more than _PAD_MAX_BYTES
 # take the generic kernel
@@ -634,6 +955,8 @@ _PAD_MAX_BYTES = 64 << 10
 # one thread, ns per (output vector of 8, tap) of the padded-rows kernel (+ its fill per input vector)
 _PAD_NS_TAP = 0.3
 _PAD_NS_FILL = 0.5
+# the direct kernel's (column stride 2: 112 x 56 x 56 -> 28 x 28 3x3 ~65 us)
+_DIR_NS_TAP = 0.6
 _PAR_NS = 25000.0   # estimated single-thread ns from which a call goes to the native workers
 _UNITS_PER_THREAD = 8
 _BAND_BYTES = 16 << 10
@@ -660,7 +983,7 @@ def conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, relu=False) -> bool:
 
 def settings() -> tuple:
     """What the launches :func:`runner` returns depend on besides the operands' layouts (thread count, switches)."""
-    return threads.NUM_THREADS, MODE[0], PAD[0]
+    return threads.NUM_THREADS, MODE[0], PAD[0], DIRECT[0]
 
 
 def runner(x, w, res, sh, sw, pt, pl, dh, dw, relu=False):
@@ -715,10 +1038,40 @@ def _runner(xs, ws, rs, sh, sw, pt, pl, dh, dw, relu, dt, wdt, rdt):
     return _launch(kernel(dt, KH, KW, sw, relu), base, C, dt, par, nt)
 
 
+def _dir_runner(C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt):
+    """The direct kernel's runner (float32, column stride 2, column dilation 1), or None where its zero row would
+    not fit _PAD_MAX_BYTES or its mask table _DIR_MAX_SLOW: units of bands of a plane's output rows (whose input
+    rows fit _PAD_BAND_BYTES), split over the threads as the generic kernel's."""
+    if 4 * _r8(W) > _PAD_MAX_BYTES:
+        return None
+    q = dir_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW)
+    NV, FA, FB = q[0], q[3], q[4]
+    if FA + NV - FB > _DIR_MAX_SLOW:
+        return None
+    RB = max(1, min(OH, (_PAD_BAND_BYTES // (4 * W) - (KH - 1) * dh - 1) // sh + 1))
+    est = P * OH * NV * KH * KW * _DIR_NS_TAP
+    par = nt > 1 and est >= _PAR_NS
+    if par:
+        units = nt * _UNITS_PER_THREAD
+        RB = min(RB, -(-OH // max(1, min(OH, -(-units // P)))))
+    NB = -(-OH // RB)
+    T1 = P * NB
+    G = max(1, T1 // (nt * _UNITS_PER_THREAD)) if par else T1
+    base = np.zeros(_P_N + len(q), np.int64)
+    base[:_P_CTR] = (H, W, OH, OW, sh, pt, pl, dh, dw, C, NB, RB, G, T1)
+    base[_P_N:] = q
+    f = kernel_pad(KH, KW, sh, sw, dh, relu, direct=True)
+    return _launch(f, base, C, np.float32, par, nt)
+
+
 def _pad_runner(N, C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt):
-    """The padded-rows kernel's runner (float32, column stride 1 / 2, column dilation 1), or None where its scratch
-    would not fit: bands of output rows whose padded input rows fit _PAD_BAND_BYTES, split over the threads as the
-    generic kernel's."""
+    """The padded-rows kernel's runner (float32, column stride 1 / 2, column dilation 1; column stride 2: the
+    direct kernel's first, :func:`_dir_runner`), or None where its scratch would not fit: bands of output rows
+    whose padded input rows fit _PAD_BAND_BYTES, split over the threads as the generic kernel's."""
+    if sw == 2 and DIRECT[0] != "0":
+        r = _dir_runner(C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt)
+        if r is not None:
+            return r
     q, _ = pad_params(H, W, OH, OW, sh, sw, pt, pl, dh, KH, KW, 1)
     WR = q[0]
     RB = max(1, min(OH, (_PAD_BAND_BYTES // (4 * WR) - (KH - 1) * dh - 1) // sh + 1))
