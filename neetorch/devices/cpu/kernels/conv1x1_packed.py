@@ -27,6 +27,9 @@ one-hot output; with this path its last 512 -> 1000 conv is symmetric whatever p
 
 Taken from conv_direct.try_conv2d (NEE_CONV_DIRECT unset) where :func:`pays`; NEE_CONV_PK1X1=0 turns it off (the
 previous rules then decide: conv_direct's kernels or conv.py's GEMMs).
+
+The "fused" variant (session 15, ``FUSED``: outputs of _FUSED_MIN_L pixels and more, strided 1x1s too) runs the
+epilogue in the tiles' last stores instead of a pass (its own IR: ``_etile_ir`` / ``_epk_ir`` / ``_fused_ir``).
 """
 from __future__ import annotations
 
@@ -95,18 +98,10 @@ stend:
 """
 
 
-def _task_ir(nr: int, nops: int, ne: int) -> str:
-    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task: panels [D[40], D[41]) of X (op{nops-1} + D[44] floats:
-    D[43] rows of D[42] floats) packed into P + D[47] (panel p at + p * K * nr: K x nr floats, the last panel's
-    missing columns zero; row by row, each row's part read in one pass), then linalg's packed kernel (address D[8],
-    its descriptor D[0:8]: the task's columns and rows) on A + D[45] and those panels into op1 + D[46]; then the
-    elementwise epilogue (address D[9], 0: none) on op0 .. op{ne-1} with its meta at D[10:]."""
+def _pack_fn_ir(nr: int) -> str:
+    """``@pack(X, P, L, K, p0, p1)``: panels [p0, p1) of X (K rows of L floats) into P (panel p at + p * K * nr: K x
+    nr floats, the last panel's missing columns zero; row by row, each row's part read in one pass)."""
     V = f"<{nr} x float>"
-    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
-    esig = ", ".join(["i8*"] * ne + ["i64*"])
-    eargs = ", ".join(f"i8* %o{i}" for i in range(ne))
-    words = "".join(f"  %wp{i} = getelementptr i64, i64* %D, i64 {_PW + i}\n  %w{i} = load i64, i64* %wp{i}\n"
-                    for i in range(8))
     return f"""
 define internal void @pack(float* %X, float* %P, i64 %L, i64 %K, i64 %p0, i64 %p1) {{
 entry:
@@ -151,7 +146,22 @@ tail:
 done:
   ret void
 }}
+"""
 
+
+def _task_ir(nr: int, nops: int, ne: int) -> str:
+    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task: panels [D[40], D[41]) of X (op{nops-1} + D[44] floats:
+    D[43] rows of D[42] floats) packed into P + D[47] (panel p at + p * K * nr: K x nr floats, the last panel's
+    missing columns zero; row by row, each row's part read in one pass), then linalg's packed kernel (address D[8],
+    its descriptor D[0:8]: the task's columns and rows) on A + D[45] and those panels into op1 + D[46]; then the
+    elementwise epilogue (address D[9], 0: none) on op0 .. op{ne-1} with its meta at D[10:]."""
+    V = f"<{nr} x float>"
+    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
+    esig = ", ".join(["i8*"] * ne + ["i64*"])
+    eargs = ", ".join(f"i8* %o{i}" for i in range(ne))
+    words = "".join(f"  %wp{i} = getelementptr i64, i64* %D, i64 {_PW + i}\n  %w{i} = load i64, i64* %wp{i}\n"
+                    for i in range(8))
+    return _pack_fn_ir(nr) + f"""
 define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
 entry:
   %D = bitcast i8* %Dr to i64*
@@ -330,7 +340,7 @@ _ROWS_MIN_W = 1 << 20
 
 
 class _Plan:
-    __slots__ = ("call", "d", "ext", "has_e", "kind", "pbuf", "sbuf", "Lp", "nops", "use_b")
+    __slots__ = ("call", "d", "ext", "has_e", "kind", "pbuf", "sbuf", "Lp", "nops", "use_b", "fused")
 
 
 def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu: bool, nt: int, kind=None):
@@ -444,7 +454,7 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
     if d is None:
         return None
     p = _Plan()
-    p.call, p.d, p.ext, p.kind = gemm_driver.epilogue_caller(3 + nops), d, ext, kind
+    p.call, p.d, p.ext, p.kind, p.fused = gemm_driver.epilogue_caller(3 + nops), d, ext, kind, False
     p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b = pbuf, sbuf, Lp, nops, has_e, use_b
     return p
 
@@ -456,14 +466,20 @@ def applies(x, w, res, G) -> bool:
             and w.flags.c_contiguous and res.flags.c_contiguous and w.shape[1] >= 1 and ON[0] and available())
 
 
-def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None) -> bool:
-    """res (N, O, H, W) = conv2d(x (N, C, H, W), w (O, C/G, 1, 1), groups G) + b (+ b2) (+ e: res's shape,
-    C-contiguous float32, not sharing res's memory), through relu when ``relu``.  False (nothing written) when the
-    path cannot take these operands."""
+def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)) -> bool:
+    """res (N, O, OH, OW) = conv2d(x (N, C, H, W), w (O, C/G, 1, 1), groups G, ``stride``) + b (+ b2) (+ e: res's
+    shape, C-contiguous float32, not sharing res's memory), through relu when ``relu``.  False (nothing written) when
+    the path cannot take these operands (strided convs: only where the fused path runs, :func:`_fused_for`)."""
     N, C, H, W = x.shape
     O = w.shape[0]
-    if res.shape != (N, O, H, W) or C % G or O % G or w.shape[1] * G != C or not applies(x, w, res, G) or \
-            np.may_share_memory(res, x) or np.may_share_memory(res, w):
+    sh, sw = stride = (int(stride[0]), int(stride[1]))
+    if res.ndim != 4:
+        return False
+    fused = _fused_for(res.shape, stride)
+    if sh < 1 or sw < 1 or ((sh, sw) != (1, 1) and not fused):
+        return False
+    if res.shape != (N, O, (H - 1) // sh + 1, (W - 1) // sw + 1) or C % G or O % G or w.shape[1] * G != C or \
+            not applies(x, w, res, G) or np.may_share_memory(res, x) or np.may_share_memory(res, w):
         return False
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous
                           or np.may_share_memory(e, res)):
@@ -476,10 +492,11 @@ def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None) -> bool:
             return False
         bias = np.ascontiguousarray(bias)
     nt = threads.NUM_THREADS
-    key = (C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0])
+    key = (C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], fused, stride)
     p = _plans.get(key)
     if p is None:
-        p = _plan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0])
+        p = _fplan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], stride) if fused else \
+            _plan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0])
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = p = p if p is not None else False
@@ -509,6 +526,9 @@ _KEEP_BYTES = 64 << 20
 
 
 def _run(p, x, w, bias, res, e, N: int) -> None:
+    if p.fused:
+        _frun(p, x, w, bias, res, e, N)
+        return
     panels = _scratch("panels", p.pbuf)
     acc = _scratch("acc", p.sbuf) if p.sbuf else res
     if p.use_b and bias is None:
@@ -560,6 +580,8 @@ _MIN_K = 16
 # planes, and SqueezeNet's 512 -> 1000 on 13x13 (173 MFLOP), this path is faster (0.78-0.91x; 2610 -> 2010 us)
 _BIG_MIN_L = 196
 _BIG_FLOPS = 50e6
+# ... but the fused path's (outputs of _FUSED_MIN_L pixels and more: ResNet-50's 56x56 and 28x28 1x1s, the stride-2
+# one into 28x28 included; see FUSED below)
 _SQUEEZE_MAX_O = 48
 _SQUEEZE_RATIO = 4
 
@@ -570,11 +592,13 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
     panels' columns, of _MIN_K input channels per group or more, but the "squeezes" (_SQUEEZE_MAX_O).
     Measured against the paths it replaces (conv_direct's kernels, OpenBLAS with the epilogue in gemm_driver's
     blocks, numpy's batched group GEMMs): see _DIRECT_MIN_L and _MIN_K."""
-    key = (rs[2], rs[3], ws[0], ws[1], ws[2], ws[3], sh, sw, pt, pb, pl, pr, G, ON[0], FORCE[0])
+    key = (rs[2], rs[3], ws[0], ws[1], ws[2], ws[3], sh, sw, pt, pb, pl, pr, G, ON[0], FORCE[0], FUSED[0],
+           _FUSED_MIN_L[0])
     r = _pays.get(key)
     if r is None:
         r = False
-        if ON[0] and ws[2] == ws[3] == 1 and sh == sw == 1 and not (pt or pb or pl or pr) and available():
+        if ON[0] and ws[2] == ws[3] == 1 and (sh == sw == 1 or _fused_for(rs, (sh, sw))) and \
+                not (pt or pb or pl or pr) and available():
             if FORCE[0] is not None:
                 r = bool(FORCE[0])
             else:
@@ -583,21 +607,29 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
                 Og, Cg = ws[0] // max(G, 1), ws[1]
                 r = (L > 0 and L >= _MIN_LANE_USE * (-(-L // linalg.PK_NR) * linalg.PK_NR) and Cg >= _MIN_K
                      and not (Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og)
-                     and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS))
+                     and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS
+                              and not _fused_for(rs, (sh, sw))))
         if len(_pays) > 4096:
             _pays.clear()
         _pays[key] = r
     return r
 
 
-def bind(x, w, b, res, G: int, relu=False, b2=None, e=None):
+def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)):
     """``f(x, w, b, res, b2, e) -> bool``: :func:`conv2d` for operands of these layouts at this thread count with
     its plan looked up once (b + b2 summed once where both are the arrays bound); False (nothing written) when the
     thread count or the mode changed or the operands are not the kind bound (the caller runs the unbound path).
     None where conv2d would not take them."""
     N, C, H, W = x.shape
     O = w.shape[0]
-    if res.shape != (N, O, H, W) or C % G or O % G or w.shape[1] * G != C or not applies(x, w, res, G):
+    sh, sw = stride = (int(stride[0]), int(stride[1]))
+    if res.ndim != 4:
+        return None
+    fused = _fused_for(res.shape, stride)
+    if sh < 1 or sw < 1 or ((sh, sw) != (1, 1) and not fused):
+        return None
+    if res.shape != (N, O, (H - 1) // sh + 1, (W - 1) // sw + 1) or C % G or O % G or w.shape[1] * G != C or \
+            not applies(x, w, res, G):
         return None
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous):
         return None
@@ -608,14 +640,16 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None):
     has_e = e is not None
     nt = threads.NUM_THREADS
     mode = MODE[0]
-    p = _plan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode)
+    p = _fplan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, stride) if fused else \
+        _plan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode)
     if p is None:
         return None
     b0, b20 = b, b2
     summed = [None]
 
     def f(x, w, b, res, b2, e) -> bool:
-        if threads.NUM_THREADS != nt or MODE[0] != mode or not ON[0] or (b is None) != (b0 is None) or \
+        if threads.NUM_THREADS != nt or MODE[0] != mode or _fused_for(res.shape, stride) != fused or not ON[0] or \
+                (b is None) != (b0 is None) or \
                 (b2 is None) != (b20 is None) or (e is not None) != has_e:
             return False
         if b2 is None:
@@ -645,7 +679,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
     from . import conv_direct
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    g = bind(x, w, b, out, attrs["groups"], relu, b2, e)
+    g = bind(x, w, b, out, attrs["groups"], relu, b2, e, stride=attrs["stride"])
     if g is None:
         return None
     has_b = b is not None
@@ -657,3 +691,538 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
             return False
         return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e)
     return f
+
+
+# ---------------------------------------------------------------- the epilogue in the tiles' stores ("fused")
+# The tasks above run the conv's epilogue (bias, residual, relu) as a pass over their block after its product, and
+# the planes whose size is not a multiple of the panel go through a scratch (compacted by that pass).  Here the
+# tile's last store does it instead: its 6 x 16 accumulators (plus C's earlier K blocks) + bias (broadcast per row)
+# + e (loaded, masked past the plane's end), relu, stored straight into res (masked past the end: no scratch);
+# the same sums in the same order as the pass's (relu((acc + bias) + e)), so the output is bitwise the unfused one.
+# Strided 1x1s (ResNet's downsamples) take it too, their panels gathered (@packs).  Taken on outputs of _FUSED_MIN_L
+# pixels and more (NEE_CONV_PK1X1_FUSED=0: never; smaller outputs: the tasks above).
+# Measured (session 15, AVX2 EPYC, load 8-11 from other sessions: ratios only).  Alone, 1 thread, process CPU time,
+# min of 30-40 alternating calls, conv + bias (+ residual) + relu, us fused / unfused packed / unfused direct: 64 ->
+# 256 on 56x56 + residual 1373 / 1577 / 1868 (without the prefetches of C and e below 2121-4526: the panel loop
+# stores into every output row at once, too many streams for the hardware prefetchers), 256 -> 64 on 56x56 1410 /
+# 1487 / 1562, 128 -> 512 on 28x28 + residual 1285 / 1257 / 1424, 512 -> 128 1252 / 1317 / 1404, 64 -> 64 on 56x56
+# 339 / 360 / 363; 14x14 and 7x7 even (256 -> 1024 + residual 1352 / 1395, 2048 -> 512 1697 / 1671; DenseNet's
+# 640 -> 128 on 14x14 434 / 420, 1024 -> 128 on 7x7 215 / 212).  In ResNet-50, 1 thread, each step's min over 4
+# fresh processes per side alternating (12 runs each), fused / HEAD (OpenBLAS + the epilogue pass for the big ones):
+# the 56x56 expands + residual 0.75-0.92, the stride-2 256 -> 512 into 28x28 0.91, the 28x28 ones 0.82-0.91, all 36
+# 1x1 steps -3.2 ms of 70.5; whole model not resolvable under the load (step sums 0.97).  In the models the fused
+# path lost on small planes (DenseNet's 1x1s on 14x14 / 7x7 1.04-1.19, in one session with the switch toggled),
+# ResNet's 14x14 1x1s against OpenBLAS 1.04-1.09: hence _FUSED_MIN_L.  SqueezeNet's squeezes (64 -> 16 on 55x55)
+# on it lost to conv_direct's "chan" kernel in the model (175 / 151 us, 223 / 185): the squeeze rule stays.
+FUSED = [os.environ.get("NEE_CONV_PK1X1_FUSED", "1") not in ("0", "")]
+_U8 = 4                     # the 8-lane tile's K loop unrolled (linalg.PK_UNROLL8's)
+_FW = 24                    # int64 words per fused task row
+# the fused path on outputs of at least this many pixels (smaller planes: the unfused tasks above; see FUSED)
+_FUSED_MIN_L = [int(os.environ.get("NEE_PK1X1_FUSED_MIN_L", "784"))]
+
+
+def _fused_for(rs, stride) -> bool:
+    """Whether a conv with output shape ``rs`` (N, O, OH, OW) and ``stride`` runs the fused path (strided ones only
+    there)."""
+    return FUSED[0] and rs[2] * rs[3] >= _FUSED_MIN_L[0]
+
+
+_SMALL_SCRATCH = [os.environ.get("NEE_PK1X1_SMALL", "1") != "0"]
+_FUSED_DIRECT_MAX_O = 32    # X read in place (no packing) only for few output channels per group on large planes
+_FUSED_B_BYTES = int(os.environ.get("NEE_PK1X1_BB", str(192 << 10)))   # a part's panels (one K block)
+_FUSED_A_BYTES = int(os.environ.get("NEE_PK1X1_AB", str(192 << 10)))   # a chunk of W's rows (one K block)
+# the tiles' prefetch of C's (and e's) rows: panels on (0: none), locality hint
+_PF = [int(os.environ.get("NEE_PK1X1_PF", "2")), int(os.environ.get("NEE_PK1X1_PFL", "2"))]
+
+
+def _etile_ir(mr: int, w: int, U: int, has_b: bool, has_e: bool, relu: bool) -> str:
+    """``etile{mr}(A, lda, B, ldb, C, ldc, K, acc, fin, Bs, E, nc)``: the mr x 2w tile ``A[0:mr, 0:K] @ B`` (B's
+    row k at B + k * ldb: a packed panel (ldb 2w) or X's rows in place), one FMA chain per output over k as
+    linalg's packed kernel; C = it (``acc``: C + it); where ``fin``: + Bs[r] (has_b), + E[r * ldc + j] (has_e),
+    relu; stored, of columns j < nc (nc < 2w: masked loads / stores)."""
+    V = f"<{w} x float>"
+    VP = f"{V}*"
+    sfx = f"v{w}f32"
+    L = [f"define internal void @etile{mr}(float* %A, i64 %lda, float* %B, i64 %ldb, float* %C, i64 %ldc, i64 %K, "
+         f"i1 %acc, i1 %fin, float* %Bs, float* %E, i64 %nc) {{", "entry:"]
+    for r in range(mr):
+        L.append(f"  %ao{r} = mul i64 %lda, {r}")
+    if _PF[0]:
+        # the tile's rows of C (and e) _PF[0] panels on (where the next panels' tiles of these rows store): the
+        # panel loop's stores walk every output row at once, too many streams for the hardware prefetchers
+        for r in range(mr):
+            L.append(f"  %pfo{r} = mul i64 %ldc, {r}")
+            L.append(f"  %pfq{r} = add i64 %pfo{r}, {2 * w * _PF[0]}")
+            for nm, ptr, rw in (("c", "%C", 1), ("e", "%E", 0)):
+                if nm == "e" and not has_e:
+                    continue
+                L += [f"  %pf{nm}{r} = getelementptr float, float* {ptr}, i64 %pfq{r}",
+                      f"  %pf{nm}i{r} = bitcast float* %pf{nm}{r} to i8*",
+                      f"  call void @llvm.prefetch.p0i8(i8* %pf{nm}i{r}, i32 {rw}, i32 {_PF[1]}, i32 1)"]
+    for u in range(1, U):
+        L.append(f"  %lb{u} = mul i64 %ldb, {u}")
+    L += [f"  %lbU = mul i64 %ldb, {U}", f"  %KU = and i64 %K, {-U}", "  %hasu = icmp ne i64 %KU, 0",
+          "  br i1 %hasu, label %uloop, label %mid", "uloop:", "  %ku = phi i64 [0, %entry], [%kun, %uloop]",
+          "  %bu = phi float* [%B, %entry], [%bun, %uloop]"]
+
+    def step(kv: str, brow: str, acc, out, s: str) -> None:
+        for v in range(2):
+            L.extend([f"  %bp{s}{v} = getelementptr float, float* {brow}, i64 {w * v}",
+                      f"  %bq{s}{v} = bitcast float* %bp{s}{v} to {VP}",
+                      f"  %b{s}{v} = load {V}, {VP} %bq{s}{v}, align 4"])
+        for r in range(mr):
+            L.extend([f"  %aq{s}{r} = add i64 %ao{r}, {kv}",
+                      f"  %ap{s}{r} = getelementptr float, float* %A, i64 %aq{s}{r}",
+                      f"  %a{s}{r} = load float, float* %ap{s}{r}",
+                      f"  %ai{s}{r} = insertelement {V} undef, float %a{s}{r}, i32 0",
+                      f"  %as{s}{r} = shufflevector {V} %ai{s}{r}, {V} undef, <{w} x i32> zeroinitializer"])
+            for v in range(2):
+                L.append(f"  {out(r, v)} = call {V} @llvm.fma.{sfx}({V} %as{s}{r}, {V} %b{s}{v}, {V} {acc(r, v)})")
+
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %uacc{r}_{v} = phi {V} [zeroinitializer, %entry], [%u{U - 1}n{r}_{v}, %uloop]")
+    for u in range(U):
+        L.append(f"  %ku{u} = add i64 %ku, {u}")
+        brow = "%bu" if u == 0 else f"%bu{u}"
+        if u:
+            L.append(f"  %bu{u} = getelementptr float, float* %bu, i64 %lb{u}")
+        step(f"%ku{u}", brow, (lambda r, v: f"%uacc{r}_{v}") if u == 0 else (lambda r, v, u=u: f"%u{u - 1}n{r}_{v}"),
+             lambda r, v, u=u: f"%u{u}n{r}_{v}", f"u{u}_")
+    L += [f"  %kun = add i64 %ku, {U}", "  %bun = getelementptr float, float* %bu, i64 %lbU",
+          "  %umore = icmp ult i64 %kun, %KU", "  br i1 %umore, label %uloop, label %mid", "mid:",
+          "  %bm = phi float* [%B, %entry], [%bun, %uloop]"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %macc{r}_{v} = phi {V} [zeroinitializer, %entry], [%u{U - 1}n{r}_{v}, %uloop]")
+    L += ["  %hasrem = icmp ult i64 %KU, %K", "  br i1 %hasrem, label %loop, label %done", "loop:",
+          "  %k = phi i64 [%KU, %mid], [%k1, %loop]", "  %bl = phi float* [%bm, %mid], [%bl1, %loop]"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %acc{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
+    step("%k", "%bl", lambda r, v: f"%acc{r}_{v}", lambda r, v: f"%nacc{r}_{v}", "r_")
+    L += ["  %k1 = add i64 %k, 1", "  %bl1 = getelementptr float, float* %bl, i64 %ldb",
+          "  %more = icmp ult i64 %k1, %K", "  br i1 %more, label %loop, label %done", "done:"]
+    for r in range(mr):
+        for v in range(2):
+            L.append(f"  %fin{r}_{v} = phi {V} [%macc{r}_{v}, %mid], [%nacc{r}_{v}, %loop]")
+    # pointers, the partial tile's masks
+    for r in range(mr):
+        L.append(f"  %co{r} = mul i64 %ldc, {r}")
+        for v in range(2):
+            L += [f"  %cq{r}_{v} = add i64 %co{r}, {w * v}",
+                  f"  %cp{r}_{v} = getelementptr float, float* %C, i64 %cq{r}_{v}",
+                  f"  %cv{r}_{v} = bitcast float* %cp{r}_{v} to {VP}"]
+            if has_e:
+                L += [f"  %ep{r}_{v} = getelementptr float, float* %E, i64 %cq{r}_{v}",
+                      f"  %ev{r}_{v} = bitcast float* %ep{r}_{v} to {VP}"]
+    lanes = ", ".join(f"i32 {i}" for i in range(w))
+    L += ["  %nc32 = trunc i64 %nc to i32", f"  %nci = insertelement <{w} x i32> undef, i32 %nc32, i32 0",
+          f"  %ncs = shufflevector <{w} x i32> %nci, <{w} x i32> undef, <{w} x i32> zeroinitializer"]
+    for v in range(2):
+        L += [f"  %lane{v} = add <{w} x i32> <{lanes}>, <{', '.join([f'i32 {w * v}'] * w)}>",
+              f"  %m{v} = icmp slt <{w} x i32> %lane{v}, %ncs"]
+    L += [f"  %full = icmp sge i64 %nc, {2 * w}", "  br i1 %full, label %f_0, label %p_0"]
+
+    def ld(part: str, ptr: str, v: int, nm: str) -> None:
+        if part == "f":
+            L.append(f"  {nm} = load {V}, {VP} {ptr}, align 4")
+        else:
+            L.append(f"  {nm} = call {V} @llvm.masked.load.{sfx}.p0{sfx}({VP} {ptr}, i32 4, <{w} x i1> %m{v}, "
+                     f"{V} zeroinitializer)")
+
+    for part in ("f", "p"):
+        L += [f"{part}_0:", f"  br i1 %acc, label %{part}_a, label %{part}_b", f"{part}_a:"]
+        for r in range(mr):
+            for v in range(2):
+                ld(part, f"%cv{r}_{v}", v, f"%{part}old{r}_{v}")
+                L.append(f"  %{part}s{r}_{v} = fadd {V} %fin{r}_{v}, %{part}old{r}_{v}")
+        L += [f"  br label %{part}_b", f"{part}_b:"]
+        for r in range(mr):
+            for v in range(2):
+                L.append(f"  %{part}v{r}_{v} = phi {V} [%fin{r}_{v}, %{part}_0], [%{part}s{r}_{v}, %{part}_a]")
+        L += [f"  br i1 %fin, label %{part}_e, label %{part}_s", f"{part}_e:"]
+        for r in range(mr):
+            cur = f"%{part}v{r}_0"
+            if has_b:
+                L += [f"  %{part}bp{r} = getelementptr float, float* %Bs, i64 {r}",
+                      f"  %{part}bs{r} = load float, float* %{part}bp{r}",
+                      f"  %{part}bi{r} = insertelement {V} undef, float %{part}bs{r}, i32 0",
+                      f"  %{part}bb{r} = shufflevector {V} %{part}bi{r}, {V} undef, <{w} x i32> zeroinitializer"]
+            for v in range(2):
+                cur = f"%{part}v{r}_{v}"
+                if has_b:
+                    L.append(f"  %{part}xb{r}_{v} = fadd {V} {cur}, %{part}bb{r}")
+                    cur = f"%{part}xb{r}_{v}"
+                if has_e:
+                    ld(part, f"%ev{r}_{v}", v, f"%{part}el{r}_{v}")
+                    L.append(f"  %{part}xe{r}_{v} = fadd {V} {cur}, %{part}el{r}_{v}")
+                    cur = f"%{part}xe{r}_{v}"
+                if relu:
+                    L += [f"  %{part}lt{r}_{v} = fcmp olt {V} {cur}, zeroinitializer",
+                          f"  %{part}xr{r}_{v} = select <{w} x i1> %{part}lt{r}_{v}, {V} zeroinitializer, {V} {cur}"]
+                    cur = f"%{part}xr{r}_{v}"
+                L.append(f"  %{part}y{r}_{v} = select i1 true, {V} {cur}, {V} {cur}")
+        L += [f"  br label %{part}_s", f"{part}_s:"]
+        for r in range(mr):
+            for v in range(2):
+                L.append(f"  %{part}z{r}_{v} = phi {V} [%{part}v{r}_{v}, %{part}_b], [%{part}y{r}_{v}, %{part}_e]")
+        for r in range(mr):
+            for v in range(2):
+                if part == "f":
+                    L.append(f"  store {V} %{part}z{r}_{v}, {VP} %cv{r}_{v}, align 4")
+                else:
+                    L.append(f"  call void @llvm.masked.store.{sfx}.p0{sfx}({V} %{part}z{r}_{v}, {VP} %cv{r}_{v}, "
+                             f"i32 4, <{w} x i1> %m{v})")
+        L.append("  ret void")
+    L.append("}")
+    return "\n".join(L)
+
+
+def _epk_ir(w: int, mr_max: int, U: int, has_b: bool, has_e: bool, relu: bool) -> str:
+    """``@epk(A, B, C, Bs, E, r0, M, n, K, lda, ldc, kc, ldb, pstride)``: rows [r0, M) and columns [0, n) of C (row
+    stride ldc) = A (row stride lda) @ B (panel p, of 2w columns, at B + p * pstride, its row k + ldb floats on),
+    in K blocks of kc (the first stores, the later add), the last block's stores with the epilogue (Bs[i], E as
+    C); the loops of linalg's packed kernel (K blocks, panels, row tiles)."""
+    nr = 2 * w
+    tiles = "\n".join(_etile_ir(mr, w, U, has_b, has_e, relu) for mr in range(1, mr_max + 1))
+    cases = " ".join(f"i64 {mr}, label %t{mr}" for mr in range(1, mr_max + 1))
+    calls = "".join(f"t{mr}:\n  call void @etile{mr}(float* %Ai, i64 %lda, float* %Bj, i64 %ldb, float* %Ci, i64 %ldc, "
+                    f"i64 %kcc, i1 %later, i1 %fin, float* %Bsi, float* %Ei, i64 %nc)\n  br label %inext\n"
+                    for mr in range(1, mr_max + 1))
+    sfx = f"v{w}f32"
+    V = f"<{w} x float>"
+    return tiles + f"""
+define internal void @epk(float* %A, float* %B, float* %C, float* %Bs, float* %E, i64 %r0, i64 %M, i64 %n, i64 %K,
+                          i64 %lda, i64 %ldc, i64 %kc, i64 %ldb, i64 %pstride, i64 %mc) {{
+entry:
+  %non = icmp sle i64 %n, 0
+  %nor = icmp sge i64 %r0, %M
+  %skip = or i1 %non, %nor
+  br i1 %skip, label %out, label %kloop
+kloop:
+  %k0 = phi i64 [0, %entry], [%k0n, %cnext]
+  %later = icmp ne i64 %k0, 0
+  %krem = sub i64 %K, %k0
+  %kbig = icmp ugt i64 %krem, %kc
+  %kcc = select i1 %kbig, i64 %kc, i64 %krem
+  %k0n = add i64 %k0, %kcc
+  %fin = icmp uge i64 %k0n, %K
+  %bko = mul i64 %k0, %ldb
+  %Bk = getelementptr float, float* %B, i64 %bko
+  br label %cloop
+cloop:
+  %i0 = phi i64 [%r0, %kloop], [%i0n, %pnext]
+  %i0e = add i64 %i0, %mc
+  %cbig = icmp ult i64 %i0e, %M
+  %Mc = select i1 %cbig, i64 %i0e, i64 %M
+  br label %ploop
+ploop:
+  %jj = phi i64 [0, %cloop], [%jj1, %jnext]
+  %pi = udiv i64 %jj, {nr}
+  %bo = mul i64 %pi, %pstride
+  %Bj = getelementptr float, float* %Bk, i64 %bo
+  %nc = sub i64 %n, %jj
+  %Cj = getelementptr float, float* %C, i64 %jj
+  %Ej = getelementptr float, float* %E, i64 %jj
+  br label %iloop
+iloop:
+  %i = phi i64 [%i0, %ploop], [%i1, %inext]
+  %rem = sub i64 %Mc, %i
+  %big = icmp ugt i64 %rem, {mr_max}
+  %mr = select i1 %big, i64 {mr_max}, i64 %rem
+  %aoff0 = mul i64 %i, %lda
+  %aoff = add i64 %aoff0, %k0
+  %Ai = getelementptr float, float* %A, i64 %aoff
+  %coff = mul i64 %i, %ldc
+  %Ci = getelementptr float, float* %Cj, i64 %coff
+  %Ei = getelementptr float, float* %Ej, i64 %coff
+  %Bsi = getelementptr float, float* %Bs, i64 %i
+  switch i64 %mr, label %inext [ {cases} ]
+{calls}inext:
+  %i1 = add i64 %i, %mr
+  %imore = icmp ult i64 %i1, %Mc
+  br i1 %imore, label %iloop, label %jnext
+jnext:
+  %jj1 = add i64 %jj, {nr}
+  %jmore = icmp slt i64 %jj1, %n
+  br i1 %jmore, label %ploop, label %pnext
+pnext:
+  %i0n = add i64 %i0, %mc
+  %cmore = icmp ult i64 %i0n, %M
+  br i1 %cmore, label %cloop, label %cnext
+cnext:
+  %kmore = icmp ult i64 %k0n, %K
+  br i1 %kmore, label %kloop, label %out
+out:
+  ret void
+}}
+declare {V} @llvm.fma.{sfx}({V}, {V}, {V})
+declare {V} @llvm.masked.load.{sfx}.p0{sfx}({V}*, i32, <{w} x i1>, {V})
+declare void @llvm.masked.store.{sfx}.p0{sfx}({V}, {V}*, i32, <{w} x i1>)
+declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)
+"""
+
+
+def _packs_ir(nr: int, w: int) -> str:
+    """``@packs(X, P, HWi, K, p0, p1, L, OW, Wi, sh, sw)``: panels [p0, p1) of a strided 1x1 conv's input columns
+    (output pixel c = oh * OW + ow reads X[k * HWi + oh * sh * Wi + ow * sw]; K planes of HWi floats) into P
+    (panel p at + p * K * nr), gathered (masked past the L output pixels: zeros)."""
+    V = f"<{w} x float>"
+    I = f"<{w} x i64>"
+
+    def splat(nm: str, val: str) -> str:
+        return (f"  %{nm}i = insertelement {I} undef, i64 {val}, i32 0\n"
+                f"  %{nm} = shufflevector {I} %{nm}i, {I} undef, <{w} x i32> zeroinitializer\n")
+    lanes = [", ".join(f"i64 {v * w + i}" for i in range(w)) for v in range(2)]
+    body = "".join(f"""  %cv{v} = add {I} %c0s, <{lanes[v]}>
+  %oh{v} = udiv {I} %cv{v}, %ows
+  %ohw{v} = mul {I} %oh{v}, %ows
+  %ow{v} = sub {I} %cv{v}, %ohw{v}
+  %ro{v} = mul {I} %oh{v}, %shws
+  %co{v} = mul {I} %ow{v}, %sws
+  %off{v} = add {I} %ro{v}, %co{v}
+  %m{v} = icmp ult {I} %cv{v}, %Ls
+""" for v in range(2))
+    gat = "".join(f"""  %ptr{v} = getelementptr float, float* %xk, {I} %off{v}
+  %g{v} = call {V} @llvm.masked.gather.v{w}f32.v{w}p0f32(<{w} x float*> %ptr{v}, i32 4, <{w} x i1> %m{v},
+                                                          {V} zeroinitializer)
+  %q{v} = getelementptr float, float* %pk, i64 {v * w}
+  %qv{v} = bitcast float* %q{v} to {V}*
+  store {V} %g{v}, {V}* %qv{v}, align 4
+""" for v in range(2))
+    return f"""
+declare {V} @llvm.masked.gather.v{w}f32.v{w}p0f32(<{w} x float*>, i32, <{w} x i1>, {V})
+define internal void @packs(float* %X, float* %P, i64 %HWi, i64 %K, i64 %p0, i64 %p1, i64 %L, i64 %OW, i64 %Wi,
+                            i64 %sh, i64 %sw) {{
+entry:
+  %shw = mul i64 %sh, %Wi
+{splat('ows', '%OW')}{splat('shws', '%shw')}{splat('sws', '%sw')}{splat('Ls', '%L')}  %any = icmp ult i64 %p0, %p1
+  %pst = mul i64 %K, {nr}
+  br i1 %any, label %ploop, label %out
+ploop:
+  %p = phi i64 [%p0, %entry], [%pn, %pend]
+  %c0 = mul i64 %p, {nr}
+{splat('c0s', '%c0')}{body}  %pbo = mul i64 %p, %pst
+  %pb = getelementptr float, float* %P, i64 %pbo
+  br label %krow
+krow:
+  %k = phi i64 [0, %ploop], [%k1, %krow]
+  %xo = mul i64 %k, %HWi
+  %xk = getelementptr float, float* %X, i64 %xo
+  %po = mul i64 %k, {nr}
+  %pk = getelementptr float, float* %pb, i64 %po
+{gat}  %k1 = add i64 %k, 1
+  %km = icmp ult i64 %k1, %K
+  br i1 %km, label %krow, label %pend
+pend:
+  %pn = add i64 %p, 1
+  %pm = icmp ult i64 %pn, %p1
+  br i1 %pm, label %ploop, label %out
+out:
+  ret void
+}}
+"""
+
+
+def _fused_ir(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool) -> str:
+    """``kernel(A, P, res, [bias], [e], x, D)``: one task of the fused path, D its row of _FW words: 0 end row M,
+    1 first row r0, 2 / 3 the columns [c0, c1) of its main part, 4 K (= lda), 5 K block, 6 L (the plane: X's and
+    res's row stride), 7 / 8 / 9 / 10 the group's offsets into X, W, res (and e), bias; 11 packed: panels [D[12],
+    D[13]) of X packed (_task_ir's @pack) into P + D[14] (panel p at + p * K * nr), the product on them, else on X's
+    rows in place; 15 a tail: columns [c1, L) packed zero-padded into P + D[16], its own product; 17 the rows'
+    chunk (@epk's mc); 18 strided (packed mode only): X's panels gathered (@packs) from planes of D[19] floats, the
+    output D[20] wide, the input D[21] wide, strides D[22], D[23]."""
+    ops = ["res"] + (["bias"] if has_b else []) + (["e"] if has_e else []) + ["x"]
+    sig = ", ".join(f"i8* %{o}r" for o in ops)
+    words = "".join(f"  %wp{i} = getelementptr i64, i64* %D, i64 {i}\n  %w{i} = load i64, i64* %wp{i}\n"
+                    for i in range(24))
+    bsp = "%bias0" if has_b else "%Ag"
+    ep = "%e0" if has_e else "%Cg"
+    casts = "  %res0 = bitcast i8* %resr to float*\n  %x0 = bitcast i8* %xr to float*\n"
+    if has_b:
+        casts += "  %bias00 = bitcast i8* %biasr to float*\n  %bias0 = getelementptr float, float* %bias00, i64 %w10\n"
+    if has_e:
+        casts += "  %e00 = bitcast i8* %er to float*\n  %e0 = getelementptr float, float* %e00, i64 %w9\n"
+    return _pack_fn_ir(nr) + _packs_ir(nr, w) + _epk_ir(w, mr, _U8, has_b, has_e, relu) + f"""
+define internal void @packt(float* %X, i64 %ldx, float* %P, i64 %ncol, i64 %K) {{
+entry:
+  br label %krow
+krow:
+  %k = phi i64 [0, %entry], [%k1, %kend]
+  %xo = mul i64 %k, %ldx
+  %po = mul i64 %k, {nr}
+  br label %st
+{_row_copy_ir('krow', 'pd', '%po', '%P', '%xo', '%X', nr).replace('%rem', '%ncol')}kend:
+  %k1 = add i64 %k, 1
+  %km = icmp ult i64 %k1, %K
+  br i1 %km, label %krow, label %done
+done:
+  ret void
+}}
+
+define void @"kernel"(i8* %Ar, i8* %Pr, {sig}, i8* %Dr) {{
+entry:
+  %D = bitcast i8* %Dr to i64*
+{words}{casts}  %A0 = bitcast i8* %Ar to float*
+  %Ag = getelementptr float, float* %A0, i64 %w8
+  %P0 = bitcast i8* %Pr to float*
+  %X = getelementptr float, float* %x0, i64 %w7
+  %Cg = getelementptr float, float* %res0, i64 %w9
+  %Bsg = bitcast float* {bsp} to float*
+  %Eg = bitcast float* {ep} to float*
+  %n = sub i64 %w3, %w2
+  %Cc = getelementptr float, float* %Cg, i64 %w2
+  %Ec = getelementptr float, float* %Eg, i64 %w2
+  %pk = icmp ne i64 %w11, 0
+  br i1 %pk, label %packed, label %inplace
+packed:
+  %Pg = getelementptr float, float* %P0, i64 %w14
+  %strided = icmp ne i64 %w18, 0
+  br i1 %strided, label %pks, label %pkd
+pks:
+  call void @packs(float* %X, float* %Pg, i64 %w19, i64 %w4, i64 %w12, i64 %w13, i64 %w6, i64 %w20, i64 %w21,
+                   i64 %w22, i64 %w23)
+  br label %pkdone
+pkd:
+  call void @pack(float* %X, float* %Pg, i64 %w6, i64 %w4, i64 %w12, i64 %w13)
+  br label %pkdone
+pkdone:
+  %pst = mul i64 %w4, {nr}
+  %p0o = mul i64 %w12, %pst
+  %Bp = getelementptr float, float* %Pg, i64 %p0o
+  call void @epk(float* %Ag, float* %Bp, float* %Cc, float* %Bsg, float* %Ec, i64 %w1, i64 %w0, i64 %n, i64 %w4,
+                 i64 %w4, i64 %w6, i64 %w5, i64 {nr}, i64 %pst, i64 %w17)
+  ret void
+inplace:
+  %Xc = getelementptr float, float* %X, i64 %w2
+  call void @epk(float* %Ag, float* %Xc, float* %Cc, float* %Bsg, float* %Ec, i64 %w1, i64 %w0, i64 %n, i64 %w4,
+                 i64 %w4, i64 %w6, i64 %w5, i64 %w6, i64 {nr}, i64 %w17)
+  %ht = icmp ne i64 %w15, 0
+  br i1 %ht, label %tail, label %out
+tail:
+  %Pt = getelementptr float, float* %P0, i64 %w16
+  %Xt = getelementptr float, float* %X, i64 %w3
+  %ntc = sub i64 %w6, %w3
+  call void @packt(float* %Xt, i64 %w6, float* %Pt, i64 %ntc, i64 %w4)
+  %Ct = getelementptr float, float* %Cg, i64 %w3
+  %Et = getelementptr float, float* %Eg, i64 %w3
+  %pst2 = mul i64 %w4, {nr}
+  call void @epk(float* %Ag, float* %Pt, float* %Ct, float* %Bsg, float* %Et, i64 %w1, i64 %w0, i64 %ntc, i64 %w4,
+                 i64 %w4, i64 %w6, i64 %w5, i64 {nr}, i64 %pst2, i64 %w17)
+  br label %out
+out:
+  ret void
+}}
+"""
+
+
+_fused_addrs: dict = {}
+
+
+def _fused_addr(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool):
+    key = (nr, w, mr, has_b, has_e, relu, tuple(_PF))
+    a = _fused_addrs.get(key)
+    if a is None:
+        from .. import llvm_render
+        text = _fused_ir(nr, w, mr, has_b, has_e, relu)
+        a = _fused_addrs[key] = llvm_render.compile_ir(
+            "conv_pk1x1_fused_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+    return a
+
+
+def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu: bool, nt: int, kind=None,
+           stride=(1, 1)):
+    """The fused path's plan (:class:`_Plan` with ``fused``), or None.  H x W: the input plane; ``stride``: the
+    conv's (strided: the packed mode, its panels gathered)."""
+    from .. import gemm_driver
+    from . import linalg
+    nr, w, mr = linalg.PK_NR, linalg.PK_VEC, linalg.PK_MR
+    Cg, Og = C // G, O // G
+    sh, sw = stride
+    strided = (sh, sw) != (1, 1)
+    OH, OW = (H - 1) // sh + 1, (W - 1) // sw + 1
+    L = OH * OW
+    HWi = H * W
+    kc = -(-Cg // -(-Cg // linalg.PK_KC))
+    if strided:
+        kind = "packed"
+    if kind is None:
+        kind = "direct" if L >= _DIRECT_MIN_L and Og <= _FUSED_DIRECT_MAX_O else "packed"
+    addr = _fused_addr(nr, w, mr, has_b, has_e, relu)
+    if not addr:
+        return None
+    npan = -(-L // nr)
+    Lp = npan * nr
+    # panels per part: a K block of them (kc x nr floats each) in L2 while the rows' tiles pass; the rows in chunks
+    # of mc (multiples of the tile) whose K block of W stays in L2 while the part's panels pass
+    per = max(1, _FUSED_B_BYTES // (4 * kc * nr))
+    mc = Og if Og * kc * 4 <= _FUSED_A_BYTES else max(mr, _FUSED_A_BYTES // (4 * kc) // mr * mr)
+    rows = []
+    if kind == "packed":
+        if nt > 1 and G == 1 and Og * Cg * 4 > _ROWS_MIN_W:
+            nb = max(1, min(nt, Og // (2 * mr)))
+            step = -(-Og // (nb * mr)) * mr
+            for t, r0 in enumerate(range(0, Og, step)):
+                rows.append((min(r0 + step, Og), r0, 0, L, Cg, kc, L, 0, 0, 0, 0, 1, 0, npan, t * Cg * Lp, 0, 0))
+            pbuf = len(rows) * Cg * Lp
+        else:
+            parts = max(1, -(-npan // per))
+            if nt > 1:
+                parts = max(parts, -(-_TASKS_PER_THREAD * nt // G))
+                parts = -(-parts // nt) * nt if G == 1 else parts      # whole rounds of the threads
+            parts = max(1, min(parts, npan))
+            # one thread: every part packs its panels at the scratch's start (a part's worth of scratch, not the
+            # plane's: the plane's packed copy, as large as X, no longer passes through the caches); more threads:
+            # each part its own place (parts run at once)
+            small = nt == 1 and _SMALL_SCRATCH[0]
+            most = 0
+            for g in range(G):
+                for q in range(parts):
+                    p0, p1 = q * npan // parts, (q + 1) * npan // parts
+                    most = max(most, p1 - p0)
+                    rows.append((Og, 0, p0 * nr, min(p1 * nr, L), Cg, kc, L, g * Cg * HWi, g * Og * Cg, g * Og * L,
+                                 g * Og, 1, p0, p1, -p0 * Cg * nr if small else g * Cg * Lp, 0, 0))
+            pbuf = most * Cg * nr if small else C * Lp
+    else:
+        nfull = L // nr
+        tail = L % nr != 0
+        parts = max(1, -(-nfull // per))
+        if nt > 1:
+            parts = max(parts, -(-_TASKS_PER_THREAD * nt // G))
+            parts = -(-parts // nt) * nt if G == 1 else parts
+        parts = max(1, min(parts, nfull)) if nfull else 1
+        for g in range(G):
+            for q in range(parts):
+                p0, p1 = q * nfull // parts, (q + 1) * nfull // parts
+                last = tail and q == parts - 1
+                rows.append((Og, 0, p0 * nr, p1 * nr, Cg, kc, L, g * Cg * L, g * Og * Cg, g * Og * L, g * Og, 0, 0,
+                             0, 0, 1 if last else 0, g * Cg * nr))
+        pbuf = G * Cg * nr if tail else 16
+    ext = np.zeros((len(rows), _FW), np.int64)
+    ext[:, :17] = np.array(rows, np.int64)
+    ext[:, 17] = mc
+    if strided:
+        ext[:, 18:24] = (1, HWi, OW, W, sh, sw)
+    ext.flags.writeable = False
+    nops = 2 + has_b + has_e
+    d = gemm_driver.call_plan(addr, 3 + nops, min(nt, len(rows)), len(rows), ext.strides[0])
+    if d is None:
+        return None
+    p = _Plan()
+    p.call, p.d, p.ext, p.kind, p.fused = gemm_driver.epilogue_caller(3 + nops), d, ext, kind, True
+    p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b = pbuf, 0, Lp, nops, has_e, has_b
+    return p
+
+
+def _frun(p, x, w, bias, res, e, N: int) -> None:
+    panels = _scratch("panels", p.pbuf)
+    call, d, ext = p.call, p.d, p.ext
+    for n in range(N):
+        ops = [res[n]]
+        if p.use_b:
+            ops.append(bias)
+        if p.has_e:
+            ops.append(e[n])
+        ops.append(x[n])
+        call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)

@@ -1721,8 +1721,8 @@ def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G) -> bool:
 
 def route(x, w, res, attrs, kept: bool):
     """The float32 path conv2d_kernel takes after the depthwise one (``conv.conv2d_into`` and a compiled graph's
-    bound step, ``conv.bind_into``, both ask here): "pk1x1" (NEE_CONV_DIRECT unset and the unpadded stride-1 1x1
-    convs kernels/conv1x1_packed.py's rule takes), "direct" (this module's kernel: NEE_CONV_DIRECT=1, or the cost
+    bound step, ``conv.bind_into``, both ask here): "pk1x1" (NEE_CONV_DIRECT unset and the unpadded 1x1 convs
+    kernels/conv1x1_packed.py's rule takes), "direct" (this module's kernel: NEE_CONV_DIRECT=1, or the cost
     rule with ``kept`` weights: the caller's array, its packing cached across calls), or None (conv.py's GEMM /
     Winograd paths)."""
     mode = MODE[0]
@@ -1746,8 +1746,8 @@ def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> 
     its rule's shapes allow).  ``relu`` / ``b2`` / ``e``: as conv2d's."""
     r = route(x, w, res, attrs, kept)
     if r == "pk1x1":
-        # unpadded stride-1 1x1: linalg's packed GEMM kernel, the activation as its panels (kernels/conv1x1_packed.py)
-        return conv1x1_packed.conv2d(x, w, b, res, attrs["groups"], relu, b2, e)
+        # unpadded 1x1: linalg's packed GEMM kernel, the activation as its panels (kernels/conv1x1_packed.py)
+        return conv1x1_packed.conv2d(x, w, b, res, attrs["groups"], relu, b2, e, stride=attrs["stride"])
     if r != "direct":
         return False
     sh, sw = attrs["stride"]
