@@ -20,7 +20,10 @@ and 1/4 for F(4,4)), and the products are transformed back (A^T M A) into the ou
   all tiles at once, then along the width into the output rows, clipped at the last tile row /
   column, bias added.
 
-Kernels take plane ranges; the caller (conv.py) splits them over threads and runs the GEMMs.
+Kernels take plane ranges; the caller (conv.py) splits them over threads and runs the GEMMs.  The transforms
+(input_tiles, output_tiles, the native tasks of task_addr) and the weights' bitwise check (_same) are LLVM IR
+kernels with the Numba kernels' arithmetic bit for bit (the end of this file; NEE_WINO_IR=0: the Numba ones), so
+that a session never initializes Numba for them (~1 s of a first run).
 float32 F(4,4) loses a few bits against the direct sum (entries up to 8 in A and 5 in B): max |err| /
 max |out| ~1e-6 to 7e-6 on random data (F(2,2): ~1e-7 to 6e-7, as the direct sum);
 tests/test_conv_perf_paths.py checks both against torch in float64.
@@ -78,7 +81,7 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
 
 
 @njit(**_NOGIL)
-def _same(a, b):
+def _same_nb(a, b):
     """a == b bitwise (int views of the same size); stops at the first difference."""
     n = a.size
     step = 4096
@@ -317,7 +320,7 @@ def _input2(xp, V, Wp, th, tw, CNT, base, tmp):
 
 
 @njit(**_NOGIL)
-def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1):
+def input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1):
     """V (alpha^2, C, NT) flat: the transformed tiles of tile rows [ti0, ti0 + th) of planes [p0, p1) of x
     (N*C, H, W) flat (plane p = image p // C, channel p % C; image n's tiles at columns n*tstride ...).
     xp: a scratch plane of (th*m + 2) * (tw*m + 2) elements, tmp: alpha^2 * th * tw."""
@@ -357,8 +360,8 @@ def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0,
 
 # ---------------------------------------------------------------- output transform
 @njit(**_NOGIL)
-def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1,
-                 relu=False):
+def output_tiles_nb(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1,
+                    relu=False):
     """Output channels [o0, o0 + O) of out (N, Oall, OH, OW) flat from the products M (alpha^2, O, NT) of
     those channels for tile rows [ti0, ti0 + th) (image n's tiles at columns n*tstride ...): planes
     [q0, q1) of them (image q // O, channel o0 + q % O) = A^T M[:, o, tiles] A (+ bias), the last tile row
@@ -505,8 +508,8 @@ def _in_task_py(x, V, s, meta):
     sa = carray(s, (mt[11],))
     plane = (th * m + 2) * (tw * m + 2)
     so = mt[14]
-    input_tiles(xa, Va, sa[so:so + plane], sa[so + plane:so + plane + (m + 2) * (m + 2) * th * tw], m, C, H, W,
-                ph, pw, 0, th, tw, NT, th * tw, mt[12], mt[13])
+    input_tiles_nb(xa, Va, sa[so:so + plane], sa[so + plane:so + plane + (m + 2) * (m + 2) * th * tw], m, C, H,
+                   W, ph, pw, 0, th, tw, NT, th * tw, mt[12], mt[13])
 
 
 def _out_task_py(M, out, s, meta):
@@ -518,23 +521,27 @@ def _out_task_py(M, out, s, meta):
     oa = carray(out, (mt[10],))
     sa = carray(s, (mt[11],))
     so = mt[14]
-    output_tiles(Ma, oa, sa[so:so + m * (m + 2) * th * tw], sa[:O], (mt[15] & 1) != 0, m, O, O, 0, OH, OW, 0, th,
-                 tw, NT, th * tw, mt[12], mt[13], (mt[15] & 2) != 0)
+    output_tiles_nb(Ma, oa, sa[so:so + m * (m + 2) * th * tw], sa[:O], (mt[15] & 1) != 0, m, O, O, 0, OH, OW, 0,
+                    th, tw, NT, th * tw, mt[12], mt[13], (mt[15] & 2) != 0)
 
 
-_tasks: dict = {}            # (phase, dtype char) -> address of the compiled cfunc
+_tasks: dict = {}            # (phase, dtype char, IR kernel?) -> address of the compiled task
 _task_fns: list = []         # the cfunc objects (kept alive: their machine code stays mapped)
 _tasks_lock = threading.Lock()
 
 
 def task_addr(phase: str, dt) -> int:
-    """Address of the cfunc ``task(x, y, scratch, meta)`` of ``phase`` ("in" / "out") for float dtype ``dt``
-    (compiled on first use)."""
-    key = (phase, np.dtype(dt).char)
+    """Address of the native task ``task(x, y, scratch, meta)`` of ``phase`` ("in" / "out") for float dtype ``dt``
+    (compiled on first use): the IR kernel (below), or with NEE_WINO_IR=0 (or no llvmlite target) the Numba
+    cfunc."""
+    ir = ir_available()
+    key = (phase, np.dtype(dt).char, ir)
     a = _tasks.get(key)
     if a is None:
         with _tasks_lock:
             a = _tasks.get(key)
+            if a is None and ir and key[1] in _IRT:
+                a = _tasks[key] = _task_ir_addr(phase, _IRT[key[1]])
             if a is None:
                 from numba import cfunc, types
                 fp = types.CPointer(types.float32 if key[1] == "f" else types.float64)
@@ -543,3 +550,585 @@ def task_addr(phase: str, dt) -> int:
                 _task_fns.append(fn)
                 a = _tasks[key] = fn.address
     return a
+
+
+# ---------------------------------------------------------------- the kernels as LLVM IR
+# input_tiles / output_tiles, the native tasks behind task_addr and _same as LLVM IR kernels (compiled through
+# conv_direct.builtin / llvm_render, machine code cached on disk, keyed by this file's hash): a session whose
+# other kernels are IR kernels then never initializes Numba's target (~1 s of the first run of a ResNet-50).  The
+# arithmetic is the Numba kernels' exactly, operation for operation in their order and their types: Numba types
+# ``int literal * float32`` as float64, so e.g. ``a = d4 - 4 * d2`` is a float64 expression rounded to float32
+# only where it is stored; the IR below promotes alike (_Ir.f / _Ir.k), so both give the same bits (checked
+# bitwise against the Numba kernels: tests/test_winograd_ir_s15.py).  m (2 or 4) is a compile-time constant of
+# each loop nest (the tile strides constant); one kernel per phase and dtype holds both.
+# NEE_WINO_IR=0 (or MODE[0] = "0": tests, benchmarks) keeps the Numba kernels.
+VERSION = "1"
+MODE = [os.environ.get("NEE_WINO_IR", "1")]
+
+
+def _source_key() -> str:
+    import hashlib
+    with open(__file__, "rb") as fh:
+        return hashlib.sha1(fh.read()).hexdigest()[:12]
+
+
+_SRC = _source_key()
+_ir_ok = [None]
+
+
+def ir_available() -> bool:
+    """llvmlite with a native target (pool_native's test) and MODE not "0"."""
+    if MODE[0] == "0":
+        return False
+    if _ir_ok[0] is None:
+        from . import pool_native
+        _ir_ok[0] = bool(pool_native.available())
+    return _ir_ok[0]
+
+
+class _Ir:
+    """A small LLVM IR text builder: SSA names, blocks, counted loops, and float values typed as Numba types
+    them ("F": the element type, "D": float64)."""
+
+    def __init__(self, t: str):
+        self.t = t
+        self.L: list = []
+        self.n = 0
+        self.cur = "entry"
+
+    def name(self, p: str) -> str:
+        self.n += 1
+        return f"{p}{self.n}"
+
+    def op(self, text: str) -> str:
+        r = "%" + self.name("v")
+        self.L.append(f"  {r} = {text}")
+        return r
+
+    def ins(self, text: str) -> None:
+        self.L.append("  " + text)
+
+    def block(self, lab: str) -> None:
+        self.L.append(f"{lab}:")
+        self.cur = lab
+
+    # i64 arithmetic
+    def add(self, a, b):
+        return self.op(f"add i64 {a}, {b}")
+
+    def sub(self, a, b):
+        return self.op(f"sub i64 {a}, {b}")
+
+    def mul(self, a, b):
+        return self.op(f"mul i64 {a}, {b}")
+
+    def sdiv(self, a, b):
+        return self.op(f"sdiv i64 {a}, {b}")
+
+    def smin(self, a, b):
+        c = self.op(f"icmp slt i64 {a}, {b}")
+        return self.op(f"select i1 {c}, i64 {a}, i64 {b}")
+
+    def smax(self, a, b):
+        c = self.op(f"icmp sgt i64 {a}, {b}")
+        return self.op(f"select i1 {c}, i64 {a}, i64 {b}")
+
+    def lt(self, a, b):
+        return self.op(f"icmp slt i64 {a}, {b}")
+
+    def arg(self, prm: str, k: int) -> str:
+        p = self.op(f"getelementptr i64, i64* {prm}, i64 {k}")
+        return self.op(f"load i64, i64* {p}")
+
+    # memory (element type t)
+    def ptr(self, base, idx):
+        t = self.t
+        return self.op(f"getelementptr {t}, {t}* {base}, i64 {idx}")
+
+    def load(self, base, idx):
+        t = self.t
+        return (self.op(f"load {t}, {t}* {self.ptr(base, idx)}"), "F")
+
+    def store(self, v, base, idx) -> None:
+        t = self.t
+        self.ins(f"store {t} {self.narrow(v)}, {t}* {self.ptr(base, idx)}")
+
+    def zero(self, base, idx) -> None:
+        self.store(("0.0", "F"), base, idx)
+
+    # floats: Numba's promotion (float32 op float32 -> float32; with a float64 or an int literal -> float64)
+    def ext(self, v) -> str:
+        if v[1] == "D" or self.t == "double":
+            return v[0]
+        return self.op(f"fpext float {v[0]} to double")
+
+    def narrow(self, v) -> str:
+        if v[1] == "F" or self.t == "double":
+            return v[0]
+        return self.op(f"fptrunc double {v[0]} to float")
+
+    def f(self, opn: str, a, b):
+        if a[1] == "F" and b[1] == "F":
+            return (self.op(f"{opn} {self.t} {a[0]}, {b[0]}"), "F")
+        return (self.op(f"{opn} double {self.ext(a)}, {self.ext(b)}"), "D")
+
+    def k(self, c: int, v):
+        """``c * v`` for an int literal c (float64)."""
+        return (self.op(f"fmul double {float(c)!r}, {self.ext(v)}"), "D")
+
+    # control flow
+    def loop(self, lo, hi, body) -> None:
+        """for i in range(lo, hi): body(i)  (i64 values or literals)."""
+        pre = self.cur
+        head, latch, end = self.name("L"), self.name("N"), self.name("E")
+        go = self.lt(lo, hi)
+        self.ins(f"br i1 {go}, label %{head}, label %{end}")
+        self.block(head)
+        i = "%" + self.name("i")
+        at = len(self.L)
+        self.L.append("")
+        body(i)
+        self.ins(f"br label %{latch}")
+        self.block(latch)
+        nx = self.add(i, 1)
+        more = self.lt(nx, hi)
+        self.ins(f"br i1 {more}, label %{head}, label %{end}")
+        self.L[at] = f"  {i} = phi i64 [ {lo}, %{pre} ], [ {nx}, %{latch} ]"
+        self.block(end)
+
+    def if_(self, cond, body) -> None:
+        then, end = self.name("T"), self.name("F")
+        self.ins(f"br i1 {cond}, label %{then}, label %{end}")
+        self.block(then)
+        body()
+        self.ins(f"br label %{end}")
+        self.block(end)
+
+
+def _bt(b: _Ir, m: int, s):
+    """B^T d of one column (s: the m + 2 inputs), as _input4 / _input2 spell it."""
+    if m == 4:
+        d1, d2, d3, d4 = s[1], s[2], s[3], s[4]
+        a = b.f("fsub", d4, b.k(4, d2))
+        bb = b.f("fsub", d3, b.k(4, d1))
+        c = b.f("fsub", d4, d2)
+        e = b.k(2, b.f("fsub", d3, d1))
+        return [b.f("fadd", b.f("fsub", b.k(4, s[0]), b.k(5, d2)), d4), b.f("fadd", a, bb), b.f("fsub", a, bb),
+                b.f("fadd", c, e), b.f("fsub", c, e), b.f("fadd", b.f("fsub", b.k(4, d1), b.k(5, d3)), s[5])]
+    d1, d2 = s[1], s[2]
+    return [b.f("fsub", s[0], d2), b.f("fadd", d1, d2), b.f("fsub", d2, d1), b.f("fsub", d1, s[3])]
+
+
+def _at(b: _Ir, m: int, s, bv=None):
+    """A^T M of one column (s: the m + 2 products), + bv (float64) when given, as output_tiles spells it."""
+    def pl(v):
+        return v if bv is None else b.f("fadd", v, bv)
+    if m == 4:
+        m1, m2, m3, m4 = s[1], s[2], s[3], s[4]
+        s1 = b.f("fadd", m1, m2)
+        s2 = b.f("fadd", m3, m4)
+        d1 = b.f("fsub", m1, m2)
+        d2 = b.f("fsub", m3, m4)
+        return [pl(b.f("fadd", b.f("fadd", s[0], s1), s2)), pl(b.f("fadd", d1, b.k(2, d2))),
+                pl(b.f("fadd", s1, b.k(4, s2))), pl(b.f("fadd", b.f("fadd", d1, b.k(8, d2)), s[5]))]
+    m1, m2 = s[1], s[2]
+    return [pl(b.f("fadd", b.f("fadd", s[0], m1), m2)), pl(b.f("fsub", b.f("fsub", m1, m2), s[3]))]
+
+
+_IN_ARGS = ("C", "H", "W", "ph", "pw", "ti0", "th", "tw", "NT", "tstride", "p0", "p1")
+_OUT_ARGS = ("O", "Oall", "o0", "OH", "OW", "ti0", "th", "tw", "NT", "tstride", "q0", "q1")
+
+
+def _render_in_body(t: str, m: int) -> list:
+    """input_tiles for tile size m: internal function @"kernel.in<m>"(x, V, xp, tmp, <_IN_ARGS>)."""
+    b = _Ir(t)
+    a = m + 2
+    C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1 = (f"%{n}" for n in _IN_ARGS)
+    b.L.append(f'define internal void @"kernel.in{m}"({t}* noalias %x, {t}* noalias %V, {t}* noalias %xp, '
+               f'{t}* noalias %tmp, ' + ", ".join(f"i64 %{n}" for n in _IN_ARGS) + ") {")
+    b.block("entry")
+    Hp = b.add(b.mul(th, m), 2)
+    Wp = b.add(b.mul(tw, m), 2)
+    r0 = b.sub(b.mul(ti0, m), ph)
+    T = b.mul(th, tw)
+    CNT = b.mul(C, NT)
+    HW = b.mul(H, W)
+    h0 = b.smax(0, b.sub(0, r0))                       # first scratch row holding an input row
+    h1 = b.smax(h0, b.smin(Hp, b.sub(H, r0)))          # and one past the last
+    ww = b.smin(W, b.sub(Wp, pw))
+    top = b.mul(h0, Wp)
+    bot0 = b.mul(h1, Wp)
+    nbot = b.mul(b.sub(Hp, h1), Wp)
+    nrest = b.sub(b.sub(Wp, pw), ww)
+
+    def plane(p):
+        n = b.sdiv(p, C)
+        c = b.sub(p, b.mul(n, C))
+        b.loop(0, top, lambda i: b.zero("%xp", i))
+        b.loop(0, nbot, lambda i: b.zero("%xp", b.add(bot0, i)))
+        pb = b.mul(p, HW)
+
+        def row(i):
+            src = b.add(pb, b.mul(b.add(r0, i), W))
+            d0 = b.mul(i, Wp)
+            b.loop(0, pw, lambda j: b.zero("%xp", b.add(d0, j)))
+            dp = b.add(d0, pw)
+            b.loop(0, ww, lambda j: b.store(b.load("%x", b.add(src, j)), "%xp", b.add(dp, j)))
+            dr = b.add(dp, ww)
+            b.loop(0, nrest, lambda j: b.zero("%xp", b.add(dr, j)))
+        b.loop(h0, h1, row)
+        base = b.add(b.mul(c, NT), b.mul(n, tstride))
+
+        # B^T along the width of each tile row's input rows, all its tiles at once -> tmp[r, k, tile]
+        def tilerow(ti):
+            def rr(r):
+                rowb = b.mul(b.add(b.mul(ti, m), r), Wp)
+                o = b.add(b.mul(b.mul(r, a), T), b.mul(ti, tw))
+                offs = [o] + [b.add(o, b.mul(k, T)) for k in range(1, a)]
+
+                def tj_(tj):
+                    col = b.add(rowb, b.mul(tj, m))
+                    s = [b.load("%xp", b.add(col, k) if k else col) for k in range(a)]
+                    for k, v in enumerate(_bt(b, m, s)):
+                        b.store(v, "%tmp", b.add(offs[k], tj))
+                b.loop(0, tw, tj_)
+            b.loop(0, a, rr)
+        b.loop(0, th, tilerow)
+
+        # B^T along the height, every tile of the plane at once -> V[(k1 * a + k2), c, tile]
+        def kk(k):
+            ti_ = [b.mul(b.add(k, j * a), T) for j in range(a)]
+            vo = [b.add(b.mul(b.add(k, j * a), CNT), base) for j in range(a)]
+
+            def tt(t_):
+                s = [b.load("%tmp", b.add(ti_[j], t_)) for j in range(a)]
+                for j, v in enumerate(_bt(b, m, s)):
+                    b.store(v, "%V", b.add(vo[j], t_))
+            b.loop(0, T, tt)
+        b.loop(0, a, kk)
+    b.loop(p0, p1, plane)
+    b.ins("ret void")
+    b.L.append("}")
+    return b.L
+
+
+def _render_out_body(t: str, m: int) -> list:
+    """output_tiles for tile size m: internal function @"kernel.out<m>"(M, out, tmp, bias, <_OUT_ARGS>, i1 hb,
+    i1 relu)."""
+    b = _Ir(t)
+    a = m + 2
+    O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1 = (f"%{n}" for n in _OUT_ARGS)
+    b.L.append(f'define internal void @"kernel.out{m}"({t}* noalias %M, {t}* noalias %out, {t}* noalias %tmp, '
+               f'{t}* noalias %bias, ' + ", ".join(f"i64 %{n}" for n in _OUT_ARGS) + ", i1 %hb, i1 %relu) {")
+    b.block("entry")
+    T = b.mul(th, tw)
+    ON = b.mul(O, NT)
+    fw = b.sdiv(OW, m)                 # whole tiles per output row
+    hastail = b.lt(fw, tw)
+    rlo = b.mul(ti0, m)
+    r1 = b.smin(OH, b.mul(b.add(ti0, th), m))
+
+    def plane(q):
+        n = b.sdiv(q, O)
+        o = b.sub(q, b.mul(n, O))
+        p = b.add(b.add(b.mul(n, Oall), o0), o)
+        # bv = bias[o0 + o] if has_bias else M[0] * 0   (float64, as Numba types it)
+        yb, nb, jb = b.name("BY"), b.name("BN"), b.name("BJ")
+        b.ins(f"br i1 %hb, label %{yb}, label %{nb}")
+        b.block(yb)
+        bx = b.ext(b.load("%bias", b.add(o0, o)))
+        b.ins(f"br label %{jb}")
+        b.block(nb)
+        mz = b.k(0, b.load("%M", 0))[0]
+        b.ins(f"br label %{jb}")
+        b.block(jb)
+        bv = (b.op(f"phi double [ {bx}, %{yb} ], [ {mz}, %{nb} ]"), "D")
+        base = b.add(b.mul(o, NT), b.mul(n, tstride))
+
+        # A^T along the height, every tile at once: tmp[i, k2, tile] = sum_k1 A^T[i, k1] M[k1 * a + k2, o, tile]
+        def kk(k):
+            mi = [b.add(b.mul(b.add(k, j * a), ON), base) for j in range(a)]
+            to = [b.mul(b.add(k, i * a), T) for i in range(m)]
+
+            def tt(t_):
+                s = [b.load("%M", b.add(mi[j], t_)) for j in range(a)]
+                for i, v in enumerate(_at(b, m, s)):
+                    b.store(v, "%tmp", b.add(to[i], t_))
+            b.loop(0, T, tt)
+        b.loop(0, a, kk)
+
+        # A^T along the width, into the output rows (whole tiles, the last one clipped)
+        def tilerow(ti):
+            rowt = b.mul(b.add(ti0, ti), m)
+            ni = b.smin(m, b.sub(OH, rowt))
+
+            def orow(i):
+                ob = b.mul(b.add(b.mul(p, OH), b.add(rowt, i)), OW)
+                r = b.add(b.mul(b.mul(i, a), T), b.mul(ti, tw))
+                jo = [r] + [b.add(r, b.mul(k, T)) for k in range(1, a)]
+
+                def tj_(tj):
+                    s = [b.load("%tmp", b.add(jo[k], tj)) for k in range(a)]
+                    col = b.add(ob, b.mul(tj, m))
+                    for c, v in enumerate(_at(b, m, s, bv)):
+                        b.store(v, "%out", b.add(col, c) if c else col)
+                b.loop(0, fw, tj_)
+
+                def tail():
+                    if m == 4:
+                        s = [b.load("%tmp", b.add(jo[k], fw)) for k in range(5)]
+                        m1, m2, m3, m4 = s[1], s[2], s[3], s[4]
+                        s1 = b.f("fadd", m1, m2)
+                        s2 = b.f("fadd", m3, m4)
+                        d1 = b.f("fsub", m1, m2)
+                        d2 = b.f("fsub", m3, m4)
+                        j = b.mul(fw, 4)
+                        b.store(b.f("fadd", b.f("fadd", b.f("fadd", s[0], s1), s2), bv), "%out", b.add(ob, j))
+                        j1 = b.add(j, 1)
+                        b.if_(b.lt(j1, OW), lambda: b.store(b.f("fadd", b.f("fadd", d1, b.k(2, d2)), bv), "%out",
+                                                            b.add(ob, j1)))
+                        j2 = b.add(j, 2)
+                        b.if_(b.lt(j2, OW), lambda: b.store(b.f("fadd", b.f("fadd", s1, b.k(4, s2)), bv), "%out",
+                                                            b.add(ob, j2)))
+                    else:
+                        s = [b.load("%tmp", b.add(jo[k], fw)) for k in range(3)]
+                        v = b.f("fadd", b.f("fadd", b.f("fadd", s[0], s[1]), s[2]), bv)
+                        b.store(v, "%out", b.add(ob, b.mul(fw, 2)))
+                b.if_(hastail, tail)
+            b.loop(0, ni, orow)
+        b.loop(0, th, tilerow)
+
+        def relu():
+            pO = b.mul(p, OH)
+            lo = b.mul(b.add(pO, rlo), OW)
+            hi = b.mul(b.add(pO, r1), OW)
+
+            def rl(j):
+                v = b.load("%out", j)[0]
+                neg = b.op(f"fcmp olt {t} {v}, 0.0")
+                b.store((b.op(f"select i1 {neg}, {t} 0.0, {t} {v}"), "F"), "%out", j)
+            b.loop(lo, hi, rl)
+        b.if_("%relu", relu)
+    b.loop(q0, q1, plane)
+    b.ins("ret void")
+    b.L.append("}")
+    return b.L
+
+
+def _render(phase: str, t: str, task: bool) -> str:
+    """One kernel of ``phase`` ("in" / "out") for element type t, both tile sizes inside.  ``task``: the native
+    task ``kernel(x, y, scratch, meta)`` (_in_task_py / _out_task_py's meta words); else the direct kernel
+    ``kernel(x, y, scratch1, scratch2, prm)``: input_tiles' (m, <_IN_ARGS>) or output_tiles' (m, <_OUT_ARGS>,
+    has_bias, relu) as int64 words."""
+    L = _render_in_body(t, 2) + _render_in_body(t, 4) if phase == "in" else \
+        _render_out_body(t, 2) + _render_out_body(t, 4)
+    b = _Ir(t)
+    if task:
+        b.L.append(f'define void @"kernel"({t}* %x, {t}* %y, {t}* %s, i64* %mt) {{')
+    else:
+        b.L.append(f'define void @"kernel"({t}* %x, {t}* %y, {t}* %s1, {t}* %s2, i64* %mt) {{')
+    b.block("entry")
+    m = b.arg("%mt", 0)
+    if phase == "in":
+        if task:
+            C, H, W, ph, pw, th, tw, NT, p0, p1, so = (b.arg("%mt", k) for k in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14))
+            T = b.mul(th, tw)
+            plane = b.mul(b.add(b.mul(th, m), 2), b.add(b.mul(tw, m), 2))
+            xp = b.ptr("%s", so)
+            tmp = b.ptr("%s", b.add(so, plane))
+            vals = (C, H, W, ph, pw, 0, th, tw, NT, T, p0, p1)
+        else:
+            xp, tmp = "%s1", "%s2"
+            vals = tuple(b.arg("%mt", k) for k in range(1, 13))
+        ptrs = f"{t}* %x, {t}* %y, {t}* {xp}, {t}* {tmp}"
+        rest = ", ".join(f"i64 {v}" for v in vals)
+    else:
+        if task:
+            O, OH, OW, th, tw, NT, q0, q1, so, fl = (b.arg("%mt", k) for k in (1, 2, 3, 6, 7, 8, 12, 13, 14, 15))
+            T = b.mul(th, tw)
+            tmp = b.ptr("%s", so)
+            hb = b.op(f"icmp ne i64 {b.op(f'and i64 {fl}, 1')}, 0")
+            rl = b.op(f"icmp ne i64 {b.op(f'and i64 {fl}, 2')}, 0")
+            vals = (O, O, 0, OH, OW, 0, th, tw, NT, T, q0, q1)
+            ptrs = f"{t}* %x, {t}* %y, {t}* {tmp}, {t}* %s"
+        else:
+            vals = tuple(b.arg("%mt", k) for k in range(1, 13))
+            hb = b.op(f"icmp ne i64 {b.arg('%mt', 13)}, 0")
+            rl = b.op(f"icmp ne i64 {b.arg('%mt', 14)}, 0")
+            ptrs = f"{t}* %x, {t}* %y, {t}* %s1, {t}* %s2"
+        rest = ", ".join(f"i64 {v}" for v in vals) + f", i1 {hb}, i1 {rl}"
+    is4 = b.op(f"icmp eq i64 {m}, 4")
+    b.ins(f"br i1 {is4}, label %m4, label %m2")
+    for mm in (4, 2):
+        b.block(f"m{mm}")
+        b.ins(f'call void @"kernel.{phase}{mm}"({ptrs}, {rest})')
+        b.ins("ret void")
+    b.L.append("}")
+    return "\n".join(L + b.L) + "\n"
+
+
+def _render_same(it: str) -> str:
+    """``kernel(a, b, prm)``: prm[1] = 1 when a[:prm[0]] == b[:prm[0]] bitwise (ints ``it``), else 0; blocks of
+    4096 elements, stopping after the first block that differs (as _same_nb)."""
+    return "\n".join([
+        f'define void @"kernel"({it}* noalias %a, {it}* noalias %b, i64* noalias %prm) {{',
+        "entry:",
+        "  %n = load i64, i64* %prm",
+        "  %rp = getelementptr i64, i64* %prm, i64 1",
+        "  %go = icmp sgt i64 %n, 0",
+        "  br i1 %go, label %blk, label %same",
+        "blk:",
+        "  %s = phi i64 [ 0, %entry ], [ %e, %next ]",
+        "  %e0 = add i64 %s, 4096",
+        "  %ec = icmp slt i64 %e0, %n",
+        "  %e = select i1 %ec, i64 %e0, i64 %n",
+        "  br label %in",
+        "in:",
+        "  %i = phi i64 [ %s, %blk ], [ %i1, %in ]",
+        f"  %d = phi {it} [ 0, %blk ], [ %dn, %in ]",
+        f"  %ap = getelementptr {it}, {it}* %a, i64 %i",
+        f"  %av = load {it}, {it}* %ap",
+        f"  %bp = getelementptr {it}, {it}* %b, i64 %i",
+        f"  %bw = load {it}, {it}* %bp",
+        f"  %x = xor {it} %av, %bw",
+        f"  %dn = or {it} %d, %x",
+        "  %i1 = add i64 %i, 1",
+        "  %im = icmp slt i64 %i1, %e",
+        "  br i1 %im, label %in, label %bend",
+        "bend:",
+        f"  %nz = icmp ne {it} %dn, 0",
+        "  br i1 %nz, label %diff, label %next",
+        "next:",
+        "  %more = icmp slt i64 %e, %n",
+        "  br i1 %more, label %blk, label %same",
+        "same:",
+        "  store i64 1, i64* %rp",
+        "  ret void",
+        "diff:",
+        "  store i64 0, i64* %rp",
+        "  ret void",
+        "}"]) + "\n"
+
+
+_kernels: dict = {}
+
+
+def _kernel(kind: str, t: str):
+    """The builtin of ``kind`` ("in" / "out": the direct kernels, 5 arguments; "same": 3) for IR type t."""
+    k = (kind, t)
+    f = _kernels.get(k)
+    if f is None:
+        from . import conv_direct
+        if kind == "same":
+            render, nargs, il = (lambda: _render_same(t)), 3, True
+        else:
+            render, nargs, il = (lambda: _render(kind, t, False)), 5, False
+        f = conv_direct.builtin(_kernels, k, f"wino{kind}{t[0]}", f"winograd|{VERSION}|{_SRC}|{k!r}", render, nargs,
+                                il)
+    return f
+
+
+def _task_ir_addr(phase: str, t: str) -> int:
+    """Address of the IR task ``kernel(x, y, scratch, meta)`` of ``phase`` for IR type t (llvm_render: compiled once,
+    cached on disk)."""
+    import hashlib
+    from .. import llvm_render
+    key = f"wino{phase}task{t[0]}_" + hashlib.sha1(f"winograd|{VERSION}|{_SRC}|{phase}|{t}".encode()).hexdigest()[:16]
+    return llvm_render.compile_ir(key, lambda: _render(phase, t, True), False)
+
+
+_IRT = {"f": "float", "d": "double"}
+_prms: dict = {}        # params tuple -> its int64 array (read-only to the kernels; cleared past 4096)
+_direct: dict = {}      # (phase, dtype) -> the direct builtin, or False (no IR kernel: the Numba one)
+
+
+def _prm(k: tuple) -> np.ndarray:
+    p = _prms.get(k)
+    if p is None:
+        if len(_prms) > 4096:
+            _prms.clear()
+        p = _prms[k] = np.array(k, np.int64)
+    return p
+
+
+def _direct_kernel(phase: str, dt):
+    """The direct builtin of ``phase`` for arrays of dtype ``dt`` (exactly np.float32 / np.float64's: other byte
+    orders go to Numba), or False."""
+    k = (phase, dt)
+    f = _direct.get(k)
+    if f is None:
+        t = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(dt)
+        f = False if t is None or dt is not np.dtype(dt.char) or not ir_available() else _kernel(phase, t)
+        _direct[k] = f
+    return f
+
+
+def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1):
+    """input_tiles_nb (see there) on the IR kernel (float32 / float64 1-D C-contiguous arrays of one dtype, every
+    index checked against the arrays' sizes first: IndexError where one is past them); the Numba kernel for other
+    arrays or with NEE_WINO_IR=0."""
+    dt = x.dtype
+    f = (_direct.get(("in", dt)) or _direct_kernel("in", dt)) if MODE[0] != "0" else False
+    if (f and (m == 4 or m == 2) and V.dtype is dt and xp.dtype is dt and tmp.dtype is dt and x.ndim == 1
+            and V.ndim == 1 and xp.ndim == 1 and tmp.ndim == 1 and x.flags.c_contiguous and V.flags.c_contiguous
+            and xp.flags.c_contiguous and tmp.flags.c_contiguous):
+        if p0 >= p1:
+            return
+        if (C | H | W | ph | pw | ti0 | th | tw | NT | tstride | p0) < 0 or C == 0:
+            raise ValueError(f"winograd input_tiles: bad sizes {(m, C, H, W, ph, pw, ti0, th, tw, NT, tstride)}, "
+                             f"planes [{p0}, {p1})")
+        a2 = (m + 2) * (m + 2)
+        T = th * tw
+        if (p1 * H * W > x.shape[0] or (th * m + 2) * (tw * m + 2) > xp.shape[0] or a2 * T > tmp.shape[0]
+                or (a2 * C - 1) * NT + (p1 - 1) // C * tstride + T > V.shape[0]
+                or not (V.flags.writeable and xp.flags.writeable and tmp.flags.writeable)):
+            raise IndexError(f"winograd input_tiles: planes [{p0}, {p1}) of {C} x {H} x {W}, {th} x {tw} tiles of "
+                             f"{m} (NT {NT}, stride {tstride}) past x {x.shape[0]}, V {V.shape[0]}, scratch "
+                             f"{xp.shape[0]} / {tmp.shape[0]} elements (or not writeable)")
+        f(x, V, xp, tmp, _prm((m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1)))
+        return
+    input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1)
+
+
+def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1, relu=False):
+    """output_tiles_nb (see there) on the IR kernel (float32 / float64 1-D C-contiguous arrays of one dtype, every
+    index checked against the arrays' sizes first: IndexError where one is past them); the Numba kernel for other
+    arrays or with NEE_WINO_IR=0."""
+    dt = M.dtype
+    f = (_direct.get(("out", dt)) or _direct_kernel("out", dt)) if MODE[0] != "0" else False
+    if (f and (m == 4 or m == 2) and out.dtype is dt and tmp.dtype is dt and bias.dtype is dt and M.ndim == 1
+            and out.ndim == 1 and tmp.ndim == 1 and bias.ndim == 1 and M.flags.c_contiguous
+            and out.flags.c_contiguous and tmp.flags.c_contiguous and bias.flags.c_contiguous):
+        if q0 >= q1:
+            return
+        if (O | Oall | o0 | OH | OW | ti0 | th | tw | NT | tstride | q0) < 0 or O == 0 or o0 + O > Oall:
+            raise ValueError(f"winograd output_tiles: bad sizes {(m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride)}, "
+                             f"planes [{q0}, {q1})")
+        a = m + 2
+        T = th * tw
+        nmax = (q1 - 1) // O
+        if ((a * a * O - 1) * NT + nmax * tstride + T > M.shape[0] or M.shape[0] == 0
+                or (nmax * Oall + o0 + O) * OH * OW > out.shape[0] or m * a * T > tmp.shape[0]
+                or (has_bias and o0 + O > bias.shape[0])
+                or not (out.flags.writeable and tmp.flags.writeable)):
+            raise IndexError(f"winograd output_tiles: planes [{q0}, {q1}) of {O} (of {Oall} from {o0}) x {OH} x "
+                             f"{OW}, {th} x {tw} tiles of {m} (NT {NT}, stride {tstride}) past M {M.shape[0]}, out "
+                             f"{out.shape[0]}, scratch {tmp.shape[0]}, bias {bias.shape[0]} elements (or not "
+                             f"writeable)")
+        f(M, out, tmp, bias, _prm((m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1, 1 if has_bias else 0,
+                                   1 if relu else 0)))
+        return
+    output_tiles_nb(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1, relu)
+
+
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def _same(a, b) -> bool:
+    """a == b bitwise (int views of the same size; _bits): the IR kernel, or _same_nb."""
+    if (MODE[0] != "0" and a.dtype is b.dtype and (a.dtype is _I32 or a.dtype is _I64) and a.ndim == 1
+            and a.shape == b.shape and a.flags.c_contiguous and b.flags.c_contiguous and ir_available()):
+        prm = np.array((a.shape[0], 0), np.int64)
+        _kernel("same", "i32" if a.dtype.itemsize == 4 else "i64")(a, b, prm)
+        return bool(prm[1])
+    return _same_nb(a, b)
