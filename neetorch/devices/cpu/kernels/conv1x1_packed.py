@@ -466,21 +466,33 @@ def applies(x, w, res, G) -> bool:
             and w.flags.c_contiguous and res.flags.c_contiguous and w.shape[1] >= 1 and ON[0] and available())
 
 
+def _takes(x, w, res, G: int, stride):
+    """``(fused, (sh, sw))`` where this path takes a conv of these operands' shapes, groups and stride (the
+    layouts :func:`applies` checks; strided ones only where the fused variant runs), else None."""
+    N, C, H, W = x.shape
+    O = w.shape[0]
+    sh, sw = stride = (int(stride[0]), int(stride[1]))
+    if res.ndim != 4:
+        return None
+    fused = _fused_for(res.shape, stride)
+    if sh < 1 or sw < 1 or ((sh, sw) != (1, 1) and not fused):
+        return None
+    if res.shape != (N, O, (H - 1) // sh + 1, (W - 1) // sw + 1) or C % G or O % G or w.shape[1] * G != C or \
+            not applies(x, w, res, G):
+        return None
+    return fused, stride
+
+
 def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)) -> bool:
     """res (N, O, OH, OW) = conv2d(x (N, C, H, W), w (O, C/G, 1, 1), groups G, ``stride``) + b (+ b2) (+ e: res's
     shape, C-contiguous float32, not sharing res's memory), through relu when ``relu``.  False (nothing written) when
     the path cannot take these operands (strided convs: only where the fused path runs, :func:`_fused_for`)."""
     N, C, H, W = x.shape
     O = w.shape[0]
-    sh, sw = stride = (int(stride[0]), int(stride[1]))
-    if res.ndim != 4:
+    g = _takes(x, w, res, G, stride)
+    if g is None or np.may_share_memory(res, x) or np.may_share_memory(res, w):
         return False
-    fused = _fused_for(res.shape, stride)
-    if sh < 1 or sw < 1 or ((sh, sw) != (1, 1) and not fused):
-        return False
-    if res.shape != (N, O, (H - 1) // sh + 1, (W - 1) // sw + 1) or C % G or O % G or w.shape[1] * G != C or \
-            not applies(x, w, res, G) or np.may_share_memory(res, x) or np.may_share_memory(res, w):
-        return False
+    fused, stride = g
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous
                           or np.may_share_memory(e, res)):
         return False
@@ -589,7 +601,9 @@ _SQUEEZE_RATIO = 4
 def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
     """The cost rule (shapes only; the operands' dtypes and layouts are :func:`applies`'): the unpadded stride-1
     1x1 convs on a host with the kernel, with NEE_CONV_PK1X1 on, whose planes fill at least _MIN_LANE_USE of their
-    panels' columns, of _MIN_K input channels per group or more, but the "squeezes" (_SQUEEZE_MAX_O).
+    panels' columns, of _MIN_K input channels per group or more, but the "squeezes" (_SQUEEZE_MAX_O) and the big
+    products (_BIG_FLOPS on _BIG_MIN_L pixels) the fused variant does not take (:func:`_fused_for`: strided 1x1s
+    only there too).
     Measured against the paths it replaces (conv_direct's kernels, OpenBLAS with the epilogue in gemm_driver's
     blocks, numpy's batched group GEMMs): see _DIRECT_MIN_L and _MIN_K."""
     key = (rs[2], rs[3], ws[0], ws[1], ws[2], ws[3], sh, sw, pt, pb, pl, pr, G, ON[0], FORCE[0], FUSED[0],
@@ -622,15 +636,10 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)):
     None where conv2d would not take them."""
     N, C, H, W = x.shape
     O = w.shape[0]
-    sh, sw = stride = (int(stride[0]), int(stride[1]))
-    if res.ndim != 4:
+    g = _takes(x, w, res, G, stride)
+    if g is None:
         return None
-    fused = _fused_for(res.shape, stride)
-    if sh < 1 or sw < 1 or ((sh, sw) != (1, 1) and not fused):
-        return None
-    if res.shape != (N, O, (H - 1) // sh + 1, (W - 1) // sw + 1) or C % G or O % G or w.shape[1] * G != C or \
-            not applies(x, w, res, G):
-        return None
+    fused, stride = g
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous):
         return None
     for a in (b, b2):
