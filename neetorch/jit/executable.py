@@ -461,7 +461,8 @@ class Executable:
         (kernels/shape.py bind_cat_matmul) instead of a copy of the cache and a second read of it.
         ``past`` must be (a view of) a caller's input or a constant: nothing writes it between the two
         places (the tracer refuses in-place writes into inputs).  A layout the fused kernel does not take
-        copies ``past`` and runs the product's own step there (same results)."""
+        copies ``past`` and runs the product's own step there (same results).  A layer's whole attention over
+        both caches is taken first, as one step where that fits (_fuse_kv_attention)."""
         from ..devices.cpu.kernels.shape import bind_cat_matmul
         g = self.graph
         users: dict = {}
@@ -469,9 +470,10 @@ class Executable:
             for v in n.inputs:
                 users.setdefault(v, []).append(n)
         where = {id(r.step[1]): k for k, r in enumerate(runners) if getattr(r, "step", None) is not None}
+        done = self._fuse_kv_attention(runners, slot, arena, users, where) if _FUSE_ATTN[0] else set()
         for k, r in enumerate(list(runners)):
             st = getattr(r, "step", None)
-            if st is None or st[0] != "kernel" or st[3].device.type != "cpu":
+            if st is None or st[0] != "kernel" or st[3].device.type != "cpu" or k in done:
                 continue
             n = st[1]
             hit = self._kv_append(n, users)
@@ -495,6 +497,111 @@ class Executable:
             runners[k] = self._kv_cat_part(cat_make, slot[new], slot[o], new_sl, st)
             runners[j] = self._kv_product_part(runners[j], self._out_maker(mm.outputs, arena), slot[o], slot[past],
                                                slot[mm.inputs[0]], slot[mm.outputs[0]], past_sl, bind_cat_matmul)
+
+    def _fuse_kv_attention(self, runners, slot, arena, users, where):
+        """In place in ``runners``: a decoder layer's whole attention over its KV caches,
+        ``present_k = cat([past_k, new_k], -2); present_v = cat([past_v, new_v], -2);
+        ctx = softmax(q @ present_k^T * c) @ present_v`` (the scores' pattern step with the epilogue
+        ``softmax(prod * c)``, ``c`` a one-element float32 constant, the probabilities read only by the
+        context's product), runs as one step where the product was (kernels/shape.py bind_kv_attention: one
+        job, each cache read once, the new rows read where they are), the other four steps (the two cats,
+        ``present_k^T``, the scores) made no-ops.  Only where those five are the runners from the first to
+        the last of them (nothing else runs between: their inputs are then as they were at the first).  A
+        layout the kernel does not take runs the five steps as they were, in order.  Returns the runner
+        indices taken (the pairwise KV fusions skip them)."""
+        from ..devices.cpu.kernels.shape import bind_kv_attention
+        from .fusion import FusedElementwise, MatmulEpilogue, ReductionPrologue
+        g = self.graph
+        taken: set = set()
+        for k, r in enumerate(list(runners)):
+            st = getattr(r, "step", None)
+            if st is None or st[0] != "kernel" or st[3].device.type != "cpu":
+                continue
+            nk = st[1]
+            hit = self._kv_append(nk, users)
+            if hit is None or hit[0] != "dot" or not isinstance(nk.inputs[0].shape[hit[1]], int):
+                continue
+            _, dim, pat, vn = hit
+            op = pat.op
+            if not isinstance(op, MatmulEpilogue) or not isinstance(op.epilogue.op, ReductionPrologue) or \
+                    len(pat.inputs) != 3 or len(pat.outputs) != 1:
+                continue
+            ep = op.epilogue.op
+            red, grp = ep.red, ep.group
+            if red.op.name != "softmax" or red.attrs.get("safe") or red.attrs.get("dim") not in (-1, len(
+                    red.outputs[0].shape) - 1) or set(red.attrs) - {"dim", "safe"} or \
+                    not isinstance(grp.op, FusedElementwise) or len(grp.op.nodes) != 1:
+                continue
+            mul = grp.op.nodes[0]
+            c = pat.inputs[2]
+            if mul.op.name != "mul" or mul.attrs or len(mul.inputs) != 2 or set(mul.inputs) != {op.acc, c} or \
+                    red.inputs[0] is not mul.outputs[0] or c not in g.consts:
+                continue
+            cval = g.consts[c]._data
+            if not isinstance(cval, np.ndarray) or cval.size != 1 or cval.dtype != np.float32:
+                continue
+            p = pat.outputs[0]
+            pu = users.get(p, [])
+            if len(pu) != 1 or p in g.outputs:
+                continue
+            mm = pu[0]
+            if mm.op.name != "matmul" or len(mm.inputs) != 2 or mm.inputs[0] is not p or \
+                    len(mm.outputs) != 1 or mm.inputs[1].producer is None:
+                continue
+            nv = mm.inputs[1].producer
+            hv = self._kv_append(nv, users)
+            if hv is None or hv[0] != "mm" or hv[2] is not mm or hv[1] != dim or \
+                    not isinstance(nv.inputs[0].shape[dim], int):
+                continue
+            idx = [where.get(id(x)) for x in (nk, nv, vn, pat, mm)]
+            if any(i is None for i in idx) or idx[4] != max(idx) or \
+                    sorted(idx) != list(range(min(idx), idx[4] + 1)) or taken.intersection(idx):
+                continue
+            kinds = [runners[i].step[0] for i in idx]
+            if kinds != ["kernel", "kernel", "view", "pattern", "kernel"] or \
+                    any(runners[i].step[3].device.type != "cpu" for i in (idx[1], idx[4])):
+                continue
+            originals = [runners[i] for i in sorted(idx)]
+            runners[idx[4]] = self._kv_attention_part(
+                originals, [self._out_maker(x.outputs, arena) for x in (nk, nv, mm)],
+                [slot[x.outputs[0]] for x in (nk, nv, mm)],
+                [slot[x] for x in (nk.inputs[0], nk.inputs[1], nv.inputs[0], nv.inputs[1], pat.inputs[0])],
+                float(cval.reshape(-1)[0]), runners[idx[4]].step, bind_kv_attention)
+            for i in idx[:4]:
+                runners[i] = _noop_step(runners[i].step)
+            taken.update(idx)
+        return taken
+
+    @staticmethod
+    def _kv_attention_part(originals, makes, outs, ins, scale, step, binder):
+        state = [None, None, 0]     # bound f, the layouts it was bound for, bindings made
+        mk, mv, mc = makes
+        o_k, o_v, o_c = outs
+        i_kp, i_kn, i_vp, i_vn, i_q = ins
+
+        def run(env):
+            kp, kn, vp, vn, q = (env[i_kp]._data, env[i_kn]._data, env[i_vp]._data, env[i_vn]._data,
+                                 env[i_q]._data)
+            if type(kp) is np.ndarray and type(kn) is np.ndarray and type(vp) is np.ndarray and \
+                    type(vn) is np.ndarray and type(q) is np.ndarray:
+                (tk, ak), (tv, av), (tc, ac) = mk(), mv(), mc()
+                key = _layouts((ak[0], kp, kn, av[0], vp, vn, q, ac[0]))
+                f = state[0]
+                if key != state[1]:
+                    f = None
+                    if state[2] < _MAX_BINDS:
+                        state[2] += 1
+                        f = binder(ak[0], kp, kn, av[0], vp, vn, q, ac[0], scale)
+                    state[0], state[1] = f, key
+                if f is not None:
+                    if f(ak[0], kp, kn, av[0], vp, vn, q, ac[0]):
+                        env[o_k], env[o_v], env[o_c] = tk[0], tv[0], tc[0]
+                        return
+                    state[0] = state[1] = None      # (the thread count changed: bound anew next call)
+            for r in originals:
+                r(env)
+        run.step = step
+        return run
 
     def _fuse_kv_scores(self, runners, slot, arena, where, k, st, vn, pat, dim):
         """The key side of _fuse_kv_products: ``present = cat([past, new], -2)`` read only through
@@ -1264,6 +1371,9 @@ _BIND_CAT = [os.environ.get("NEE_JIT_BIND_CAT", "1") not in ("0", "")]
 # NEE_JIT_FUSE_KV=0: a KV cache's append and the attention product reading it run as two steps (a copy
 # of the cache, then the product reading the copy) instead of one pass (_fuse_kv_products)
 _FUSE_KV = [os.environ.get("NEE_JIT_FUSE_KV", "1") not in ("0", "")]
+# NEE_JIT_FUSE_ATTN=0: a decoder layer's attention over its KV caches runs as the two KV fusions' steps
+# (_fuse_kv_products) instead of one (_fuse_kv_attention)
+_FUSE_ATTN = [os.environ.get("NEE_JIT_FUSE_ATTN", "1") not in ("0", "")]
 _GENERIC_BIND = [os.environ.get("NEE_JIT_GENERIC_BIND", "1") not in ("0", "")]
 # NEE_PROFILE_FAST=0: nee.profile() times the generic loop (unbound launches) instead of the fast path's steps
 _PROFILE_FAST = [os.environ.get("NEE_PROFILE_FAST", "1") not in ("0", "")]

@@ -417,9 +417,19 @@ _CATMM_WORDS = 8     # h, P, T, D/8, present head stride, past head stride, x he
 # where ``present`` is 16-byte aligned: no read of its lines before writing them, as nothing reads it again
 # in the step; read when a step is bound)
 KV_NT = [os.environ.get("NEE_KV_NT", "1") not in ("0", "") and _X86]
+# NEE_KV_PREFETCH: the fused KV kernels (_kv_ir, _attn_ir below) prefetch (prefetcht0) the caches' rows this
+# many bytes ahead of their loads, one prefetch per 32 bytes read (0: none).  A caller's KV cache is an ordinary
+# allocation in 4 KiB pages (numpy asks for huge pages from 4 MiB only; the GPT step's is 64 KiB a head, 786 KB
+# a layer): the hardware prefetcher stops at every page boundary, as it did for the packed weights before
+# gemv.py's slabs.  Measured (the kernel
+# alone on six layers of the GPT step's caches, 12 x 512 x 32 float32, from memory (evicted by a 128 MB copy
+# before each call), the variants interleaved, 60 rounds, one thread, load 7.7-9.4 from other processes):
+# process CPU time min / median 1.55-1.66 / 2.00-2.24 ms with none, 1.17-1.29 / 1.57-1.67 ms at 4096 (2048
+# to 16384 alike, 256-1024 between); two threads 1.58 / 2.44 vs 1.34 / 1.79 ms (CPU time of both).
+KV_PREFETCH = [int(os.environ.get("NEE_KV_PREFETCH", "4096"))]
 
 
-def _kv_ir(kind: str, nt: bool) -> str:
+def _kv_ir(kind: str, nt: bool, pf: int = 0) -> str:
     """``kernel(present, past, x, y, task)`` for one head ``h`` (task: _CATMM_WORDS words): each row j of
     ``present[h]`` (``past[h, j]`` for j < P, else the row already in ``present``) is loaded once, stored
     into ``present`` (with ``nt``, non-temporal stores where ``present`` is 16-byte aligned: nothing in the
@@ -432,6 +442,7 @@ def _kv_ir(kind: str, nt: bool) -> str:
     head = f"""declare {v8} @llvm.fmuladd.v8f32({v8}, {v8}, {v8})
 declare float @llvm.vector.reduce.fadd.v8f32(float, {v8})
 {"declare void @llvm.x86.sse.sfence()" if nt else ""}
+{"declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)" if pf else ""}
 
 define void @"kernel"(i8* %out, i8* %past, i8* %x, i8* %y, i8* %mp) {{
 entry:
@@ -509,6 +520,8 @@ zb:
   %rp{sx} = getelementptr float, float* %yf, i64 %jj{sx}
   store float %r{sx}, float* %rp{sx}, align 4
 """
+        pfs = (f"  %pf8{sx} = bitcast {v8}* %vp{sx} to i8*\n  %pfa{sx} = getelementptr i8, i8* %pf8{sx}, i64 {pf}\n"
+               f"  call void @llvm.prefetch.p0i8(i8* %pfa{sx}, i32 0, i32 3, i32 1)\n") if pf else ""
         return f"""j{sx}:
   %jj{sx} = phi i64 [ 0, %start ], [ %jj1{sx}, %je{sx} ]
   %jm{sx} = icmp slt i64 %jj{sx}, %T
@@ -529,7 +542,7 @@ c{sx}:
 cb{sx}:
   %vp{sx} = getelementptr {v8}, {v8}* %src{sx}, i64 %cc{sx}
   %v{sx} = load {v8}, {v8}* %vp{sx}, align 4
-  %op{sx} = getelementptr {v8}, {v8}* %dst{sx}, i64 %cc{sx}
+{pfs}  %op{sx} = getelementptr {v8}, {v8}* %dst{sx}, i64 %cc{sx}
 {store}{use}  %cc1{sx} = add i64 %cc{sx}, 1
   br label %c{sx}
 je{sx}:
@@ -571,7 +584,8 @@ def _bind_kv(out, past, x, y, kind, shapes):
     # the layout analysis, the metas and the driver's descriptor, per layout (a decode loop whose cache grows
     # binds at new shapes every step, its layers at the same ones: the executor's generic loop)
     nt, nts = threads.NUM_THREADS, KV_NT[0]
-    key = (kind, nt, nts, out.shape, out.strides, past.shape, past.strides, x.shape, x.strides, y.shape, y.strides)
+    key = (kind, nt, nts, KV_PREFETCH[0], out.shape, out.strides, past.shape, past.strides, x.shape, x.strides,
+           y.shape, y.strides)
     plan = _kv_plans.get(key)
     if plan is None:
         plan = _kv_plan(out, past, x, y, kind, shapes, nt, nts)
@@ -616,10 +630,421 @@ def _kv_plan(out, past, x, y, kind, shapes, nt, nts):
     meta[:, 0] = np.arange(H)
     meta[:, 1:] = (P, T, D // 8, views[0][2], views[1][2], views[2][2], views[3][2])
     meta.flags.writeable = False
-    addr = _cat_kernels.get((kind, nts))
+    pf = KV_PREFETCH[0]
+    addr = _cat_kernels.get((kind, nts, pf))
     if addr is None:
-        text = _kv_ir(kind, nts)
-        addr = _cat_kernels[(kind, nts)] = llvm_render.compile_ir(
+        text = _kv_ir(kind, nts, pf)
+        addr = _cat_kernels[(kind, nts, pf)] = llvm_render.compile_ir(
             "kv" + kind + "_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
     desc = gemm_driver.call_plan(addr, 5, max(1, min(nt, H)), H, meta.strides[0])
     return False if desc is None else (desc, meta)
+
+
+# ---- a decoder step's whole attention over its KV caches, one pass per cache, one job
+# ``present_k = cat([past_k, new_k], -2); present_v = cat([past_v, new_v], -2);
+# ctx = softmax(q @ present_k^T * scale) @ present_v`` with one query row per head (the ONNX GPT step's
+# layer): one task per head on the driver's threads (gemm_driver.call_plan) copies the head's key rows
+# (past_k's, then new_k's) into present_k while it takes their scores q . row (times scale), runs the
+# softmax on the head's scores in a scratch row (in L1: max, exp, sum), then copies the value rows into
+# present_v while it adds e_j * row into ctx, divided by the sum of the e_j at the end.  Where the two
+# KV fusions above (bind_cat_dot, bind_cat_matmul) run four steps (the new rows' copies, the scores and
+# their epilogue, the context: two jobs and four Python launches a layer), this is one launch and one
+# job, and the new rows are read where they are (jit/executable.py _fuse_kv_attention; NEE_JIT_FUSE_ATTN=0
+# turns it off).  float32, rows of a multiple of 8 elements; exp: Cephes' expf polynomial (x clamped to
+# [-87, 0]: the scores minus their max), within 2 ulp.  Measured on the ONNX GPT step (bench/onnx_vs_ort.py's
+# gpt_step; the same process, the variants interleaved, load 8.5-9.6 from other processes): a layer's attention
+# steps 336 us (min of 40 calls, one thread: 26 + 12 for the cats, 160 scores, 138 context) vs 258-264 us
+# fused (with KV_PREFETCH and the unrolled rows); the whole step's process CPU time, 100 rounds, paired median
+# 0.83x on one thread (min 5.52 vs 6.53 ms), 80 rounds 0.90x on two (min 4.89 vs 5.74 ms).  The unrolled rows
+# alone (six layers' attention from memory, 80 rounds): one thread min 1.20 vs 1.40 ms, median 1.48 vs 1.67.
+_ATTN_WORDS = 16     # P, T, D/8, then the head's byte offsets in present_k, past_k, new_k, present_v,
+#                      past_v, new_v, q, ctx, scratch, then scale's float32 bits
+_attn_kernels: dict = {}
+_attn_plans: dict = {}
+# rows of up to 8 * ATTN_UNROLL elements run the unrolled kernel (_attn_ir's d8; NEE_KV_ATTN_UNROLL=0: the loop)
+ATTN_UNROLL = [int(os.environ.get("NEE_KV_ATTN_UNROLL", "8"))]
+
+
+def _f32_hex(x: float) -> str:
+    """An LLVM float literal (a double's hex of the float32 nearest ``x``)."""
+    import struct
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(np.float32(x))))[0]
+
+
+def _splat(x: float) -> str:
+    h = _f32_hex(x)
+    return "<" + ", ".join(f"float {h}" for _ in range(8)) + ">"
+
+
+def _attn_ir(nt: bool, pf: int = 0, d8: int = 0) -> str:
+    """``kernel(ko, kp, kn, vo, vp, vn, q, ctx, s, task)`` for one head (see the section's comment; with
+    ``nt`` the present rows are stored non-temporally where both present heads are 16-byte aligned; ``pf``:
+    KV_PREFETCH).  With ``d8`` (rows of 8 d8 elements, 1 <= d8 <= ATTN_UNROLL) a row's vectors are unrolled,
+    q and the context's accumulators held in registers (else a loop over the row's vectors, q and the
+    context read and written in L1 each row: a store-to-load chain per vector)."""
+    words = ["P", "T", "D8", "kohs", "kphs", "knhs", "vohs", "vphs", "vnhs", "qhs", "chs", "shs", "scb"]
+    v8 = "<8 x float>"
+    loads = "".join(f"  %{w}.p = getelementptr i64, i64* %m, i64 {i}\n  %{w} = load i64, i64* %{w}.p\n"
+                    for i, w in enumerate(words))
+    bases = "".join(f"  %{b} = getelementptr i8, i8* %{a}, i64 %{w}\n"
+                    for a, b, w in (("ko", "kob", "kohs"), ("kp", "kpb", "kphs"), ("kn", "knb", "knhs"),
+                                    ("vo", "vob", "vohs"), ("vp", "vpb", "vphs"), ("vn", "vnb", "vnhs"),
+                                    ("q", "qb", "qhs"), ("c", "cb", "chs"), ("s", "sb", "shs")))
+    head = f"""declare {v8} @llvm.fmuladd.v8f32({v8}, {v8}, {v8})
+declare float @llvm.vector.reduce.fadd.v8f32(float, {v8})
+declare {v8} @llvm.floor.v8f32({v8})
+declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)
+{"declare void @llvm.x86.sse.sfence()" if nt else ""}
+
+define void @"kernel"(i8* %ko, i8* %kp, i8* %kn, i8* %vo, i8* %vp, i8* %vn, i8* %q, i8* %c, i8* %s, i8* %mp) {{
+entry:
+  %mx = alloca float
+  store float 0xFFF0000000000000, float* %mx
+  %m = bitcast i8* %mp to i64*
+{loads}  %rs = shl i64 %D8, 5
+{bases}  %qv = bitcast i8* %qb to {v8}*
+  %cv = bitcast i8* %cb to {v8}*
+  %sf = bitcast i8* %sb to float*
+  %sc32 = trunc i64 %scb to i32
+  %scale = bitcast i32 %sc32 to float
+""" + "".join(f"  %qe{c}p = getelementptr {v8}, {v8}* %qv, i64 {c}\n  %qe{c} = load {v8}, {v8}* %qe{c}p, align 4\n"
+              for c in range(d8))
+    if nt:
+        head += """  %kobi = ptrtoint i8* %kob to i64
+  %vobi = ptrtoint i8* %vob to i64
+  %obi = or i64 %kobi, %vobi
+  %mis = and i64 %obi, 15
+  %al = icmp eq i64 %mis, 0
+  br i1 %al, label %jk_n, label %jk_p
+"""
+    else:
+        head += "  br label %jk_p\n"
+
+    def loop(sx, kind, nts, start, nxt):
+        # rows j of one head: the row (past's for j < P, else new's) loaded once, stored into present, used
+        ob, pb, nb = ("%kob", "%kpb", "%knb") if kind == "dot" else ("%vob", "%vpb", "%vnb")
+        if nts:
+            store = f"""  %lo{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 0, i32 1, i32 2, i32 3>
+  %hi{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 4, i32 5, i32 6, i32 7>
+  %o4{sx} = bitcast {v8}* %op{sx} to <4 x float>*
+  store <4 x float> %lo{sx}, <4 x float>* %o4{sx}, align 16, !nontemporal !0
+  %o4h{sx} = getelementptr <4 x float>, <4 x float>* %o4{sx}, i64 1
+  store <4 x float> %hi{sx}, <4 x float>* %o4h{sx}, align 16, !nontemporal !0
+"""
+        else:
+            store = f"  store {v8} %v{sx}, {v8}* %op{sx}, align 4\n"
+        if kind == "mm":
+            pre = f"""  %wp{sx} = getelementptr float, float* %sf, i64 %jj{sx}
+  %w{sx} = load float, float* %wp{sx}, align 4
+  %w0{sx} = insertelement {v8} undef, float %w{sx}, i32 0
+  %ws{sx} = shufflevector {v8} %w0{sx}, {v8} undef, <8 x i32> zeroinitializer
+"""
+            accphi = ""
+            use = f"""  %ap{sx} = getelementptr {v8}, {v8}* %cv, i64 %cc{sx}
+  %a{sx} = load {v8}, {v8}* %ap{sx}, align 4
+  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %ws{sx}, {v8} %v{sx}, {v8} %a{sx})
+  store {v8} %a1{sx}, {v8}* %ap{sx}, align 4
+"""
+            end = ""
+        else:
+            pre = ""
+            accphi = f"  %acc{sx} = phi {v8} [ zeroinitializer, %jb{sx} ], [ %a1{sx}, %cb{sx} ]\n"
+            use = f"""  %qp{sx} = getelementptr {v8}, {v8}* %qv, i64 %cc{sx}
+  %qq{sx} = load {v8}, {v8}* %qp{sx}, align 4
+  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %qq{sx}, {v8} %v{sx}, {v8} %acc{sx})
+"""
+            # the score times scale, stored; the running max (a NaN score leaves it: the row's exps are NaN)
+            end = f"""  %r{sx} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float 0.0, {v8} %acc{sx})
+  %rsc{sx} = fmul float %r{sx}, %scale
+  %rp{sx} = getelementptr float, float* %sf, i64 %jj{sx}
+  store float %rsc{sx}, float* %rp{sx}, align 4
+  %mo{sx} = load float, float* %mx
+  %gt{sx} = fcmp ogt float %rsc{sx}, %mo{sx}
+  %mn{sx} = select i1 %gt{sx}, float %rsc{sx}, float %mo{sx}
+  store float %mn{sx}, float* %mx
+"""
+        pfs = (f"  %pf8{sx} = bitcast {v8}* %vp{sx} to i8*\n  %pfa{sx} = getelementptr i8, i8* %pf8{sx}, i64 {pf}\n"
+               f"  call void @llvm.prefetch.p0i8(i8* %pfa{sx}, i32 0, i32 3, i32 1)\n") if pf else ""
+        return f"""{start}:
+  br label %j{sx}
+j{sx}:
+  %jj{sx} = phi i64 [ 0, %{start} ], [ %jj1{sx}, %je{sx} ]
+  %jm{sx} = icmp slt i64 %jj{sx}, %T
+  br i1 %jm{sx}, label %jb{sx}, label %{nxt}
+jb{sx}:
+  %isp{sx} = icmp slt i64 %jj{sx}, %P
+  %ro{sx} = mul i64 %jj{sx}, %rs
+  %jn{sx} = sub i64 %jj{sx}, %P
+  %rn{sx} = mul i64 %jn{sx}, %rs
+  %sp{sx} = getelementptr i8, i8* {pb}, i64 %ro{sx}
+  %np{sx} = getelementptr i8, i8* {nb}, i64 %rn{sx}
+  %dp{sx} = getelementptr i8, i8* {ob}, i64 %ro{sx}
+  %src8{sx} = select i1 %isp{sx}, i8* %sp{sx}, i8* %np{sx}
+  %src{sx} = bitcast i8* %src8{sx} to {v8}*
+  %dst{sx} = bitcast i8* %dp{sx} to {v8}*
+{pre}  br label %c{sx}
+c{sx}:
+  %cc{sx} = phi i64 [ 0, %jb{sx} ], [ %cc1{sx}, %cb{sx} ]
+{accphi}  %cm{sx} = icmp slt i64 %cc{sx}, %D8
+  br i1 %cm{sx}, label %cb{sx}, label %je{sx}
+cb{sx}:
+  %vp{sx} = getelementptr {v8}, {v8}* %src{sx}, i64 %cc{sx}
+  %v{sx} = load {v8}, {v8}* %vp{sx}, align 4
+{pfs}  %op{sx} = getelementptr {v8}, {v8}* %dst{sx}, i64 %cc{sx}
+{store}{use}  %cc1{sx} = add i64 %cc{sx}, 1
+  br label %c{sx}
+je{sx}:
+{end}  %jj1{sx} = add i64 %jj{sx}, 1
+  br label %j{sx}
+"""
+    def uloop(sx, kind, nts, start, nxt):
+        # loop() with the row's d8 vectors unrolled: q (%qe*) and the context's sums (phis) in registers
+        ob, pb, nb = ("%kob", "%kpb", "%knb") if kind == "dot" else ("%vob", "%vpb", "%vnb")
+        phis = "".join(f"  %y{c}{sx} = phi {v8} [ zeroinitializer, %{start} ], [ %yn{c}{sx}, %jb{sx} ]\n"
+                       for c in range(d8)) if kind == "mm" else ""
+        body = []
+        if kind == "mm":
+            body.append(f"""  %wp{sx} = getelementptr float, float* %sf, i64 %jj{sx}
+  %w{sx} = load float, float* %wp{sx}, align 4
+  %w0{sx} = insertelement {v8} undef, float %w{sx}, i32 0
+  %ws{sx} = shufflevector {v8} %w0{sx}, {v8} undef, <8 x i32> zeroinitializer""")
+        for c in range(d8):
+            t = f"{c}{sx}"
+            body.append(f"""  %vp{t} = getelementptr {v8}, {v8}* %src{sx}, i64 {c}
+  %v{t} = load {v8}, {v8}* %vp{t}, align 4
+  %op{t} = getelementptr {v8}, {v8}* %dst{sx}, i64 {c}""")
+            if pf and c % 2 == 0:
+                body.append(f"""  %pf8{t} = bitcast {v8}* %vp{t} to i8*
+  %pfa{t} = getelementptr i8, i8* %pf8{t}, i64 {pf}
+  call void @llvm.prefetch.p0i8(i8* %pfa{t}, i32 0, i32 3, i32 1)""")
+            if nts:
+                body.append(f"""  %lo{t} = shufflevector {v8} %v{t}, {v8} undef, <4 x i32> <i32 0, i32 1, i32 2, i32 3>
+  %hi{t} = shufflevector {v8} %v{t}, {v8} undef, <4 x i32> <i32 4, i32 5, i32 6, i32 7>
+  %o4{t} = bitcast {v8}* %op{t} to <4 x float>*
+  store <4 x float> %lo{t}, <4 x float>* %o4{t}, align 16, !nontemporal !0
+  %o4h{t} = getelementptr <4 x float>, <4 x float>* %o4{t}, i64 1
+  store <4 x float> %hi{t}, <4 x float>* %o4h{t}, align 16, !nontemporal !0""")
+            else:
+                body.append(f"  store {v8} %v{t}, {v8}* %op{t}, align 4")
+            if kind == "mm":
+                body.append(f"  %yn{t} = call {v8} @llvm.fmuladd.v8f32({v8} %ws{sx}, {v8} %v{t}, {v8} %y{t})")
+            else:
+                prev = "zeroinitializer" if c == 0 else f"%a{c - 1}{sx}"
+                body.append(f"  %a{t} = call {v8} @llvm.fmuladd.v8f32({v8} %qe{c}, {v8} %v{t}, {v8} {prev})")
+        if kind == "dot":
+            body.append(f"""  %r{sx} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float 0.0, {v8} %a{d8 - 1}{sx})
+  %rsc{sx} = fmul float %r{sx}, %scale
+  %rp{sx} = getelementptr float, float* %sf, i64 %jj{sx}
+  store float %rsc{sx}, float* %rp{sx}, align 4
+  %mo{sx} = load float, float* %mx
+  %gt{sx} = fcmp ogt float %rsc{sx}, %mo{sx}
+  %mn{sx} = select i1 %gt{sx}, float %rsc{sx}, float %mo{sx}
+  store float %mn{sx}, float* %mx""")
+        exit_st = "".join(f"  %yq{c}{sx} = getelementptr {v8}, {v8}* %cv, i64 {c}\n"
+                          f"  store {v8} %y{c}{sx}, {v8}* %yq{c}{sx}, align 4\n"
+                          for c in range(d8)) if kind == "mm" else ""
+        nl = "\n"
+        return f"""{start}:
+  br label %j{sx}
+j{sx}:
+  %jj{sx} = phi i64 [ 0, %{start} ], [ %jj1{sx}, %jb{sx} ]
+{phis}  %jm{sx} = icmp slt i64 %jj{sx}, %T
+  br i1 %jm{sx}, label %jb{sx}, label %jx{sx}
+jb{sx}:
+  %isp{sx} = icmp slt i64 %jj{sx}, %P
+  %ro{sx} = mul i64 %jj{sx}, %rs
+  %jn{sx} = sub i64 %jj{sx}, %P
+  %rn{sx} = mul i64 %jn{sx}, %rs
+  %sp{sx} = getelementptr i8, i8* {pb}, i64 %ro{sx}
+  %np{sx} = getelementptr i8, i8* {nb}, i64 %rn{sx}
+  %dp{sx} = getelementptr i8, i8* {ob}, i64 %ro{sx}
+  %src8{sx} = select i1 %isp{sx}, i8* %sp{sx}, i8* %np{sx}
+  %src{sx} = bitcast i8* %src8{sx} to {v8}*
+  %dst{sx} = bitcast i8* %dp{sx} to {v8}*
+{nl.join(body)}
+  %jj1{sx} = add i64 %jj{sx}, 1
+  br label %j{sx}
+jx{sx}:
+{exit_st}  br label %{nxt}
+"""
+    if d8:
+        loop = uloop      # noqa: F811  (the unrolled rows)
+    lanes = "<" + ", ".join(f"i64 {i}" for i in range(8)) + ">"
+    poly = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
+    pl = [f"  %p0 = call {v8} @llvm.fmuladd.v8f32({v8} {_splat(poly[0])}, {v8} %r, {v8} {_splat(poly[1])})"]
+    for i, cf in enumerate(poly[2:]):
+        pl.append(f"  %p{i + 1} = call {v8} @llvm.fmuladd.v8f32({v8} %p{i}, {v8} %r, {v8} {_splat(cf)})")
+    pn = len(poly) - 2
+    # the softmax on the head's scores: e_j = exp(s_j - max) in place (lanes past T zero), their sum
+    soft = f"""sm:
+  %mxv = load float, float* %mx
+  %mxi = insertelement {v8} undef, float %mxv, i32 0
+  %mxs = shufflevector {v8} %mxi, {v8} undef, <8 x i32> zeroinitializer
+  %Ti = insertelement <8 x i64> undef, i64 %T, i32 0
+  %Ts = shufflevector <8 x i64> %Ti, <8 x i64> undef, <8 x i32> zeroinitializer
+  br label %ec
+ec:
+  %ej = phi i64 [ 0, %sm ], [ %ej1, %eb ]
+  %es = phi {v8} [ zeroinitializer, %sm ], [ %es1, %eb ]
+  %em = icmp slt i64 %ej, %T
+  br i1 %em, label %eb, label %ed
+eb:
+  %ep = getelementptr float, float* %sf, i64 %ej
+  %epv = bitcast float* %ep to {v8}*
+  %x0 = load {v8}, {v8}* %epv, align 4
+  %x1 = fsub {v8} %x0, %mxs
+  %xlo = fcmp olt {v8} %x1, {_splat(-87.0)}
+  %x = select <8 x i1> %xlo, {v8} {_splat(-87.0)}, {v8} %x1
+  %t = call {v8} @llvm.fmuladd.v8f32({v8} %x, {v8} {_splat(1.44269504088896341)}, {v8} {_splat(0.5)})
+  %kf = call {v8} @llvm.floor.v8f32({v8} %t)
+  %r1 = call {v8} @llvm.fmuladd.v8f32({v8} %kf, {v8} {_splat(-0.693359375)}, {v8} %x)
+  %r = call {v8} @llvm.fmuladd.v8f32({v8} %kf, {v8} {_splat(2.12194440e-4)}, {v8} %r1)
+{chr(10).join(pl)}
+  %rr = fmul {v8} %r, %r
+  %y1 = fadd {v8} %r, {_splat(1.0)}
+  %y = call {v8} @llvm.fmuladd.v8f32({v8} %p{pn}, {v8} %rr, {v8} %y1)
+  %ki = fptosi {v8} %kf to <8 x i32>
+  %kb = add <8 x i32> %ki, <i32 127, i32 127, i32 127, i32 127, i32 127, i32 127, i32 127, i32 127>
+  %ks = shl <8 x i32> %kb, <i32 23, i32 23, i32 23, i32 23, i32 23, i32 23, i32 23, i32 23>
+  %pw = bitcast <8 x i32> %ks to {v8}
+  %e = fmul {v8} %y, %pw
+  %eji = insertelement <8 x i64> undef, i64 %ej, i32 0
+  %ejs = shufflevector <8 x i64> %eji, <8 x i64> undef, <8 x i32> zeroinitializer
+  %idx = add <8 x i64> %ejs, {lanes}
+  %in = icmp slt <8 x i64> %idx, %Ts
+  %ez = select <8 x i1> %in, {v8} %e, {v8} zeroinitializer
+  store {v8} %ez, {v8}* %epv, align 4
+  %es1 = fadd {v8} %es, %ez
+  %ej1 = add i64 %ej, 8
+  br label %ec
+ed:
+  %sum = call reassoc float @llvm.vector.reduce.fadd.v8f32(float 0.0, {v8} %es)
+  br label %z
+z:
+  %zc = phi i64 [ 0, %ed ], [ %zc1, %zb ]
+  %zm = icmp slt i64 %zc, %D8
+  br i1 %zm, label %zb, label %zd
+zb:
+  %zp = getelementptr {v8}, {v8}* %cv, i64 %zc
+  store {v8} zeroinitializer, {v8}* %zp, align 4
+  %zc1 = add i64 %zc, 1
+  br label %z
+zd:
+  br {"i1 %al, label %jv_n, label %jv_p" if nt else "label %jv_p"}
+"""
+    fin = f"""fin:
+  %si = insertelement {v8} undef, float %sum, i32 0
+  %ss = shufflevector {v8} %si, {v8} undef, <8 x i32> zeroinitializer
+  br label %f
+f:
+  %fc = phi i64 [ 0, %fin ], [ %fc1, %fb ]
+  %fm = icmp slt i64 %fc, %D8
+  br i1 %fm, label %fb, label %done
+fb:
+  %fp = getelementptr {v8}, {v8}* %cv, i64 %fc
+  %fv = load {v8}, {v8}* %fp, align 4
+  %fq = fdiv {v8} %fv, %ss
+  store {v8} %fq, {v8}* %fp, align 4
+  %fc1 = add i64 %fc, 1
+  br label %f
+done:
+{"  call void @llvm.x86.sse.sfence()" if nt else ""}
+  ret void
+}}
+"""
+    body = loop("_kp", "dot", False, "jk_p", "sm") + (loop("_kn", "dot", True, "jk_n", "sm") if nt else "")
+    body += soft
+    body += loop("_vp", "mm", False, "jv_p", "fin") + (loop("_vn", "mm", True, "jv_n", "fin") if nt else "")
+    text = head + body + fin
+    if nt:
+        text += "\n!0 = !{i32 1}\n"
+    return text
+
+
+def bind_kv_attention(ko, kp, kn, vo, vp, vn, q, ctx, scale: float):
+    """``f(ko, kp, kn, vo, vp, vn, q, ctx)``: ``ko = cat([kp, kn], -2); vo = cat([vp, vn], -2);
+    ctx = softmax(q @ ko^T * scale) @ vo`` (``q`` / ``ctx``: one row per head) in one job for arrays of these
+    layouts and this thread count (False: the thread count changed, nothing written), or None where the
+    kernel does not apply: not float32, rows not a multiple of 8 elements, more than one query row, a head's
+    rows not contiguous, a present overlapping another array, no driver.  A ``ctx`` overlapping an input is
+    written to a scratch and copied.  As the pairwise KV binders, the overlaps are checked here, for the
+    arrays bound (the executor's fast path: the same buffers each call, the presents fresh)."""
+    from .. import gemm_driver
+    arrs = (ko, kp, kn, vo, vp, vn, q, ctx)
+    if not all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in arrs) or ko.ndim < 2 or \
+            not all(a.ndim == ko.ndim for a in arrs) or ko.size == 0 or \
+            not all(a.flags.writeable for a in (ko, vo, ctx)):
+        return None
+    if any(np.may_share_memory(arrs[i], a) for i in (0, 3) for j, a in enumerate(arrs) if j != i) or \
+            np.may_share_memory(ctx, ko) or np.may_share_memory(ctx, vo):
+        return None         # (a present overlapping any other operand)
+    tmp = None
+    if any(np.may_share_memory(ctx, a) for a in arrs[:7]):
+        # ctx over an input (a memory plan's buffer reused once q / the new rows are dead): written to a
+        # scratch, copied after the job
+        tmp = np.empty(ctx.shape, np.float32)
+        arrs = arrs[:7] + (tmp,)
+    nt = threads.NUM_THREADS
+    key = (nt, KV_NT[0], KV_PREFETCH[0], ATTN_UNROLL[0], float(scale)) + tuple((a.shape, a.strides) for a in arrs)
+    plan = _attn_plans.get(key)
+    if plan is None:
+        plan = _attn_plan(arrs, float(scale), nt, KV_NT[0])
+        if len(_attn_plans) >= 256:
+            _attn_plans.clear()
+        _attn_plans[key] = plan
+    if plan is False:
+        return None
+    desc, meta, H, T8 = plan
+    scratch = np.empty((H, T8), np.float32)     # the heads' scores (this binding's: calls may run in parallel)
+    call = gemm_driver.epilogue_caller(10)
+
+    if tmp is None:
+        def f(ko, kp, kn, vo, vp, vn, q, ctx):
+            if threads.NUM_THREADS != nt:
+                return False
+            call(desc, ko, ko, ko, ko, kp, kn, vo, vp, vn, q, ctx, scratch, meta)
+            return True
+    else:
+        def f(ko, kp, kn, vo, vp, vn, q, ctx):
+            if threads.NUM_THREADS != nt:
+                return False
+            call(desc, ko, ko, ko, ko, kp, kn, vo, vp, vn, q, tmp, scratch, meta)
+            np.copyto(ctx, tmp)
+            return True
+    return f
+
+
+def _attn_plan(arrs, scale, nt, nts):
+    """(driver descriptor, metas, heads, scratch row length) of bind_kv_attention, or False.  Each head's rows
+    must be C-contiguous in every array; the heads (the dims before the last two) may lie at any strides: the
+    metas hold each head's byte offsets."""
+    from .. import gemm_driver, llvm_render
+    ko, kp, kn, vo, vp, vn, q, ctx = arrs
+    lead = ko.shape[:-2]
+    T, D = ko.shape[-2:]
+    P = kp.shape[-2]
+    if not 0 < P < T or D % 8 or vo.shape != ko.shape or kp.shape != lead + (P, D) or vp.shape != kp.shape or \
+            kn.shape != lead + (T - P, D) or vn.shape != kn.shape or q.shape != lead + (1, D) or ctx.shape != q.shape:
+        return False
+    if any(a.strides[-1] != 4 or (a.shape[-2] > 1 and a.strides[-2] != 4 * D) for a in arrs):
+        return False
+    if not gemm_driver.available():
+        return False
+    H = int(np.prod(lead, dtype=np.int64))
+    T8 = -(-T // 8) * 8
+    idx = np.indices(lead, dtype=np.int64).reshape(len(lead), H)     # (each head's index in the lead dims)
+    meta = np.zeros((H, _ATTN_WORDS), np.int64)
+    meta[:, 0:3] = (P, T, D // 8)
+    for i, a in enumerate(arrs):
+        meta[:, 3 + i] = np.asarray(a.strides[:-2], np.int64) @ idx if lead else 0
+    meta[:, 11] = np.arange(H) * (T8 * 4)
+    meta[:, 12] = int(np.array(scale, np.float32).view(np.int32))
+    meta.flags.writeable = False
+    d8 = D // 8 if D // 8 <= ATTN_UNROLL[0] else 0
+    addr = _attn_kernels.get((nts, KV_PREFETCH[0], d8))
+    if addr is None:
+        text = _attn_ir(nts, KV_PREFETCH[0], d8)
+        addr = _attn_kernels[(nts, KV_PREFETCH[0], d8)] = llvm_render.compile_ir(
+            "kvattn_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+    desc = gemm_driver.call_plan(addr, 10, max(1, min(nt, H)), H, meta.strides[0])
+    return False if desc is None else (desc, meta, H, T8)
