@@ -458,7 +458,8 @@ def zeta(input, other, *, out=None):
     def conv(v):
         if isinstance(v, Tensor):
             return v.to(_dt.float64)
-        return _creation.full((), float(v), dtype=_dt.float64, device=like.device)
+        # (a Python number is read in the result dtype first, as torch's wrapped scalars are)
+        return _creation.full((), float(v), dtype=odt, device=like.device).to(_dt.float64)
     x, q = conv(input), conv(other)
     x, q = _E("broadcast_tensors")(x, q) if "broadcast_tensors" in _EXPORTS else (x + q * 0.0, q + x * 0.0)
     from .trace.tracer import is_tracing
@@ -466,19 +467,28 @@ def zeta(input, other, *, out=None):
     if traced or q.numel() == 0:
         shift = 0
     else:
-        qmin = float(q.min().item())
+        # (over the finite q: a NaN would hide the rest, and q = -inf is a pole, answered below)
+        qmin = float(_where(q.isfinite(), q, 0.0).min().item())
         shift = 0 if not (qmin < 0) else min(math.ceil(-qmin) + 1, 10 ** 6)
-    s = q.pow(-x)
+    # torch's Math.h zeta (Cephes), element by element: its two early exits (a direct term below MACHEP of the
+    # sum; an Euler-Maclaurin term below MACHEP of it) are followed with a ``done`` mask, so the sums stop
+    # where torch's do (same bits)
+    machep = 1.11022302462515654042E-16
+    # (its first term is std::pow(q, -x) of the operands' own type: a float32 pow, the rest in double)
+    s = q.pow(-x) if odt is not _dt.float32 else q.to(_dt.float32).pow(-x.to(_dt.float32)).to(_dt.float64)
     a = q
     b = _zeros(s)
+    done = _zeros(s) != 0.0
+    r = _zeros(s)
     for i in range(9 + shift):
-        go = (a <= 9.0) if i >= 9 else None
+        go = _E("logical_not")(done) if i < 9 else _E("logical_and")(a <= 9.0, _E("logical_not")(done))
         a_next = a + 1.0
         b_next = a_next.pow(-x)
-        if go is None:
-            a, b, s = a_next, b_next, s + b_next
-        else:
-            a, b, s = _where(go, a_next, a), _where(go, b_next, b), _where(go, s + b_next, s)
+        s_next = s + b_next
+        a, b, s = _where(go, a_next, a), _where(go, b_next, b), _where(go, s_next, s)
+        stop = _E("logical_and")(go, _E("logical_and")(-machep * s < b, b < machep * s))
+        r = _where(stop, s, r)
+        done = _E("logical_or")(done, stop)
     w = a
     s = s + b * w / (x - 1.0) - 0.5 * b
     fac = _zeros(x) + 1.0
@@ -486,20 +496,25 @@ def zeta(input, other, *, out=None):
     for i in range(12):
         fac = fac * (x + k)
         b = b / w
-        s = s + fac * b / _ZETA_A[i]
+        t = fac * b / _ZETA_A[i]
+        s = s + t
+        stop = _E("logical_and")(_E("logical_not")(done), (t / s).abs() < machep)
+        r = _where(stop, s, r)
+        done = _E("logical_or")(done, stop)
         k += 1.0
         fac = fac * (x + k)
         b = b / w
         k += 1.0
-    r = s
+    r = _where(done, r, s)
     if traced:  # the shift for q < 0 depends on the data: a traced call leaves those NaN (documented)
         r = _where(q < 0, math.nan, r)
-    qpole = _E("logical_and")(q <= 0, q == q.floor())
-    bad = _E("logical_and")(q <= 0, x != x.floor())
-    r = _where(bad, math.nan, r)
-    r = _where(qpole, math.inf, r)
-    r = _where(x < 1.0, math.nan, _where(x == 1.0, math.inf, r))
-    r = _where(_E("logical_or")(x.isnan(), q.isnan()), math.nan, r)
+    # torch's order of the special cases (the first that holds wins): x == 1: inf (even for a NaN q); x < 1: NaN;
+    # q a non-positive integer: inf (even for a NaN x); q <= 0 with x no integer (or NaN): NaN
+    qneg = q <= 0
+    r = _where(_E("logical_and")(qneg, x != x.floor()), math.nan, r)
+    r = _where(_E("logical_and")(qneg, q == q.floor()), math.inf, r)
+    r = _where(x < 1.0, math.nan, r)
+    r = _where(x == 1.0, math.inf, r)
     return _out(_back(r, odt), out)
 
 

@@ -1871,21 +1871,26 @@ def _vmap_tree(a, d, leaf):
     return leaf(a, _int(d))
 
 
-def _vmap_stack(rs, od):
+def _vmap_stack(rs, od, empty=False):
+    """The per-entry results ``rs`` stacked along ``od``; ``empty``: ``rs`` holds the result of one dummy entry and
+    the batch is empty (outputs of size 0 along ``od``, the dummy's shapes and dtypes otherwise)."""
     r0 = rs[0]
     if isinstance(r0, (tuple, list)):
         ods = od if isinstance(od, (tuple, list)) else [od] * len(r0)
         if len(ods) != len(r0):
             raise ValueError(f"vmap: out_dims {od!r} does not match the structure of the {len(r0)} outputs")
-        return type(r0)(_vmap_stack([r[j] for r in rs], ods[j]) for j in _range(len(r0)))
+        return type(r0)(_vmap_stack([r[j] for r in rs], ods[j], empty) for j in _range(len(r0)))
     if isinstance(r0, dict):
-        return {k: _vmap_stack([r[k] for r in rs], od[k] if isinstance(od, dict) else od) for k in r0}
+        return {k: _vmap_stack([r[k] for r in rs], od[k] if isinstance(od, dict) else od, empty) for k in r0}
     if not isinstance(r0, Tensor):
         raise ValueError(f"vmap: the function must return Tensors (or tuples / lists / dicts of them), got "
                          f"{type(r0).__name__}")
     if od is None:
         return r0
-    return _E("stack")(rs, wrap_dim(od, r0.ndim + 1, "vmap"))
+    d = wrap_dim(od, r0.ndim + 1, "vmap")
+    if empty:
+        return _E("stack")(rs, d).narrow(d, 0, 0).contiguous()
+    return _E("stack")(rs, d)
 
 
 @export(method=False)
@@ -1893,7 +1898,8 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
     """``torch.vmap``: ``func`` mapped over dim ``in_dims`` of its inputs (an int for all, or a tuple with an int /
     None per argument, nested like the arguments), its outputs stacked along ``out_dims``.  neetorch runs
     ``func`` once per batch entry and stacks the results (the values torch's batched rules give for a pure
-    function); ``randomness`` and ``chunk_size`` are accepted, random ops draw independently per entry."""
+    function); ``randomness`` and ``chunk_size`` are accepted, random ops draw independently per entry.  An empty
+    batch runs ``func`` once on a zero-filled entry to learn its outputs' shapes and dtypes."""
     if not (isinstance(in_dims, (_int, tuple)) and not isinstance(in_dims, _bool)):
         raise ValueError(f"vmap({getattr(func, '__name__', func)}, in_dims={in_dims!r}): expected `in_dims` to be "
                          f"int or a (potentially nested) tuple matching the structure of inputs, got "
@@ -1912,8 +1918,14 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
             raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
                              f"{sizes} for the mapped dimension")
         if sizes[0] == 0:
-            raise NotImplementedError("vmap: a batch of size 0 is not supported by neetorch (it runs the "
-                                      "function once per entry)")
+            # an empty batch: ``func`` runs once on a zero-filled entry (the mapped inputs' per-entry shapes and
+            # dtypes) to learn its outputs' shapes and dtypes; the results are those with a batch of 0 elements
+            def dummy(t, d):
+                sh = tuple(t.shape[:d]) + tuple(t.shape[d + 1:])
+                from ..tensor.creation import zeros
+                return zeros(sh, dtype=t.dtype, device=t.device)
+            r = func(*_vmap_tree(tuple(args), dims, dummy), **kwargs)
+            return _vmap_stack([r], out_dims, empty=True)
         outs = [func(*_vmap_tree(tuple(args), dims, lambda t, d: t.select(d, i)), **kwargs)
                 for i in _range(sizes[0])]
         return _vmap_stack(outs, out_dims)

@@ -84,8 +84,25 @@ def _log1p(z):
 
 
 def _lerp(a, b, w):
-    # torch's lerp: from the nearer end, so lerp(a, b, 1) is exactly b
-    return np.where(np.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+    # torch's lerp (LerpKernel.cpp's lerp_vec): from the nearer end, so lerp(a, b, 1) is exactly b; a complex
+    # weight is "small" where |w|^2 = re^2 + im^2 < 0.25 in the component dtype (no sqrt, as torch); then
+    # base + coeff * (b - a) with (coeff, base) = (w, a) or (w - 1, b)
+    # (torch's AVX2 complex64 vector loop reads the mask of the even element of each pair for both: a torch
+    # quirk, not followed).  The product is the plain one of torch's vector complex multiply, each component
+    # rounded (ac - bd, ad + bc); numpy's complex64 multiply rounds differently.
+    a, b, w = np.asarray(a), np.asarray(b), np.asarray(w)
+    d = b - a
+    if w.dtype.kind != "c":
+        small = np.abs(w) < 0.5
+        return np.where(small, a + w * d, b + (w - 1) * d)
+    re, im = w.real, w.imag
+    small = re * re + im * im < re.dtype.type(0.25)
+    cr = np.where(small, re, re - re.dtype.type(1))
+    base = np.where(small, a, b)
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape, w.shape), np.result_type(a, b, w))
+    out.real = base.real + (cr * d.real - im * d.imag)
+    out.imag = base.imag + (cr * d.imag + im * d.real)
+    return out
 
 
 #: elementwise ops that accept complex operands: op name -> numpy function of the operands (already cast to

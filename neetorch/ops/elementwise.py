@@ -144,14 +144,36 @@ def _cast_0d(t: Tensor, dt: DType) -> Tensor:
 _OPMATH_SCALAR_OPS = {"mul": 1, "true_divide": 1, "floor_divide": 1, "trunc_divide": 1, "leaky_relu": 1, "lerp": 2}
 
 
+# ops whose torch Scalar overloads pass a Python number to the kernel as a parameter (pow.Tensor_Scalar, clamp,
+# leaky_relu ...), not as a 0-d operand of the TensorIterator: it has no say in the result's layout
+_SCALAR_PARAM_OPS = frozenset({"pow", "clamp", "leaky_relu", "lerp", "softplus", "elu", "addcmul", "addcdiv",
+                               "minimum", "maximum"})
+
+
 def _exact_in(v, dt: DType) -> bool:
     """The Python scalar ``v`` is a value of the float dtype ``dt`` (converting it rounds nothing)."""
     with np.errstate(over="ignore", invalid="ignore"):
         return bool(np.array(v, np.float64).astype(dt.np).astype(np.float64) == v) or v != v
 
 
-def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
-    """Run elementwise ``op`` on tensors and Python scalars with PyTorch's promotion."""
+_ost_cache: dict = {}     # plan key -> None (row-major result) or (strides, dim order or None, shape)
+
+
+def _apply_permuted(op, args, shape, order):
+    """``op`` with a result that is row-major in the dim order ``order`` (outermost first): computed on the
+    inputs viewed in that order (their launches prepared once, like any row-major one), then viewed back."""
+    nd = len(shape)
+    inv = [0] * nd
+    for j, d in enumerate(order):
+        inv[d] = j
+    pargs = [(a if a.ndim == nd else a.reshape((1,) * (nd - a.ndim) + tuple(a.shape))).permute(*order)
+             if isinstance(a, Tensor) and a.ndim else a for a in args]
+    return apply(op, *pargs, _layout=False).permute(*inv)
+
+
+def apply(op: OpDef, *args, out: Tensor | None = None, _layout: bool = True) -> Tensor:
+    """Run elementwise ``op`` on tensors and Python scalars with PyTorch's promotion (``_layout=False``: a
+    row-major result whatever the inputs' strides)."""
     key = None
     if out is None and _trace_hook[0] is None:
         # prepared launches: the dtype/shape rules and the kernel's layout depend only on
@@ -182,9 +204,14 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
                 else:
                     sig.append(type(a))
             key = tuple(sig)
+        if not _layout:
+            key = (False,) + key     # (its plans give row-major results: kept apart from the layout-aware ones)
         plan = _plans.get(key)
         if plan is not None:
             return plan(args)
+        lay = _ost_cache.get(key) if _layout else None
+        if lay is not None and lay[1] is not None:
+            return _apply_permuted(op, args, lay[2], lay[1])
     spec = op.ew
     if spec.check is not None:
         spec.check(args)  # raising here also keeps a plan from ever being cached for these argument types
@@ -286,6 +313,41 @@ def apply(op: OpDef, *args, out: Tensor | None = None) -> Tensor:
             # exp widened; float16.add_(float64) rounds the float64 sum once)
             return out.copy_(run(op, ins, {}, metas)[0])
         return run(op, ins, {}, metas, out=[out])[0]
+    ost = None
+    if not _layout:
+        pass
+    elif key is not None and key in _ost_cache:
+        ost = _ost_cache[key]
+    elif _layout and _trace_hook[0] is None and dev.type == "cpu" and len(metas[0].shape) >= 2 and \
+            any(t._data.ndim >= 2 and (not t._data.flags.c_contiguous or 1 in t._data.shape) for t in ins):
+        # torch's TensorIterator lays the result out like its operands (a permuted input: a permuted result)
+        from ..tensor._layout import iter_strides
+        # (a Python number is a 0-d operand of torch's iterator, except where its kernel takes it as a parameter)
+        # (an input of another dtype than the computation's is first copied to it by torch, preserve_format:
+        # the copy's layout is what counts)
+        from ..tensor._layout import contiguous_strides, like_strides
+        opd = []
+        for i, (t, a) in enumerate(zip(ins, args)):
+            if not (isinstance(a, Tensor) or op.name not in _SCALAR_PARAM_OPS):
+                continue
+            if t._dtype is not cdt and i in idx and t._data.ndim:
+                st = like_strides(t._data.shape, t.stride()) or contiguous_strides(t._data.shape)
+                opd.append((t._data.shape, st, cdt.itemsize))
+            else:
+                opd.append((t._data.shape, t.stride(), t._dtype.itemsize))
+        ost = iter_strides(metas[0].shape, opd)
+        if ost is not None:
+            from ..tensor._layout import dense_order
+            ost = (ost, dense_order(metas[0].shape, ost), tuple(metas[0].shape))
+        if key is not None and len(_ost_cache) < 65536:
+            _ost_cache[key] = ost
+    if ost is not None:
+        ost, order, shape = ost
+        if order is not None:      # (a dense permutation: row-major in that dim order)
+            return _apply_permuted(op, args, shape, order)
+        from ..tensor._layout import alloc
+        o = Tensor._make(alloc(metas[0].shape, ost, metas[0].dtype.np), dev, metas[0].dtype)
+        return run(op, ins, {}, metas, out=[o])[0]     # (no prepared plan: those allocate row-major results)
     res = run(op, ins, {}, metas)[0]
     if key is not None and len(_plans) < 65536:
         from ..devices import get_backend
@@ -811,7 +873,12 @@ _where = define("where", 3, lambda dt: "{1} if {0} else {2}", rule=_same, ref=np
 _clamp = define("clamp", 3, lambda dt: "f_clamp({0}, {1}, {2})" if dt.category == 2 else "min(max({0}, {1}), {2})",
                 rule=_same, ref=None, allow=_no_bool)
 _softplus = define("softplus", 3, _fexpr("f_softplus_bt{s}({0}, {1}, {2})"), rule=_float, ref=None)
-_lerp = define("lerp", 3, lambda dt: "{0} + {2} * ({1} - {0})", rule=_float, ref=None)
+# torch's lerp (ATen/native/Lerp.h, LerpKernel.cpp's lerp_vec): from the nearer end, one fused multiply-add
+# each way: |w| < 0.5: fma(w, end - start, start); else fma(w - 1, end - start, end) (exact at w == 1)
+# (fmuladd: llvm.fmuladd, one rounding on FMA hardware; "contract" alone left some vector loops unfused)
+_lerp = define("lerp", 3, lambda dt: "fmuladd({2}, {1} - {0}, {0}) if abs({2}) < 0.5 else "
+               "fmuladd({2} - %s, {1} - {0}, {1})" % ("f_one64" if dt is _dt.float64 else "f_one32"),
+               rule=_float, ref=None)
 _addcmul = define("addcmul", 4, lambda dt: "{0} + {3} * {1} * {2}", rule=_same, ref=None)
 _addcdiv = define("addcdiv", 4, lambda dt: "{0} + {3} * {1} / {2}", rule=_float, ref=None)
 _elu = define("elu", 4, _fexpr("f_elu{s}({0}, {1}, {2}, {3})"), rule=_float, ref=None)

@@ -493,24 +493,32 @@ def _like(t, dtype, device):
     return (t._dtype if dtype is None else dtype), (t._device if device is None else device)
 
 
+def _new_like(t, dt, dev, fill, memory_format=None) -> Tensor:
+    """``_new`` for a ``*_like`` factory: torch's ``preserve_format`` (the default) keeps a dense permuted
+    ``t``'s strides (tensor/_layout.py's like_strides) on the CPU."""
+    r = _new(tuple(t.shape), dt, dev, fill)
+    from .tensor import preserve_format
+    return _restride_like(t, r) if memory_format is None or memory_format is preserve_format else r
+
+
 def empty_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return _new(tuple(t.shape), dt, dev, None)
+    return _new_like(t, dt, dev, None, memory_format)
 
 
 def zeros_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return _new(tuple(t.shape), dt, dev, 0)
+    return _new_like(t, dt, dev, 0, memory_format)
 
 
 def ones_like(t, dtype=None, device=None, memory_format=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return _new(tuple(t.shape), dt, dev, 1)
+    return _new_like(t, dt, dev, 1, memory_format)
 
 
 def full_like(t, fill_value, dtype=None, device=None, memory_format=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return _new(tuple(t.shape), dt, dev, fill_value)
+    return _new_like(t, dt, dev, fill_value, memory_format)
 
 
 class _ArangeStepError(ValueError, RuntimeError):
@@ -701,12 +709,12 @@ def randn(*size_args, size=None, generator=None, dtype=None, device=None, requir
 
 def rand_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return rand(tuple(t.shape), dtype=dt, device=dev)
+    return _restride_like(t, rand(tuple(t.shape), dtype=dt, device=dev))
 
 
 def randn_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return randn(tuple(t.shape), dtype=dt, device=dev)
+    return _restride_like(t, randn(tuple(t.shape), dtype=dt, device=dev))
 
 
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -727,7 +735,20 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
 
 def randint_like(t, low, high=None, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
-    return randint(low, high, tuple(t.shape), dtype=dt, device=dev)
+    return _restride_like(t, randint(low, high, tuple(t.shape), dtype=dt, device=dev))
+
+
+def _restride_like(t, r):
+    """``r`` (a fresh row-major tensor of ``t``'s shape) laid out with torch's preserve_format strides for ``t``."""
+    if r._device.type != "cpu" or t._device.type != "cpu":
+        return r
+    from ._layout import alloc, like_strides
+    st = like_strides(t._data.shape, t.stride())
+    if st is None:
+        return r
+    data = alloc(r._data.shape, st, r._data.dtype)
+    data[...] = r._data
+    return Tensor._make(data, r._device, r._dtype)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:

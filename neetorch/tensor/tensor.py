@@ -114,6 +114,10 @@ class Tensor:
     def stride(self, dim: int | None = None):
         isz = self._dtype.itemsize
         st = tuple(s // isz for s in self._data.strides)
+        if not any(st) and st and 0 in self._data.shape:
+            # numpy gives an array without elements all-zero strides; torch's are row-major (sizes below 1 as 1)
+            from ._layout import contiguous_strides
+            st = contiguous_strides(self._data.shape)
         if dim is None:
             return st
         return st[_wrap_dim(dim, self._data.ndim, "stride")]
@@ -333,8 +337,16 @@ class Tensor:
             copy = False
         if dt is not t._dtype:
             from ..ops.elementwise import cast
+            src = t
             t = cast(t, dt)
             copy = False
+            if (fmt is None or fmt is preserve_format) and t._device.type == "cpu" and _READ_HOOK[0] is None:
+                from ._layout import alloc, like_strides
+                st = like_strides(src._data.shape, src.stride())   # torch's preserve_format: src's layout
+                if st is not None:
+                    data = alloc(t._data.shape, st, t._data.dtype)
+                    data[...] = t._data
+                    t = Tensor._make(data, t._device, t._dtype)
         if copy:
             t = t.clone()
         perm = None if fmt is None else _channels_last_perm(fmt, t.ndim, "to")
@@ -414,13 +426,20 @@ class Tensor:
         perm = None if memory_format is None else _channels_last_perm(memory_format, self.ndim, "clone")
         if perm is not None:   # copy in the permuted order, then view it back: NHWC (NDHWC) strides
             inv = tuple(int(i) for i in np.argsort(perm))
-            return self.permute(*perm).clone().permute(*inv)
+            return self.permute(*perm).clone(memory_format=contiguous_format).permute(*inv)
         if _READ_HOOK[0] is not None:  # a trace is running: the copy must be a node, not a constant
             from ..trace.tracer import traced_copy
             r = traced_copy(self)
             if r is not None:
                 return r
         b = self._backend()
+        if (memory_format is None or memory_format is preserve_format) and self._device.type == "cpu":
+            from ._layout import alloc, like_strides
+            st = like_strides(self._data.shape, self.stride())   # torch's preserve_format (its default)
+            if st is not None:
+                out = Tensor._make(alloc(self._data.shape, st, self._data.dtype), self._device, self._dtype)
+                b.copy_(out._data, self._data)
+                return out
         try:
             out = Tensor._make(b.empty(self._data.shape, self._dtype), self._device, self._dtype)
         except Exception as e:  # noqa: BLE001 - numpy: MemoryError or ValueError (too big); pyopencl: LogicError

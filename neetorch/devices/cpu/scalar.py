@@ -437,6 +437,7 @@ def f_xlogy(x, y):
 # rounding); these bodies serve the Numba renderer and are checked against numpy / ml_dtypes in
 # tests/test_lowfloat.py.
 from .fastmath import _add32, _and32, _sar32, f32_as_i32, i32_as_f32  # noqa: E402
+from .fastmath import fmuladd  # noqa: E402,F401  (ops' expressions: lerp's explicit fused multiply-add)
 
 _f16_min_normal = np.float32(2.0 ** -14)
 _f16_overflow = np.float32(65536.0)
