@@ -22,8 +22,10 @@ def _dft_basis(n_in: int, n: int, bins: int):
 @op("STFT")
 def _stft(ctx, node, x, frame_step, window=None, frame_length=None):
     """Frames gathered by one index_select, windowed, and transformed by a matmul with the DFT basis."""
+    if x.ndim == 2:  # (batch, length): a real signal, as onnxruntime takes it (torch.stft's TorchScript export)
+        x = x.unsqueeze(2)
     if x.ndim != 3 or x.shape[2] not in (1, 2):
-        raise LoweringError(f"STFT expects a signal of shape (batch, length, 1 or 2), got {tuple(x.shape)}")
+        raise LoweringError(f"STFT expects a signal of shape (batch, length[, 1 or 2]), got {tuple(x.shape)}")
     onesided = node.get("onesided", 1)
     step = ctx.scalar(frame_step)
     if step is None or int(step) <= 0:
