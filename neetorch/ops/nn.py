@@ -364,9 +364,11 @@ def _check_p(p):
 
 def _keep_mask(input, p, shape):
     """Float mask of ``shape``: 1/(1-p) with probability 1-p, else 0 (the default generator)."""
-    from ..tensor.creation import rand
+    from ..tensor.creation import rand, rand_like
     dt = input._dtype if input._dtype is _dt.float64 else _dt.float32
-    u = rand(tuple(shape), dtype=dt, device=input._device)
+    # (the input's own shape: rand_like, so that a traced dropout's mask follows a dynamic dim; same draws)
+    u = rand_like(input, dtype=dt) if tuple(shape) == tuple(input.shape) else \
+        rand(tuple(shape), dtype=dt, device=input._device)
     return _ew.apply(_ew._where, u < (1.0 - p), 1.0 / (1.0 - p), 0.0)
 
 

@@ -5,8 +5,8 @@
 Samples come from the same generator as ``nee.rand``/``randn`` (``nee.manual_seed``, or a ``generator=``
 :class:`neetorch.Generator`; numpy's PCG64 underneath), drawn on the host in float64 and rounded once to the
 tensor's dtype, then moved to its device.  The values cannot match torch's RNG bit for bit; the distributions,
-supports, shapes, dtypes and argument checks do.  Being host draws, they are not traced: under ``@nee.jit`` a
-sample is taken once, at trace time.
+supports, shapes, dtypes and argument checks do.  Under ``@nee.jit`` each sampler call becomes a ``random`` node
+that calls the sampler again at every call of the compiled function (``@sampler``; ``trace.tracer.RandomOp``).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
+from ..tensor._sampler import sampler
 from .registry import export
 
 __all__ = ["bernoulli", "multinomial", "normal", "poisson"]
@@ -94,6 +95,7 @@ def _bernoulli_scalar_dtype(self: Tensor):
 
 
 @export
+@sampler(like=0)
 def bernoulli(input, p=None, *, generator=None):
     """``torch.bernoulli``: 0/1 samples with probabilities ``input`` (or a float ``p`` for every element),
     in ``input``'s dtype.  As torch (``empty_like(input).bernoulli_(p or input)``): an empty ``input`` of any
@@ -115,6 +117,7 @@ def bernoulli(input, p=None, *, generator=None):
     return _wrap((u < probs).astype(np.float64), input._dtype, input._device)
 
 
+@sampler(like=0, inplace=True)
 def bernoulli_(self, p=0.5, *, generator=None):
     """``Tensor.bernoulli_``: fill with 0/1 samples of probability ``p`` (float or tensor broadcast to self).
     torch's checks and order: a float ``p`` in [0, 1] (even for an empty self); nothing else for an empty self;
@@ -144,6 +147,7 @@ def _check_std(std):
 
 
 @export(method=False)
+@sampler()
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False,
            out=None):
     """``torch.normal``: ``normal(mean_tensor, std_tensor)`` (broadcast), ``normal(mean_tensor, std=1.0)``,
@@ -208,6 +212,7 @@ def _fill_parts(self: Tensor, r: np.ndarray) -> Tensor:
     return _fill(self, r)
 
 
+@sampler(like=0, inplace=True)
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
     """``Tensor.normal_``: fill with samples of N(mean, std**2).  A complex tensor gets, like torch (which
     samples ``view_as_real(self)`` with ``std / sqrt(2)``), real and imaginary parts each N(mean, std**2 / 2):
@@ -225,6 +230,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     return _fill_parts(self, mean + std * z)
 
 
+@sampler(like=0, inplace=True)
 def uniform_(self, from_=0.0, to=1.0, *, generator=None, **kw):
     """``Tensor.uniform_(from=0, to=1)``: fill with samples of U[from, to).  A complex tensor gets real and
     imaginary parts each U[from, to), independent (torch samples ``view_as_real(self)``)."""
@@ -328,6 +334,7 @@ def _check_random_bounds(lo: int, hi: int, dt) -> None:
                            f"(random_: got {dt.name})")
 
 
+@sampler(like=0, inplace=True)
 def random_(self, *args, generator=None, **kw):
     """``Tensor.random_``: ``random_()`` integers in ``[0, 2**mantissa]`` for floats (``[0, max]`` for
     integer dtypes, {0, 1} for bool), ``random_(to)`` in ``[0, to)``, ``random_(from, to)`` in ``[from, to)``
@@ -398,6 +405,7 @@ def _continuous_only(dist, self: Tensor):
                            f"point but you specified {self._dtype.name}")
 
 
+@sampler(like=0, inplace=True)
 def exponential_(self, lambd=1.0, *, generator=None):
     """``Tensor.exponential_``: fill with samples of Exp(lambd) (density ``lambd * exp(-lambd x)``).  As torch:
     ``lambd > 0`` checked first; an empty tensor of any dtype is returned as it is; else floating only."""
@@ -409,6 +417,7 @@ def exponential_(self, lambd=1.0, *, generator=None):
     return _fill(self, _draw(generator, lambda g: g.exponential(1.0 / lambd, tuple(self.shape))))
 
 
+@sampler(like=0, inplace=True)
 def geometric_(self, p, *, generator=None):
     """``Tensor.geometric_``: fill with the number of Bernoulli(p) trials to the first success (1, 2, ...).
     As torch: ``p`` in (0, 1) checked first; an empty tensor of any dtype is returned as it is; integer and
@@ -422,6 +431,7 @@ def geometric_(self, p, *, generator=None):
     return _fill(self, _draw(generator, lambda g: g.geometric(p, tuple(self.shape))))
 
 
+@sampler(like=0, inplace=True)
 def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     """``Tensor.log_normal_``: fill with ``exp(N(mean, std**2))`` samples.  As torch: ``std > 0`` checked
     first; an empty tensor of any dtype is returned as it is; else floating only."""
@@ -434,6 +444,7 @@ def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
     return _fill(self, _draw(generator, lambda g: g.lognormal(mean, std, tuple(self.shape))))
 
 
+@sampler(like=0, inplace=True)
 def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
     """``Tensor.cauchy_``: fill with Cauchy(median, sigma) samples.  As torch: ``sigma > 0`` checked first,
     then floating only, even for an empty tensor."""
@@ -451,6 +462,7 @@ for _f in (normal_, uniform_, random_, exponential_, geometric_, log_normal_, ca
 
 # ------------------------------------------------------------------ multinomial / poisson
 @export
+@sampler()
 def multinomial(input, num_samples, replacement=False, *, generator=None):
     """``torch.multinomial``: ``num_samples`` category indices (int64) per row of non-negative weights
     (1-D or 2-D); without replacement every sample in a row is distinct (zero-weight categories come last)."""
@@ -490,6 +502,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
 
 
 @export(method=False)
+@sampler()
 def binomial(count, prob, generator=None):
     """``torch.binomial``: Binomial(count, prob) samples (broadcast), in ``count``'s dtype (floating; ``prob``
     of the same dtype).  Unlike torch, a negative count or a probability outside [0, 1] is refused."""
@@ -510,6 +523,7 @@ def binomial(count, prob, generator=None):
 
 
 @export
+@sampler(like=0)
 def poisson(input, generator=None):
     """``torch.poisson``: Poisson samples with rates ``input`` (non-negative), in ``input``'s dtype."""
     if not isinstance(input, Tensor):

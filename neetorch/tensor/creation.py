@@ -11,6 +11,7 @@ import numpy as np
 from .. import _env
 from . import dtypes as _dt
 from .dtypes import DType
+from ._sampler import sampler
 from .tensor import Tensor
 
 __all__ = ["tensor", "as_tensor", "asarray", "from_numpy", "from_dlpack", "zeros", "ones", "full", "empty",
@@ -695,28 +696,33 @@ def _rand_impl(fn, size, dtype, device, generator):
     return _wrap_host(a.astype(dt.np, copy=False), dt, _resolve_device(device))
 
 
+@sampler()
 def rand(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = _kw_size(size_args, size, "rand")
     _need_size(size, "rand")
     return _rand_impl("rand", _size(size), dtype, device, generator)
 
 
+@sampler()
 def randn(*size_args, size=None, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     size = _kw_size(size_args, size, "randn")
     _need_size(size, "randn")
     return _rand_impl("randn", _size(size), dtype, device, generator)
 
 
+@sampler(like=0)
 def rand_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
     return _restride_like(t, rand(tuple(t.shape), dtype=dt, device=dev))
 
 
+@sampler(like=0)
 def randn_like(t, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
     return _restride_like(t, randn(tuple(t.shape), dtype=dt, device=dev))
 
 
+@sampler()
 def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     if size is None:  # randint(high, size)
         if high is None:
@@ -733,6 +739,7 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
 
 
+@sampler(like=0)
 def randint_like(t, low, high=None, dtype=None, device=None) -> Tensor:
     dt, dev = _like(t, dtype, device)
     return _restride_like(t, randint(low, high, tuple(t.shape), dtype=dt, device=dev))
@@ -751,6 +758,7 @@ def _restride_like(t, r):
     return Tensor._make(data, r._device, r._dtype)
 
 
+@sampler()
 def randperm(n, *, generator=None, dtype=None, device=None) -> Tensor:
     g = generator or default_generator
     dt = _dt.int64 if dtype is None else _dt.to_dtype(dtype)

@@ -163,9 +163,61 @@ def _user_frame() -> str:
     return "<unknown>"
 
 
+class RandomOp:
+    """A sampler call recorded as a node (``nee.rand`` / ``randn`` / ``randint`` / ``randperm`` / the ``*_like``
+    forms, ``bernoulli``, ``normal``, ``multinomial``, ``poisson``, ``binomial``, the in-place samplers
+    ``Tensor.uniform_`` / ``normal_`` / ..., and through them dropout's masks, rrelu's slopes, alpha dropout's
+    noise): replayed at every call of the compiled function by calling the sampler again with the same
+    arguments, so each call draws new values from the generator, as the eager function does (a sample taken at
+    trace time and kept as a constant would repeat itself at every call).  Each node has its own op object, so
+    no pass merges two draws; constant folding skips ``kind == "random"``; placement keeps it on the graph's
+    device (the sampler runs there as it does eagerly: host draws copied to the device).  The output's shape is
+    the ``like``-th input's (``rand_like``, ``bernoulli(p)``, an in-place sampler's target: it follows a
+    dynamic dim) or the traced one (then part of the node's attributes, so a size change re-specializes)."""
+    kind = "random"
+    name = "random"
+    check = None
+    nout = 1
+    __slots__ = ("fn", "args", "kwargs", "meta", "like", "inplace")
+
+    def __init__(self, fn, args, kwargs, meta, like, inplace):
+        self.fn, self.args, self.kwargs, self.meta, self.like, self.inplace = fn, args, kwargs, meta, like, inplace
+
+    def infer(self, metas, attrs):
+        if self.like is not None:
+            return [Meta(tuple(metas[self.like].shape), self.meta.dtype)]
+        return [self.meta]
+
+    def decompose(self, *tensors, **attrs):
+        ts = list(tensors)
+        if self.inplace:   # a new tensor for the in-place sampler to fill (the target's old value stays as it was)
+            from ..tensor.creation import empty_like
+            ts[0] = empty_like(ts[0])
+        r = self.fn(*_fill(self.args, ts), **_fill(self.kwargs, ts))
+        return ts[0] if self.inplace else r
+
+    def __repr__(self):
+        return f"RandomOp({self.fn.__name__})"
+
+
+def _generators(args, kwargs) -> list:
+    from ..tensor.creation import Generator, default_generator
+    gens = [default_generator]
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, Generator) and a is not default_generator:
+            gens.append(a)
+    return gens
+
+
+def _describe_call(fn, args, kwargs) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{fn.__name__}({', '.join(parts)})"
+
+
 class Tracer:
     def __init__(self, name: str = "graph", meta: bool = False):
         self.graph = Graph(name)
+        self.n_random = 0     # sampler nodes recorded so far (their ``seq`` attribute)
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
         self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
@@ -331,6 +383,40 @@ class Tracer:
             raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
                              f"{_user_frame()} (the views would not see the update in the graph); take the "
                              f"views after the update or use the out-of-place op")
+
+    def record_sampler(self, fn, args, kwargs, like, inplace):
+        """A sampler called in the traced function (see :class:`RandomOp`): run it once now for the result's
+        shape, dtype and device (the generators' states restored afterwards, so the compiled function's first
+        call draws what the eager function's would), and record the node that draws at every call."""
+        tensors: list = []
+        targs, tkw = _template(tuple(args), tensors), _template(dict(kwargs), tensors)
+        if inplace:
+            self.check_inplace_target(args[0], fn.__name__)
+        if kwargs.get("out") is not None:
+            raise TraceError(f"{fn.__name__}(out=...) at {_user_frame()}: a traced function's sampler writes its own "
+                             f"result; use the returned tensor")
+        gens = _generators(args, kwargs)
+        states = [g.get_state() for g in gens]
+        registry._depth[0] += 1
+        try:
+            r = fn(*args, **kwargs)
+        finally:
+            registry._depth[0] -= 1
+            for g, st in zip(gens, states):
+                g.set_state(st)
+        meta = Meta(tuple(r.shape), r.dtype)
+        if like is not None and (like >= len(tensors) or tuple(tensors[like].shape) != meta.shape):
+            like = None
+        attrs = {"sampler": _describe_call(fn, targs, tkw)}
+        if like is None:
+            attrs["shape"] = meta.shape
+        attrs["seq"] = self.n_random
+        self.n_random += 1
+        op = RandomOp(fn, targs, tkw, meta, like, inplace)
+        node = self.graph.add_node(op, [self.value_of(t) for t in tensors], attrs, [meta])
+        node.outputs[0].device = r._device
+        self.bind(r, node.outputs[0])
+        return r
 
     def on_view(self, name, fn, base, args, kwargs, result):
         if not self.is_traced(base):
