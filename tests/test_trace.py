@@ -146,11 +146,10 @@ def test_inplace_updates_of_intermediates_are_traced_as_new_values(mutate):
 
 
 @pytest.mark.parametrize("f, match", [
-    (lambda x: x.add_(1), "input of the traced function"),
     (lambda x: (lambda y: (y.t().mul_(2), y)[1])(x * 1), "writes into a view"),
     (lambda x: (lambda y, v: (y.add_(1), v)[1])(*(lambda y: (y, y.t()))(x * 1)), "views were taken of"),
     (lambda x: nee.empty(2, 3).copy_(x), "not a traced value"),
-], ids=["input", "view", "base_of_view", "factory_buffer"])
+], ids=["view", "base_of_view", "factory_buffer"])
 def test_inplace_updates_that_would_differ_from_eager_are_refused(f, match):
     with pytest.raises(TraceError, match=match):
         nee.jit(f)(nee.randn(2, 3))

@@ -16,8 +16,12 @@ import sys
 import threading
 import time
 
+import numpy as np
+
 from .. import _env, profiler
 from ..devices.cpu import codegen
+from ..nn.modules.module import STATE_EPOCH as _STATE_EPOCH
+from ..tensor import _storage
 from ..tensor.tensor import Tensor
 from ..trace import tracer
 from . import passes
@@ -112,6 +116,16 @@ class JitFunction:
         self.fn = fn
         self.freeze = freeze
         self._frozen: dict = {}    # passes.freeze_constants' memo: captured tensor -> its frozen copy
+        self._state: list = []     # captured tensors the function writes in place (trace(): state inputs)
+        # a module's Python-side state (training flags, scalar attributes, which tensors its parameters and
+        # buffers are) is read at trace time: a change re-specializes (see _check_modules)
+        from ..nn.modules.module import Module
+        self._Module = Module
+        self._root = fn if isinstance(fn, Module) else getattr(fn, "__self__", None)
+        if not isinstance(self._root, Module):
+            self._root = None
+        self._mod_epoch = -1
+        self._mod_sigs: dict = {}
         # {argument position or keyword: dim or tuple of dims} declared dynamic
         self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d)) for k, d in (dynamic or {}).items()}
         self.buckets = ShapeBuckets(buckets)
@@ -135,7 +149,8 @@ class JitFunction:
         return self.fn(*args, **kwargs)
 
     def _optimize(self, args, kwargs, on_stage=None):
-        g = tracer.trace(self.fn, *args, name=self.name, **kwargs)
+        g = tracer.trace(self.fn, *args, name=self.name, state=self._state, **kwargs)
+        self._state = g.state     # captured tensors the function writes (found once, not again per trace)
         self.stats["traces"] += 1
         # default mode: constants the trace computed from captured tensors (``w * 2``) are guarded by those
         # tensors' write counters; a write re-traces (freeze=True snapshots on purpose: no guards)
@@ -237,6 +252,10 @@ class JitFunction:
         dev = next(iter(devs)) or device(_env.DEFAULT_DEVICE)
         exe = Executable(g, dev, dynamic=polymorphic)
         exe.polymorphic = polymorphic
+        root = self._root_of(args)
+        if root is not None:   # the modules' state as the trace left it (lazy modules materialize in the trace)
+            self._mod_sigs[id(root)] = _module_signature(root)
+            self._mod_epoch = _STATE_EPOCH[0]
         self.stats["specializations"] += 1
         self.stats["bucket_specializations"] += polymorphic
         self.stats["trace_seconds"] += time.perf_counter() - t0
@@ -301,6 +320,12 @@ class JitFunction:
         if not _enabled[0] or tracer.is_tracing():
             return self.fn(*args, **kwargs)
         self.stats["calls"] += 1
+        if _STATE_EPOCH[0] != self._mod_epoch:
+            root = self._root_of(args)
+            if root is not None:
+                self._check_modules(root)
+            else:
+                self._mod_epoch = _STATE_EPOCH[0]
         if not kwargs:
             # the common call, all positional tensors: a flat key of (shape, dtype, device) per
             # argument maps to the entry the full guard key found the first time (the full key,
@@ -325,14 +350,40 @@ class JitFunction:
                 exe, g = entry
                 if self._stale(g):
                     return self(*args)
-                outs = exe(*args)
+                outs = exe(*args, *g.state) if g.state else exe(*args)
+                if g.writebacks:
+                    outs = _write_back(g, list(args) + list(g.state), outs)
                 if getattr(g, "_tree", None) is None:
                     return outs[0] if getattr(g, "_single", False) and len(outs) == 1 else tuple(outs)
                 return tracer.pack_outputs(g, outs)
         exe, g = self._executable(args, kwargs)
         if self._stale(g):
             return self(*args, **kwargs)
-        return tracer.pack_outputs(g, exe(*tracer._tensors((args, kwargs))))
+        ins = list(tracer._tensors((args, kwargs))) + list(g.state)
+        outs = exe(*ins)
+        if g.writebacks:
+            outs = _write_back(g, ins, outs)
+        return tracer.pack_outputs(g, outs)
+
+    def _root_of(self, args):
+        """The module whose state the traces read: the jitted module (or bound method's module), or the module
+        a jitted method is called on (__get__)."""
+        if self._root is not None:
+            return self._root
+        return args[0] if args and isinstance(args[0], self._Module) else None
+
+    def _check_modules(self, root) -> None:
+        """Some module's attributes were written since the last check (``STATE_EPOCH``): if ``root``'s state
+        differs from what the compiled specializations were traced with (``train()`` / ``eval()``, a scalar
+        attribute such as a scale or ``p``, a parameter / buffer / child reassigned), they are dropped and the
+        function is traced again at this call (torch.compile guards on the same)."""
+        sig = _module_signature(root)
+        old = self._mod_sigs.get(id(root))
+        if old is not None and old != sig:
+            self._state = []          # (a training-mode trace's state inputs need not be an eval trace's)
+            self._respecialize()
+        self._mod_sigs[id(root)] = sig
+        self._mod_epoch = _STATE_EPOCH[0]
 
     def _stale(self, g) -> bool:
         """Per call: has a captured tensor the graph's guarded copies (passes.check_weights) or trace-time
@@ -389,6 +440,44 @@ class JitFunction:
 
     def __repr__(self):
         return f"<neetorch.jit {self.name}: {len(self._cache)} specialization(s)>"
+
+
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+def _module_signature(root) -> tuple:
+    """What the traces of ``root`` read from its modules besides tensor values: each module's training flag,
+    its public scalar attributes (and tuples of scalars), and which tensors / children it holds."""
+    sig = []
+    for m in root.modules():
+        d = m.__dict__
+        attrs = tuple((k, v) for k, v in d.items() if k[:1] != "_" and
+                      (isinstance(v, _SCALARS) or (type(v) is tuple and all(isinstance(x, _SCALARS) for x in v))))
+        sig.append((id(m), attrs, tuple((k, id(v)) for k, v in d.get("_parameters", {}).items()),
+                    tuple((k, id(v)) for k, v in d.get("_buffers", {}).items()),
+                    tuple((k, id(v)) for k, v in d.get("_modules", {}).items())))
+    return tuple(sig)
+
+
+def _write_back(g, ins, outs) -> list:
+    """After a call: the inputs and captured state the function wrote in place get their final values
+    (``g.writebacks``: (input index, output index), trace.tracer.trace); the function's own outputs are
+    returned, a written input's final value as the caller's tensor itself (what the eager function returns)."""
+    n = g.n_user_outputs
+    user = list(outs[:n])
+    for k, j in g.writebacks:
+        t, r = ins[k], outs[j]
+        if t._device.type == "cpu" and r._device.type == "cpu" and type(t._data) is np.ndarray:
+            np.copyto(t._data, r._data, casting="unsafe")
+            if _storage.WATCH:
+                _storage.bump_all([t._data])
+        else:
+            t.copy_(r)
+        v = g.outputs[j]
+        for i in range(n):
+            if g.outputs[i] is v:
+                user[i] = t
+    return user
 
 
 class _Key:

@@ -32,6 +32,8 @@ class Size(tuple):
 
 # set by the tracer while a trace is running (see neetorch.trace.tracer)
 _READ_HOOK: list = [None]
+# bumped when a trace starts (trace/tracer.py); every Tensor records it when made (Tensor._born)
+TRACE_GEN: list = [0]
 
 
 def _F():
@@ -43,7 +45,9 @@ class Tensor:
     # _sig caches (dtype, device, shape, strides, writeable) for dispatch-plan lookups;
     # replace storage only through _set_storage, which resets the caches
     # _flat caches a 1-D view of a C-contiguous _data for kernel launches
-    __slots__ = ("_data", "_device", "_dtype", "_sig", "_flat", "requires_grad", "grad", "__weakref__", "__dict__")
+    # _born: TRACE_GEN when made (a trace tells tensors from outside it, captured, from those made inside it)
+    __slots__ = ("_data", "_device", "_dtype", "_sig", "_flat", "_born", "requires_grad", "grad", "__weakref__",
+                 "__dict__")
     __array_priority__ = 1000  # numpy defers binary operators to Tensor
 
     @classmethod
@@ -54,6 +58,7 @@ class Tensor:
         t._dtype = dtype
         t._sig = None
         t._flat = None
+        t._born = TRACE_GEN[0]
         t.requires_grad = False
         t.grad = None
         return t

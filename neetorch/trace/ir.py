@@ -66,6 +66,12 @@ def _fmt_attr(v) -> str:
 
 
 class Graph:
+    # in-place writes the caller sees (trace.tracer.trace): (input index, output index) pairs whose output's value
+    # is copied into the input after a call; ``state``: captured tensors the function writes, traced as the inputs
+    # after the function's own (read live at every call)
+    state: tuple = ()
+    writebacks: tuple = ()
+
     def __init__(self, name: str = "graph"):
         self.name = name
         self.inputs: list[Value] = []
@@ -110,7 +116,11 @@ class Graph:
             args = ", ".join(repr(i) for i in n.inputs)
             attrs = ", ".join(f"{k}={_fmt_attr(v)}" for k, v in n.attrs.items())
             lines.append(f"  {outs} = {n.name}({args}{', ' if args and attrs else ''}{attrs})")
-        lines.append("  return " + ", ".join(repr(o) for o in self.outputs))
+        wb = getattr(self, "writebacks", None)
+        n = getattr(self, "n_user_outputs", len(self.outputs)) if wb else len(self.outputs)
+        lines.append("  return " + ", ".join(repr(o) for o in self.outputs[:n]))
+        if wb:   # inputs / captured state written in place: final values copied back after each call
+            lines.append("  write back " + ", ".join(f"{self.outputs[j]!r} -> {self.inputs[k]!r}" for k, j in wb))
         return "\n".join(lines)
 
     __repr__ = __str__

@@ -53,6 +53,16 @@ class _NeedsData(BaseException):
     blocks in op frontends or importers that wrap errors must not swallow it."""
 
 
+class _NeedsState(BaseException):
+    """The trace wrote into tensors captured from outside the function (a module's buffers: BatchNorm's running
+    statistics in training mode): trace again with them as state inputs (read live at every call, written back
+    after it)."""
+
+    def __init__(self, tensors):
+        super().__init__(f"{len(tensors)} captured tensor(s) written")
+        self.tensors = tensors
+
+
 def _root(a):
     """The array that owns ``a``'s memory (numpy views and as_strided spans followed)."""
     while True:
@@ -218,6 +228,16 @@ class Tracer:
     def __init__(self, name: str = "graph", meta: bool = False):
         self.graph = Graph(name)
         self.n_random = 0     # sampler nodes recorded so far (their ``seq`` attribute)
+        from ..tensor import tensor as _tensor_mod
+        _tensor_mod.TRACE_GEN[0] += 1
+        self.gen = _tensor_mod.TRACE_GEN[0]   # tensors made from now on are the trace's own (Tensor._born)
+        # in-place writes into state the caller sees (see trace()): inputs of the function (and captured tensors
+        # traced as state inputs) written, id -> tensor; captured tensors found written (a metadata-only trace goes
+        # on with them rebound, then trace() traces again with them as state); an eager trace's snapshots of the
+        # inputs it really wrote (restored when it ends)
+        self.written: dict = {}
+        self.collect: dict = {}
+        self.snaps: dict = {}
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
         self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
@@ -323,6 +343,10 @@ class Tracer:
         input is traced (nothing runs), None to run the op for real."""
         if getattr(_active, "tracer", None) is not self:
             return None   # another thread's op
+        if out and registry._depth[0] == 1 and self.pre_write(out):
+            # a captured tensor written (nothing runs: it is rebound to the node's value in on_op)
+            stats["meta_ops"] += 1
+            return out
         if not any(self.is_traced(t) or self.is_fake(t) for t in inputs) and \
                 not (out and any(self.is_traced(o) for o in out)):
             # constants only: the result is a constant, computed for real
@@ -352,8 +376,34 @@ class Tracer:
             res.append(Tensor._make(buf, dev, m.dtype))
         return res
 
+    def _captured(self, o) -> bool:
+        """Is ``o`` a tensor from outside the trace (made before it started, not traced, not a placeholder)?"""
+        if getattr(o, "_born", -1) >= self.gen:
+            return False
+        e = self.values.get(id(o))
+        return (e is None or e[1] is not o or e[0].kind == "const") and id(o) not in self.view_values \
+            and not self.is_fake(o)
+
+    def pre_write(self, out) -> bool:
+        """Before a top-level op writes into ``out``: an input about to be really written (an eager trace) is
+        snapshotted, to be restored when the trace ends; a captured tensor is collected (a metadata-only trace:
+        True, the op must not run) or sends the trace back to trace() at once (an eager one, before any write)."""
+        hit = False
+        for o in out:
+            e = self.values.get(id(o))
+            if e is not None and e[1] is o and e[0].kind == "input":
+                if not self.meta and id(o) not in self.snaps and id(o) not in self.view_bases:
+                    self.snaps[id(o)] = (o, o.clone())
+            elif self._captured(o):
+                if not self.meta:
+                    raise _NeedsState([o] + list(self.collect.values()))
+                self.collect[id(o)] = o
+                hit = True
+        return hit
+
     def on_op(self, op, inputs, attrs, metas, outputs, out):
-        if not any(self.is_traced(t) for t in inputs) and not (out and any(self.is_traced(o) for o in out)):
+        if not any(self.is_traced(t) for t in inputs) and not (out and any(self.is_traced(o) for o in out)) \
+                and not (out and any(id(o) in self.collect for o in out)):
             # a computation on constants only: its result is a constant too (made from what it read)
             if not any(self.is_fake(t) for t in inputs):
                 self.derive(outputs, inputs, keep=out is not None)
@@ -370,19 +420,27 @@ class Tracer:
         would differ from eager (an input the caller sees mutated, a view or a tensor with views
         sharing its memory, a tensor made outside the function)."""
         e = self.values.get(id(o))
+        if id(o) in self.collect:
+            return
+        if (e is None or e[1] is not o or e[0].kind == "const") and self._captured(o):
+            # captured state written (copy_ of a traced value into a module buffer): see pre_write
+            if not self.meta:
+                raise _NeedsState([o] + list(self.collect.values()))
+            self.collect[id(o)] = o
+            return
         if e is None or e[1] is not o or id(o) in self.view_values:
             raise TraceError(f"{what}: an in-place op writes into a view or a tensor that is not a traced value "
                              f"(made outside the traced function, or by a factory such as empty/zeros inside it) "
                              f"at {_user_frame()}; in-place updates are traced only on values the function "
-                             f"computed — use the out-of-place op")
-        if e[0].kind == "input":
-            raise TraceError(f"{what}: an in-place op writes into an input of the traced function at "
-                             f"{_user_frame()} (the caller would not see the update); compute the new value "
-                             f"out of place and return it")
+                             f"computed, its inputs and tensors captured from outside — use the out-of-place op")
         if id(o) in self.view_bases:
             raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
                              f"{_user_frame()} (the views would not see the update in the graph); take the "
                              f"views after the update or use the out-of-place op")
+        if e[0].kind == "input":
+            # an input of the function (or captured state traced as one): rebound here, its final value written
+            # back into the caller's tensor after every call of the compiled function (jit.api)
+            self.written.setdefault(id(o), o)
 
     def record_sampler(self, fn, args, kwargs, like, inplace):
         """A sampler called in the traced function (see :class:`RandomOp`): run it once now for the result's
@@ -680,39 +738,74 @@ def on_read(t, what: str) -> None:
         tr.on_read(t, what)
 
 
-def trace(fn: Callable, *example_args, name: str | None = None, meta: bool = True, **example_kwargs) -> Graph:
+def trace(fn: Callable, *example_args, name: str | None = None, meta: bool = True, state=(),
+          **example_kwargs) -> Graph:
     """Run ``fn`` once on the example arguments and return the recorded, validated graph.
 
     Tensor arguments (also inside lists/tuples/dicts) become graph inputs in order of
     appearance; outputs are the tensors ``fn`` returns (a tensor, or a tuple/list of them).
     ``meta=True`` (default) records ops from their shape/dtype rules without running them
     (see the module docs); ``meta=False`` runs every op eagerly while recording.
-    """
-    if meta:
+
+    In-place writes the caller would see are kept: an input written in place (``x.add_(1)``), or a tensor
+    captured from outside that the function writes (a module's buffers: BatchNorm's running statistics and
+    ``num_batches_tracked`` in training mode) gets its final value as an extra graph output, listed in
+    ``graph.writebacks`` as ``(input index, output index)``; captured tensors written become extra inputs after
+    the function's own (``graph.state``, read live at every call), found by a first trace and traced again
+    (``state``: the ones already known).  ``jit`` writes them back after every call; :func:`run_graph` too.
+    Writes into views of them stay refused (the graph cannot follow the alias)."""
+    state = list(state)
+    for _ in range(64):
         try:
-            return _trace(fn, example_args, example_kwargs, name, True)
-        except _NeedsData as e:
-            stats["eager_retraces"] += 1
-            from .. import _env
-            if _env.DEBUG >= 1:
-                print(f"[neetorch] trace {name or getattr(fn, '__name__', 'graph')}: metadata-only trace "
-                      f"abandoned ({e}); tracing eagerly", file=sys.stderr)
-    return _trace(fn, example_args, example_kwargs, name, False)
+            if meta:
+                try:
+                    return _trace(fn, example_args, example_kwargs, name, True, state)
+                except _NeedsData as e:
+                    stats["eager_retraces"] += 1
+                    from .. import _env
+                    if _env.DEBUG >= 1:
+                        print(f"[neetorch] trace {name or getattr(fn, '__name__', 'graph')}: metadata-only trace "
+                              f"abandoned ({e}); tracing eagerly", file=sys.stderr)
+                    meta = False
+            return _trace(fn, example_args, example_kwargs, name, False, state)
+        except _NeedsState as e:
+            known = {id(t) for t in state}
+            state += [t for t in e.tensors if id(t) not in known]
+    raise TraceError(f"trace of {name or getattr(fn, '__name__', 'graph')}: the captured tensors it writes keep "
+                     f"changing between traces")
 
 
-def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
+def _trace(fn, example_args, example_kwargs, name, meta, state=()) -> Graph:
     from ..tensor.tensor import Tensor
     if getattr(_active, "tracer", None) is not None:
         raise TraceError("trace() called while another trace is running")
     stats["traces"] += 1
     tr = Tracer(name or getattr(fn, "__name__", "graph"), meta=meta)
-    for t in _tensors((example_args, example_kwargs)):
+    user = list(_tensors((example_args, example_kwargs)))
+    if len({id(t) for t in user}) != len(user):
+        # the same tensor passed twice (f(x, x, y)): each position its own input (a second Tensor over the same
+        # memory), so that the graph serves calls with distinct tensors there too (one input for both took the
+        # last binding for both positions: f(x, x, y) then computed with y in x's second place)
+        seen: set = set()
+        for k, t in enumerate(user):
+            if id(t) in seen:
+                user[k] = Tensor._make(t._data, t._device, t._dtype)
+            seen.add(id(t))
+        example_args, example_kwargs = _fill(_template((example_args, example_kwargs), []), user)
+    for t in user:
         if not tr.is_traced(t):
             tr.bind(t, tr.graph.add_input(tuple(t.shape), t.dtype, t.device))
+    inputs = [t for t in user]
+    n_user = len(tr.graph.inputs)
+    for t in state:
+        if not tr.is_traced(t):
+            tr.bind(t, tr.graph.add_input(tuple(t.shape), t.dtype, t.device, name=f"state{len(tr.graph.inputs) - n_user}"))
     _active.tracer = tr
     _install_hooks()
     try:
         result = fn(*example_args, **example_kwargs)
+        if tr.collect:
+            raise _NeedsState(list(tr.collect.values()))
         outs: list = []
         tree = _template(result, outs)
         if not outs or not _only_tensors_and_none(tree):
@@ -721,9 +814,23 @@ def _trace(fn, example_args, example_kwargs, name, meta) -> Graph:
         for o in outs:
             tr.graph.outputs.append(tr.value_of(o))
         tr.graph.const_sources = tr.const_sources()
+        # inputs and state written in place: their final values are extra outputs, written back by the caller
+        wb = []
+        if tr.written:
+            pos = {id(t): k for k, t in enumerate(inputs)}
+            pos.update({id(t): n_user + k for k, t in enumerate(state)})
+            for k, t in enumerate(user + list(state)):
+                if id(t) in tr.written and k == pos.get(id(t)):
+                    wb.append((k, len(tr.graph.outputs)))
+                    tr.graph.outputs.append(tr.values[id(t)][0])
     finally:
         _active.tracer = None
         _uninstall_hooks()
+        for o, snap in tr.snaps.values():   # an eager trace really wrote these inputs: undo it
+            o.copy_(snap)
+    tr.graph.writebacks = wb
+    tr.graph.state = list(state)
+    tr.graph.n_user_outputs = len(tr.graph.outputs) - len(wb)
     tr.graph._single = not isinstance(result, (tuple, list))
     flat = isinstance(result, tuple) and all(isinstance(x, Tensor) for x in result)
     tr.graph._tree = None if isinstance(result, Tensor) or flat else tree
@@ -748,7 +855,11 @@ def _dispatch_on_op(op, inputs, attrs, metas, outputs, out):
 
 def _dispatch_meta_run(op, inputs, attrs, metas, out):
     tr = getattr(_active, "tracer", None)
-    if tr is None or not tr.meta:
+    if tr is None:
+        return None
+    if not tr.meta:
+        if out and registry._depth[0] == 1:
+            tr.pre_write(out)   # (an eager trace: snapshots the inputs it is about to write, or starts over)
         return None
     return tr.meta_run(op, inputs, attrs, metas, out)
 
@@ -808,7 +919,10 @@ def _tensors(obj):
 
 
 def run_graph(graph: Graph, *inputs):
-    """Interpret ``graph`` eagerly on ``inputs`` (the reference every compiled form must match)."""
+    """Interpret ``graph`` eagerly on ``inputs`` (the reference every compiled form must match); the inputs and
+    captured state the traced function wrote in place get their final values (``graph.writebacks``)."""
+    if graph.state and len(inputs) == len(graph.inputs) - len(graph.state):
+        inputs = tuple(inputs) + tuple(graph.state)
     if len(inputs) != len(graph.inputs):
         raise TypeError(f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}")
     env: dict = {}
@@ -827,4 +941,9 @@ def run_graph(graph: Graph, *inputs):
             rs = registry.run(n.op, args, n.attrs)
         for v, t in zip(n.outputs, rs):
             env[v] = t
-    return pack_outputs(graph, [env[o] for o in graph.outputs])
+    outs = [env[o] for o in graph.outputs]
+    if graph.writebacks:
+        for k, j in graph.writebacks:
+            inputs[k].copy_(outs[j])
+        outs = outs[:graph.n_user_outputs]
+    return pack_outputs(graph, outs)

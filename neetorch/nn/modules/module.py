@@ -13,6 +13,10 @@ from ..parameter import Buffer, Parameter
 
 __all__ = ["Module", "RemovableHandle"]
 
+# bumped by every attribute write on any Module (train()/eval(), a scalar changed, a parameter, buffer or child
+# reassigned): a ``nee.jit`` of a module re-reads its modules' state only when this moved (jit.api)
+STATE_EPOCH = [0]
+
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     __slots__ = ()
@@ -203,6 +207,7 @@ class Module:
 
     # ------------------------------------------------------------ registration
     def register_buffer(self, name: str, tensor, persistent: bool = True) -> None:
+        STATE_EPOCH[0] += 1
         if "_buffers" not in self.__dict__:
             raise AttributeError("cannot assign buffer before Module.__init__() call")
         if not isinstance(name, str):
@@ -226,6 +231,7 @@ class Module:
             self._non_persistent_buffers_set.add(name)
 
     def register_parameter(self, name: str, param) -> None:
+        STATE_EPOCH[0] += 1
         if "_parameters" not in self.__dict__:
             raise AttributeError("cannot assign parameter before Module.__init__() call")
         if not isinstance(name, str):
@@ -242,6 +248,7 @@ class Module:
         self._parameters[name] = param
 
     def add_module(self, name: str, module) -> None:
+        STATE_EPOCH[0] += 1
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
         if not isinstance(name, str):
@@ -265,6 +272,7 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name: str, value) -> None:
+        STATE_EPOCH[0] += 1
         d = self.__dict__
 
         def remove_from(*dicts_or_sets):
@@ -316,6 +324,7 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
+        STATE_EPOCH[0] += 1
         d = self.__dict__
         if name in d.get("_parameters", ()):
             del d["_parameters"][name]

@@ -1,0 +1,142 @@
+"""In-place writes the caller sees, under ``nee.jit``: inputs written in place and captured module state
+(BatchNorm's running statistics in training mode) get their final values after every call, as eagerly; a
+module's Python-side state (train()/eval(), scalar attributes, reassigned parameters) re-specializes; the same
+tensor passed twice is two inputs.
+
+Before: in-place writes into inputs and captured tensors were refused (a jitted training-mode BatchNorm raised),
+model.eval() after the first call kept the training-mode graph (dropout still on: a silent wrong answer), and
+f(x, x, y) computed with y in x's second place."""
+import copy
+
+import numpy as np
+import pytest
+
+import neetorch as nee
+import neetorch.nn as nn
+import neetorch.nn.functional as F
+from neetorch.trace.tracer import TraceError, run_graph, trace
+
+
+def _np(t):
+    return t.numpy()
+
+
+@pytest.mark.parametrize("how", ["add_", "mul_chain", "copy_traced", "relu_inplace", "out", "sub_then_read"])
+def test_input_written_in_place_like_eager(how):
+    def f(x, y):
+        if how == "add_":
+            x.add_(y)
+        elif how == "mul_chain":
+            x.mul_(2).add_(1)
+        elif how == "copy_traced":
+            x.copy_(y * 3)
+        elif how == "relu_inplace":
+            F.relu(x, inplace=True)
+        elif how == "out":
+            nee.add(x, y, out=x)
+        else:
+            x.sub_(y)
+            return x * y + 1
+        return x
+    jf = nee.jit(f)
+    rng = np.random.default_rng(0)
+    xe, xj = (nee.tensor(rng.standard_normal((3, 5)).astype(np.float32)) for _ in range(2))
+    xj.copy_(xe)
+    y = nee.tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    for _ in range(3):
+        re, rj = f(xe, y), jf(xj, y)
+        np.testing.assert_allclose(_np(rj), _np(re), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(_np(xj), _np(xe), rtol=1e-6, atol=1e-6)
+        if how != "sub_then_read":
+            assert rj is xj        # eager returns the written tensor itself
+    assert jf.stats["traces"] == 1
+
+
+def test_eager_trace_does_not_write_the_inputs():
+    x = nee.zeros(3)
+    g = trace(lambda x: x.add_(1) * 2, x, meta=False)
+    np.testing.assert_array_equal(_np(x), 0)
+    assert "write back" in str(g)
+    out = run_graph(g, x)
+    np.testing.assert_array_equal(_np(x), 1)
+    np.testing.assert_array_equal(_np(out), 2)
+
+
+@pytest.mark.parametrize("kind", ["bn1d", "bn2d", "instance_tracked"])
+def test_training_mode_batch_norm_updates_its_running_stats(kind):
+    nee.manual_seed(0)
+    if kind == "bn1d":
+        m = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.ReLU())
+        shape = (7, 6)
+    elif kind == "bn2d":
+        m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=0.3), nn.ReLU())
+        shape = (2, 3, 6, 6)
+    else:
+        m = nn.Sequential(nn.Conv2d(3, 4, 1), nn.InstanceNorm2d(4, track_running_stats=True, affine=True))
+        shape = (2, 3, 5, 5)
+    ref = copy.deepcopy(m)
+    jm = nee.jit(m)
+    for step in range(3):
+        x = nee.randn(*shape)
+        np.testing.assert_allclose(_np(jm(x)), _np(ref(x)), rtol=1e-5, atol=1e-5)
+        for (name, a), (_, b) in zip(m.named_buffers(), ref.named_buffers()):
+            np.testing.assert_allclose(_np(a), _np(b), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert jm.stats["traces"] == 1
+    g = jm.graph(nee.randn(*shape))
+    assert len(g.state) >= 2 and "write back" in str(g)
+    m.eval()
+    ref.eval()
+    x = nee.randn(*shape)
+    np.testing.assert_allclose(_np(jm(x)), _np(ref(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_cumulative_momentum_reads_a_buffer_clear_error():
+    m = nn.BatchNorm1d(3, momentum=None)
+    with pytest.raises(TraceError, match="reads a traced tensor"):
+        nee.jit(m)(nee.randn(4, 3))
+
+
+def test_mode_and_attribute_changes_respecialize():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    jm = nee.jit(m)
+    x = nee.randn(64, 4)
+    jm(x)
+    m.eval()
+    np.testing.assert_array_equal(_np(jm(x)), _np(m(x)))
+    m.train()
+    assert (_np(jm(x)) == 0).mean() > 0.2
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.scale = 2.0
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+    s = Scaled()
+    js = nee.jit(s)
+    np.testing.assert_allclose(_np(js(x)), _np(s(x)), rtol=1e-6)
+    s.scale = 3.0
+    np.testing.assert_allclose(_np(js(x)), _np(s(x)), rtol=1e-6)
+    s.lin.weight = nn.Parameter(nee.ones(4, 4))
+    np.testing.assert_allclose(_np(js(x)), _np(s(x)), rtol=1e-6)
+    n = js.stats["traces"]
+    for _ in range(3):
+        js(x)
+    assert js.stats["traces"] == n      # nothing changed: no re-trace
+
+
+def test_same_tensor_passed_twice():
+    f = nee.jit(lambda a, b, c: a * 1 + b * 10 + c * 100)
+    x, y = nee.ones(3), nee.full((3,), 2.0)
+    np.testing.assert_array_equal(_np(f(x, x, y)), 211)
+    np.testing.assert_array_equal(_np(f(x, y, y)), 221)
+    np.testing.assert_array_equal(_np(f(y, x, x)), 112)
+
+
+def test_still_refused():
+    with pytest.raises(TraceError, match="writes into a view"):
+        nee.jit(lambda x: x.t().mul_(2))(nee.ones(2, 3))
+    with pytest.raises(TraceError, match="not a traced value"):
+        nee.jit(lambda x: nee.empty(2, 3).copy_(x))(nee.ones(2, 3))
