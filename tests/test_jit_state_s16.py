@@ -138,5 +138,46 @@ def test_same_tensor_passed_twice():
 def test_still_refused():
     with pytest.raises(TraceError, match="writes into a view"):
         nee.jit(lambda x: x.t().mul_(2))(nee.ones(2, 3))
-    with pytest.raises(TraceError, match="not a traced value"):
-        nee.jit(lambda x: nee.empty(2, 3).copy_(x))(nee.ones(2, 3))
+    with pytest.raises(TraceError, match="a buffer other tensors view"):
+        nee.jit(lambda x: (lambda b, v: (b.__setitem__(0, x[0]), v * 1)[1])(*(lambda b: (b, b[0]))(nee.zeros(4, 6))))(
+            nee.ones(4, 6))
+
+
+def test_setitem_and_updates_of_buffers_the_function_made():
+    def cat_by_hand(x):
+        o = nee.zeros(x.shape[0], 2 * x.shape[1])
+        o[:, :x.shape[1]] = x
+        o[:, x.shape[1]:] = x * 2
+        b = nee.ones(x.shape)
+        b.add_(x)
+        return o.sum(1) + b.sum(1) + nee.empty(x.shape).copy_(x).sum(1)
+
+    def masks(x):
+        y = x * 1
+        y[y > 0] = 0.0
+        y[nee.tensor([0, 2])] = x[1]
+        return y
+    for f in (cat_by_hand, masks):
+        jf = nee.jit(f)
+        for seed in range(3):
+            nee.manual_seed(seed)
+            x = nee.randn(4, 6)
+            np.testing.assert_allclose(_np(jf(x)), _np(f(x)), rtol=1e-5, atol=1e-6)
+        assert jf.stats["traces"] == 1
+
+
+def test_setitem_into_a_module_buffer_is_written_back():
+    class Cache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", nee.zeros(8, 4))
+
+        def forward(self, x, i: int):
+            self.k[i] = x
+            return self.k.sum(0)
+    c, ref = Cache(), Cache()
+    jc = nee.jit(c)
+    for i in range(4):
+        v = nee.randn(4)
+        np.testing.assert_allclose(_np(jc(v, i)), _np(ref(v, i)), rtol=1e-6)
+        np.testing.assert_array_equal(_np(c.k), _np(ref.k))

@@ -238,6 +238,11 @@ class Tracer:
         self.written: dict = {}
         self.collect: dict = {}
         self.snaps: dict = {}
+        # buffers the function made (zeros/empty...) that an update with traced values turned into values (their
+        # contents at that point: a constant), and tensors aliased by views the trace did not record (views of
+        # such buffers or of constants: an update of those is refused, the aliases would not follow)
+        self.temps: dict = {}
+        self.aliased: dict = {}
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
         self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
@@ -343,7 +348,7 @@ class Tracer:
         input is traced (nothing runs), None to run the op for real."""
         if getattr(_active, "tracer", None) is not self:
             return None   # another thread's op
-        if out and registry._depth[0] == 1 and self.pre_write(out):
+        if out and registry._depth[0] == 1 and self.pre_write(out, inputs):
             # a captured tensor written (nothing runs: it is rebound to the node's value in on_op)
             stats["meta_ops"] += 1
             return out
@@ -384,7 +389,43 @@ class Tracer:
         return (e is None or e[1] is not o or e[0].kind == "const") and id(o) not in self.view_values \
             and not self.is_fake(o)
 
-    def pre_write(self, out) -> bool:
+    def alias(self, *ts) -> None:
+        """Record tensors sharing memory through a view the trace did not record (weakly: a temporary that
+        dies stays a temporary for const_sources)."""
+        for t in ts:
+            if getattr(t, "_born", -1) >= self.gen:
+                self.aliased[id(t)] = weakref.ref(t)
+
+    def _is_temp(self, o) -> bool:
+        """A tensor the function made (a factory's buffer, a constant computed inside) with no alias the trace
+        does not follow: an in-place update with traced values traces it from its current contents."""
+        a = self.aliased.get(id(o))
+        if getattr(o, "_born", -1) < self.gen or (a is not None and a() is o) or id(o) in self.view_values \
+                or self.is_fake(o):
+            return False
+        e = self.values.get(id(o))
+        return e is None or e[1] is not o or id(o) in self.temps
+
+    def bind_temp(self, o) -> Value:
+        """``o`` (see _is_temp) as a constant holding its contents now (a copy: the tensor itself is about to be
+        written), with the provenance of what it was computed from (jit/passes.py const_guards)."""
+        e = self.values.get(id(o))
+        if e is not None and e[1] is o:
+            return e[0]
+        registry._depth[0] += 1
+        try:
+            snap = o.clone()
+        finally:
+            registry._depth[0] -= 1
+        p = self.prov.get(id(o))
+        if p is not None and p[0] is o:   # computed from captured tensors: the same guards (a factory's: none)
+            self.derive([snap], [o])
+        v = self.graph.add_const(snap)
+        self.values[id(o)] = (v, o)
+        self.temps[id(o)] = o
+        return v
+
+    def pre_write(self, out, inputs=()) -> bool:
         """Before a top-level op writes into ``out``: an input about to be really written (an eager trace) is
         snapshotted, to be restored when the trace ends; a captured tensor is collected (a metadata-only trace:
         True, the op must not run) or sends the trace back to trace() at once (an eager one, before any write)."""
@@ -394,6 +435,8 @@ class Tracer:
             if e is not None and e[1] is o and e[0].kind == "input":
                 if not self.meta and id(o) not in self.snaps and id(o) not in self.view_bases:
                     self.snaps[id(o)] = (o, o.clone())
+            elif self._is_temp(o) and any(self.is_traced(t) or self.is_fake(t) for t in inputs):
+                self.bind_temp(o)
             elif self._captured(o):
                 if not self.meta:
                     raise _NeedsState([o] + list(self.collect.values()))
@@ -420,7 +463,10 @@ class Tracer:
         would differ from eager (an input the caller sees mutated, a view or a tensor with views
         sharing its memory, a tensor made outside the function)."""
         e = self.values.get(id(o))
-        if id(o) in self.collect:
+        if id(o) in self.collect or id(o) in self.temps:
+            return
+        if self._is_temp(o):      # (an assignment: copy_ / fill_ / zero_ of a buffer the function made)
+            self.temps[id(o)] = o
             return
         if (e is None or e[1] is not o or e[0].kind == "const") and self._captured(o):
             # captured state written (copy_ of a traced value into a module buffer): see pre_write
@@ -430,9 +476,10 @@ class Tracer:
             return
         if e is None or e[1] is not o or id(o) in self.view_values:
             raise TraceError(f"{what}: an in-place op writes into a view or a tensor that is not a traced value "
-                             f"(made outside the traced function, or by a factory such as empty/zeros inside it) "
-                             f"at {_user_frame()}; in-place updates are traced only on values the function "
-                             f"computed, its inputs and tensors captured from outside — use the out-of-place op")
+                             f"(a view of another tensor, or a buffer other tensors view) at {_user_frame()}; "
+                             f"in-place updates are traced on values the function computed, buffers it made, its "
+                             f"inputs and tensors captured from outside, but not through aliases the graph cannot "
+                             f"follow — use the out-of-place op")
         if id(o) in self.view_bases:
             raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
                              f"{_user_frame()} (the views would not see the update in the graph); take the "
@@ -487,6 +534,10 @@ class Tracer:
                 rb = _storage.root(base._data)
                 self.derive([r for r in rs if isinstance(getattr(r, "_data", None), np.ndarray) and
                              _storage.root(r._data) is not rb], (base,))
+            for r in rs:
+                if isinstance(getattr(r, "_data", None), np.ndarray) and isinstance(base._data, np.ndarray) and \
+                        _storage.root(r._data) is _storage.root(base._data):
+                    self.alias(base, r)
             if hasattr(result, "_data") and result is not base:   # (a view fn may return its input itself)
                 # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
                 # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
@@ -606,6 +657,9 @@ def _traced_getitem(fn):
         elif not any(tr.is_fake(t) for t in tensors):
             e = tr.prov.get(id(self))
             d = getattr(r, "_data", None)
+            if isinstance(d, np.ndarray) and isinstance(self._data, np.ndarray) and \
+                    _storage.root(d) is _storage.root(self._data):
+                tr.alias(self, r)
             if (e is not None and e[0] is self) or len(tensors) > 1 or not isinstance(d, np.ndarray) or \
                     _storage.root(d) is not _storage.root(self._data):
                 tr.derive((r,), tensors)   # a copy (or a view of an eager result): made from what it read
@@ -618,9 +672,63 @@ def _replay_getitem(base, tmpl, *index_tensors):
     return base[_fill(tmpl, [base] + list(index_tensors))]
 
 
+class ReplayOp:
+    """``tensor[index] = value`` recorded functionally: the node's value is a copy of the tensor with the
+    assignment applied (the eager setitem, replayed on the copy at every call), and the tensor is rebound to it.
+    ``kind = "replay"``: placement keeps it on the graph's device (the eager setitem runs there)."""
+    kind = "replay"
+    check = None
+    nout = 1
+    __slots__ = ("name", "fn", "tmpl")
+
+    def __init__(self, name, fn, tmpl):
+        self.name, self.fn, self.tmpl = name, fn, tmpl
+
+    def infer(self, metas, attrs):
+        return [Meta(tuple(metas[0].shape), metas[0].dtype)]
+
+    def decompose(self, *tensors, **attrs):
+        r = tensors[0].clone()
+        index, value = _fill(self.tmpl, [r] + list(tensors[1:]))
+        self.fn(r, index, value)
+        return r
+
+    def __repr__(self):
+        return f"ReplayOp({self.name})"
+
+
+def _record_setitem(tr, fn, t, index, value) -> None:
+    tensors: list = [t]
+    tmpl = _template((index, value), tensors)
+    tr.check_inplace_target(t, "tensor[...] = value")
+    base = tr.bind_temp(t) if id(t) in tr.temps else tr.value_of(t)
+    ins = [base] + [tr.value_of(x) for x in tensors[1:]]
+    if tr.meta:
+        tr.fake_roots.setdefault(id(_root(t._data)), _root(t._data))   # (its contents are stale now)
+    else:   # an eager trace keeps real values: write them (an input's are restored when the trace ends)
+        e = tr.values.get(id(t))
+        if e is not None and e[1] is t and e[0].kind == "input" and id(t) not in tr.snaps:
+            tr.snaps[id(t)] = (t, t.clone())
+        registry._depth[0] += 1
+        try:
+            fn(t, index, value)
+        finally:
+            registry._depth[0] -= 1
+    node = tr.graph.add_node(ReplayOp("setitem", fn, tmpl), ins, {"index": tmpl}, [Meta(tuple(t.shape), t.dtype)])
+    tr.bind(t, node.outputs[0])
+
+
 def _guard_mutation(fn, what):
     def mutate(self, *args, **kwargs):
         tr = getattr(_active, "tracer", None)
+        if tr is not None and registry._depth[0] == 0 and what == "tensor[...] = value" and len(args) == 2 \
+                and not kwargs:
+            if tr.is_traced(self) or id(self) in tr.temps or \
+                    any(tr.is_traced(x) or tr.is_fake(x) for x in _tensors(args)):
+                # a traced tensor written, or traced values written into one: recorded functionally (checked
+                # like any in-place update: an input / captured state is written back, a view is refused)
+                _record_setitem(tr, fn, self, args[0], args[1])
+                return None
         if tr is not None and registry._depth[0] == 0 and what in _ASSIGNS and \
                 traced_assign(self, 0 if what == "zero_" else args[0] if args else kwargs.get("src", kwargs.get("value"))):
             return self
@@ -859,7 +967,7 @@ def _dispatch_meta_run(op, inputs, attrs, metas, out):
         return None
     if not tr.meta:
         if out and registry._depth[0] == 1:
-            tr.pre_write(out)   # (an eager trace: snapshots the inputs it is about to write, or starts over)
+            tr.pre_write(out, inputs)   # (an eager trace: snapshots the inputs it is about to write, or starts over)
         return None
     return tr.meta_run(op, inputs, attrs, metas, out)
 
