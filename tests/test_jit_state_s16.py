@@ -181,3 +181,18 @@ def test_setitem_into_a_module_buffer_is_written_back():
         v = nee.randn(4)
         np.testing.assert_allclose(_np(jc(v, i)), _np(ref(v, i)), rtol=1e-6)
         np.testing.assert_array_equal(_np(c.k), _np(ref.k))
+
+
+def test_constant_leaves_in_the_result():
+    """Python scalars, strings, sizes, dtypes and None returned beside tensors (torch.compile returns them too);
+    a leaf computed from a dynamic size specializes per size (never a stale size from the bucket's trace)."""
+    f = nee.jit(lambda x: (x * 2, x.shape[0], x.shape, "tag", x.dtype, None, {"n": x.ndim}), dynamic={0: 0})
+    for n in (3, 5, 6, 7):
+        r = f(nee.ones(n, 2))
+        assert r[1:] == (n, (n, 2), "tag", nee.float32, None, {"n": 2})
+        np.testing.assert_array_equal(_np(r[0]), 2)
+    g = nee.jit(lambda x: [x + 1, 3.5])
+    r = g(nee.ones(2))
+    assert isinstance(r, list) and r[1] == 3.5
+    with pytest.raises(TraceError, match="at least one tensor"):
+        nee.jit(lambda x: (x, object()))(nee.ones(2))

@@ -97,7 +97,8 @@ def _structure(g) -> tuple:
         for o in n.outputs:
             num[o] = len(num)
         nodes.append((n.name, tuple(num[a] for a in n.inputs), repr(sorted(n.attrs.items())), _inner(n.op)))
-    return (len(g.inputs), tuple(consts), tuple(nodes), tuple(num[o] for o in g.outputs))
+    # (constant leaves of the result, x.shape[0] returned beside a tensor, differ between sizes too)
+    return (len(g.inputs), tuple(consts), tuple(nodes), tuple(num[o] for o in g.outputs), repr(getattr(g, "_tree", None)))
 
 
 def _inner(op) -> tuple:

@@ -918,7 +918,8 @@ def _trace(fn, example_args, example_kwargs, name, meta, state=()) -> Graph:
         tree = _template(result, outs)
         if not outs or not _only_tensors_and_none(tree):
             raise TraceError(f"traced function returned {_describe(result)}; graph outputs are tensors, or "
-                             f"tuples/lists/dicts of tensors (None allowed)")
+                             f"tuples/lists/dicts of tensors with Python scalars, strings, None, sizes, dtypes "
+                             f"or devices beside them (at least one tensor)")
         for o in outs:
             tr.graph.outputs.append(tr.value_of(o))
         tr.graph.const_sources = tr.const_sources()
@@ -999,11 +1000,15 @@ def _uninstall_hooks() -> None:
 
 
 def _only_tensors_and_none(tree) -> bool:
-    if isinstance(tree, (tuple, list)):
+    """Tensors (slots) and constant leaves returned as they are at every call: Python scalars, strings, None,
+    sizes, dtypes, devices (values of the trace: part of the specialization, api._structure compares them)."""
+    if isinstance(tree, (tuple, list)):     # (a Size is a tuple of ints)
         return all(_only_tensors_and_none(x) for x in tree)
     if isinstance(tree, dict):
         return all(_only_tensors_and_none(x) for x in tree.values())
-    return tree is None or isinstance(tree, _Slot)
+    from ..devices import device
+    from ..tensor.dtypes import DType
+    return tree is None or isinstance(tree, (_Slot, bool, int, float, complex, str, DType, device))
 
 
 def _describe(obj) -> str:
