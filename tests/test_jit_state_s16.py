@@ -196,3 +196,25 @@ def test_constant_leaves_in_the_result():
     assert isinstance(r, list) and r[1] == 3.5
     with pytest.raises(TraceError, match="at least one tensor"):
         nee.jit(lambda x: (x, object()))(nee.ones(2))
+
+
+@pytest.mark.parametrize("dev", ["opencl", "simnpu"])
+def test_setitem_and_dropout_nodes_on_other_devices(dev):
+    if not any(d.type == dev and d.available for d in nee.devices()):
+        pytest.skip(f"no {dev} device")
+
+    def f(x):
+        y = x * 1
+        y[:, 0] = 5.0
+        y[1] = x[2] * 2
+        return F.dropout(y, 0.5, training=True) + 1
+    x = nee.randn(4, 6)
+    jf = nee.jit(f)
+    nee.manual_seed(3)
+    e = _np(f(x))
+    nee.manual_seed(3)
+    r = jf(x.to(dev))
+    assert r.device.type == dev
+    np.testing.assert_allclose(r.cpu().numpy(), e, rtol=1e-5, atol=1e-6)
+    g = jf.graph(x.to(dev))
+    assert not [fb for fb in g.placement.fallbacks if fb.op in ("setitem", "random")]

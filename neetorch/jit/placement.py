@@ -158,8 +158,8 @@ def _preferred_of(g: Graph):
 
 def _claim_of(backend, n) -> str | None:
     op = n.op
-    if getattr(op, "kind", "") == "random":
-        return None   # a sampler (trace.tracer.RandomOp) runs on every device as it does eagerly
+    if getattr(op, "kind", "") in ("random", "replay"):
+        return None   # a sampler / setitem (trace.tracer.RandomOp, ReplayOp) runs on every device as it does eagerly
     nodes = getattr(op, "nodes", None)
     if nodes is not None:  # a fused group (placement normally runs before fusion): claimed when every member is
         for m in nodes:
