@@ -130,7 +130,7 @@ def traced_assign(dst, src) -> bool:
         return False
     if not (tr.is_traced(dst) or (isinstance(src, Tensor) and tr.is_traced(src))):
         return False
-    tr.check_inplace_target(dst, "copy_")
+    tr.check_inplace_target(dst, "copy_", using=[src] if isinstance(src, Tensor) else ())
     from ..tensor.creation import as_tensor_like
     r = as_tensor_like(src, dst)
     if r._device != dst._device:
@@ -144,6 +144,7 @@ def traced_assign(dst, src) -> bool:
     if not tr.is_traced(r):
         r = r.clone()   # a constant source: materialize it as the new value (not an alias of the constant)
     tr.bind(dst, tr.value_of(r))
+    tr.write_through(dst)
     return True
 
 
@@ -245,7 +246,14 @@ class Tracer:
         self.aliased: dict = {}
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
-        self.view_bases: dict[int, Any] = {}   # id(tensor) -> tensor: tensors views were taken of
+        # id(tensor) -> weak references to the views taken of it (also of its views' views): an in-place update of a
+        # tensor with a view still referenced by the function is refused (the view would not see it in the graph)
+        self.view_bases: dict[int, list] = {}
+        self.view_root: dict[int, Any] = {}    # id(view) -> the tensor it (transitively) views
+        # id(view) -> (base, index template, index tensors) of a basic-indexing getitem view: an in-place update of
+        # the view is written through to its base (a setitem node), e.g. ``y[:, 0] += 1``; pending ones by id
+        self.getitem_of: dict = {}
+        self.through: dict = {}
         self.meta = meta
         self.fake_roots: dict[int, Any] = {}   # id(placeholder buffer) -> buffer (kept alive)
         # provenance of the tensors ops run eagerly at trace time made (their results become constants):
@@ -389,19 +397,48 @@ class Tracer:
         return (e is None or e[1] is not o or e[0].kind == "const") and id(o) not in self.view_values \
             and not self.is_fake(o)
 
+    def note_views(self, base, views) -> None:
+        root = self.view_root.get(id(base))
+        for b in (base, root):
+            if b is not None:
+                lst = self.view_bases.setdefault(id(b), [])
+                lst.extend(weakref.ref(v) for v in views if v is not b)
+        for v in views:
+            if v is not base:
+                self.view_root[id(v)] = root if root is not None else base
+
+    def has_live_view(self, o, using=()) -> bool:
+        """Does the function still hold a view of ``o`` (other than the operands of the update itself, read
+        before it)?  The tracer's own reference to a traced view is in ``values``: a view referenced only there
+        (``y[1:]`` in ``y[1:] = y[1:] * 2``, a temporary of an expression) cannot see the update any more."""
+        refs = self.view_bases.get(id(o))
+        if not refs:
+            return False
+        skip = {id(t) for t in using}
+        for wr in refs:
+            v = wr()
+            if v is None or id(v) in skip:
+                continue
+            e = self.values.get(id(v))
+            held = 1 if e is not None and e[1] is v else 0
+            if sys.getrefcount(v) > 2 + held:   # (v here, getrefcount's argument, the tracer's entry)
+                return True
+        return False
+
     def alias(self, *ts) -> None:
         """Record tensors sharing memory through a view the trace did not record (weakly: a temporary that
         dies stays a temporary for const_sources)."""
         for t in ts:
-            if getattr(t, "_born", -1) >= self.gen:
-                self.aliased[id(t)] = weakref.ref(t)
+            self.aliased[id(t)] = weakref.ref(t)
+
+    def _aliased(self, o) -> bool:
+        a = self.aliased.get(id(o))
+        return a is not None and a() is o
 
     def _is_temp(self, o) -> bool:
         """A tensor the function made (a factory's buffer, a constant computed inside) with no alias the trace
         does not follow: an in-place update with traced values traces it from its current contents."""
-        a = self.aliased.get(id(o))
-        if getattr(o, "_born", -1) < self.gen or (a is not None and a() is o) or id(o) in self.view_values \
-                or self.is_fake(o):
+        if getattr(o, "_born", -1) < self.gen or self._aliased(o) or id(o) in self.view_values or self.is_fake(o):
             return False
         e = self.values.get(id(o))
         return e is None or e[1] is not o or id(o) in self.temps
@@ -431,13 +468,18 @@ class Tracer:
         True, the op must not run) or sends the trace back to trace() at once (an eager one, before any write)."""
         hit = False
         for o in out:
+            gi = self.getitem_of.get(id(o))
+            if gi is not None and not self.meta:
+                o = gi[0]    # (a view of an input written: the input is what an eager trace must restore)
             e = self.values.get(id(o))
             if e is not None and e[1] is o and e[0].kind == "input":
-                if not self.meta and id(o) not in self.snaps and id(o) not in self.view_bases:
+                if not self.meta and id(o) not in self.snaps:
                     self.snaps[id(o)] = (o, o.clone())
             elif self._is_temp(o) and any(self.is_traced(t) or self.is_fake(t) for t in inputs):
                 self.bind_temp(o)
             elif self._captured(o):
+                if self._aliased(o):
+                    self.check_inplace_target(o, "in-place op")     # (raises: views of it were taken)
                 if not self.meta:
                     raise _NeedsState([o] + list(self.collect.values()))
                 self.collect[id(o)] = o
@@ -453,16 +495,23 @@ class Tracer:
             return
         if out is not None:
             for o in out:
-                self.check_inplace_target(o, op.name)
+                self.check_inplace_target(o, op.name, using=inputs)
         node = self.graph.add_node(op, [self.value_of(t) for t in inputs], attrs, metas)
         for t, v in zip(outputs, node.outputs):
             self.bind(t, v)
+        if out is not None and self.through:
+            for o in out:
+                self.write_through(o)
 
-    def check_inplace_target(self, o, what: str) -> None:
+    def check_inplace_target(self, o, what: str, using=()) -> None:
         """An in-place update is traced by rebinding the tensor to the new value: refused where that
         would differ from eager (an input the caller sees mutated, a view or a tensor with views
         sharing its memory, a tensor made outside the function)."""
         e = self.values.get(id(o))
+        if self.has_live_view(o, using) or self._aliased(o):
+            raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
+                             f"{_user_frame()} (the views would not see the update in the graph); take the "
+                             f"views after the update or use the out-of-place op")
         if id(o) in self.collect or id(o) in self.temps:
             return
         if self._is_temp(o):      # (an assignment: copy_ / fill_ / zero_ of a buffer the function made)
@@ -474,20 +523,35 @@ class Tracer:
                 raise _NeedsState([o] + list(self.collect.values()))
             self.collect[id(o)] = o
             return
+        gi = self.getitem_of.get(id(o))
+        if gi is not None and e is not None and e[1] is o and id(o) in self.view_values:
+            b = gi[0]
+            eb = self.values.get(id(b))
+            if eb is not None and eb[1] is b and id(b) not in self.view_values and eb[0].kind != "const" and \
+                    not self.has_live_view(b, [o] + list(using)):
+                # ``y[:, 0] += 1``: the view is rebound to the update and its base to a setitem of it (write_through)
+                self.through[id(o)] = list(using)     # (the update's operands: read before the write)
+                return
         if e is None or e[1] is not o or id(o) in self.view_values:
             raise TraceError(f"{what}: an in-place op writes into a view or a tensor that is not a traced value "
                              f"(a view of another tensor, or a buffer other tensors view) at {_user_frame()}; "
                              f"in-place updates are traced on values the function computed, buffers it made, its "
                              f"inputs and tensors captured from outside, but not through aliases the graph cannot "
                              f"follow — use the out-of-place op")
-        if id(o) in self.view_bases:
-            raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
-                             f"{_user_frame()} (the views would not see the update in the graph); take the "
-                             f"views after the update or use the out-of-place op")
         if e[0].kind == "input":
             # an input of the function (or captured state traced as one): rebound here, its final value written
             # back into the caller's tensor after every call of the compiled function (jit.api)
             self.written.setdefault(id(o), o)
+
+    def write_through(self, o) -> None:
+        """After a getitem view ``o`` was rebound to its update (check_inplace_target allowed it): its base is
+        rebound to ``setitem(base, index, o)`` (an input / captured state base is then written back)."""
+        using = self.through.pop(id(o), None)
+        if using is None:
+            return
+        base, tmpl, idx = self.getitem_of[id(o)]
+        from ..ops.indexing import setitem
+        _record_setitem(self, setitem, base, _fill(tmpl, [base] + list(idx)), o, using)
 
     def record_sampler(self, fn, args, kwargs, like, inplace):
         """A sampler called in the traced function (see :class:`RandomOp`): run it once now for the result's
@@ -496,7 +560,7 @@ class Tracer:
         tensors: list = []
         targs, tkw = _template(tuple(args), tensors), _template(dict(kwargs), tensors)
         if inplace:
-            self.check_inplace_target(args[0], fn.__name__)
+            self.check_inplace_target(args[0], fn.__name__, using=list(_tensors((args[1:], kwargs))))
         if kwargs.get("out") is not None:
             raise TraceError(f"{fn.__name__}(out=...) at {_user_frame()}: a traced function's sampler writes its own "
                              f"result; use the returned tensor")
@@ -521,6 +585,8 @@ class Tracer:
         node = self.graph.add_node(op, [self.value_of(t) for t in tensors], attrs, [meta])
         node.outputs[0].device = r._device
         self.bind(r, node.outputs[0])
+        if inplace:
+            self.write_through(r)
         return r
 
     def on_view(self, name, fn, base, args, kwargs, result):
@@ -543,9 +609,9 @@ class Tracer:
                 # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
                 self.graph.__dict__.setdefault("const_views", {})[id(result)] = (result, base, fn, args, kwargs)
             return
-        self.view_bases[id(base)] = base
         op = ViewOp(name, fn)
         rs = result if isinstance(result, (tuple, list)) else (result,)
+        self.note_views(base, rs)
         metas = [Meta(tuple(r.shape), r.dtype) for r in rs]
         node = self.graph.add_node(op, [self.value_of(base)], {"args": tuple(args), "kwargs": tuple(kwargs.items())},
                                    metas)
@@ -654,6 +720,13 @@ def _traced_getitem(fn):
                                      [Meta(tuple(r.shape), r.dtype)])
             tr.bind(r, node.outputs[0])
             tr.view_values.add(id(r))
+            d, sd = getattr(r, "_data", None), getattr(self, "_data", None)
+            if (_storage.root(d) is _storage.root(sd)) if isinstance(d, np.ndarray) and isinstance(sd, np.ndarray) \
+                    else len(tensors) == 1:
+                # a view (basic indexing): a later in-place update of ``self`` is refused, as for the view
+                # functions (eager would see it through the view; the graph's view is of the old value)
+                tr.note_views(self, (r,))
+                tr.getitem_of[id(r)] = (self, tmpl, tensors[1:])
         elif not any(tr.is_fake(t) for t in tensors):
             e = tr.prov.get(id(self))
             d = getattr(r, "_data", None)
@@ -697,18 +770,20 @@ class ReplayOp:
         return f"ReplayOp({self.name})"
 
 
-def _record_setitem(tr, fn, t, index, value) -> None:
+def _record_setitem(tr, fn, t, index, value, using=()) -> None:
     tensors: list = [t]
     tmpl = _template((index, value), tensors)
-    tr.check_inplace_target(t, "tensor[...] = value")
+    tr.check_inplace_target(t, "tensor[...] = value", using=tensors[1:] + list(using))
     base = tr.bind_temp(t) if id(t) in tr.temps else tr.value_of(t)
     ins = [base] + [tr.value_of(x) for x in tensors[1:]]
     if tr.meta:
         tr.fake_roots.setdefault(id(_root(t._data)), _root(t._data))   # (its contents are stale now)
     else:   # an eager trace keeps real values: write them (an input's are restored when the trace ends)
-        e = tr.values.get(id(t))
-        if e is not None and e[1] is t and e[0].kind == "input" and id(t) not in tr.snaps:
-            tr.snaps[id(t)] = (t, t.clone())
+        gi = tr.getitem_of.get(id(t))
+        w = gi[0] if gi is not None else t      # (a view of an input written: the input is restored)
+        e = tr.values.get(id(w))
+        if e is not None and e[1] is w and e[0].kind == "input" and id(w) not in tr.snaps:
+            tr.snaps[id(w)] = (w, w.clone())
         registry._depth[0] += 1
         try:
             fn(t, index, value)
@@ -716,6 +791,7 @@ def _record_setitem(tr, fn, t, index, value) -> None:
             registry._depth[0] -= 1
     node = tr.graph.add_node(ReplayOp("setitem", fn, tmpl), ins, {"index": tmpl}, [Meta(tuple(t.shape), t.dtype)])
     tr.bind(t, node.outputs[0])
+    tr.write_through(t)
 
 
 def _guard_mutation(fn, what):
