@@ -58,6 +58,8 @@ def test_growing_cache_matches_onnxruntime_and_unfused(nthreads, d, heads, fused
     mb = spec.model.SerializeToString()
     steps = 7       # past 5..11: bucket (4, 8] at 5-7 (generic), its top 8 (fast path), (8, 16] at 9-11
     calls = _counting(monkeypatch)
+    # (the pairwise fusions counted here: with it on, both paths run the whole attention in one step)
+    monkeypatch.setattr(E, "_FUSE_ATTN", [False])
     sess, psess = InferenceSession(mb), InferenceSession(mb)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1

@@ -510,49 +510,16 @@ class Executable:
         layout the kernel does not take runs the five steps as they were, in order.  Returns the runner
         indices taken (the pairwise KV fusions skip them)."""
         from ..devices.cpu.kernels.shape import bind_kv_attention
-        from .fusion import FusedElementwise, MatmulEpilogue, ReductionPrologue
-        g = self.graph
         taken: set = set()
         for k, r in enumerate(list(runners)):
             st = getattr(r, "step", None)
             if st is None or st[0] != "kernel" or st[3].device.type != "cpu":
                 continue
             nk = st[1]
-            hit = self._kv_append(nk, users)
-            if hit is None or hit[0] != "dot" or not isinstance(nk.inputs[0].shape[hit[1]], int):
+            hit = self._attn_match(nk, users, True)
+            if hit is None:
                 continue
-            _, dim, pat, vn = hit
-            op = pat.op
-            if not isinstance(op, MatmulEpilogue) or not isinstance(op.epilogue.op, ReductionPrologue) or \
-                    len(pat.inputs) != 3 or len(pat.outputs) != 1:
-                continue
-            ep = op.epilogue.op
-            red, grp = ep.red, ep.group
-            if red.op.name != "softmax" or red.attrs.get("safe") or red.attrs.get("dim") not in (-1, len(
-                    red.outputs[0].shape) - 1) or set(red.attrs) - {"dim", "safe"} or \
-                    not isinstance(grp.op, FusedElementwise) or len(grp.op.nodes) != 1:
-                continue
-            mul = grp.op.nodes[0]
-            c = pat.inputs[2]
-            if mul.op.name != "mul" or mul.attrs or len(mul.inputs) != 2 or set(mul.inputs) != {op.acc, c} or \
-                    red.inputs[0] is not mul.outputs[0] or c not in g.consts:
-                continue
-            cval = g.consts[c]._data
-            if not isinstance(cval, np.ndarray) or cval.size != 1 or cval.dtype != np.float32:
-                continue
-            p = pat.outputs[0]
-            pu = users.get(p, [])
-            if len(pu) != 1 or p in g.outputs:
-                continue
-            mm = pu[0]
-            if mm.op.name != "matmul" or len(mm.inputs) != 2 or mm.inputs[0] is not p or \
-                    len(mm.outputs) != 1 or mm.inputs[1].producer is None:
-                continue
-            nv = mm.inputs[1].producer
-            hv = self._kv_append(nv, users)
-            if hv is None or hv[0] != "mm" or hv[2] is not mm or hv[1] != dim or \
-                    not isinstance(nv.inputs[0].shape[dim], int):
-                continue
+            nv, vn, pat, mm, scale = hit
             idx = [where.get(id(x)) for x in (nk, nv, vn, pat, mm)]
             if any(i is None for i in idx) or idx[4] != max(idx) or \
                     sorted(idx) != list(range(min(idx), idx[4] + 1)) or taken.intersection(idx):
@@ -566,22 +533,78 @@ class Executable:
                 originals, [self._out_maker(x.outputs, arena) for x in (nk, nv, mm)],
                 [slot[x.outputs[0]] for x in (nk, nv, mm)],
                 [slot[x] for x in (nk.inputs[0], nk.inputs[1], nv.inputs[0], nv.inputs[1], pat.inputs[0])],
-                float(cval.reshape(-1)[0]), runners[idx[4]].step, bind_kv_attention)
+                scale, runners[idx[4]].step, bind_kv_attention)
             for i in idx[:4]:
                 runners[i] = _noop_step(runners[i].step)
             taken.update(idx)
         return taken
 
+    def _attn_match(self, nk, users, static):
+        """The one-step attention's pattern from its key append ``nk`` (see _fuse_kv_attention; ``static``: the
+        caches' lengths must be static): (the value append, ``present_k^T``'s view, the scores' pattern node, the
+        context's product, the scale) or None.  The callers check the steps' order, kinds and device."""
+        from .fusion import FusedElementwise, MatmulEpilogue, ReductionPrologue
+        g = self.graph
+        hit = self._kv_append(nk, users)
+        if hit is None or hit[0] != "dot" or (static and not isinstance(nk.inputs[0].shape[hit[1]], int)):
+            return None
+        _, dim, pat, vn = hit
+        op = pat.op
+        if vn.outputs[0] in g.outputs or not isinstance(op, MatmulEpilogue) or \
+                not isinstance(op.epilogue.op, ReductionPrologue) or len(pat.inputs) != 3 or len(pat.outputs) != 1:
+            return None
+        ep = op.epilogue.op
+        red, grp = ep.red, ep.group
+        if red.op.name != "softmax" or red.attrs.get("safe") or red.attrs.get("dim") not in (-1, len(
+                red.outputs[0].shape) - 1) or set(red.attrs) - {"dim", "safe"} or \
+                not isinstance(grp.op, FusedElementwise) or len(grp.op.nodes) != 1:
+            return None
+        mul = grp.op.nodes[0]
+        c = pat.inputs[2]
+        if mul.op.name != "mul" or mul.attrs or len(mul.inputs) != 2 or set(mul.inputs) != {op.acc, c} or \
+                red.inputs[0] is not mul.outputs[0] or c not in g.consts:
+            return None
+        cval = g.consts[c]._data
+        if not isinstance(cval, np.ndarray) or cval.size != 1 or cval.dtype != np.float32:
+            return None
+        p = pat.outputs[0]
+        pu = users.get(p, [])
+        if len(pu) != 1 or p in g.outputs:
+            return None
+        mm = pu[0]
+        if mm.op.name != "matmul" or len(mm.inputs) != 2 or mm.inputs[0] is not p or \
+                len(mm.outputs) != 1 or mm.inputs[1].producer is None:
+            return None
+        nv = mm.inputs[1].producer
+        hv = self._kv_append(nv, users)
+        if hv is None or hv[0] != "mm" or hv[2] is not mm or hv[1] != dim or \
+                (static and not isinstance(nv.inputs[0].shape[dim], int)):
+            return None
+        return nv, vn, pat, mm, float(cval.reshape(-1)[0])
+
     @staticmethod
     def _kv_attention_part(originals, makes, outs, ins, scale, step, binder):
-        state = [None, None, 0]     # bound f, the layouts it was bound for, bindings made
+        # bound f, the layouts it was bound for, bindings made, the inputs of the last bound call
+        state = [None, None, 0, None]
         mk, mv, mc = makes
         o_k, o_v, o_c = outs
         i_kp, i_kn, i_vp, i_vn, i_q = ins
+        # the outputs' layouts are those of the fast path's static shapes every call (arena buffers or fresh
+        # ones at the traced shapes): where the inputs are the last bound call's arrays (arena views, a caller
+        # feeding the same caches), the layouts are not compared again
+        same_out = all(getattr(m, "fixed", None) is not None or getattr(m, "same_layout", False) for m in makes)
 
         def run(env):
             kp, kn, vp, vn, q = (env[i_kp]._data, env[i_kn]._data, env[i_vp]._data, env[i_vn]._data,
                                  env[i_q]._data)
+            last = state[3]
+            if last is not None and kp is last[0] and kn is last[1] and vp is last[2] and vn is last[3] and \
+                    q is last[4]:
+                (tk, ak), (tv, av), (tc, ac) = mk(), mv(), mc()
+                if state[0](ak[0], kp, kn, av[0], vp, vn, q, ac[0]):
+                    env[o_k], env[o_v], env[o_c] = tk[0], tv[0], tc[0]
+                    return
+                state[0] = state[1] = state[3] = None      # (the thread count changed: bound anew)
             if type(kp) is np.ndarray and type(kn) is np.ndarray and type(vp) is np.ndarray and \
                     type(vn) is np.ndarray and type(q) is np.ndarray:
                 (tk, ak), (tv, av), (tc, ac) = mk(), mv(), mc()
@@ -595,9 +618,11 @@ class Executable:
                     state[0], state[1] = f, key
                 if f is not None:
                     if f(ak[0], kp, kn, av[0], vp, vn, q, ac[0]):
+                        state[3] = (kp, kn, vp, vn, q) if same_out else None
                         env[o_k], env[o_v], env[o_c] = tk[0], tv[0], tc[0]
                         return
-                    state[0] = state[1] = None      # (the thread count changed: bound anew next call)
+                    state[0] = state[1] = state[3] = None      # (the thread count changed: bound anew next call)
+            state[3] = None
             for r in originals:
                 r(env)
         run.step = step
@@ -1128,13 +1153,119 @@ class Executable:
                     (how == "dot" and getattr(rs[2], "bind_epilogue", None) is None):
                 continue
             plan[id(n)], plan[id(rd)] = ("cat", dim), (how, n)
+        self._gattn = {}
+        if _FUSE_ATTN[0]:
+            # a layer's whole attention as one job (bind_kv_attention), as _fuse_kv_attention does on the fast
+            # path, run where the context's product is: the appends' copies and the scores deferred to it (the
+            # value rows' head split, views, run in between; nothing else reads the deferred outputs:
+            # _attn_match), the pairwise entries above run where it does not apply.  {id(node): (kind, id of
+            # the key append, the five steps' indices, scale)}, kind "attn" / "rest" / "run"
+            pos = {id(s[1]): k for k, s in enumerate(self.steps)}
+            for k, st in enumerate(self.steps):
+                nk = st[1]
+                hit = self._attn_match(nk, users, False) if st[0] == "op" else None
+                if hit is None:
+                    continue
+                nodes = (nk,) + hit[:4]
+                ps = [pos.get(id(x)) for x in nodes]
+                if None in ps or ps != sorted(ps) or [self.steps[i][0] for i in ps] != \
+                        ["op", "op", "view", "pattern", "op"] or \
+                        any(self.steps[i][0] != "view" for i in range(k, ps[4]) if i not in ps) or \
+                        any(id(x) not in plan for x in (nk, nodes[1], nodes[3], nodes[4])) or \
+                        any(self._backend_of(x).device.type != "cpu" for x in nodes) or \
+                        not all(_is_cpu(v) for x in nodes for v in list(x.inputs) + list(x.outputs)):
+                    continue
+                e = (id(nk), tuple(ps), hit[4])
+                self._gattn[id(nk)], self._gattn[id(nodes[1])] = ("attn",) + e, ("rest",) + e
+                self._gattn[id(nodes[3])], self._gattn[id(nodes[4])] = ("rest",) + e, ("run",) + e
         return plan
+
+    def _generic_attn(self, how, env, arena, un) -> bool:
+        """The one-step attention (_generic_kv's entry ``how``) into the presents the deferred appends made, at
+        this call's shapes (bind_kv_attention, bound once per layout); False where it does not apply (nothing
+        written)."""
+        nk, nv, vn, pat, mm = (self.steps[i][1] for i in how[2])
+        kp, kn = env[nk.inputs[0]]._data, env[nk.inputs[1]]._data
+        vp, vw = env[nv.inputs[0]]._data, env[nv.inputs[1]]._data
+        ko, vo = env[nk.outputs[0]]._data, env[nv.outputs[0]]._data
+        q = env[pat.inputs[0]]._data
+        if type(vp) is not np.ndarray or type(vw) is not np.ndarray or type(q) is not np.ndarray or \
+                type(vo) is not np.ndarray or vp.shape != kp.shape or vw.shape != kn.shape or \
+                q.shape != kp.shape[:-2] + (1, kp.shape[-1]):
+            return False
+        tc = self._buffer(mm.outputs[0], arena, q.shape, un)
+        arrs = (ko, kp, kn, vo, vp, vw, q, tc._data)
+        if type(arrs[7]) is not np.ndarray:
+            return False
+        tables = self._gen_tables(self.steps[how[2][4]])[0]
+        key = tuple(_layouts(arrs))
+        f = tables.get(key)
+        if f is None:
+            from ..devices.cpu.kernels.shape import bind_kv_attention
+            f = bind_kv_attention(*arrs, how[3])
+            if len(tables) >= _GENERIC_TABLE:
+                tables.clear()
+            tables[key] = f if f is not None else False
+        if not f:
+            return False
+        if not f(*arrs):
+            tables.pop(key, None)     # (the thread count changed: bound anew next call)
+            return False
+        env[mm.outputs[0]] = tc
+        return True
+
+    def _generic_deferred(self, how, env, arena, un) -> None:
+        """What _generic_kv deferred to the context's product, run as the generic loop runs it (the one-step
+        attention did not apply at this call's layouts): the appends' copies into the presents, the scores."""
+        nk, nv, vn, pat, _ = (self.steps[i] for i in how[2])
+        for st in (nk, nv):
+            n = st[1]
+            past, new, o = env[n.inputs[0]]._data, env[n.inputs[1]]._data, env[n.outputs[0]]._data
+            P = past.shape[-2]
+            np.copyto(o[..., :P, :], past, casting="unsafe")
+            np.copyto(o[..., P:, :], new, casting="unsafe")
+        n = pat[1]
+        args = [env[a]._data for a in n.inputs]
+        outs = [self._buffer(o, arena, m.shape, un) for o, m in zip(n.outputs, self._pattern_metas(pat, args))]
+        pat[2]([o._data for o in outs], args)
+        for o, t in zip(n.outputs, outs):
+            env[o] = t
 
     def _generic_kv_step(self, how, step, env, arena, un, pend) -> bool:
         """Runs step ``step`` of the generic loop through the KV fusion (``how``: _generic_kv's entry);
         False where it does not apply here (then the step runs as usual; a reader first copies ``past``
         into ``present``, which its cat step left for it in ``pend``)."""
         n = step[1]
+        ga = self.__dict__.get("_gattn")
+        at = ga.get(id(n)) if ga else None
+        if at is not None:
+            if at[0] == "attn":
+                # deferred to the context's product where the kernel may take it (float32 rows of whole
+                # vectors): the presents made here (present_k^T's view, run between, is of the buffer)
+                nv = self.steps[at[2][1]][1]
+                kp, kn = env[n.inputs[0]]._data, env[n.inputs[1]]._data
+                vp = env[nv.inputs[0]]._data
+                if type(kp) is np.ndarray and type(kn) is np.ndarray and type(vp) is np.ndarray and \
+                        kp.dtype == np.float32 and kn.dtype == np.float32 and vp.dtype == np.float32 and \
+                        kp.ndim >= 2 and kp.ndim == kn.ndim and kp.shape[-1] % 8 == 0 and kp.size and \
+                        kp.shape[:-2] + kp.shape[-1:] == kn.shape[:-2] + kn.shape[-1:]:
+                    shape = kp.shape[:-2] + (kp.shape[-2] + kn.shape[-2], kp.shape[-1])
+                    tk = self._buffer(n.outputs[0], arena, shape, un)
+                    tv = self._buffer(nv.outputs[0], arena, shape, un)
+                    if type(tk._data) is np.ndarray and type(tv._data) is np.ndarray and \
+                            not np.may_share_memory(tk._data, tv._data):
+                        env[n.outputs[0]], pend[("attn", at[1])] = tk, tv
+                        return True
+            elif pend.get(("attn", at[1])) is not None:
+                if at[0] == "rest":
+                    if n is self.steps[at[2][1]][1]:
+                        env[n.outputs[0]] = pend[("attn", at[1])]
+                    return True
+                del pend[("attn", at[1])]
+                if self._generic_attn(at, env, arena, un):
+                    return True
+                self._generic_deferred(at, env, arena, un)
+                return False       # (the product runs as the loop runs it)
         if how[0] == "cat":
             past, new = env[n.inputs[0]]._data, env[n.inputs[1]]._data
             d = how[1]
@@ -1447,8 +1578,22 @@ def _bound_runner(prun, binder, make, ins, outs):
         ts0, arrs0 = fixed
         t0 = ts0[0]
         pairs = list(zip(outs, ts0))
+        if len(ins) == 3 and o0 is not None:
+            # (a decoder's projections: activation, weight, bias) the last call's input list passed again when
+            # it holds the same arrays (no new list, no map per call)
+            i0, i1, i2 = ins
 
-        def run(env):
+            def run(env):
+                x0, x1, x2 = env[i0]._data, env[i1]._data, env[i2]._data
+                f, last = state[0], state[1]
+                if f is not None and x0 is last[0] and x1 is last[1] and x2 is last[2] and f(arrs0, last):
+                    env[o0] = t0
+                    return
+                run_any(env)
+        else:
+            run = None
+
+        def run_any(env):
             xs = [env[i]._data for i in ins]
             f = state[0]
             if f is not None:
@@ -1469,7 +1614,7 @@ def _bound_runner(prun, binder, make, ins, outs):
                     state[0], state[1], state[2], state[3] = f, xs, arrs0, (_layouts(xs), _layouts(arrs0))
             for i, t in pairs:
                 env[i] = t
-        return run
+        return run or run_any
     # outputs made by ``make`` at the step's static shapes: the same layouts every call (the fast path)
     same = getattr(make, "same_layout", False)
 

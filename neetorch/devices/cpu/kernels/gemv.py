@@ -379,6 +379,17 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
     if tail is None:
         def g0(out, a, b):
             fn(out, a, wp, top)
+        if wb is not None:
+            # the guard and the call in one closure (a decoder step makes 24 of these calls: each Python
+            # frame on the way is paid per step)
+            wkey = _wkey(wb)
+
+            def g(out, a, b):
+                if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
+                    fn(out, a, wp, top)
+                else:
+                    matmul_into(out, a, b)
+            return _guard(g0, None, (wp, top, tail), matmul_into, g)
     else:
         fnt, wt, dtl = tail
 
@@ -388,10 +399,14 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
     return _guard(g0, wb, (wp, top, tail), matmul_into)
 
 
+def _wkey(wb):
+    return (wb.__array_interface__["data"][0], wb.shape, wb.strides)
+
+
 def weight_guard(g0, wb, other):
     """``g(out, a, b)``: ``g0`` for the weight ``wb`` (the same array object, or the same data, shape and strides),
     ``other`` for another ``b`` (products bound to a frozen weight's packed copy: here and linalg's packed GEMM)."""
-    wkey = (wb.__array_interface__["data"][0], wb.shape, wb.strides)
+    wkey = _wkey(wb)
 
     def g(out, a, b):
         if b is wb or (b.__array_interface__["data"][0], b.shape, b.strides) == wkey:
@@ -401,10 +416,12 @@ def weight_guard(g0, wb, other):
     return g
 
 
-def _guard(g0, wb, info, other):
-    """g0 for the weight ``wb`` packed, ``other`` (linalg.matmul_into) for another ``b`` (None: every ``b``)."""
+def _guard(g0, wb, info, other, g=None):
+    """g0 for the weight ``wb`` packed, ``other`` (linalg.matmul_into) for another ``b`` (None: every ``b``);
+    ``g``: that guard already made."""
     stats["calls_bound"] += 1
-    g = g0 if wb is None else weight_guard(g0, wb, other)
+    if g is None:
+        g = g0 if wb is None else weight_guard(g0, wb, other)
     g.gemv = info      # (the tests read the packed weight and the split: (packed, top descriptor, tail))
     return g
 

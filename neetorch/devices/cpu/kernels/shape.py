@@ -649,9 +649,10 @@ def _kv_plan(out, past, x, y, kind, shapes, nt, nts):
 # present_v while it adds e_j * row into ctx, divided by the sum of the e_j at the end.  Where the two
 # KV fusions above (bind_cat_dot, bind_cat_matmul) run four steps (the new rows' copies, the scores and
 # their epilogue, the context: two jobs and four Python launches a layer), this is one launch and one
-# job, and the new rows are read where they are (jit/executable.py _fuse_kv_attention; NEE_JIT_FUSE_ATTN=0
-# turns it off).  float32, rows of a multiple of 8 elements; exp: Cephes' expf polynomial (x clamped to
-# [-87, 0]: the scores minus their max), within 2 ulp.  Measured on the ONNX GPT step (bench/onnx_vs_ort.py's
+# job, and the new rows are read where they are (jit/executable.py _fuse_kv_attention on the fast path,
+# _generic_kv / _generic_attn in the generic loop, a decode loop whose cache grows; NEE_JIT_FUSE_ATTN=0 turns it
+# off).  float32, rows of a multiple of 8 elements; exp: Cephes' expf polynomial (x clamped to [-87, 0]: the
+# scores minus their max), within 2 ulp.  Measured on the ONNX GPT step (bench/onnx_vs_ort.py's
 # gpt_step; the same process, the variants interleaved, load 8.5-9.6 from other processes): a layer's attention
 # steps 336 us (min of 40 calls, one thread: 26 + 12 for the cats, 160 scores, 138 context) vs 258-264 us
 # fused (with KV_PREFETCH and the unrolled rows); the whole step's process CPU time, 100 rounds, paired median
@@ -661,8 +662,12 @@ _ATTN_WORDS = 16     # P, T, D/8, then the head's byte offsets in present_k, pas
 #                      past_v, new_v, q, ctx, scratch, then scale's float32 bits
 _attn_kernels: dict = {}
 _attn_plans: dict = {}
+_attn_fams: dict = {}     # (lead dims, threads, ...) -> (heads, their indices, driver descriptor, arange)
 # rows of up to 8 * ATTN_UNROLL elements run the unrolled kernel (_attn_ir's d8; NEE_KV_ATTN_UNROLL=0: the loop)
 ATTN_UNROLL = [int(os.environ.get("NEE_KV_ATTN_UNROLL", "8"))]
+# heads per task (NEE_KV_ATTN_GROUP; 1: a task per head): a task's heads are consecutive, so one thread's reads of
+# a cache run on from one head's rows into the next's (their prefetches ahead too)
+ATTN_GROUP = [int(os.environ.get("NEE_KV_ATTN_GROUP", "1"))]
 
 
 def _f32_hex(x: float) -> str:
@@ -961,6 +966,34 @@ done:
     return text
 
 
+def _attn_group_ir(text: str) -> str:
+    """The one-head kernel of _attn_ir as ``head``, and a ``kernel`` running the task's heads in order: as many
+    as its first meta row's word 13 says, their metas one after another."""
+    args = "i8* %ko, i8* %kp, i8* %kn, i8* %vo, i8* %vp, i8* %vn, i8* %q, i8* %c, i8* %s"
+    text = text.replace('define void @"kernel"(', 'define internal void @"head"(', 1)
+    return text + f"""
+define void @"kernel"({args}, i8* %mp) {{
+entry:
+  %m = bitcast i8* %mp to i64*
+  %gp = getelementptr i64, i64* %m, i64 13
+  %G = load i64, i64* %gp
+  br label %l
+l:
+  %g = phi i64 [ 0, %entry ], [ %g1, %b ]
+  %more = icmp slt i64 %g, %G
+  br i1 %more, label %b, label %e
+b:
+  %off = mul i64 %g, {_ATTN_WORDS * 8}
+  %mg = getelementptr i8, i8* %mp, i64 %off
+  call void @"head"(i8* %ko, i8* %kp, i8* %kn, i8* %vo, i8* %vp, i8* %vn, i8* %q, i8* %c, i8* %s, i8* %mg)
+  %g1 = add i64 %g, 1
+  br label %l
+e:
+  ret void
+}}
+"""
+
+
 def bind_kv_attention(ko, kp, kn, vo, vp, vn, q, ctx, scale: float):
     """``f(ko, kp, kn, vo, vp, vn, q, ctx)``: ``ko = cat([kp, kn], -2); vo = cat([vp, vn], -2);
     ctx = softmax(q @ ko^T * scale) @ vo`` (``q`` / ``ctx``: one row per head) in one job for arrays of these
@@ -985,7 +1018,8 @@ def bind_kv_attention(ko, kp, kn, vo, vp, vn, q, ctx, scale: float):
         tmp = np.empty(ctx.shape, np.float32)
         arrs = arrs[:7] + (tmp,)
     nt = threads.NUM_THREADS
-    key = (nt, KV_NT[0], KV_PREFETCH[0], ATTN_UNROLL[0], float(scale)) + tuple((a.shape, a.strides) for a in arrs)
+    key = (nt, KV_NT[0], KV_PREFETCH[0], ATTN_UNROLL[0], ATTN_GROUP[0], float(scale)) + \
+        tuple((a.shape, a.strides) for a in arrs)
     plan = _attn_plans.get(key)
     if plan is None:
         plan = _attn_plan(arrs, float(scale), nt, KV_NT[0])
@@ -1030,21 +1064,42 @@ def _attn_plan(arrs, scale, nt, nts):
         return False
     if not gemm_driver.available():
         return False
-    H = int(np.prod(lead, dtype=np.int64))
+    # what depends only on the heads' dims and the thread count (the heads' indices, the driver's descriptor) is
+    # kept apart: a decode loop whose cache grows binds at a new length every step (the generic loop), and only
+    # the metas change with it
+    d8 = D // 8 if D // 8 <= ATTN_UNROLL[0] else 0
+    G = max(ATTN_GROUP[0], 1)
+    fam = (lead, nt, nts, KV_PREFETCH[0], d8, G)
+    got = _attn_fams.get(fam)
+    if got is None:
+        H = int(np.prod(lead, dtype=np.int64))
+        idx = np.indices(lead, dtype=np.int64).reshape(len(lead), H).T.copy()   # (each head's index in lead dims)
+        G = min(G, H)
+        kk = (nts, KV_PREFETCH[0], d8, G > 1)
+        addr = _attn_kernels.get(kk)
+        if addr is None:
+            text = _attn_ir(nts, KV_PREFETCH[0], d8)
+            if G > 1:
+                text = _attn_group_ir(text)
+            addr = _attn_kernels[kk] = llvm_render.compile_ir(
+                "kvattn_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
+        ntasks = -(-H // G)
+        desc = gemm_driver.call_plan(addr, 10, max(1, min(nt, ntasks)), ntasks, G * _ATTN_WORDS * 8)
+        if desc is None:
+            return False
+        if len(_attn_fams) >= 64:
+            _attn_fams.clear()
+        counts = np.zeros(H, np.int64)
+        counts[::G] = [min(G, H - t) for t in range(0, H, G)]
+        got = _attn_fams[fam] = (H, idx, desc, np.arange(H, dtype=np.int64), counts)
+    H, idx, desc, heads, counts = got
     T8 = -(-T // 8) * 8
-    idx = np.indices(lead, dtype=np.int64).reshape(len(lead), H)     # (each head's index in the lead dims)
     meta = np.zeros((H, _ATTN_WORDS), np.int64)
     meta[:, 0:3] = (P, T, D // 8)
-    for i, a in enumerate(arrs):
-        meta[:, 3 + i] = np.asarray(a.strides[:-2], np.int64) @ idx if lead else 0
-    meta[:, 11] = np.arange(H) * (T8 * 4)
+    if lead:
+        meta[:, 3:11] = idx @ np.array([a.strides[:-2] for a in arrs], np.int64).T
+    meta[:, 11] = heads * (T8 * 4)
     meta[:, 12] = int(np.array(scale, np.float32).view(np.int32))
+    meta[:, 13] = counts
     meta.flags.writeable = False
-    d8 = D // 8 if D // 8 <= ATTN_UNROLL[0] else 0
-    addr = _attn_kernels.get((nts, KV_PREFETCH[0], d8))
-    if addr is None:
-        text = _attn_ir(nts, KV_PREFETCH[0], d8)
-        addr = _attn_kernels[(nts, KV_PREFETCH[0], d8)] = llvm_render.compile_ir(
-            "kvattn_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
-    desc = gemm_driver.call_plan(addr, 10, max(1, min(nt, H)), H, meta.strides[0])
-    return False if desc is None else (desc, meta, H, T8)
+    return desc, meta, H, T8
