@@ -263,3 +263,15 @@ def test_input_written_through_a_view():
     x = nee.zeros(4, 5)
     trace(f, x, meta=False)             # an eager trace restores what it wrote
     np.testing.assert_array_equal(_np(x), 0)
+
+
+def test_augmented_assignment_to_a_view_is_one_setitem():
+    def f(x):
+        y = x * 2
+        y[:, 0] += 1
+        return y
+    jf = nee.jit(f)
+    x = nee.randn(3, 4)
+    np.testing.assert_allclose(_np(jf(x)), _np(f(x)), rtol=1e-6)
+    g = jf.graph(x)
+    assert sum(1 for n in g.nodes if n.name == "setitem") == 1, str(g)

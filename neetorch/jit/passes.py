@@ -15,7 +15,7 @@ from ..tensor import _storage
 from ..trace.ir import Graph, Node, Value
 from ..trace.tracer import ViewOp
 
-__all__ = ["fold_constants", "merge_equal_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
+__all__ = ["fold_constants", "merge_equal_constants", "drop_repeated_setitems", "eliminate_common_subexpressions", "eliminate_dead_code", "simplify", "PIPELINE",
            "replace_uses", "hoist_elementwise_over_views", "freeze_constants", "memo_product_weights",
            "check_weights", "WeightsChanged", "ConstGuard", "const_guards", "check_const_guards"]
 
@@ -48,6 +48,24 @@ def _attr_key(attrs: dict):
         return repr(sorted(attrs.items()))
     except TypeError:
         return None
+
+
+def drop_repeated_setitems(g: Graph) -> Graph:
+    """``setitem(setitem(b, i, v), i, v)`` is ``setitem(b, i, v)``: Python runs ``y[i] += v`` as an in-place add
+    on the view ``y[i]`` (written through to ``y``: a setitem) and then ``y[i] = <that view>`` (the same setitem
+    again, a second copy of ``y``)."""
+    from ..trace.tracer import ReplayOp
+    keep = []
+    for n in g.nodes:
+        p = n.inputs[0].producer if n.inputs else None
+        if isinstance(n.op, ReplayOp) and p is not None and isinstance(p.op, ReplayOp) and p.op.fn is n.op.fn \
+                and n.op.name == "setitem" and p.op.name == "setitem" and n.inputs[1:] == p.inputs[1:] \
+                and repr(n.op.tmpl) == repr(p.op.tmpl):
+            replace_uses(g, n.outputs[0], p.outputs[0])
+            continue
+        keep.append(n)
+    g.nodes = keep
+    return g
 
 
 def eliminate_common_subexpressions(g: Graph) -> Graph:
@@ -559,6 +577,7 @@ PIPELINE = [
     ("fold_constants", fold_constants),
     ("merge_equal_constants", merge_equal_constants),
     ("simplify", simplify),
+    ("drop_repeated_setitems", drop_repeated_setitems),
     ("cse", eliminate_common_subexpressions),
     ("dce", eliminate_dead_code),
     ("hoist_elementwise_over_views", hoist_elementwise_over_views),
