@@ -623,13 +623,15 @@ def _rows_store8(a, NB: int, R: int, relu: bool, res: bool) -> None:
     a('st_x8:')     # (the caller's branch to %st_done ends it)
 
 
-def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool = False) -> str:
+def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool = False, xpf: int = 0) -> str:
     """The channel-vector micro-kernel: a tile of NB blocks of 16 output channels x R output pixels (compact
     pixel indices; their wide input positions from a table), NB x R accumulators; per (channel, tap) NB
     weight vectors and R input scalars broadcast; stored as [channel block][pixel][16].  The (channel, tap)
     pairs go in chunks of KC (all tiles of the range per chunk: the chunk's weights stay in L2), the first
     chunk starting from the bias, the others from the stored partial sums.  ``res``: a 7th argument ``e`` (the
-    output's layout: a residual) added to each channel's row of pixels in the final stores, before relu."""
+    output's layout: a residual) added to each channel's row of pixels in the final stores, before relu.
+    ``xpf`` > 0 (not "dw"): each pair also prefetches its input ``xpf`` floats past the tile's last pixel (a hint:
+    it never faults, so no bound applies)."""
     v = f"<{VEC} x float>"
     vp = f"<{VEC} x float>*"
     CW = NB * VEC
@@ -732,6 +734,10 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
                 a(f'  %xw{j}_{r} = load {v}, {vp} %xq{j}_{r}, align 4')
                 a(f'  %nacc{j}_{r} = call {v} @llvm.fma.v{VEC}f32({v} %wv{j}, {v} %xw{j}_{r}, {v} %acc{j}_{r})')
             continue
+        if xpf and r == R - 1:
+            a(f'  %xpf.f = getelementptr float, float* %xp{r}, i64 {xpf}')
+            a('  %xpf = bitcast float* %xpf.f to i8*')
+            a('  call void @llvm.prefetch.p0i8(i8* %xpf, i32 0, i32 3, i32 1)')
         a(f'  %xs{r} = load float, float* %xp{r}')
         a(f'  %xv{r}.0 = insertelement {v} undef, float %xs{r}, i32 0')
         a(f'  %xv{r} = shufflevector {v} %xv{r}.0, {v} undef, <{VEC} x i32> zeroinitializer')
@@ -882,22 +888,26 @@ def builtin(cache: dict, k, name: str, params: str, render, nargs: int, interlea
     return f
 
 
-def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False):
+def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False, xpf: int = 0):
     """The builtin ``f(xq, wpack, out, bias, params)`` of micro-kernel ``kind`` ("pix": R = A channels x P =
     B pixel vectors; "chan" / "dw": NB = A channel blocks x R = B pixels, two more arguments: the output, and
-    with ``res`` a residual added in the stores), ``relu``: its final stores through torch's relu; compiled
-    once per process (machine code cached on disk by llvm_render)."""
+    with ``res`` a residual added in the stores), ``relu``: its final stores through torch's relu; ``xpf`` ("chan"
+    only): each (channel, tap) pair prefetches the input that many floats past its last pixel's (see _XPF_FLOATS);
+    compiled once per process (machine code cached on disk by llvm_render)."""
     res = bool(res) and kind != "pix"
+    xpf = int(xpf) if kind == "chan" else 0
     if _feat[0] is None:
         available()
-    k = (kind, A, B, relu, res, VEC)
+    k = (kind, A, B, relu, res, VEC) + ((xpf,) if xpf else ())
     f = _kernels.get(k)
     if f is not None:
         return f
     render = (lambda: (_render_pix8 if VEC == 8 else _render)(A, B, relu)) if kind == "pix" else (
-        lambda: _render_c(A, B, relu, kind == "dw", res))
-    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}v{VEC}",
-                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}|v{VEC}", render, 5 if kind == "pix" else 6 + res)
+        lambda: _render_c(A, B, relu, kind == "dw", res, xpf))
+    pf = f"p{xpf}" if xpf else ""
+    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}{pf}v{VEC}",
+                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}|v{VEC}" + (f"|{pf}" if pf else ""), render,
+                   5 if kind == "pix" else 6 + res)
 
 
 _calls: dict = {}
@@ -1092,13 +1102,23 @@ def _avx2_grouped_1x1(G: int, Cg: int, KH: int, KW: int, sh: int, sw: int, pt: i
 
 # weights of one chunk of (channel, tap) pairs of the "chan" kernel (bytes): kept in L2 across the tiles
 _CHUNK_BYTES = 192 << 10
+# the "chan" kernel over one channel block (no more than 8 * NB output channels: SqueezeNet's squeezes) of an input of
+# _XPF_MIN_BYTES or more (larger than L2: each pair reads a line of another plane, K streams the hardware prefetchers
+# do not follow) prefetches each pair's input line _XPF_FLOATS ahead (the tiles 2-3 later read it).  In the model
+# (session 16, 1 thread, per-kernel min of 4-5 alternating fresh processes x 25 runs, old and new trees, load 4-7):
+# SqueezeNet's 64 -> 16 1x1 on 55x55 (774 KB in) 148 -> 114 us, 128 -> 16 (1.5 MB) 225 -> 178-191.  Not taken with
+# two or more channel blocks (each block re-reads the input; 256 -> 32 on 27x27, 746 KB: no gain shown, 189 vs 193 us
+# hot in cache, in the model within the noise) or inputs that fit in L2 (128 -> 32 on 27x27: none either)
+_XPF_FLOATS = 16
+_XPF_MIN_BYTES = 512 << 10
+XPF = [True]            # tests / A/B: False never prefetches
 
 
 class _Layout:
     """Everything about one convolution shape that does not depend on the data (cached per shape): the
     micro-kernel, the scratch layout, the params array (offsets, pixel table) and the fill slices."""
     __slots__ = ("A", "B", "CW", "S", "bare", "base", "direct_out", "fill", "kind", "multi", "nob", "nph", "npt",
-                 "oshape", "preps", "t0", "t1", "tail", "xlen")
+                 "oshape", "preps", "t0", "t1", "tail", "xlen", "xpf")
 
     def __init__(self, xs, ws, OH, OW, sh, sw, pt, pb, pl, pr, dh, dw, force):
         _, C, H, W = xs
@@ -1202,6 +1222,8 @@ class _Layout:
             self.tail = None
         self.kind, self.A, self.B, self.CW, self.nob, self.npt, self.S, self.nph = kind, A, B, CW, nob, npt, S, nph
         self.bare, self.direct_out, self.base, self.xlen = bare, direct_out, base, xlen
+        # one channel block over an input larger than L2: the input prefetched (_XPF_FLOATS)
+        self.xpf = _XPF_FLOATS if kind == "chan" and nob == 1 and 4 * xlen >= _XPF_MIN_BYTES else 0
         self.preps = {}                         # (relu, threads, thresholds) -> _Prep
         # the fill: per phase, (plane rows [r0, r1), columns [c0, c1) <- input rows i0::sh, columns j0::sw)
         fill = []
@@ -1244,7 +1266,7 @@ class _Prep:
         # a residual: added in the "chan" / "dw" kernels' stores; after the "pix" kernel (and its relu) in a pass
         self.res = has_e and not self.pix
         self.post = has_e and self.pix
-        self.f = kernel(lay.kind, lay.A, lay.B, bool(relu) and not self.post, self.res)
+        self.f = kernel(lay.kind, lay.A, lay.B, bool(relu) and not self.post, self.res, lay.xpf if XPF[0] else 0)
         ntiles = lay.nob * lay.npt
         nt = threads.NUM_THREADS
         flops = 2.0 * O * C2 * KH * KW * OH * OW
@@ -1354,7 +1376,7 @@ def _setup(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e):
         if len(_layouts) > 1024:
             _layouts.clear()
         _layouts[key] = lay
-    pkey = (bool(relu), e is not None, threads.NUM_THREADS, _PAR_FLOPS, _NATIVE_PAR_FLOPS)
+    pkey = (bool(relu), e is not None, threads.NUM_THREADS, _PAR_FLOPS, _NATIVE_PAR_FLOPS, XPF[0])
     prep = lay.preps.get(pkey)
     if prep is None:
         prep = lay.preps[pkey] = _Prep(lay, x.shape, w.shape, OH, OW, relu, e is not None)
