@@ -450,11 +450,11 @@ def test_sort(dt):
     x, t = nee.from_numpy(a), torch.from_numpy(a)
     for dim in (0, -1):
         for desc in (False, True):
-            v, i = nee.sort(x, dim, descending=desc, stable=True)
+            v, i = nee.sort(x, dim=dim, descending=desc, stable=True)
             tv, ti = torch.sort(t, dim=dim, descending=desc, stable=True)
             assert_close(v, tv)
             assert_close(i, ti)
-            assert_close(x.argsort(dim, descending=desc, stable=True), ti)
+            assert_close(x.argsort(dim=dim, descending=desc, stable=True), ti)
     assert_close(nee.sort(x.t()).values, torch.sort(t.t()).values)
     assert_close(nee.msort(x), torch.msort(t))
     r = nee.sort(nee.tensor(2.0))

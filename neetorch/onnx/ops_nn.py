@@ -1364,7 +1364,7 @@ def _nms(ctx, node, boxes, scores, max_out=None, iou_thr=None, score_thr=None):
     ok = (inter > 0) & (area.unsqueeze(2) > 0) & (area.unsqueeze(1) > 0) & (union > 0)
     iou = nee.where(ok, inter / nee.where(union > 0, union, nee.ones((), dtype=union.dtype)),
                     nee.zeros((), dtype=inter.dtype))
-    _, order = nee.sort(scores, -1, descending=True, stable=True)
+    _, order = nee.sort(scores, dim=-1, descending=True, stable=True)
     iou_v, order_v, sc_v = ctx.static(iou), ctx.static(order), ctx.static(scores)
     sel = []
     B, C = sc_v.shape[0], sc_v.shape[1]

@@ -229,7 +229,7 @@ def _gcd(a, b, rt):
     check_every = 0 if _tracing() else 8
     for i in _range(_EUCLID_STEPS[rt.name]):
         nz = b != 0
-        r = _E("remainder")(a, _where(nz, b, 1))
+        r = _E("fmod")(a, _where(nz, b, 1))   # (C's %, as torch's calc_gcd: abs(INT_MIN) stays negative)
         a, b = _where(nz, b, a), _where(nz, r, b)
         if check_every and i % check_every == check_every - 1 and not _bool(b.any()):
             break

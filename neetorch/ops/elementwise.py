@@ -141,7 +141,8 @@ def _cast_0d(t: Tensor, dt: DType) -> Tensor:
 # (torch's add/sub/remainder/fmod kernels round the scalar to float16/bfloat16 first; these read it at float32
 # when it is the operand at this position: a first-operand scalar, as in 70000.0 // x, is cast to float16 like a
 # tensor; lerp's weight and leaky_relu's slope are read at float32 too)
-_OPMATH_SCALAR_OPS = {"mul": 1, "true_divide": 1, "floor_divide": 1, "trunc_divide": 1, "leaky_relu": 1, "lerp": 2}
+_OPMATH_SCALAR_OPS = {"mul": 1, "true_divide": 1, "floor_divide": 1, "trunc_divide": 1, "leaky_relu": 1, "lerp": 2,
+                      "addcmul": 3, "addcdiv": 3}   # (addcmul/addcdiv: ``value.to<float>()`` for Half/BFloat16)
 
 
 # ops whose torch Scalar overloads pass a Python number to the kernel as a parameter (pow.Tensor_Scalar, clamp,
@@ -551,8 +552,21 @@ def round(input, *, decimals=None, out=None):
                                   f"(floating point only)")
     if not decimals:
         return apply(_round, input, out=out)
-    s = 10.0 ** decimals
-    return apply(_round, input * s, out=out) / s
+    # torch's kernel, in the op-math type (float32 for float16/bfloat16, rounded once at the end):
+    # nearbyint(x * 10**d) / 10**d, and for d < 0 nearbyint(x / 10**-d) * 10**-d (a division, not x * 0.01)
+    decimals = int(decimals)
+    x = input.float() if input._dtype.np in _dt.LOW_NP else input
+    p = 10.0 ** abs(decimals)
+    r = apply(_round, x / p) * p if decimals < 0 else apply(_round, x * p) / p
+    r = r.to(input._dtype)
+    if out is None:
+        return r
+    if out._dtype is not r._dtype:   # (torch's round keeps its input's dtype: out= must have it, as without decimals)
+        raise RuntimeError(f"round: Found dtype {out._dtype.name} but expected {r._dtype.name} (its out= tensor "
+                           f"must have the input's dtype)")
+    resize_out(out, r.shape, "round")
+    out.copy_(r)
+    return out
 
 
 def cast(t: Tensor, dtype) -> Tensor:
@@ -1025,6 +1039,9 @@ def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     if a._dtype is not b._dtype:  # torch compares like dtypes only
         raise RuntimeError(f"isclose: {a._dtype.name} did not match {b._dtype.name} (input and other must have the "
                            f"same dtype)")
+    if rtol < 0 or atol < 0:
+        raise RuntimeError(f"isclose: {'rtol' if rtol < 0 else 'atol'} must be greater than or equal to zero, "
+                           f"but got {rtol if rtol < 0 else atol}")
     if a._dtype is _dt.bool_:
         return apply(_BIN["eq"], a, b)
     diff = abs(a - b)

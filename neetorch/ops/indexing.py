@@ -974,9 +974,35 @@ SORT = register(OpDef("sort", infer=_infer_sort, nout=2,
                       doc="stable sort along dim (NaN largest); descending keeps equal elements in order"))
 
 
+def _sort_args(name, args, dim, descending, stable):
+    # torch has two overloads: (input, dim=-1, descending=False) and (input, *, stable, dim=-1, descending=False):
+    # once ``stable`` is passed, ``dim`` and ``descending`` are keyword-only (torch.sort(x, 0, stable=True) refuses)
+    if len(args) > 2:
+        raise TypeError(f"{name}() takes at most 3 positional arguments ({len(args) + 1} given)")
+    if args and stable is not _NOARG:
+        raise TypeError(f"{name}(): dim and descending are keyword-only when stable= is given "
+                        f"(torch.{name}(input, *, stable, dim=-1, descending=False))")
+    if len(args) >= 1:
+        if dim is not _NOARG:
+            raise TypeError(f"{name}() got multiple values for argument 'dim'")
+        dim = args[0]
+    if len(args) == 2:
+        if descending is not _NOARG:
+            raise TypeError(f"{name}() got multiple values for argument 'descending'")
+        descending = args[1]
+    if name == "argsort" and stable is not _NOARG and not isinstance(stable, bool):
+        raise TypeError(f"argsort(): argument 'stable' must be bool, not {type(stable).__name__}")
+    return (-1 if dim is _NOARG else dim), (False if descending is _NOARG else descending)
+
+
+_NOARG = object()
+
+
 @export
-def sort(input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False, out=None):
-    """(values, indices) sorted along ``dim`` (``torch.sort``; always stable here)."""
+def sort(input: Tensor, *args, dim=_NOARG, descending=_NOARG, stable=_NOARG, out=None):
+    """(values, indices) sorted along ``dim`` (``torch.sort(input, dim=-1, descending=False)`` or
+    ``torch.sort(input, *, stable, dim=-1, descending=False)``; always stable here)."""
+    dim, descending = _sort_args("sort", args, dim, descending, stable)
     if isinstance(dim, bool):  # sort(x, True) style calls are not torch's API; refuse clearly
         raise TypeError("sort(): dim must be an int")
     d = wrap_dim(dim, input.ndim, "sort")
@@ -992,9 +1018,18 @@ def sort(input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool
 
 
 @export
-def argsort(input: Tensor, dim: int = -1, descending: bool = False, *, stable: bool = False) -> Tensor:
-    """Indices that sort ``input`` along ``dim`` (``torch.argsort``)."""
-    return sort(input, dim, descending, stable=stable).indices
+def argsort(input: Tensor, *args, dim=_NOARG, descending=_NOARG, stable=_NOARG, out=None) -> Tensor:
+    """Indices that sort ``input`` along ``dim`` (``torch.argsort(input, dim=-1, descending=False)`` or
+    ``torch.argsort(input, *, stable, dim=-1, descending=False, out=None)``)."""
+    if out is not None and stable is _NOARG:
+        raise TypeError("argsort(): out= is only accepted with stable= (torch.argsort(input, *, stable, dim, "
+                        "descending, out))")
+    dim, descending = _sort_args("argsort", args, dim, descending, stable)
+    r = sort(input, dim=dim, descending=descending).indices
+    if out is not None:
+        from .reduction import _write_out
+        return _write_out(r, out, "argsort")
+    return r
 
 
 @export

@@ -300,10 +300,13 @@ def mean(input, dim=_NODIM, keepdim=_NOKD, *, dtype=None, out=None):
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):
     """``torch.nanmean``: mean over the non-NaN elements."""
     _check(input, "nanmean")
-    x = _cast(input, dtype)
-    if x._dtype.category != 2:
+    if input._dtype.category != 2:   # (the input's own dtype: an integer tensor with dtype=float64 refuses too)
         raise RuntimeError(f"nanmean(): expected input to have floating point or complex dtype but got "
-                           f"{_tname(x._dtype)}")
+                           f"{_tname(input._dtype)}")
+    if dtype is not None and _dt.to_dtype(dtype).category not in (2, 3):
+        raise RuntimeError(f"nanmean(): could not infer output dtype. Optional dtype must be either a floating "
+                           f"point or complex dtype. Got: {_tname(_dt.to_dtype(dtype))}")
+    x = _cast(input, dtype)
     s = nansum(x, dim, keepdim)
     cnt = sum(_E("isnan")(x).logical_not(), dim, keepdim)
     return (s / cnt).to(x._dtype)
@@ -642,13 +645,32 @@ def _vector_norm(x, ord, dims, keepdim, name):
     return r.to(odt)
 
 
+def _norm_dtype(x, dtype, op):
+    """``dtype=`` of a vector norm checked as torch checks it (on the input's own dtype, before any cast): a
+    floating or complex input, a floating or complex ``dtype`` of the same kind, no narrowing."""
+    if dtype is None:
+        return None
+    dt = _dt.to_dtype(dtype)
+    if x._dtype.category not in (2, 3):
+        raise RuntimeError(f"{op}: Expected a floating point or complex tensor as input. Got {_tname(x._dtype)}")
+    if dt.category not in (2, 3):
+        raise RuntimeError(f"{op}: dtype should be floating point or complex, but got {_tname(dt)}")
+    if (dt.category == 3) != (x._dtype.category == 3):
+        raise RuntimeError(f"{op}: dtype should be {'complex' if x._dtype.category == 3 else 'real'} for "
+                           f"{'complex' if x._dtype.category == 3 else 'real'} inputs, but got {_tname(dt)}")
+    if _dt.promote_types(x._dtype, dt) is not dt:
+        raise RuntimeError(f"{op}: the dtype of the input ({_tname(x._dtype)}) should be convertible without "
+                           f"narrowing to the specified dtype ({_tname(dt)})")
+    return dt
+
+
 @export(method=False)
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """``torch.linalg.vector_norm``."""
     if out is not None:
         return _write_out(vector_norm(x, ord, dim, keepdim, dtype=dtype), out, "linalg.vector_norm")
     _check(x, "linalg.vector_norm")
-    x = _cast(x, dtype)
+    x = _cast(x, _norm_dtype(x, dtype, "linalg.vector_norm"))
     dims = _dims(dim, x.ndim, "linalg.vector_norm")
     return _vector_norm(x, ord, dims, bool(keepdim), "linalg.vector_norm")
 
@@ -666,7 +688,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None, *, out=None):
         return matrix_norm(input, p, tuple(range(input.ndim)) if dim is None else dim, keepdim, dtype=dtype)
     if p is None or p == "fro":
         p = 2
-    x = _cast(input, dtype)
+    x = _cast(input, _norm_dtype(input, dtype, "linalg.vector_norm"))
     dims = _dims(dim, x.ndim, "norm")
     return _vector_norm(x, p, dims, bool(keepdim), "norm")
 
@@ -738,7 +760,9 @@ def cumprod(input, dim, *, dtype=None, out=None):
 @export
 def cummax(input, dim):
     """``torch.cummax``: running maximum and the index where it was reached (last of ties)."""
-    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no dim check for an empty input)
+    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no range check of dim for an empty input)
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"cummax(): argument 'dim' must be int, not {type(dim).__name__}")
         from ..tensor.creation import empty
         return _rt("cummax")(input.clone(), empty(tuple(input.shape), dtype=_dt.int64, device=input.device))
     v, i = _scan(CUMMAX, "cummax", input, dim, None)
@@ -748,7 +772,9 @@ def cummax(input, dim):
 @export
 def cummin(input, dim):
     """``torch.cummin``: running minimum and its index."""
-    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no dim check for an empty input)
+    if isinstance(input, Tensor) and input.numel() == 0:   # (torch: no range check of dim for an empty input)
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"cummin(): argument 'dim' must be int, not {type(dim).__name__}")
         from ..tensor.creation import empty
         return _rt("cummin")(input.clone(), empty(tuple(input.shape), dtype=_dt.int64, device=input.device))
     v, i = _scan(CUMMIN, "cummin", input, dim, None)

@@ -172,6 +172,9 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     copy."""
     _tensor_arg("nan_to_num", "input", 1, input)
     dt = input._dtype
+    if dt.category == 3:   # torch: the real and imaginary parts each (the bounds of the component dtype)
+        from .complex import complex as _complex, imag as _imag, real as _real
+        return _complex(nan_to_num(_real(input), nan, posinf, neginf), nan_to_num(_imag(input), nan, posinf, neginf))
     if dt.category != 2:
         return input.clone()
     fi = _dt.finfo_np(dt.np)

@@ -77,7 +77,7 @@ def nanmedian(input, dim=_red._NODIM, keepdim=_red._NOKD):
         return _rt("nanmedian")(input.clone(), zeros((), dtype=_dt.int64, device=input.device))
     if input.shape[d] == 0:
         raise IndexError(f"nanmedian(): Expected reduction dim {d} to have non-zero size.")
-    s, idx = sort(input, d, stable=True)
+    s, idx = sort(input, dim=d, stable=True)
     k = input.isnan().logical_not().sum(d, keepdim=True)
     pos = ((k - 1) // 2).clamp_min(0)
     v, i = s.gather(d, pos), idx.gather(d, pos)
@@ -200,7 +200,7 @@ def mode(input, dim=-1, keepdim=False):
     if n == 0:
         raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
     from ..tensor.creation import ones_like
-    s, idx = _E("sort")(input, d, stable=True)
+    s, idx = _E("sort")(input, dim=d, stable=True)
     pos = _arange_along(n, d, input.ndim, input.device)
     if n > 1:
         change = s.narrow(d, 1, n - 1) != s.narrow(d, 0, n - 1)

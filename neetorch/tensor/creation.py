@@ -183,8 +183,9 @@ def _big_python_int(d):
 def _list_of_scalar_tensors_dtype(data):
     """torch.tensor([t0, t1, 2.5]) with one-element tensors inside: every element is a scalar of its own dtype
     (a tensor's, int64 / the default float / bool / complex for Python values) and the result is their
-    promotion (``[tensor(1.5), tensor(2)]`` is float32, not numpy's float64).  None when no tensor is inside or
-    one holds several elements (then numpy's stacking applies)."""
+    promotion (``[tensor(1.5), tensor(2)]`` is float32, not numpy's float64); numpy scalars and arrays inside count
+    with their dtypes the same way.  None when no tensor or numpy value is inside or a tensor holds several
+    elements (then numpy's stacking applies)."""
     leaves, found = [], [False]
 
     def walk(d):
@@ -197,7 +198,10 @@ def _list_of_scalar_tensors_dtype(data):
             return all(walk(e) is not False for e in d)
         elif isinstance(d, (bool, np.bool_)):
             leaves.append(_dt.bool_)
-        elif isinstance(d, np.generic):
+        elif isinstance(d, (np.generic, np.ndarray)):
+            # numpy values keep their dtype in torch's inference too: [np.float16(1), 2] is float16 (the
+            # promotion of float16 and int64), [np.float32(1), 2.5] float32 -- not numpy's float64
+            found[0] = True
             leaves.append(_dt.from_numpy_dtype(d.dtype))
         elif isinstance(d, numbers.Integral):
             leaves.append(_dt.int64)
@@ -250,7 +254,8 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False, pin_memor
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     t = _wrap_host(np.array(a, copy=True, order="C"), dt, dev)
-    t.requires_grad = requires_grad
+    if requires_grad:
+        t.requires_grad_(True)
     return t
 
 
@@ -579,6 +584,7 @@ def linspace(start, end, steps, *, out=None, dtype=None, device=None, requires_g
     _no_bool_out(out, "linspace")
     if out is not None:
         return _into(linspace(start, end, steps, dtype=out._dtype, device=out._device), out, dtype, "linspace")
+    steps = _steps_arg(steps, "linspace")
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     if steps > 1:
@@ -596,29 +602,114 @@ def linspace(start, end, steps, *, out=None, dtype=None, device=None, requires_g
         a = np.where(i < steps // 2, start + step * i, end - step * (steps - 1 - i)) if steps > 1 else \
             np.full(steps, start)
         return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
-    if dt.category != 2:  # torch converts the bounds to the integer type first
-        start, end = int(start), int(end)
-    a = np.linspace(start, end, steps, dtype=np.float64)
-    if steps > 1:
-        # torch's symmetric formulation: second half computed from the end
-        step = (end - start) / (steps - 1)
-        i = np.arange(steps)
-        half = steps // 2
-        a = np.where(i < half, start + step * i, end - step * (steps - 1 - i))
-    if dt.category != 2:
-        a = np.trunc(a) if dt.category == 1 else a
-    return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+    return _wrap_host(_linspace_real(start, end, steps, dt), dt, _resolve_device(device))
+
+
+def _steps_arg(steps, op):
+    """torch's ``steps`` is an int (a float such as 3.0 is refused by its argument parser)."""
+    if isinstance(steps, Tensor) and steps.ndim == 0 and steps._dtype.category == 1:
+        return int(steps.item())
+    if isinstance(steps, (bool, np.bool_)) or not isinstance(steps, (int, np.integer)):
+        raise TypeError(f"{op}(): argument 'steps' must be int, not {type(steps).__name__}")
+    return int(steps)
+
+
+def _fma(a, b, c):
+    """``a * b + c`` rounded once, float64 arrays (error-free product and sum): the contracted multiply-add the
+    compilers emit for torch's CPU range kernels (float32/float64/integer ``start + step * i``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a, b, c = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64), np.asarray(c, np.float64))
+        p = a * b
+        sp = 134217729.0  # 2**27 + 1: Veltkamp's split into 26-bit halves
+        ta, tb = sp * a, sp * b
+        ah, bh = ta - (ta - a), tb - (tb - b)
+        al, bl = a - ah, b - bh
+        ep = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+        sm = p + c
+        bb = sm - p
+        es = (p - (sm - bb)) + (c - bb)
+        r = sm + (ep + es)
+        # non-finite or overflowing parts: the plain expression
+        return np.where(np.isfinite(r), r, p + c)
+
+
+def _linspace_real(start, end, steps, dt):
+    """torch's CPU ``linspace`` values for real ``dt``, rounded as its kernel rounds them: the bounds converted to
+    ``dt`` first (integers wrapped), ``step = (end - start) / (steps - 1)`` in ``dt``'s arithmetic (float64 for
+    integers), the first half ``start + step * i`` and the second ``end - step * (steps - 1 - i)``, as one
+    multiply-add for float32/float64/integers and as separately rounded float16/bfloat16 operations."""
+    if steps == 0:
+        return np.empty(0, dt.np)
+    low = dt.np in _dt.LOW_NP
+    s0, e0 = _range_bounds(start, end, dt, "linspace")
+    if steps == 1:
+        return np.asarray(s0).reshape(1).astype(dt.np)
+    i = np.arange(steps)
+    half = steps // 2
+    first = i < half
+    if low:  # c10::Half / BFloat16 arithmetic: every operation rounded to the dtype (numpy's float16/ml_dtypes)
+        T = dt.np
+        step = (e0 - s0) / _dt.astype_low(np.asarray(steps - 1), T)
+        k = _dt.astype_low(np.where(first, i, steps - 1 - i), T)
+        prod = step * k
+        return np.where(first, s0 + prod, e0 - prod).astype(T)
+    ct = np.float32 if dt.np == np.float32 else np.float64
+    with np.errstate(over="ignore", invalid="ignore"):
+        step = ct((ct(e0) - ct(s0)) / ct(steps - 1))
+        a = np.where(first, _fma(step, i.astype(ct), ct(s0)), _fma(-step, (steps - 1 - i).astype(ct), ct(e0)))
+        if dt.category == 2:
+            return a.astype(dt.np)
+        return np.trunc(a).astype(dt.np)
 
 
 def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, device=None) -> Tensor:
     _no_bool_out(out, "logspace")
+    steps = _steps_arg(steps, "logspace")
     if out is not None:
         return _into(logspace(start, end, steps, base, dtype=out._dtype, device=out._device), out, dtype, "logspace")
     if steps > 1:
         _no_bool_dtype(dtype, "logspace")
     dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if dt.category in (1, 2) and not any(isinstance(v, (complex, np.complexfloating)) for v in (start, end)):
+        if steps < 0:
+            raise RuntimeError(f"logspace: number of steps must be non-negative, got {steps}")
+        return _wrap_host(_logspace_real(start, end, steps, float(base), dt), dt, _resolve_device(device))
     a = np.power(base, linspace(start, end, steps, dtype=_dt.float64).numpy())
     return _wrap_host(a.astype(dt.np), dt, _resolve_device(device))
+
+
+def _range_bounds(start, end, dt, op):
+    """``start`` / ``end`` as torch's range kernels hold them: checked (``c10::checked_convert``) and converted to
+    ``dt`` (0-d arrays; float16/bfloat16 through float32, integers wrapped like a C cast)."""
+    for v in (start, end):
+        _dt.check_scalar(v, dt, op)
+    if dt.category == 2:
+        return tuple(_dt.astype_low(np.asarray(float(v)), dt.np) for v in (start, end))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return tuple(np.asarray(int(v)).astype(dt.np) for v in (start, end))
+
+
+def _logspace_real(start, end, steps, base, dt):
+    """torch's CPU ``logspace`` for real ``dt``, as its kernel computes it: the bounds converted to ``dt``,
+    ``step = double(end - start) / (steps - 1)`` (the difference in ``dt``'s arithmetic), exponents
+    ``start + step * i`` / ``end - step * (steps - i - 1)`` in float64, ``pow(base, exponent)`` in float64
+    converted to ``dt`` (one step: ``pow(base, start)``)."""
+    if steps == 0:
+        return np.empty(0, dt.np)
+    s0, e0 = _range_bounds(start, end, dt, "logspace")
+    T = dt.np
+    diff = float(e0 - s0) if dt.category == 2 else float(int(e0) - int(s0))
+    step = diff / (steps - 1) if steps > 1 else 0.0
+    i = np.arange(steps)
+    cnt, k = i.astype(np.float64), (steps - 1 - i).astype(np.float64)
+    first = (i < steps // 2) | (steps == 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = np.where(first, float(s0) + step * cnt, float(e0) - step * k)
+        r = np.power(base, x)
+        if dt.category == 1:
+            r = np.trunc(r)
+        return _dt.astype_low(r, T)
 
 
 def eye(n, m=None, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -820,7 +911,7 @@ def _accepts_layout(fn):
             args = (kw.pop("input"),)
         r = fn(*args, **kw)
         if rg:   # (the flag only, like nee.tensor(..., requires_grad=True): neetorch has no autograd)
-            r.requires_grad = True
+            r.requires_grad_(True)
         return r
     return f
 

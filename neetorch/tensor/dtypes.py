@@ -368,7 +368,7 @@ def scalar_overflows(v, dt: DType) -> bool:
     masked_fill/index_fill/setitem values, clamp bounds. Arithmetic with a scalar wraps instead."""
     if isinstance(v, (complex, np.complexfloating)):
         # torch: a complex value with a nonzero imaginary part does not convert to a real dtype
-        return dt.category != 3 and v.imag != 0
+        return dt.category not in (0, 3) and v.imag != 0   # (to bool: nonzero, like torch's full_like)
     if dt.category == 0 or isinstance(v, (bool, np.bool_)) or dt.category == 3:
         return False   # (torch's one-element full/fill_ of float16/bfloat16 skips the check: creation._new, fill_)
     if isinstance(v, (int, np.integer)):

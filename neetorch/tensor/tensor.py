@@ -483,7 +483,10 @@ class Tensor:
         return self
 
     def requires_grad_(self, requires_grad: bool = True):
-        self.requires_grad = requires_grad
+        if requires_grad and self._dtype.category not in (2, 3):
+            raise RuntimeError(f"only Tensors of floating point and complex dtype can require gradients "
+                               f"(got {self._dtype.name})")
+        self.requires_grad = bool(requires_grad)
         return self
 
     def copy_(self, src, non_blocking=False) -> "Tensor":
