@@ -255,7 +255,7 @@ def test_cnn_session_first_run_without_numba(mode, tmp_path):
     """NEE_IR_SMALL=1 (the default): the session's runs call no Numba dispatcher and Numba's target is never
     refreshed.  NEE_IR_SMALL=0 (the Numba kernels, as before): the same check sees Numba (it can fail)."""
     pytest.importorskip("onnx")
-    env = dict(os.environ, NEE_IR_SMALL=mode)
+    env = dict(os.environ, NEE_IR_SMALL=mode, NEE_IR_REDUCE=mode)   # (reductions: reduce_ir)
     out = tmp_path / "run.npz"
     p = subprocess.run([sys.executable, "-c", _SCRIPT, str(out)], capture_output=True, text=True, env=env,
                        timeout=600)
