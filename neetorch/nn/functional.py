@@ -196,6 +196,11 @@ def glu(input, dim=-1):
 
 def prelu(input, weight):
     _float_only(input, "prelu_cpu")
+    wdt = getattr(weight, "_dtype", None)
+    if wdt is not None and wdt is not input._dtype:   # torch: prelu does not promote
+        from ..ops.linalg import _CAP
+        raise RuntimeError(f"prelu: Type promoting not supported. Got {_CAP.get(input._dtype.name, input._dtype.name)} "
+                           f"and {_CAP.get(wdt.name, wdt.name)}")
     if weight.numel() != 1:
         C = input.shape[1] if input.ndim >= 2 else 1  # torch: below 2-D there is no channel dim (1 channel)
         if weight.numel() != C:

@@ -163,9 +163,12 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     N, _, D, H, W = x.shape
     outs = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
             for n, s, p, d, k, o in zip((D, H, W), st, pad, dil, (KD, KH, KW), opad)]
-    if any(o <= 0 for o in outs):
+    if any(o < 0 for o in outs):
         raise RuntimeError(f"Given input size per channel: ({D} x {H} x {W}). Calculated output size per channel: "
                            f"({' x '.join(map(str, outs))}). Output size is too small")
+    if any(o == 0 for o in outs):   # torch: an empty output (the padding eats all of it) is not an error
+        y = _c._empty_conv_out(x, Cout, outs)
+        return y.squeeze(0) if unbatched else y
     if _c._int_conv_check(x, name, dil, True):
         y = _c._conv_transpose_int(x, weight, bias, st, pad, opad, dil, groups)
         return y.squeeze(0) if unbatched else y
@@ -980,12 +983,11 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                                  is_causal=False):
     """``torch.nn.functional.multi_head_attention_forward``: ``nn.MultiheadAttention``'s forward on explicit
     weights ((L, N, E) or unbatched (L, E) inputs); runs the module's own forward on a parameter namespace, so the
-    two cannot drift apart.  ``static_k`` / ``static_v`` are not supported."""
+    two cannot drift apart.  ``static_k`` / ``static_v`` ((N*num_heads, S, head_dim)) replace the projected keys /
+    values."""
     import types
     from . import functional as F
     from .modules.activation import MultiheadAttention
-    if static_k is not None or static_v is not None:
-        raise NotImplementedError("multi_head_attention_forward: static_k / static_v are not supported in neetorch")
     E = query.shape[-1]
     if E != embed_dim_to_check:
         raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but got {E}")
@@ -1002,7 +1004,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         _qkv_same_embed_dim=not use_separate_proj_weight, in_proj_weight=in_proj_weight, in_proj_bias=in_proj_bias,
         q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight, bias_k=bias_k,
         bias_v=bias_v, add_zero_attn=bool(add_zero_attn), dropout=float(dropout_p), training=bool(training),
-        out_proj=lambda x: F.linear(x, out_proj_weight, out_proj_bias))
+        out_proj=lambda x: F.linear(x, out_proj_weight, out_proj_bias), _static_kv=(static_k, static_v))
     ns._projections = lambda q, k, v: MultiheadAttention._projections(ns, q, k, v)
     return MultiheadAttention.forward(ns, query, key, value, key_padding_mask, need_weights, attn_mask,
                                       average_attn_weights, is_causal)

@@ -382,6 +382,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv(2, "conv2d", input, weight, bias, stride, padding, dilation, groups)
 
 
+def _empty_conv_out(x, cout, outs):
+    from ..tensor.creation import zeros
+    return zeros((x.shape[0], cout) + tuple(outs), dtype=x._dtype, device=x._device)
+
+
 def _conv_t(nd, name, input, weight, bias, stride, padding, output_padding, groups, dilation):
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input of "
@@ -429,9 +434,12 @@ def _conv_t(nd, name, input, weight, bias, stride, padding, output_padding, grou
     ks = tuple(weight.shape[2:])
     outs = [(n - 1) * s - 2 * p + d * (k - 1) + o + 1
             for n, s, p, d, k, o in zip(x.shape[2:], stride, padding, dilation, ks, opad)]
-    if any(o <= 0 for o in outs):
+    if any(o < 0 for o in outs):
         raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, x.shape[2:]))}). Calculated output "
                            f"size per channel: ({' x '.join(map(str, outs))}). Output size is too small")
+    if any(o == 0 for o in outs):   # torch: an empty output (the padding eats all of it) is not an error
+        r = _empty_conv_out(x, Cout, outs)
+        return r.squeeze(0) if unbatched else r
     if _int_conv_check(x, name, dilation, True):
         r = _conv_transpose_int(x, weight, bias, stride, padding, opad, dilation, groups)
         return r.squeeze(0) if unbatched else r

@@ -52,6 +52,20 @@ def _as_param(op, name, t, like: Tensor, shape=None):
     return t
 
 
+def _check_param_dtypes(op, input, *params):
+    """torch's CPU normalization kernels do not promote: every tensor parameter has the input's dtype, or (the
+    "mixed" case) the input is float16/bfloat16 and every parameter is float32."""
+    dts = {p._dtype for p in params if isinstance(p, Tensor)}
+    if not dts or dts == {input._dtype}:
+        return
+    if input._dtype in _dt.LOW_FLOATS and dts == {_dt.float32}:
+        return
+    bad = sorted(d.name for d in dts if d is not input._dtype)
+    why = "expect parameter to have scalar type of Float" if any(d not in (input._dtype, _dt.float32) for d in dts) \
+        else "all inputs must share same datatype."
+    raise RuntimeError(f"{op}: mixed dtype (CPU): {why} (input {input._dtype.name}, parameters {', '.join(bad)})")
+
+
 def _scalar(v, like: Tensor):
     return _ew._scalar_tensor(v, like._dtype, like._device)
 
@@ -157,6 +171,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Layer normalization over the trailing ``normalized_shape`` dims (``torch.nn.functional.layer_norm``)."""
     _check_float("layer_norm", input)
     ns = _norm_shape("layer_norm", input, normalized_shape)
+    _check_param_dtypes("layer_norm", input, weight, bias)
     w = _as_param("layer_norm", "weight", weight, input, ns)
     b = _as_param("layer_norm", "bias", bias, input, ns)
     ins = [input] + [t for t in (w, b) if t is not None]
@@ -187,6 +202,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if G <= 0 or C % G:
         raise RuntimeError(f"group_norm: Expected number of channels in input to be divisible by num_groups, but got "
                            f"input of shape {list(input.shape)} and num_groups={num_groups}")
+    _check_param_dtypes("group_norm", input, weight, bias)
     w = _as_param("group_norm", "weight", weight, input, (C,))
     b = _as_param("group_norm", "bias", bias, input, (C,))
     return _group_norm_run(input, G, w, b, eps)
@@ -238,6 +254,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if input.ndim < 2:
         raise ValueError(f"batch_norm: expected 2D or more input (got {input.ndim}D input)")
     C = input.shape[1]
+    _check_param_dtypes("batch_norm", input, weight, bias, running_mean, running_var)
     w = _as_param("batch_norm", "weight", weight, input, (C,))
     b = _as_param("batch_norm", "bias", bias, input, (C,))
     if not training:
@@ -281,6 +298,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if input.ndim < 2:
         raise ValueError(f"instance_norm: expected 2D or more input (got {input.ndim}D input)")
     N, C = input.shape[0], input.shape[1]
+    _check_param_dtypes("instance_norm", input, weight, bias)
     w = _as_param("instance_norm", "weight", weight, input, (C,))
     b = _as_param("instance_norm", "bias", bias, input, (C,))
     if not use_input_stats:
@@ -684,9 +702,13 @@ def _nd_view(input, target, op):
     if input.ndim == 0:
         raise ValueError(f"{op}: input tensor should be 1D or more, got 0-d")
     if input.ndim == 1:
-        if target.ndim != 0:
+        # torch: a 0-d target, or a 1-D target of one element (both give a 0-d result)
+        if target.ndim > 1:
             raise RuntimeError(f"{op}: expected a 0-d target for a 1-D input, got target of shape "
                                f"{list(target.shape)}")
+        if target.ndim == 1 and target.shape[0] != 1:
+            raise RuntimeError(f"{op}: For 1D input, 1D target must have size 1, but got target size: "
+                               f"{target.shape[0]}")
         return input.reshape(1, input.shape[0], 1), target.reshape(1, 1), ()
     N, C = input.shape[0], input.shape[1]
     if target.ndim == 0 or target.shape[0] != N:

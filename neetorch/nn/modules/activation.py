@@ -432,6 +432,21 @@ class MultiheadAttention(Module):
                 attn_mask = F.pad(attn_mask, (0, 1))
             if key_padding_mask is not None:
                 key_padding_mask = F.pad(key_padding_mask, (0, 1))
+        # F.multi_head_attention_forward's static_k / static_v ((N*H, S, D)): they replace the projected keys /
+        # values (after bias_k / bias_v, before add_zero_attn, as torch)
+        for i, st in enumerate(getattr(self, "_static_kv", (None, None))):
+            if st is None:
+                continue
+            nm = "static_k" if i == 0 else "static_v"
+            if st.ndim != 3 or st.shape[0] != N * H or st.shape[2] != D:
+                raise AssertionError(f"expecting {nm} of shape ({N * H}, S, {D}), but got {tuple(st.shape)}")
+            st = st.reshape(N, H, st.shape[1], D).transpose(1, 2).reshape(N, st.shape[1], E)
+            if i == 0:
+                k = st
+            else:
+                v = st
+        if k.shape[1] != v.shape[1]:
+            raise RuntimeError(f"key and value have different sequence lengths ({k.shape[1]} and {v.shape[1]})")
         if self.add_zero_attn:
             k = nee.cat([k, creation.zeros(N, 1, E, dtype=k.dtype, device=k.device)], 1)
             v = nee.cat([v, creation.zeros(N, 1, E, dtype=v.dtype, device=v.device)], 1)
