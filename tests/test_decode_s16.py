@@ -16,6 +16,8 @@ from neetorch.jit import executable as E
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from asv_benchmarks import _onnx_models as M  # noqa: E402
+from tests.test_decoder_growing_cache_s10 import _loop  # noqa: E402  (the decode loop driver)
+from tests.test_decoder_step_kv_fusion import _ref, _step as _attn_fn  # noqa: E402
 
 F = nee.nn.functional
 
@@ -36,22 +38,6 @@ def _counting(monkeypatch):
     monkeypatch.setattr(S, "bind_cat_dot", wrap("dot"))
     monkeypatch.setattr(S, "bind_cat_matmul", wrap("mm"))
     return calls
-
-
-def _loop(sess_runs, spec, steps):
-    """A decode loop driven by the first run (its presents fed back as the next past); every run gets each
-    step's feed: [(feed, [outputs per run])]."""
-    names = [o.name for o in spec.model.graph.output]
-    feed = dict(spec.feed)
-    res = []
-    for _ in range(steps):
-        outs = [[np.array(o) for o in run(feed)] for run in sess_runs]
-        res.append((dict(feed), outs))
-        for n, o in zip(names, outs[0]):
-            if n.startswith("present_"):
-                feed["past_" + n[len("present_"):]] = o
-        feed["x"] = outs[0][0].reshape(feed["x"].shape)
-    return res
 
 
 @pytest.mark.parametrize("d,heads,batch", [(32, 4, 1), (48, 3, 2)], ids=["dh8", "dh16b2"])
@@ -107,23 +93,6 @@ def test_generic_loop_falls_back_where_the_kernel_refuses(nthreads, monkeypatch)
     assert len(tried) >= 2 * 3, tried       # (the generic steps asked, each layer)
     for s, (feed, (g, w)) in enumerate(res):
         assert spec.close(g, w), s
-
-
-def _attn_fn(scale):
-    def fn(q, k, v, past_k, past_v):
-        pk = nee.cat([past_k, k], 2)
-        pv = nee.cat([past_v, v], 2)
-        p = F.softmax(q @ pk.transpose(2, 3) * scale, -1)
-        return p @ pv, pk, pv
-    return fn
-
-
-def _ref(q, k, v, pk, pv, scale):
-    K = np.concatenate([pk, k], 2).astype(np.float64)
-    V = np.concatenate([pv, v], 2).astype(np.float64)
-    s = q.astype(np.float64) @ np.swapaxes(K, 2, 3) * scale
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return (e / e.sum(-1, keepdims=True)) @ V, K, V
 
 
 @pytest.mark.parametrize("rows,dt,D", [(1, np.float32, 16), (2, np.float32, 16), (1, np.float64, 16),
