@@ -103,6 +103,16 @@ def noncontig(x: nee.Tensor):
     return out
 
 
+@pytest.fixture
+def torch_one_thread():
+    """torch's reference on one thread (its float64 depthwise conv spun ~10 ms a call on two busy cores)."""
+    torch = pytest.importorskip("torch")
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
 def nthreads(request):
     """The test at 1 and 2 threads of the CPU backend (files with their own ``nthreads`` override this one)."""

@@ -25,14 +25,6 @@ pytestmark = pytest.mark.skipif(not P.available(), reason="no AVX-512F / AVX2 + 
 RNG = np.random.default_rng(1414)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def nthreads(request):
-    old = threads.get_num_threads()
-    threads.set_num_threads(request.param)
-    yield request.param
-    threads.set_num_threads(old)
-
-
 @pytest.fixture
 def mode(request, monkeypatch):
     monkeypatch.setattr(P, "MODE", [request.param])

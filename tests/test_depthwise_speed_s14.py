@@ -19,12 +19,8 @@ pytestmark = pytest.mark.skipif(not pool_native.available(), reason="no llvmlite
 
 
 @pytest.fixture(autouse=True)
-def _torch_one_thread():
-    """torch's reference on one thread (its float64 depthwise conv spun ~10 ms a call on two busy cores)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _torch_one_thread(torch_one_thread):
+    pass
 
 
 @pytest.fixture
@@ -47,14 +43,6 @@ def kernels(monkeypatch):
     monkeypatch.setattr(D, "kernel", count(1, kg))
     # (the split path looks the builtin up by identity: the wrapped kernels run through the Python pool)
     return n
-
-
-@pytest.fixture(params=[1, 2])
-def nthreads(request):
-    old = nee.get_num_threads()
-    nee.set_num_threads(request.param)
-    yield request.param
-    nee.set_num_threads(old)
 
 
 def _want(x, w, b, s, p, d, relu):

@@ -22,11 +22,8 @@ pytestmark = pytest.mark.skipif(not pool_native.available(), reason="no llvmlite
 
 
 @pytest.fixture(autouse=True)
-def _torch_one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+def _torch_one_thread(torch_one_thread):
+    pass
 
 
 @pytest.fixture
@@ -55,14 +52,6 @@ def runs(monkeypatch):
     monkeypatch.setattr(D, "kernel_pad", pad)
     monkeypatch.setattr(D, "kernel", gen)
     return n
-
-
-@pytest.fixture(params=[1, 2])
-def nthreads(request):
-    old = nee.get_num_threads()
-    nee.set_num_threads(request.param)
-    yield request.param
-    nee.set_num_threads(old)
 
 
 def _want(x, w, b, s, p, d, relu):

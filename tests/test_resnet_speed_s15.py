@@ -11,21 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neetorch.devices.cpu import threads
 from neetorch.devices.cpu.kernels import conv1x1_packed as P
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not P.available(), reason="no AVX-512F / AVX2 + FMA packed kernel or no gemm_driver")
 
 RNG = np.random.default_rng(1515)
-
-
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def nthreads(request):
-    old = threads.get_num_threads()
-    threads.set_num_threads(request.param)
-    yield request.param
-    threads.set_num_threads(old)
 
 
 @pytest.fixture(autouse=True)
