@@ -429,6 +429,41 @@ KV_NT = [os.environ.get("NEE_KV_NT", "1") not in ("0", "") and _X86]
 KV_PREFETCH = [int(os.environ.get("NEE_KV_PREFETCH", "4096"))]
 
 
+def _row_parts(sx, kind, nts, v8, w, acc, q):
+    """The per-row IR pieces shared by the KV-append kernels (_kv_ir) and the one-step attention (_attn_ir): the row
+    ``%v{sx}`` stored into present (``nts``: non-temporal halves), and its use: ``kind == "mm"`` adds it times the
+    weight ``w[j]`` into the accumulator rows at ``acc`` (the context product), else it is dotted with the query
+    rows at ``q`` into ``%acc{sx}`` (a score).  Returns (store, pre, accphi, use)."""
+    if nts:
+        store = f"""  %lo{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 0, i32 1, i32 2, i32 3>
+  %hi{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 4, i32 5, i32 6, i32 7>
+  %o4{sx} = bitcast {v8}* %op{sx} to <4 x float>*
+  store <4 x float> %lo{sx}, <4 x float>* %o4{sx}, align 16, !nontemporal !0
+  %o4h{sx} = getelementptr <4 x float>, <4 x float>* %o4{sx}, i64 1
+  store <4 x float> %hi{sx}, <4 x float>* %o4h{sx}, align 16, !nontemporal !0
+"""
+    else:
+        store = f"  store {v8} %v{sx}, {v8}* %op{sx}, align 4\n"
+    if kind == "mm":
+        pre = f"""  %wp{sx} = getelementptr float, float* {w}, i64 %jj{sx}
+  %w{sx} = load float, float* %wp{sx}, align 4
+  %w0{sx} = insertelement {v8} undef, float %w{sx}, i32 0
+  %ws{sx} = shufflevector {v8} %w0{sx}, {v8} undef, <8 x i32> zeroinitializer
+"""
+        use = f"""  %ap{sx} = getelementptr {v8}, {v8}* {acc}, i64 %cc{sx}
+  %a{sx} = load {v8}, {v8}* %ap{sx}, align 4
+  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %ws{sx}, {v8} %v{sx}, {v8} %a{sx})
+  store {v8} %a1{sx}, {v8}* %ap{sx}, align 4
+"""
+        return store, pre, "", use
+    accphi = f"  %acc{sx} = phi {v8} [ zeroinitializer, %jb{sx} ], [ %a1{sx}, %cb{sx} ]\n"
+    use = f"""  %qp{sx} = getelementptr {v8}, {v8}* {q}, i64 %cc{sx}
+  %qq{sx} = load {v8}, {v8}* %qp{sx}, align 4
+  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %qq{sx}, {v8} %v{sx}, {v8} %acc{sx})
+"""
+    return store, "", accphi, use
+
+
 def _kv_ir(kind: str, nt: bool, pf: int = 0) -> str:
     """``kernel(present, past, x, y, task)`` for one head ``h`` (task: _CATMM_WORDS words): each row j of
     ``present[h]`` (``past[h, j]`` for j < P, else the row already in ``present``) is loaded once, stored
@@ -486,36 +521,10 @@ zb:
         head += "start:\n  br label %j_p\n"
 
     def loop(sx, nts):
-        if nts:
-            store = f"""  %lo{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 0, i32 1, i32 2, i32 3>
-  %hi{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 4, i32 5, i32 6, i32 7>
-  %o4{sx} = bitcast {v8}* %op{sx} to <4 x float>*
-  store <4 x float> %lo{sx}, <4 x float>* %o4{sx}, align 16, !nontemporal !0
-  %o4h{sx} = getelementptr <4 x float>, <4 x float>* %o4{sx}, i64 1
-  store <4 x float> %hi{sx}, <4 x float>* %o4h{sx}, align 16, !nontemporal !0
-"""
-        else:
-            store = f"  store {v8} %v{sx}, {v8}* %op{sx}, align 4\n"
+        store, pre, accphi, use = _row_parts(sx, kind, nts, v8, "%xf", "%yv", "%xv")
         if kind == "mm":
-            pre = f"""  %wp{sx} = getelementptr float, float* %xf, i64 %jj{sx}
-  %w{sx} = load float, float* %wp{sx}, align 4
-  %w0{sx} = insertelement {v8} undef, float %w{sx}, i32 0
-  %ws{sx} = shufflevector {v8} %w0{sx}, {v8} undef, <8 x i32> zeroinitializer
-"""
-            accphi = ""
-            use = f"""  %ap{sx} = getelementptr {v8}, {v8}* %yv, i64 %cc{sx}
-  %a{sx} = load {v8}, {v8}* %ap{sx}, align 4
-  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %ws{sx}, {v8} %v{sx}, {v8} %a{sx})
-  store {v8} %a1{sx}, {v8}* %ap{sx}, align 4
-"""
             end = ""
         else:
-            pre = ""
-            accphi = f"  %acc{sx} = phi {v8} [ zeroinitializer, %jb{sx} ], [ %a1{sx}, %cb{sx} ]\n"
-            use = f"""  %qp{sx} = getelementptr {v8}, {v8}* %xv, i64 %cc{sx}
-  %qv{sx} = load {v8}, {v8}* %qp{sx}, align 4
-  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %qv{sx}, {v8} %v{sx}, {v8} %acc{sx})
-"""
             end = f"""  %r{sx} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float 0.0, {v8} %acc{sx})
   %rp{sx} = getelementptr float, float* %yf, i64 %jj{sx}
   store float %r{sx}, float* %rp{sx}, align 4
@@ -728,36 +737,10 @@ entry:
     def loop(sx, kind, nts, start, nxt):
         # rows j of one head: the row (past's for j < P, else new's) loaded once, stored into present, used
         ob, pb, nb = ("%kob", "%kpb", "%knb") if kind == "dot" else ("%vob", "%vpb", "%vnb")
-        if nts:
-            store = f"""  %lo{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 0, i32 1, i32 2, i32 3>
-  %hi{sx} = shufflevector {v8} %v{sx}, {v8} undef, <4 x i32> <i32 4, i32 5, i32 6, i32 7>
-  %o4{sx} = bitcast {v8}* %op{sx} to <4 x float>*
-  store <4 x float> %lo{sx}, <4 x float>* %o4{sx}, align 16, !nontemporal !0
-  %o4h{sx} = getelementptr <4 x float>, <4 x float>* %o4{sx}, i64 1
-  store <4 x float> %hi{sx}, <4 x float>* %o4h{sx}, align 16, !nontemporal !0
-"""
-        else:
-            store = f"  store {v8} %v{sx}, {v8}* %op{sx}, align 4\n"
+        store, pre, accphi, use = _row_parts(sx, kind, nts, v8, "%sf", "%cv", "%qv")
         if kind == "mm":
-            pre = f"""  %wp{sx} = getelementptr float, float* %sf, i64 %jj{sx}
-  %w{sx} = load float, float* %wp{sx}, align 4
-  %w0{sx} = insertelement {v8} undef, float %w{sx}, i32 0
-  %ws{sx} = shufflevector {v8} %w0{sx}, {v8} undef, <8 x i32> zeroinitializer
-"""
-            accphi = ""
-            use = f"""  %ap{sx} = getelementptr {v8}, {v8}* %cv, i64 %cc{sx}
-  %a{sx} = load {v8}, {v8}* %ap{sx}, align 4
-  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %ws{sx}, {v8} %v{sx}, {v8} %a{sx})
-  store {v8} %a1{sx}, {v8}* %ap{sx}, align 4
-"""
             end = ""
         else:
-            pre = ""
-            accphi = f"  %acc{sx} = phi {v8} [ zeroinitializer, %jb{sx} ], [ %a1{sx}, %cb{sx} ]\n"
-            use = f"""  %qp{sx} = getelementptr {v8}, {v8}* %qv, i64 %cc{sx}
-  %qq{sx} = load {v8}, {v8}* %qp{sx}, align 4
-  %a1{sx} = call {v8} @llvm.fmuladd.v8f32({v8} %qq{sx}, {v8} %v{sx}, {v8} %acc{sx})
-"""
             # the score times scale, stored; the running max (a NaN score leaves it: the row's exps are NaN)
             end = f"""  %r{sx} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float 0.0, {v8} %acc{sx})
   %rsc{sx} = fmul float %r{sx}, %scale
