@@ -136,8 +136,8 @@ def test_same_tensor_passed_twice():
 
 
 def test_still_refused():
-    with pytest.raises(TraceError, match="writes into a view"):
-        nee.jit(lambda x: x.t().mul_(2))(nee.ones(2, 3))
+    # a view of a buffer the function made, held while the buffer is written: the view is of a constant (not
+    # followed); writes through views of traced values are functionalized (tests/test_jit_views_s17.py)
     with pytest.raises(TraceError, match="views were taken of"):
         nee.jit(lambda x: (lambda b, v: (b.__setitem__(0, x[0]), v * 1)[1])(*(lambda b: (b, b[0]))(nee.zeros(4, 6))))(
             nee.ones(4, 6))
@@ -220,18 +220,17 @@ def test_setitem_and_dropout_nodes_on_other_devices(dev):
     assert not [fb for fb in g.placement.fallbacks if fb.op in ("setitem", "random")]
 
 
-def test_an_update_under_a_live_view_is_refused_not_wrong():
-    """``v = t[:, 2]; t.add_(1); return v``: eager's view sees the update; the graph's view is of the old value
-    (this returned the stale view, a silent wrong answer, before): refused.  A view the function no longer holds
-    (``y[1:] = y[1:] * 2``, a temporary read before the write) does not stop the update, and an update of a
-    basic-indexing view is written through to its base (``y[:, 0] += y[:, 1]``: a setitem node)."""
+def test_an_update_under_a_live_view_is_seen_through_the_view():
+    """``v = t[:, 2]; t.add_(1); return v``: eager's view sees the update (the graph's view was of the old value,
+    a silent wrong answer in session 15, then refused; now the view is taken again from the updated base).  An
+    update of a basic-indexing view is written through to its base (``y[:, 0] += y[:, 1]``: a setitem node)."""
     def stale(x):
         t = x * 1.5
         v = t[:, 2]
         t.add_(1)
         return v * 1
-    with pytest.raises(TraceError, match="views were taken of"):
-        nee.jit(stale)(nee.randn(4, 5))
+    x = nee.randn(4, 5)
+    np.testing.assert_allclose(_np(nee.jit(stale)(x)), _np(stale(x)), rtol=1e-6)
 
     def shifted(x):
         y = x * 1

@@ -244,16 +244,17 @@ class Tracer:
         # such buffers or of constants: an update of those is refused, the aliases would not follow)
         self.temps: dict = {}
         self.aliased: dict = {}
+        self.alias_base: dict = {}   # id(view) -> (weak reference to it, the tensor it views): untraced views
         self.values: dict[int, tuple[Value, Any]] = {}   # id(tensor) -> (Value, tensor kept alive)
         self.view_values: set = set()
-        # id(tensor) -> weak references to the views taken of it (also of its views' views): an in-place update of a
-        # tensor with a view still referenced by the function is refused (the view would not see it in the graph)
-        self.view_bases: dict[int, list] = {}
-        self.view_root: dict[int, Any] = {}    # id(view) -> the tensor it (transitively) views
-        # id(view) -> (base, index template, index tensors) of a basic-indexing getitem view: an in-place update of
-        # the view is written through to its base (a setitem node), e.g. ``y[:, 0] += 1``; pending ones by id
-        self.getitem_of: dict = {}
+        # functionalized views (torch.compile's functionalization): id(view) -> (the tensor it was taken of, how
+        # to take it again, that tensor's Value the view's own is current with).  A view whose base was updated
+        # in place since is taken again from the base's new value when next used (value_of), and an in-place
+        # update of a view is written through to its base (a setitem / view-assign node, up the chain of views:
+        # write_through); ``through`` holds the pending ones by id (the update's operands, read before the write)
+        self.view_of: dict[int, tuple] = {}
         self.through: dict = {}
+        self.deferred: set = set()   # ids of views of captured tensors written (state: the trace is done again)
         self.meta = meta
         self.fake_roots: dict[int, Any] = {}   # id(placeholder buffer) -> buffer (kept alive)
         # provenance of the tensors ops run eagerly at trace time made (their results become constants):
@@ -270,6 +271,8 @@ class Tracer:
     def value_of(self, t) -> Value:
         e = self.values.get(id(t))
         if e is not None and e[1] is t:
+            if id(t) in self.view_of:
+                return self._sync(t)
             return e[0]
         if self.is_fake(t):
             raise _NeedsData(f"a placeholder tensor of shape {tuple(t.shape)} would become a constant")
@@ -397,39 +400,88 @@ class Tracer:
         return (e is None or e[1] is not o or e[0].kind == "const") and id(o) not in self.view_values \
             and not self.is_fake(o)
 
-    def note_views(self, base, views) -> None:
-        root = self.view_root.get(id(base))
-        for b in (base, root):
-            if b is not None:
-                lst = self.view_bases.setdefault(id(b), [])
-                lst.extend(weakref.ref(v) for v in views if v is not b)
-        for v in views:
-            if v is not base:
-                self.view_root[id(v)] = root if root is not None else base
+    def note_view(self, view, base, regen) -> None:
+        """``view`` shares ``base``'s memory (a traced value): how to take it again (``regen``, see _retake)."""
+        self.view_of[id(view)] = (base, regen, self.values[id(base)][0])
 
-    def has_live_view(self, o, using=()) -> bool:
-        """Does the function still hold a view of ``o`` (other than the operands of the update itself, read
-        before it)?  The tracer's own reference to a traced view is in ``values``: a view referenced only there
-        (``y[1:]`` in ``y[1:] = y[1:] * 2``, a temporary of an expression) cannot see the update any more."""
-        refs = self.view_bases.get(id(o))
-        if not refs:
-            return False
-        skip = {id(t) for t in using}
-        for wr in refs:
-            v = wr()
-            if v is None or id(v) in skip:
-                continue
-            e = self.values.get(id(v))
-            held = 1 if e is not None and e[1] is v else 0
-            if sys.getrefcount(v) > 2 + held:   # (v here, getrefcount's argument, the tracer's entry)
-                return True
-        return False
+    def _sync(self, t) -> Value:
+        """The value of view ``t``: taken again from its base when the base was updated in place since (eager
+        sees the update through the view), the base itself synced first (a view of a view)."""
+        base, regen, seen = self.view_of[id(t)]
+        bv = self.value_of(base)
+        if bv is seen:
+            return self.values[id(t)][0]
+        v = self._retake(bv, regen)
+        self.bind(t, v)
+        self.view_of[id(t)] = (base, regen, bv)
+        return v
+
+    def _retake(self, bv: Value, regen) -> Value:
+        if regen[0] == "getitem":
+            _, tmpl, _tensors, idx_values, meta = regen
+            node = self.graph.add_node(ViewOp("getitem", _replay_getitem), [bv] + list(idx_values),
+                                       {"args": (tmpl,), "kwargs": ()}, [meta])
+            return node.outputs[0]
+        _, name, fn, args, kwargs, k, metas = regen
+        node = self.graph.add_node(ViewOp(name, fn), [bv], {"args": tuple(args), "kwargs": tuple(kwargs.items())},
+                                   list(metas))
+        return node.outputs[k or 0]
+
+    def root_of(self, o):
+        """The tensor at the end of ``o``'s chain of views (``o`` itself when it is not a view)."""
+        while True:
+            e = self.view_of.get(id(o))
+            if e is None:
+                return o
+            o = e[0]
+
+    def _writable_view(self, o) -> bool:
+        """Can an update of view ``o`` be written through to the tensor at the end of its chain?  Every link a
+        view an assignment can go through (not expand / as_strided: several elements share memory, or the
+        layout of the base matters), the root a traced value of the function (not a constant)."""
+        while True:
+            e = self.view_of.get(id(o))
+            if e is None:
+                break
+            if e[1][0] != "getitem" and e[1][1] in _NOT_WRITABLE_VIEWS:
+                return False
+            o = e[0]
+        er = self.values.get(id(o))
+        return er is not None and er[1] is o and er[0].kind != "const"
 
     def alias(self, *ts) -> None:
         """Record tensors sharing memory through a view the trace did not record (weakly: a temporary that
         dies stays a temporary for const_sources)."""
         for t in ts:
             self.aliased[id(t)] = weakref.ref(t)
+
+    def alias_view(self, base, view) -> None:
+        """``view`` (a view the trace did not record: of a constant or a captured tensor) shares ``base``'s memory;
+        the tensor at the end of the chain is kept (weakly: the views between may die, ``C[0][1:]``)."""
+        self.alias(base, view)
+        e = self.alias_base.get(id(base))
+        root = e[1]() if e is not None and e[0]() is base else None
+        self.alias_base[id(view)] = (weakref.ref(view), weakref.ref(root if root is not None else base))
+
+    def captured_root(self, o):
+        """The captured tensor an untraced view ``o`` (of a view...) was taken of, or None."""
+        e = self.alias_base.get(id(o))
+        r = e[1]() if e is not None and e[0]() is o else o
+        return r if r is not None and self._captured(r) and not self.is_traced(r) else None
+
+    def _state_through_view(self, o) -> bool:
+        """A write into a view of a captured tensor (``self.buf[0].add_(1)``): the tensor is state, as when written
+        directly (see pre_write): collected (a metadata-only trace: True) or sends the trace back at once."""
+        if not self._aliased(o) or self.is_traced(o):
+            return False
+        c = self.captured_root(o)
+        if c is None:
+            return False
+        if not self.meta:
+            raise _NeedsState([c] + list(self.collect.values()))
+        self.collect[id(c)] = c
+        self.deferred.add(id(o))
+        return True
 
     def _aliased(self, o) -> bool:
         a = self.aliased.get(id(o))
@@ -468,15 +520,16 @@ class Tracer:
         True, the op must not run) or sends the trace back to trace() at once (an eager one, before any write)."""
         hit = False
         for o in out:
-            gi = self.getitem_of.get(id(o))
-            if gi is not None and not self.meta:
-                o = gi[0]    # (a view of an input written: the input is what an eager trace must restore)
+            if not self.meta:
+                o = self.root_of(o)   # (a view of an input written: the input is what an eager trace must restore)
             e = self.values.get(id(o))
             if e is not None and e[1] is o and e[0].kind == "input":
                 if not self.meta and id(o) not in self.snaps:
                     self.snaps[id(o)] = (o, o.clone())
             elif self._is_temp(o) and any(self.is_traced(t) or self.is_fake(t) for t in inputs):
                 self.bind_temp(o)
+            elif self._state_through_view(o):
+                hit = True
             elif self._captured(o):
                 if self._aliased(o):
                     self.check_inplace_target(o, "in-place op")     # (raises: views of it were taken)
@@ -487,6 +540,8 @@ class Tracer:
         return hit
 
     def on_op(self, op, inputs, attrs, metas, outputs, out):
+        if out is not None and self.deferred and any(id(o) in self.deferred for o in out):
+            return   # (a write into a view of a captured tensor: traced again with the tensor as state)
         if not any(self.is_traced(t) for t in inputs) and not (out and any(self.is_traced(o) for o in out)) \
                 and not (out and any(id(o) in self.collect for o in out)):
             # a computation on constants only: its result is a constant too (made from what it read)
@@ -508,7 +563,9 @@ class Tracer:
         would differ from eager (an input the caller sees mutated, a view or a tensor with views
         sharing its memory, a tensor made outside the function)."""
         e = self.values.get(id(o))
-        if self.has_live_view(o, using) or self._aliased(o):
+        if id(o) in self.deferred or self._state_through_view(o):
+            return
+        if self._aliased(o):
             raise TraceError(f"{what}: an in-place op writes into a tensor that views were taken of at "
                              f"{_user_frame()} (the views would not see the update in the graph); take the "
                              f"views after the update or use the out-of-place op")
@@ -523,35 +580,38 @@ class Tracer:
                 raise _NeedsState([o] + list(self.collect.values()))
             self.collect[id(o)] = o
             return
-        gi = self.getitem_of.get(id(o))
-        if gi is not None and e is not None and e[1] is o and id(o) in self.view_values:
-            b = gi[0]
-            eb = self.values.get(id(b))
-            if eb is not None and eb[1] is b and id(b) not in self.view_values and eb[0].kind != "const" and \
-                    not self.has_live_view(b, [o] + list(using)):
-                # ``y[:, 0] += 1``: the view is rebound to the update and its base to a setitem of it (write_through)
-                self.through[id(o)] = list(using)     # (the update's operands: read before the write)
-                return
+        if id(o) in self.view_of and e is not None and e[1] is o and self._writable_view(o):
+            # ``y[:, 0] += 1``, ``y.t().mul_(2)``: the view is rebound to the update and its base to the base with
+            # the update assigned through the same view (write_through), up to the end of the chain
+            self.through[id(o)] = list(using)     # (the update's operands: read before the write)
+            return
         if e is None or e[1] is not o or id(o) in self.view_values:
             raise TraceError(f"{what}: an in-place op writes into a view or a tensor that is not a traced value "
                              f"(a view of another tensor, or a buffer other tensors view) at {_user_frame()}; "
                              f"in-place updates are traced on values the function computed, buffers it made, its "
-                             f"inputs and tensors captured from outside, but not through aliases the graph cannot "
-                             f"follow — use the out-of-place op")
+                             f"inputs and tensors captured from outside, and through views of those (not "
+                             f"expand / as_strided / unfold views, nor aliases the graph cannot follow) — use the "
+                             f"out-of-place op")
         if e[0].kind == "input":
             # an input of the function (or captured state traced as one): rebound here, its final value written
             # back into the caller's tensor after every call of the compiled function (jit.api)
             self.written.setdefault(id(o), o)
 
     def write_through(self, o) -> None:
-        """After a getitem view ``o`` was rebound to its update (check_inplace_target allowed it): its base is
-        rebound to ``setitem(base, index, o)`` (an input / captured state base is then written back)."""
+        """After a view ``o`` was rebound to its update (check_inplace_target allowed it): its base is rebound
+        to the base with ``o`` assigned through the same view (``setitem(base, index, o)`` for a getitem view, a
+        view-assign node for a view function), and so on up the chain (an input / captured state at its end is
+        then written back); ``o`` is then current with its base's new value."""
         using = self.through.pop(id(o), None)
         if using is None:
             return
-        base, tmpl, idx = self.getitem_of[id(o)]
-        from ..ops.indexing import setitem
-        _record_setitem(self, setitem, base, _fill(tmpl, [base] + list(idx)), o, using)
+        base, regen, _ = self.view_of[id(o)]
+        if regen[0] == "getitem":
+            from ..ops.indexing import setitem
+            _record_setitem(self, setitem, base, _fill(regen[1], [base] + list(regen[2])), o, using)
+        else:
+            _record_view_assign(self, base, regen, o, using)
+        self.view_of[id(o)] = (base, regen, self.values[id(base)][0])
 
     def record_sampler(self, fn, args, kwargs, like, inplace):
         """A sampler called in the traced function (see :class:`RandomOp`): run it once now for the result's
@@ -603,7 +663,7 @@ class Tracer:
             for r in rs:
                 if isinstance(getattr(r, "_data", None), np.ndarray) and isinstance(base._data, np.ndarray) and \
                         _storage.root(r._data) is _storage.root(base._data):
-                    self.alias(base, r)
+                    self.alias_view(base, r)
             if hasattr(result, "_data") and result is not base:   # (a view fn may return its input itself)
                 # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
                 # tensor, for caches that must follow ``weight.data = ...`` (jit/passes.py memo_product_weights)
@@ -611,13 +671,20 @@ class Tracer:
             return
         op = ViewOp(name, fn)
         rs = result if isinstance(result, (tuple, list)) else (result,)
-        self.note_views(base, rs)
         metas = [Meta(tuple(r.shape), r.dtype) for r in rs]
         node = self.graph.add_node(op, [self.value_of(base)], {"args": tuple(args), "kwargs": tuple(kwargs.items())},
                                    metas)
-        for t, v in zip(rs, node.outputs):
+        bd = base._data
+        for k, (t, v) in enumerate(zip(rs, node.outputs)):
+            if t is base:
+                continue   # (a view function that returned its input itself)
             self.bind(t, v)
+            d = t._data
+            if isinstance(d, np.ndarray) and isinstance(bd, np.ndarray) and _root(d) is not _root(bd):
+                continue   # a copy (``reshape`` of a non-contiguous tensor): a value of its own, not a view
             self.view_values.add(id(t))
+            self.note_view(t, base, ("view", name, fn, tuple(args), dict(kwargs),
+                                     k if isinstance(result, (tuple, list)) else None, tuple(metas)))
 
     def on_read(self, t, what: str):
         if registry._depth[0] != 0 and self.is_fake(t):
@@ -716,23 +783,23 @@ def _traced_getitem(fn):
             registry._depth[0] -= 1
         if any(tr.is_traced(t) for t in tensors):
             op = ViewOp("getitem", _replay_getitem)
-            node = tr.graph.add_node(op, [tr.value_of(t) for t in tensors], {"args": (tmpl,), "kwargs": ()},
-                                     [Meta(tuple(r.shape), r.dtype)])
+            ins = [tr.value_of(t) for t in tensors]
+            meta = Meta(tuple(r.shape), r.dtype)
+            node = tr.graph.add_node(op, ins, {"args": (tmpl,), "kwargs": ()}, [meta])
             tr.bind(r, node.outputs[0])
             tr.view_values.add(id(r))
             d, sd = getattr(r, "_data", None), getattr(self, "_data", None)
             if (_storage.root(d) is _storage.root(sd)) if isinstance(d, np.ndarray) and isinstance(sd, np.ndarray) \
                     else len(tensors) == 1:
-                # a view (basic indexing): a later in-place update of ``self`` is refused, as for the view
-                # functions (eager would see it through the view; the graph's view is of the old value)
-                tr.note_views(self, (r,))
-                tr.getitem_of[id(r)] = (self, tmpl, tensors[1:])
+                # a view (basic indexing): taken again when ``self`` is updated in place, and an update of it is
+                # written through to ``self`` (a setitem node)
+                tr.note_view(r, self, ("getitem", tmpl, tuple(tensors[1:]), tuple(ins[1:]), meta))
         elif not any(tr.is_fake(t) for t in tensors):
             e = tr.prov.get(id(self))
             d = getattr(r, "_data", None)
             if isinstance(d, np.ndarray) and isinstance(self._data, np.ndarray) and \
                     _storage.root(d) is _storage.root(self._data):
-                tr.alias(self, r)
+                tr.alias_view(self, r)
             if (e is not None and e[0] is self) or len(tensors) > 1 or not isinstance(d, np.ndarray) or \
                     _storage.root(d) is not _storage.root(self._data):
                 tr.derive((r,), tensors)   # a copy (or a view of an eager result): made from what it read
@@ -752,16 +819,20 @@ class ReplayOp:
     kind = "replay"
     check = None
     nout = 1
-    __slots__ = ("name", "fn", "tmpl")
+    __slots__ = ("name", "fn", "tmpl", "contiguous")
 
-    def __init__(self, name, fn, tmpl):
-        self.name, self.fn, self.tmpl = name, fn, tmpl
+    def __init__(self, name, fn, tmpl, contiguous=False):
+        self.name, self.fn, self.tmpl, self.contiguous = name, fn, tmpl, contiguous
 
     def infer(self, metas, attrs):
         return [Meta(tuple(metas[0].shape), metas[0].dtype)]
 
     def decompose(self, *tensors, **attrs):
-        r = tensors[0].clone()
+        if self.contiguous:
+            from ..tensor.tensor import contiguous_format
+            r = tensors[0].clone(memory_format=contiguous_format)
+        else:
+            r = tensors[0].clone()
         index, value = _fill(self.tmpl, [r] + list(tensors[1:]))
         self.fn(r, index, value)
         return r
@@ -779,8 +850,7 @@ def _record_setitem(tr, fn, t, index, value, using=()) -> None:
     if tr.meta:
         tr.fake_roots.setdefault(id(_root(t._data)), _root(t._data))   # (its contents are stale now)
     else:   # an eager trace keeps real values: write them (an input's are restored when the trace ends)
-        gi = tr.getitem_of.get(id(t))
-        w = gi[0] if gi is not None else t      # (a view of an input written: the input is restored)
+        w = tr.root_of(t)      # (a view of an input written: the input is restored)
         e = tr.values.get(id(w))
         if e is not None and e[1] is w and e[0].kind == "input" and id(w) not in tr.snaps:
             tr.snaps[id(w)] = (w, w.clone())
@@ -792,6 +862,47 @@ def _record_setitem(tr, fn, t, index, value, using=()) -> None:
     node = tr.graph.add_node(ReplayOp("setitem", fn, tmpl), ins, {"index": tmpl}, [Meta(tuple(t.shape), t.dtype)])
     tr.bind(t, node.outputs[0])
     tr.write_through(t)
+
+
+def _view_assign(r, spec, value) -> None:
+    """``fn(r, *args, **kwargs)[k].copy_(value)``: an update of a view assigned through the same view of a copy of
+    its base (ReplayOp ``view_assign``; ``r`` is a contiguous copy, so reshape / view / flatten give views)."""
+    fn, args, kwargs, k = spec
+    v = fn(r, *args, **dict(kwargs))
+    if k is not None:
+        v = v[k]
+    d, rd = v._data, r._data
+    if isinstance(d, np.ndarray) and isinstance(rd, np.ndarray) and _root(d) is not _root(rd):
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)}: the traced view is a copy when replayed; cannot write "
+                           f"an update through it")
+    v.copy_(value)
+
+
+#: views an update is not written through (several elements share memory, or the base's strides matter)
+_NOT_WRITABLE_VIEWS = frozenset({"expand", "expand_as", "broadcast_to", "as_strided", "unfold"})
+
+
+def _record_view_assign(tr, base, regen, value, using=()) -> None:
+    """``base`` rebound to ``base`` with ``value`` assigned through the view ``regen`` describes (a view function's
+    update written through: see Tracer.write_through)."""
+    _, name, fn, args, kwargs, k, _metas = regen
+    tensors: list = [base]
+    tmpl = _template(((fn, args, tuple(kwargs.items()), k), value), tensors)
+    tr.check_inplace_target(base, f"{name}(...) update", using=tensors[1:] + list(using))
+    bv = tr.bind_temp(base) if id(base) in tr.temps else tr.value_of(base)
+    ins = [bv] + [tr.value_of(x) for x in tensors[1:]]
+    if tr.meta:
+        tr.fake_roots.setdefault(id(_root(base._data)), _root(base._data))
+    else:   # (an eager trace wrote through the real view already; an input at the chain's end is restored)
+        w = tr.root_of(base)
+        e = tr.values.get(id(w))
+        if e is not None and e[1] is w and e[0].kind == "input" and id(w) not in tr.snaps:
+            tr.snaps[id(w)] = (w, w.clone())
+    node = tr.graph.add_node(ReplayOp("view_assign", _view_assign, tmpl, contiguous=True), ins,
+                             {"view": name, "args": tuple(args), "kwargs": tuple(kwargs.items())},
+                             [Meta(tuple(base.shape), base.dtype)])
+    tr.bind(base, node.outputs[0])
+    tr.write_through(base)
 
 
 def _guard_mutation(fn, what):
@@ -811,6 +922,9 @@ def _guard_mutation(fn, what):
         if tr is not None and registry._depth[0] == 0 and tr.is_traced(self):
             raise TraceError(f"{what} writes into a traced tensor at {_user_frame()}: in-place assignment is not "
                              f"traced; use an out-of-place op (nee.where, masked_fill, index_put, scatter) instead")
+        if tr is not None and registry._depth[0] == 0 and not tr.is_traced(self) and tr.pre_write([self]):
+            # a captured tensor (or a view of one) written with constant values: state, traced again
+            return None if what == "tensor[...] = value" else self
         r = fn(self, *args, **kwargs)
         if tr is not None and registry._depth[0] == 0:
             tr.derive((self,), _tensors((args, kwargs)), keep=True)   # an eager write into a constant
@@ -937,7 +1051,8 @@ def trace(fn: Callable, *example_args, name: str | None = None, meta: bool = Tru
     ``graph.writebacks`` as ``(input index, output index)``; captured tensors written become extra inputs after
     the function's own (``graph.state``, read live at every call), found by a first trace and traced again
     (``state``: the ones already known).  ``jit`` writes them back after every call; :func:`run_graph` too.
-    Writes into views of them stay refused (the graph cannot follow the alias)."""
+    Writes through views are functionalized (Tracer.write_through: the base is updated through the same view, up
+    the chain of views) and views of an updated tensor are taken again from its new value (Tracer.value_of)."""
     state = list(state)
     for _ in range(64):
         try:
