@@ -156,8 +156,9 @@ def test_load_error_classes(ort, tmp_path):
         with pytest.raises(nx.ModelLoadError):   # neetorch's family still catches them
             ort.InferenceSession(str(tmp_path / "missing.onnx"))
         with pytest.raises(nx.UnsupportedModelError):  # an ONNX op neetorch lacks: NotImplemented
-            nx.InferenceSession(_model([helper.make_node("Bernoulli", ["x"], ["y"])], [vi("x", T.FLOAT, [2])],
-                                       [vi("y", T.FLOAT, [2])]))
+            nx.InferenceSession(_model([helper.make_node("MaxRoiPool", ["x", "r"], ["y"], pooled_shape=[1, 1])],
+                                       [vi("x", T.FLOAT, [1, 1, 2, 2]), vi("r", T.FLOAT, [1, 5])],
+                                       [vi("y", T.FLOAT, [1, 1, 1, 1])]))
         assert issubclass(nx.NotImplemented, nx.UnsupportedModelError)
         assert nx.NotImplemented.__name__ == "NotImplemented"
 

@@ -176,6 +176,7 @@ def load_op_modules() -> None:
         ops_math,
         ops_ml,
         ops_nn,
+        ops_random,
         ops_signal,
         ops_string,
         ops_tensor,

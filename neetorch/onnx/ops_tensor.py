@@ -451,15 +451,6 @@ def _revseq(ctx, node, x, lens):
     return nee.gather(x, ta, idx)
 
 
-@op("Dropout")
-def _dropout(ctx, node, x, ratio=None, training=None):
-    if training is not None and bool(ctx.scalar(training)) and float(ctx.scalar(ratio, 0.5)) != 0.0:
-        raise LoweringError("Dropout in training mode is not supported (inference only)")
-    if node.nout > 1:
-        return x, nee.ones(tuple(x.shape), dtype=nee.bool)
-    return x
-
-
 
 
 @op("Unique")

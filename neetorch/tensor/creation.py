@@ -802,15 +802,17 @@ def randn(*size_args, size=None, generator=None, dtype=None, device=None, requir
 
 
 @sampler(like=0)
-def rand_like(t, dtype=None, device=None) -> Tensor:
+def rand_like(t, dtype=None, device=None, *, generator=None) -> Tensor:
+    """``torch.rand_like``; ``generator=`` (not in torch) draws from that generator (ONNX RandomUniformLike's seed)."""
     dt, dev = _like(t, dtype, device)
-    return _restride_like(t, rand(tuple(t.shape), dtype=dt, device=dev))
+    return _restride_like(t, rand(tuple(t.shape), dtype=dt, device=dev, generator=generator))
 
 
 @sampler(like=0)
-def randn_like(t, dtype=None, device=None) -> Tensor:
+def randn_like(t, dtype=None, device=None, *, generator=None) -> Tensor:
+    """``torch.randn_like``; ``generator=`` as for :func:`rand_like`."""
     dt, dev = _like(t, dtype, device)
-    return _restride_like(t, randn(tuple(t.shape), dtype=dt, device=dev))
+    return _restride_like(t, randn(tuple(t.shape), dtype=dt, device=dev, generator=generator))
 
 
 @sampler()
