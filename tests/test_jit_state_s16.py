@@ -90,10 +90,19 @@ def test_training_mode_batch_norm_updates_its_running_stats(kind):
     np.testing.assert_allclose(_np(jm(x)), _np(ref(x)), rtol=1e-5, atol=1e-5)
 
 
-def test_cumulative_momentum_reads_a_buffer_clear_error():
-    m = nn.BatchNorm1d(3, momentum=None)
-    with pytest.raises(TraceError, match="reads a traced tensor"):
-        nee.jit(m)(nee.randn(4, 3))
+@pytest.mark.parametrize("cls, shape", [(nn.BatchNorm1d, (6, 3)), (nn.BatchNorm2d, (4, 3, 5, 5))])
+def test_cumulative_momentum_follows_eager(cls, shape):
+    """``momentum=None`` (the cumulative average, factor 1 / num_batches_tracked) under jit: the factor comes from
+    the buffer as a tensor (it was read into Python: a TraceError before session 17)."""
+    nee.manual_seed(0)
+    m, ref = cls(3, momentum=None), cls(3, momentum=None)
+    jm = nee.jit(m)
+    for i in range(4):
+        x = nee.randn(*shape) * (i + 1) + i
+        np.testing.assert_allclose(_np(jm(x)), _np(ref(x)), rtol=1e-5, atol=1e-5)
+        for a, b in ((m.running_mean, ref.running_mean), (m.running_var, ref.running_var)):
+            np.testing.assert_allclose(_np(a), _np(b), rtol=1e-5, atol=1e-6)
+        assert int(m.num_batches_tracked) == int(ref.num_batches_tracked) == i + 1
 
 
 def test_mode_and_attribute_changes_respecialize():

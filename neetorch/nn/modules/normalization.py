@@ -190,6 +190,9 @@ class _BatchNorm(_NormBase):
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:
+                from ...trace.tracer import is_tracing
+                if is_tracing() and self.running_mean is not None and self.running_var is not None:
+                    return self._cumulative_traced(input)
                 exponential_average_factor = 1.0 / float(self.num_batches_tracked)
             else:
                 exponential_average_factor = self.momentum
@@ -200,6 +203,21 @@ class _BatchNorm(_NormBase):
         use_stats = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if use_stats else None, self.running_var if use_stats else None,
                             self.weight, self.bias, bn_training, exponential_average_factor, self.eps)
+
+
+    def _cumulative_traced(self, input):
+        """``momentum=None`` (a cumulative moving average, factor 1 / num_batches_tracked) under a trace: the
+        factor is the buffer's value, so the running statistics are updated with tensor arithmetic instead of
+        reading it into Python (the graph then reads the buffer at every call)."""
+        f = 1.0 / self.num_batches_tracked.to(self.running_mean.dtype)
+        dims = [0] + list(range(2, input.ndim))
+        cnt = input.numel() // input.shape[1] if input.shape[1] else 0
+        if cnt > 1:
+            mean = input.mean(dims).to(self.running_mean.dtype)
+            var = input.var(dims, correction=1).to(self.running_var.dtype)
+            self.running_mean.copy_(self.running_mean * (1.0 - f) + mean * f)
+            self.running_var.copy_(self.running_var * (1.0 - f) + var * f)
+        return F.batch_norm(input, None, None, self.weight, self.bias, True, 0.0, self.eps)
 
 
 class BatchNorm1d(_BatchNorm):
