@@ -40,17 +40,17 @@ CASES = {
 }
 
 
-def _run(body, jit):
-    C = nee.arange(12.0).reshape(3, 4)
+def _run(body, jit, dev="cpu", calls=3):
+    C = nee.arange(12.0).reshape(3, 4).to(dev)
     g = {"nee": nee, "C": C}
     exec("def f(x):\n    " + body, g)
     f = nee.jit(g["f"]) if jit else g["f"]
     got = []
-    for i in range(3):
-        x = nee.arange(12.0).reshape(3, 4) * (i + 1)
+    for i in range(calls):
+        x = (nee.arange(12.0).reshape(3, 4) * (i + 1)).to(dev)
         r = f(x)
         r = r if isinstance(r, tuple) else (r,)
-        got.append([a.numpy().copy() for a in r] + [x.numpy().copy(), C.numpy().copy()])
+        got.append([a.cpu().numpy().copy() for a in r] + [x.cpu().numpy().copy(), C.cpu().numpy().copy()])
     return got
 
 
@@ -61,6 +61,20 @@ def test_updates_through_views_follow_eager(name):
         for a, b in zip(w, g):
             assert a.shape == b.shape, name
             np.testing.assert_allclose(b, a, rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("dev", ["opencl", "simnpu"])
+def test_updates_through_views_on_other_devices(dev):
+    """Views are told from copies by their device storage (``tensor._storage.same``): a ``reshape`` that copied on
+    the device is not written through, and views of captured device tensors make them state."""
+    if not any(d.type == dev and d.available for d in nee.devices()):
+        pytest.skip(f"no {dev} device")
+    for name in ("t_mul", "view_of_view", "stale_view", "chunk", "input_t", "reshape_copy", "sibling",
+                 "captured_view", "captured_t_view", "captured_copy_traced"):
+        want, got = _run(CASES[name], False, dev, 2), _run(CASES[name], True, dev, 2)
+        for w, g in zip(want, got):
+            for a, b in zip(w, g):
+                np.testing.assert_allclose(b, a, rtol=1e-6, err_msg=f"{name} on {dev}")
 
 
 def test_view_update_graph_has_view_assign_and_written_back_input():

@@ -27,6 +27,7 @@ from ..devices import device as _device
 from ..ops import registry
 from ..ops.registry import Meta
 from ..ops.shape_rules import broadcast_shapes
+from ..tensor import _storage
 from ..tensor.dtypes import LOW_FLOATS, is_low_np
 from ..tensor.tensor import Tensor
 from ..trace.ir import Graph, Value
@@ -1660,12 +1661,4 @@ def _reshape_copier(src, rs):
 
 def _same_storage(a, b) -> bool:
     """Whether device array ``a`` is a view of ``b``'s memory (False when it can't be told)."""
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and np.may_share_memory(a, b)
-    sa, sb = getattr(a, "storage", None), getattr(b, "storage", None)   # OpenCL arrays, plugins
-    if sa is not None:
-        return sa is sb
-    ma, mb = getattr(getattr(a, "a", None), "data", None), getattr(getattr(b, "a", None), "data", None)
-    if ma is not None and mb is not None:                                # CUDA (cupy) arrays
-        return getattr(ma, "mem", None) is not None and ma.mem is getattr(mb, "mem", None)
-    return False
+    return _storage.same(a, b)

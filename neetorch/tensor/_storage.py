@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["root", "bump", "mark_exported", "is_exported", "Watch", "WATCH"]
+__all__ = ["root", "same", "bump", "mark_exported", "is_exported", "Watch", "WATCH"]
 
 # id(root) -> [version, root (kept alive: its id cannot be reused while watched), watchers, exported]
 WATCH: dict = {}
@@ -50,6 +50,22 @@ def root(a):
         if k is None:
             return b      # memory owned by something else (a buffer, a DLPack holder): foreign
         a = k
+
+
+def same(a, b) -> bool:
+    """Whether device arrays ``a`` and ``b`` share one storage (one a view of the other's memory): CPU arrays by
+    their :func:`root`, OpenCL / plugin arrays by their ``storage`` (or ``buffer``) object, CUDA (CuPy) arrays by
+    their memory block; False when it cannot be told."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and root(a) is root(b)
+    for attr in ("storage", "buffer"):     # OpenCL arrays (storage), device plugins (buffer)
+        sa = getattr(a, attr, None)
+        if sa is not None:
+            return sa is getattr(b, attr, None)
+    ma, mb = getattr(getattr(a, "a", None), "data", None), getattr(getattr(b, "a", None), "data", None)
+    if ma is not None and mb is not None:                                # CUDA (cupy) arrays
+        return getattr(ma, "mem", None) is not None and ma.mem is getattr(mb, "mem", None)
+    return False
 
 
 def bump(a) -> None:

@@ -661,8 +661,7 @@ class Tracer:
                 self.derive([r for r in rs if isinstance(getattr(r, "_data", None), np.ndarray) and
                              _storage.root(r._data) is not rb], (base,))
             for r in rs:
-                if isinstance(getattr(r, "_data", None), np.ndarray) and isinstance(base._data, np.ndarray) and \
-                        _storage.root(r._data) is _storage.root(base._data):
+                if r is not base and _storage.same(getattr(r, "_data", None), base._data):
                     self.alias_view(base, r)
             if hasattr(result, "_data") and result is not base:   # (a view fn may return its input itself)
                 # a view of a captured tensor (``weight.t()`` in linear): how to take it again from the
@@ -679,8 +678,7 @@ class Tracer:
             if t is base:
                 continue   # (a view function that returned its input itself)
             self.bind(t, v)
-            d = t._data
-            if isinstance(d, np.ndarray) and isinstance(bd, np.ndarray) and _root(d) is not _root(bd):
+            if not _storage.same(t._data, bd):
                 continue   # a copy (``reshape`` of a non-contiguous tensor): a value of its own, not a view
             self.view_values.add(id(t))
             self.note_view(t, base, ("view", name, fn, tuple(args), dict(kwargs),
@@ -788,17 +786,14 @@ def _traced_getitem(fn):
             node = tr.graph.add_node(op, ins, {"args": (tmpl,), "kwargs": ()}, [meta])
             tr.bind(r, node.outputs[0])
             tr.view_values.add(id(r))
-            d, sd = getattr(r, "_data", None), getattr(self, "_data", None)
-            if (_storage.root(d) is _storage.root(sd)) if isinstance(d, np.ndarray) and isinstance(sd, np.ndarray) \
-                    else len(tensors) == 1:
+            if _storage.same(getattr(r, "_data", None), getattr(self, "_data", None)):
                 # a view (basic indexing): taken again when ``self`` is updated in place, and an update of it is
                 # written through to ``self`` (a setitem node)
                 tr.note_view(r, self, ("getitem", tmpl, tuple(tensors[1:]), tuple(ins[1:]), meta))
         elif not any(tr.is_fake(t) for t in tensors):
             e = tr.prov.get(id(self))
             d = getattr(r, "_data", None)
-            if isinstance(d, np.ndarray) and isinstance(self._data, np.ndarray) and \
-                    _storage.root(d) is _storage.root(self._data):
+            if _storage.same(d, self._data):
                 tr.alias_view(self, r)
             if (e is not None and e[0] is self) or len(tensors) > 1 or not isinstance(d, np.ndarray) or \
                     _storage.root(d) is not _storage.root(self._data):
@@ -871,8 +866,7 @@ def _view_assign(r, spec, value) -> None:
     v = fn(r, *args, **dict(kwargs))
     if k is not None:
         v = v[k]
-    d, rd = v._data, r._data
-    if isinstance(d, np.ndarray) and isinstance(rd, np.ndarray) and _root(d) is not _root(rd):
+    if not _storage.same(v._data, r._data):
         raise RuntimeError(f"{getattr(fn, '__name__', fn)}: the traced view is a copy when replayed; cannot write "
                            f"an update through it")
     v.copy_(value)
