@@ -34,10 +34,10 @@ STMTS = [
 ]
 
 
-def _program(rng) -> str:
+def _program(rng, stmts=STMTS, most=8) -> str:
     lines = ["def f(x, w):", "    t0 = x * 1.5", "    ts = [t0]", "    views = []"]
-    for _ in range(rng.randint(2, 8)):
-        lines.append(rng.choice(STMTS).format(
+    for _ in range(rng.randint(2, most)):
+        lines.append(rng.choice(stmts).format(v20=rng.choice(["3", "1:7", "::4"]),
             idx=rng.choice(["0", ":, 1", "1:3", "ts[-1] > 0", "..., -1", "nee.tensor([0, 2])"]),
             val=rng.choice(["2.5", "w[0]", "x[1] * 2", "-1.0"]), iop=rng.choice(["add_", "mul_", "sub_"]),
             arg=rng.choice(["w", "2.0", "x"]), iop2=rng.choice(["add_", "mul_"]), arg2=rng.choice(["1.0", "w"]),

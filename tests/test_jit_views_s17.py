@@ -124,19 +124,6 @@ EXTRA = [
 ]
 
 
-def _program(rng) -> str:
-    lines = ["def f(x, w):", "    t0 = x * 1.5", "    ts = [t0]", "    views = []"]
-    for _ in range(rng.randint(2, 9)):
-        lines.append(rng.choice(fuzz16.STMTS + EXTRA).format(
-            idx=rng.choice(["0", ":, 1", "1:3", "ts[-1] > 0", "..., -1", "nee.tensor([0, 2])"]),
-            val=rng.choice(["2.5", "w[0]", "-1.0"]), iop=rng.choice(["add_", "mul_", "sub_"]),
-            arg=rng.choice(["w", "2.0", "x"]), iop2=rng.choice(["add_", "mul_"]), arg2=rng.choice(["1.0", "w"]),
-            vidx=rng.choice(["0", "1:3", ":, 2"]), xidx=rng.choice(["0", ":, 1"]), xval=rng.choice(["3.0", "w[1]"]),
-            v20=rng.choice(["3", "1:7", "::4"])))
-    lines.append("    return ts[-1] + x.sum() + sum(v.sum() for v in views)")
-    return "\n".join(lines)
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_random_view_mutation_programs_match_eager(seed):
     """The session-16 mutation fuzzer's statements plus writes through view functions, views of views, held
@@ -144,5 +131,5 @@ def test_random_view_mutation_programs_match_eager(seed):
     and captured tensor under jit (no refusal is accepted: 0 of 1200 programs were refused when this was
     written)."""
     rng = random.Random(1000 + seed)
-    outcomes = [fuzz16.compare_with_eager(_program(rng)) for _ in range(25)]
+    outcomes = [fuzz16.compare_with_eager(fuzz16._program(rng, fuzz16.STMTS + EXTRA, 9)) for _ in range(25)]
     assert "refused" not in outcomes and outcomes.count("same") >= 15, outcomes
