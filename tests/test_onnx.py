@@ -137,20 +137,19 @@ def test_declared_dynamic_dim_that_the_model_bakes_in_still_runs(tmp_path):
 
 # ------------------------------------------------------------------ validation errors
 def test_unsupported_ops_refused_up_front_listing_all(tmp_path):
-    # (every default-domain op but MaxRoiPool lowers: contrib-domain ops neetorch lacks make up the rest)
+    # (every default-domain op lowers: contrib-domain ops neetorch lacks stand in for unsupported ones)
     m = _model([helper.make_node("Relu", ["x"], ["a"], name="ok"),
-                helper.make_node("MaxRoiPool", ["a", "r"], ["b"], name="coin", pooled_shape=[1, 1]),
+                helper.make_node("QAttention", ["a"], ["b"], name="coin", domain="com.microsoft"),
                 helper.make_node("BeamSearch", ["b"], ["c"], name="noise1", domain="com.microsoft"),
                 helper.make_node("BeamSearch", ["a"], ["d"], name="noise2", domain="com.microsoft"),
                 helper.make_node("Add", ["c", "d"], ["y"])],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
-                helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 5])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(nx.UnsupportedModelError) as ei:
         nx.InferenceSession(m)
     msg = str(ei.value)
-    assert "2 op type(s)" in msg and "MaxRoiPool" in msg and "BeamSearch" in msg
+    assert "2 op type(s)" in msg and "QAttention" in msg and "BeamSearch" in msg
     assert "coin" in msg and "noise1" in msg and "noise2" in msg and "Relu" not in msg
 
 

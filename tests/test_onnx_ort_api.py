@@ -156,9 +156,10 @@ def test_load_error_classes(ort, tmp_path):
         with pytest.raises(nx.ModelLoadError):   # neetorch's family still catches them
             ort.InferenceSession(str(tmp_path / "missing.onnx"))
         with pytest.raises(nx.UnsupportedModelError):  # an ONNX op neetorch lacks: NotImplemented
-            nx.InferenceSession(_model([helper.make_node("MaxRoiPool", ["x", "r"], ["y"], pooled_shape=[1, 1])],
-                                       [vi("x", T.FLOAT, [1, 1, 2, 2]), vi("r", T.FLOAT, [1, 5])],
-                                       [vi("y", T.FLOAT, [1, 1, 1, 1])]))
+            m = helper.make_model(helper.make_graph([helper.make_node("BeamSearch", ["x"], ["y"], domain="com.microsoft")],
+                                                    "g", [vi("x", T.FLOAT, [2])], [vi("y", T.FLOAT, [2])]),
+                                  opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+            nx.InferenceSession(m)
         assert issubclass(nx.NotImplemented, nx.UnsupportedModelError)
         assert nx.NotImplemented.__name__ == "NotImplemented"
 

@@ -1,4 +1,4 @@
-"""ONNX detection / vision ops: RoiAlign, DeformConv, QLinearConv (a quantized Conv), onnxruntime's
+"""ONNX detection / vision ops: RoiAlign, MaxRoiPool, DeformConv, QLinearConv (a quantized Conv), onnxruntime's
 com.microsoft quantized ops (QLinearAdd/Mul/Sigmoid/LeakyRelu/Softmax/Concat/Where/AveragePool/
 GlobalAveragePool/ReduceMean, QGemm: the QOperator format of onnxruntime.quantization), ImageDecoder.
 
@@ -131,6 +131,69 @@ def _roi_align(ctx, node, x, rois, batch_indices):
     elif sr <= 0:  # a ROI with an empty grid keeps the reference's initial value, 0
         y = nee.where((gh * gw == 0).reshape(R, 1, 1, 1), nee.zeros_like(y), y)
     return y.to(x.dtype)
+
+
+# ---------------------------------------------------------------- MaxRoiPool
+def _round_half_away(v):
+    """C's ``round`` (halves away from zero, as onnxruntime's RoiPool; nee.round rounds halves to even)."""
+    return nee.sign(v) * nee.floor(nee.abs(v) + 0.5)
+
+
+def _roi_bins(start, end, n_bins, size, dt):
+    """[R, n_bins] int64 (low, high) bounds of Caffe's RoI pooling bins along one axis, clipped to [0, size]."""
+    extent = nee.clamp_min(end - start + 1.0, 1.0)               # the RoI's size in cells (at least 1)
+    bin_size = (extent / float(n_bins)).reshape(-1, 1)
+    p = nee.arange(n_bins, dtype=dt, device=start.device).reshape(1, n_bins)
+    s0 = start.reshape(-1, 1)
+    lo = nee.clamp(nee.floor(p * bin_size) + s0, 0.0, float(size))
+    hi = nee.clamp(nee.ceil((p + 1.0) * bin_size) + s0, 0.0, float(size))
+    return lo.to(nee.int64), hi.to(nee.int64)
+
+
+@op("MaxRoiPool")
+def _max_roi_pool(ctx, node, x, rois):
+    """Caffe's RoI max pooling (onnxruntime's RoiPool kernel): each RoI ``(batch, x1, y1, x2, y2)`` is scaled by
+    ``spatial_scale`` and rounded, cut into ``pooled_shape`` bins (floor / ceil bounds), and each bin's maximum
+    taken (0 for an empty bin).  Vectorized over RoIs, channels and bins: the maximum over a bin's columns, then over
+    its rows, as masked reductions, in blocks of RoIs that bound the intermediate's size."""
+    if x.ndim != 4:
+        raise LoweringError(f"{node.name}: X must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise LoweringError(f"{node.name}: rois must be (num_rois, 5) [batch, x1, y1, x2, y2], got shape "
+                            f"{tuple(rois.shape)}")
+    ps = node.get("pooled_shape")
+    if ps is None or len(ps) != 2 or min(ps) < 1:
+        raise LoweringError(f"{node.name}: pooled_shape must be two positive ints, got {ps}")
+    PH, PW = int(ps[0]), int(ps[1])
+    scale = float(node.get("spatial_scale", 1.0))
+    N, C, H, W = x.shape
+    R = rois.shape[0]
+    if R == 0:
+        return nee.zeros(0, C, PH, PW, dtype=x.dtype, device=x.device)
+    dt = _work_dtype(x.dtype)
+    r = rois.to(dt)
+    b = r.select(1, 0).to(nee.int64)
+    x0, y0, x1, y1 = (_round_half_away(r.select(1, i) * scale) for i in range(1, 5))
+    hlo, hhi = _roi_bins(y0, y1, PH, H, dt)
+    wlo, whi = _roi_bins(x0, x1, PW, W, dt)
+    hs = nee.arange(H, device=x.device).reshape(1, 1, H)
+    ws = nee.arange(W, device=x.device).reshape(1, 1, W)
+    mh = (hs >= hlo.unsqueeze(2)) & (hs < hhi.unsqueeze(2))       # [R, PH, H]
+    mw = (ws >= wlo.unsqueeze(2)) & (ws < whi.unsqueeze(2))       # [R, PW, W]
+    empty = ((hhi <= hlo).reshape(R, 1, PH, 1) | (whi <= wlo).reshape(R, 1, 1, PW))
+    neg = nee.full((), float("-inf"), dtype=x.dtype, device=x.device)
+    per = C * H * max(PW * W, PH * PW)
+    step = max(1, min(R, _GATHER_BUDGET // max(per, 1)))
+    outs = []
+    for i0 in range(0, R, step):
+        n = min(step, R - i0)
+        xb = nee.index_select(x, 0, b.narrow(0, i0, n))                                  # [n, C, H, W]
+        cols = nee.where(mw.narrow(0, i0, n).reshape(n, 1, 1, PW, W), xb.unsqueeze(3), neg)
+        t = nee.amax(cols, -1)                                                              # [n, C, H, PW]
+        rows = nee.where(mh.narrow(0, i0, n).reshape(n, 1, PH, H, 1), t.unsqueeze(2), neg)
+        outs.append(nee.amax(rows, 3))                                                      # [n, C, PH, PW]
+    y = outs[0] if len(outs) == 1 else nee.cat(outs, 0)
+    return nee.where(empty, nee.zeros((), dtype=x.dtype, device=x.device), y)
 
 
 # ---------------------------------------------------------------- DeformConv
