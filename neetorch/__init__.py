@@ -117,6 +117,7 @@ from .compare import compare  # noqa: E402,F401
 # nee.jit / nee.tensor are the subpackages, callable as the functions (so ``import neetorch.jit.passes as p`` works)
 from ._callable_package import make_callable as _make_callable  # noqa: E402
 jit = _make_callable(__name__ + ".jit", jit.api.jit)
+from .jit.compile import compile  # noqa: E402,A001  (torch.compile's API over nee.jit)
 tensor = _make_callable(__name__ + ".tensor", tensor)
 del _make_callable
 

@@ -127,8 +127,17 @@ class JitFunction:
             self._root = None
         self._mod_epoch = -1
         self._mod_sigs: dict = {}
-        # {argument position or keyword: dim or tuple of dims} declared dynamic
-        self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d)) for k, d in (dynamic or {}).items()}
+        # {argument position or keyword: dim or tuple of dims} declared dynamic; True: every dim of every tensor
+        # argument (sizes 0 and 1 excepted, as torch); "auto": a dim becomes dynamic when a call brings a second
+        # size for it (torch.compile's automatic dynamic shapes)
+        if dynamic is not None and not isinstance(dynamic, dict) and dynamic not in (True, False, "auto"):
+            raise ValueError(f"jit: dynamic must be a dict {{argument: dims}}, True, False, 'auto' or None, got "
+                             f"{dynamic!r}")
+        self._all_dynamic = dynamic is True
+        self._auto = dynamic == "auto"
+        self._seen: dict = {}      # "auto": argument -> the shape its first call had
+        self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d))
+                        for k, d in (dynamic if isinstance(dynamic, dict) else {}).items()}
         self.buckets = ShapeBuckets(buckets)
         self.name = name or getattr(fn, "__name__", "fn")
         self._cache: dict = {}
@@ -185,12 +194,29 @@ class JitFunction:
     def _dyn_dims(self, args, kwargs):
         """[(arg key, dim, size)] for every declared dynamic dim of a tensor argument."""
         out = []
+        if self._all_dynamic:
+            for k, t in list(enumerate(args)) + list(kwargs.items()):
+                if isinstance(t, Tensor):
+                    out.extend((k, d, n) for d, n in enumerate(t.shape) if n > 1)
+            return out
         for k, dims in self.dynamic.items():
             t = args[k] if isinstance(k, int) and k < len(args) else kwargs.get(k)
             if isinstance(t, Tensor):
                 for d in dims:
                     out.append((k, d % max(t.ndim, 1), t.shape[d]))
         return out
+
+    def _note_sizes(self, args, kwargs) -> None:
+        """``dynamic="auto"``: a tensor argument's dim whose size differs from the first call's becomes dynamic."""
+        for k, t in list(enumerate(args)) + list(kwargs.items()):
+            if not isinstance(t, Tensor):
+                continue
+            first = self._seen.setdefault(k, tuple(t.shape))
+            if len(first) != t.ndim:
+                continue
+            new = [d for d, (a, b) in enumerate(zip(first, t.shape)) if a != b and d not in self.dynamic.get(k, ())]
+            if new:
+                self.dynamic[k] = tuple(sorted(self.dynamic.get(k, ()) + tuple(new)))
 
     def _with_sizes(self, args, kwargs, sizes: dict):
         """Stand-in arguments with dynamic dims resized (ones: valid indices, no zero divisors)."""
@@ -270,7 +296,7 @@ class JitFunction:
         return exe, g
 
     def _key(self, args, kwargs, bucketed: bool):
-        if not bucketed or not self.dynamic:
+        if not bucketed or not (self.dynamic or self._all_dynamic):
             return (_key_of(args), _key_of(kwargs))
         a, kw = list(args), dict(kwargs)
         shapes: dict = {}
@@ -299,6 +325,8 @@ class JitFunction:
         return key, entry, exact
 
     def _executable(self, args, kwargs):
+        if self._auto:
+            self._note_sizes(args, kwargs)
         key, entry, exact = self._lookup(args, kwargs)
         if entry is not None:
             self.stats["cache_hits"] += 1

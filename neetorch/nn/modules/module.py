@@ -169,7 +169,11 @@ class Module:
                     result = r
         return result
 
-    __call__ = _call_impl
+    def __call__(self, *args, **kwargs):
+        c = self.__dict__.get("_compiled_call_impl")
+        if c is not None:
+            return c(*args, **kwargs)
+        return self._call_impl(*args, **kwargs)
 
     def register_forward_pre_hook(self, hook, *, prepend: bool = False, with_kwargs: bool = False) -> RemovableHandle:
         h = RemovableHandle(self._forward_pre_hooks, self._forward_pre_hooks_with_kwargs)
@@ -719,4 +723,13 @@ class Module:
         return main_str + ")"
 
     def compile(self, *args, **kwargs):
+        """``torch.nn.Module.compile``: this module's calls run compiled from now on (``nee.compile`` of its
+        ``__call__``, arguments as ``nee.compile``'s)."""
+        from ...jit.compile import CompiledFunction, _check
+        _check(kwargs.get("mode"), kwargs.get("options"), kwargs.get("backend", "inductor"))
+        if kwargs.get("disable"):
+            return None
+        self.__dict__["_compiled_call_impl"] = CompiledFunction(
+            self._call_impl, fullgraph=kwargs.get("fullgraph", False), dynamic=kwargs.get("dynamic"),
+            name=type(self).__name__)
         return None
