@@ -149,14 +149,16 @@ class Ctx:
             return default
         return a[0].item()
 
-    def const(self, a, dtype=None):
-        """A numpy array (or Python value) as a nee tensor on the session's device."""
+    def const(self, a, dtype=None, own=False):
+        """A numpy array (or Python value) as a nee tensor on the session's device (``own``: ``a`` is a fresh array
+        nothing else holds, taken over without a copy when its layout and dtype allow)."""
         import neetorch as nee
         a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
         c = carry_np(a.dtype)
         if c is None:
             raise UnsupportedModelError(f"tensor type {a.dtype.name} is not supported by neetorch")
-        t = nee.from_numpy(np.array(a, dtype=c, order="C", copy=True))
+        fresh = own and a.dtype == c and a.flags.c_contiguous and a.flags.writeable and a.flags.owndata
+        t = nee.from_numpy(a if fresh else np.array(a, dtype=c, order="C", copy=True))
         if str(self.device) != "cpu":
             t = t.to(self.device)
         return t

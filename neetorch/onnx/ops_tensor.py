@@ -33,7 +33,7 @@ def _cos(ctx, node, shape):
     v = node.get("value")
     val = tensor_to_numpy(v).reshape(-1) if v is not None else np.zeros(1, np.float32)
     shp = tuple(ctx.ints(shape))
-    return ctx.const(np.full(shp, val[0], dtype=val.dtype))
+    return ctx.const(np.full(shp, val[0], dtype=val.dtype), own=True)
 
 
 @op("Shape")
