@@ -323,7 +323,10 @@ def test_copying_reshape_of_an_intermediate_is_a_copy_into_a_reused_buffer(monke
     outs = [f(x) for x in xs]
     assert copies == [], "the copying reshape was replayed"
     outs_g = [g(x) for x in xs]
-    assert len(copies) == 3, "a returned reshape must be made anew each call"
+    # (session 17: the copy is a cast kernel of the graph, jit/passes.py materialize_copying_reshapes; a returned
+    # view of it gets memory of its own each call)
+    assert copies == [] or len(copies) == 3, "a returned reshape must be made anew each call"
+    assert not any(np.shares_memory(a.numpy(), b.numpy()) for a, b in zip(outs_g, outs_g[1:]))
     for x, o, og in zip(xs, outs, outs_g):
         _close(o, merge(x))
         _close(og, merge_out(x))

@@ -573,6 +573,88 @@ def hoist_elementwise_over_views(g: Graph) -> Graph:
     return g
 
 
+# views that permute axes (a reshape of their result may have to copy)
+_PERMUTING_VIEWS = frozenset(("permute", "transpose", "t", "swapaxes", "movedim", "mT"))
+_COPY_RESHAPES = [os.environ.get("NEE_JIT_COPY_RESHAPES", "1") not in ("0", "", "false", "False")]
+
+
+def _view_strides(n: Node, in_strides):
+    """The strides view node ``n`` gives its (single) output over an input with ``in_strides`` (elements), applied to
+    a storage-less stand-in (as ViewOp.infer does); None when it cannot be told."""
+    from ..devices import device
+    from ..tensor.tensor import Tensor
+    a = n.inputs[0]
+    isz = a.dtype.itemsize
+    try:
+        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype.np), a.shape, [s * isz for s in in_strides])
+        r = n.op.fn(Tensor._make(dummy, device("cpu"), a.dtype), *n.attrs.get("args", ()),
+                    **dict(n.attrs.get("kwargs", ())))
+    except Exception:   # noqa: BLE001 - a view the stand-in cannot take: leave the node alone
+        return None
+    if isinstance(r, (tuple, list)) or tuple(r.shape) != tuple(n.outputs[0].shape):
+        return None
+    return [s // isz for s in r._data.strides]
+
+
+def materialize_copying_reshapes(g: Graph) -> Graph:
+    """``reshape(permute(y))`` that cannot be a view (the permuted axes are merged: ShuffleNet's channel shuffle
+    ``Reshape -> Transpose -> Reshape``, attention's heads merged back) -> ``reshape(copy(permute(y)))``: the copy is
+    an elementwise node (a same-dtype cast), so it runs as a generated kernel, split over the threads, into a
+    buffer of the memory plan, or fuses with its neighbours, instead of the reshape's single-threaded strided copy
+    into memory of its own at run time; the reshape of the copy is then a view.  Exact (a copy of the values).
+    Applies where the permuted value is a kernel's output (row-major) and the reshape is not a graph output."""
+    if not _COPY_RESHAPES[0]:
+        return g
+    from ..ops.elementwise import _cast
+    from ..tensor.views import _compute_stride
+    outs = set(g.outputs)
+    add = {}
+    for n in g.nodes:
+        if not (isinstance(n.op, ViewOp) and n.name in ("reshape", "flatten", "view") and len(n.inputs) == 1
+                and len(n.outputs) == 1 and n.outputs[0] not in outs):
+            continue
+        x = n.inputs[0]
+        p = x.producer
+        if p is None or not isinstance(p.op, ViewOp) or p.name not in _PERMUTING_VIEWS or len(p.inputs) != 1 \
+                or len(p.outputs) != 1:
+            continue
+        chain = [p]      # the views from a kernel's (row-major) output to x
+        y = p.inputs[0]
+        while y.producer is not None and isinstance(y.producer.op, ViewOp) and len(y.producer.inputs) == 1 \
+                and len(y.producer.outputs) == 1 and len(chain) < 8:
+            chain.append(y.producer)
+            y = y.producer.inputs[0]
+        if y.producer is None or isinstance(y.producer.op, ViewOp) or y in g.inputs or y in g.consts:
+            continue
+        xs, c = [], 1
+        for d in reversed(y.shape):
+            xs.append(c)
+            c *= max(d, 1)
+        xs = xs[::-1]
+        for v in reversed(chain):
+            xs = _view_strides(v, xs)
+            if xs is None:
+                break
+        if xs is None or _compute_stride(list(x.shape), xs, list(n.outputs[0].shape)) is not None:
+            continue   # (a view after all)
+        add[id(n)] = x
+    if not add:
+        return g
+    nodes = []
+    for n in g.nodes:
+        x = add.get(id(n))
+        if x is not None:
+            c = Node(_cast, [x], {"dtype": x.dtype})
+            v = g._value(x.shape, x.dtype, x.device, "node")
+            v.producer = c
+            c.outputs.append(v)
+            nodes.append(c)
+            n.inputs[0] = v
+        nodes.append(n)
+    g.nodes = nodes
+    return g
+
+
 PIPELINE = [
     ("fold_constants", fold_constants),
     ("merge_equal_constants", merge_equal_constants),
@@ -581,6 +663,7 @@ PIPELINE = [
     ("cse", eliminate_common_subexpressions),
     ("dce", eliminate_dead_code),
     ("hoist_elementwise_over_views", hoist_elementwise_over_views),
+    ("materialize_copying_reshapes", materialize_copying_reshapes),
 ]
 
 
