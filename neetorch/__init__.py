@@ -118,6 +118,9 @@ from .compare import compare  # noqa: E402,F401
 from ._callable_package import make_callable as _make_callable  # noqa: E402
 jit = _make_callable(__name__ + ".jit", jit.api.jit)
 from .jit.compile import compile  # noqa: E402,A001  (torch.compile's API over nee.jit)
+from . import amp  # noqa: E402  (torch.autocast: wraps the listed ops' functions once everything is bound)
+from .amp import autocast, is_autocast_enabled, get_autocast_dtype  # noqa: E402,F401
+amp.install()
 tensor = _make_callable(__name__ + ".tensor", tensor)
 del _make_callable
 

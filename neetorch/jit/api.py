@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from .. import _env, profiler
+from .. import amp as _amp
 from ..devices.cpu import codegen
 from ..nn.modules.module import STATE_EPOCH as _STATE_EPOCH
 from ..tensor import _storage
@@ -296,6 +297,12 @@ class JitFunction:
         return exe, g
 
     def _key(self, args, kwargs, bucketed: bool):
+        amp = _amp.state()     # (nee.autocast changes the ops' dtypes: a traced graph holds its casts)
+        if amp is not None:
+            return (("autocast",) + amp,) + self._key_noamp(args, kwargs, bucketed)
+        return self._key_noamp(args, kwargs, bucketed)
+
+    def _key_noamp(self, args, kwargs, bucketed: bool):
         if not bucketed or not (self.dynamic or self._all_dynamic):
             return (_key_of(args), _key_of(kwargs))
         a, kw = list(args), dict(kwargs)
@@ -355,10 +362,11 @@ class JitFunction:
                 self._check_modules(root)
             else:
                 self._mod_epoch = _STATE_EPOCH[0]
-        if not kwargs:
+        if not kwargs and not _amp._ACTIVE[0]:
             # the common call, all positional tensors: a flat key of (shape, dtype, device) per
             # argument maps to the entry the full guard key found the first time (the full key,
-            # bucketed or exact, is a function of exactly these)
+            # bucketed or exact, is a function of exactly these); inside nee.autocast the full key
+            # (which holds the autocast state) is used
             fk = []
             for a in args:
                 if not isinstance(a, Tensor):
