@@ -43,22 +43,18 @@ def test_op_dtypes_and_values_follow_torch(name, dtype):
     np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=2e-2, atol=3e-2)
 
 
+def _batched_and_conv(m, f):
+    t = m.from_numpy
+    return [m.bmm(t(A3), t(B3)), m.baddbmm(m.zeros(2, 4, 5), t(A3), t(B3)), f.conv2d(t(X4), t(W4)),
+            f.conv_transpose2d(t(X4), t(W4).transpose(0, 1)), f.prelu(t(X4), m.full((3,), 0.25)),
+            f.scaled_dot_product_attention(t(A3), t(A3), t(A3))]
+
+
 def test_bmm_baddbmm_conv_prelu_sdpa():
-    t, n = torch, nee
     with torch.autocast("cpu"):
-        w = [t.bmm(t.from_numpy(A3), t.from_numpy(B3)),
-             t.baddbmm(t.zeros(2, 4, 5), t.from_numpy(A3), t.from_numpy(B3)),
-             TF.conv2d(t.from_numpy(X4), t.from_numpy(W4)),
-             TF.conv_transpose2d(t.from_numpy(X4), t.from_numpy(W4).transpose(0, 1)),
-             TF.prelu(t.from_numpy(X4), t.full((3,), 0.25)),
-             TF.scaled_dot_product_attention(t.from_numpy(A3), t.from_numpy(A3), t.from_numpy(A3))]
+        w = _batched_and_conv(torch, TF)
     with nee.autocast("cpu"):
-        g = [n.bmm(n.from_numpy(A3), n.from_numpy(B3)),
-             n.baddbmm(n.zeros(2, 4, 5), n.from_numpy(A3), n.from_numpy(B3)),
-             F.conv2d(n.from_numpy(X4), n.from_numpy(W4)),
-             F.conv_transpose2d(n.from_numpy(X4), n.from_numpy(W4).transpose(0, 1)),
-             F.prelu(n.from_numpy(X4), n.full((3,), 0.25)),
-             F.scaled_dot_product_attention(n.from_numpy(A3), n.from_numpy(A3), n.from_numpy(A3))]
+        g = _batched_and_conv(nee, F)
     for a, b in zip(g, w):
         assert str(a.dtype).split(".")[-1] == str(b.dtype).split(".")[-1]
         np.testing.assert_allclose(a.float().numpy(), b.float().numpy(), rtol=3e-2, atol=5e-2)
