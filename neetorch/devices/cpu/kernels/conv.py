@@ -984,13 +984,41 @@ def _winograd_rule(N, C, O, OH, OW, isz=4, direct=False) -> int:
     w = O * C
     best = 2.0 * w * 9 * L / _GEMM_FLOPS + 9 * w * isz / _MEM_BW + (0.0 if direct else C * 9 * L * _IM2COL_NS)
     pick = 0
+    ts = {}
     for m in (2, 4):
         a2 = (m + 2) * (m + 2)
         nt = N * -(-OH // m) * -(-OW // m)
-        t = 2.0 * a2 * w * nt / _WINO_FLOPS + (a2 + 18) * w * isz / _MEM_BW + a2 * (C + O) * nt * _WINO_TR_NS
+        gemm = 2.0 * a2 * w * nt / _WINO_FLOPS
+        t = gemm + (a2 + 18) * w * isz / _MEM_BW + a2 * (C + O) * nt * _WINO_TR_NS
+        ts[m] = (t, gemm, nt)
         if t < best * _WINO_MARGIN:
             best, pick = t, m
+    if pick == 4 and direct:
+        # F(4)'s products on few columns (see _WINO_FEW_COLS): F(2) where it then costs less
+        t4, gemm4, nt4 = ts[4]
+        if nt4 < _WINO_FEW_COLS and ts[2][0] < t4 + gemm4 * (_wino_col_penalty(nt4) - 1.0):
+            pick = 2
     return pick
+
+
+# F(4)'s alpha^2 = 36 products (O x C) @ (C x tiles) on few tile columns (12x12 .. 14x14 planes: 9-16 tiles) stream
+# the 4x-the-weights U from memory for a handful of columns each; the rule's flop rate fits larger products.  Below
+# _WINO_FEW_COLS columns its GEMM term is scaled by _wino_col_penalty (1 at _WINO_FEW_COLS, ~1.6x at 16 columns,
+# ~2.3x at 9), which only moves F(4) picks to F(2) (F(2) against the direct kernel as fitted), and only in the rule
+# against conv_direct's kernel (``direct``: float32 where it runs; measured only there).  Measured (session 17,
+# AVX2 box, 1 thread, thread CPU time, frozen weights evicted between calls as in a model run, min of 20-40
+# interleaved calls, us F(4) / F(2) / direct): 256 -> 256 on 14x14 3813-4513 / 3619-3660 / 3947-4746 (ResNet-50, 5
+# convs), 512 -> 512 on 14x14 16628 / 13475 / 17368, 192 -> 256 on 14x14 4575 / 3826 / 3493 (Inception v2), 512 ->
+# 512 on 12x12 10111 / 8430 / 10476, 256 -> 512 on 12x12 6906 / 5669 / 5491 (ZFNet-512); 28x28 keeps F(4): 128 ->
+# 128 3061 / 4003 / 4296.  In the models (1 thread, per-conv minima of 36 runs in alternating fresh processes):
+# ResNet-50's 256 -> 256 on 14x14 F(2) 0.85-0.95x F(4)'s time, Inception v2's 192 -> 256 0.88x.  On 2 threads F(2)
+# also reads 16/36 of F(4)'s transformed weights (the part the second core does not speed up).
+_WINO_FEW_COLS = 49
+_WINO_COL_K = 20.0
+
+
+def _wino_col_penalty(nt: int) -> float:
+    return (nt + _WINO_COL_K) / nt * _WINO_FEW_COLS / (_WINO_FEW_COLS + _WINO_COL_K) if nt < _WINO_FEW_COLS else 1.0
 
 
 # output channels per block of the Winograd GEMM + output transform: the block's products stay in cache
