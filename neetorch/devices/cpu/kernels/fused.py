@@ -49,6 +49,10 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
   wall, in-process interleaved, min of 15-30 rounds, loaded box: ratios only) on a frozen
   x + Linear(GELU(Linear(x) + b)) block: 600x256 / 1024 hidden 0.97x the time, 256x384 / 1536 0.94x,
   128x256 / 1024 1.01x.
+* A batch of small products with a row prologue (attention's scores, scale and softmax on (B, H, S, S), whose
+  batch dims the driver cannot merge) that linalg's batched packed kernel takes runs it with the row kernel
+  on each matrix's rows right after that matrix (``_InBlockRows.bind_batched``, linalg.bpk_with_row_epilogue;
+  bound steps; NEE_MATMUL_BATCHED_PACKED=0 or NEE_PACKED_EPILOGUE_IN_TASK=0 turn it off).
 """
 from __future__ import annotations
 
@@ -630,6 +634,15 @@ def compile_matmul_epilogue(backend, op):
                 def fn(outs, ins):
                     return threads.NUM_THREADS == nt and f(outs, ins)
                 return fn
+        if native is not None and packed is None and b.ndim > 2 and type(native) is _InBlockRows and \
+                PACKED_IN_TASK[0]:
+            # a batch of small products (attention's scores) and softmax: linalg's batched kernel, the row
+            # kernel on each matrix right after it
+            f = native.bind_batched(outs, ins)
+            if f is not None:
+                def fn(outs, ins):
+                    return threads.NUM_THREADS == nt and f(outs, ins)
+                return fn
         if native is not None and packed is None:
             f = native.bind(outs, ins)
             if f is not None:
@@ -727,7 +740,7 @@ def _product_caller(out, a, b):
     product the few-row kernel takes (linalg._rows_product's conditions, checked here once) calls
     the kernel with its plan directly; anything else goes through matmul_into."""
     from . import linalg as L
-    return L._rows_caller(out, a, b) or L._pk_caller(out, a, b) or matmul_into
+    return L._rows_caller(out, a, b) or L._pk_caller(out, a, b) or L._bpk_caller(out, a, b) or matmul_into
 
 
 def bind_kernel(op, outs, ins, attrs=None):
@@ -1203,6 +1216,45 @@ class _InBlockRows(_InBlockEpilogue):
         h = L.pk_with_row_epilogue(packed, self.addr, meta, len(prog), prog.index((1, k)))
         if h is None:
             return None
+        kk = 2 + k
+
+        def f(outs, ins):
+            full = [*ins[2:kk], buf, *ins[kk:]]
+            return h(ins[0], ins[1], [outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
+        f.keep = keep
+        return f
+
+    def bind_batched(self, outs, ins):
+        """``f(outs, ins)``: a batch of small products by linalg's batched packed kernel with this row kernel
+        run on each matrix's rows right after computing it (linalg.bpk_with_row_epilogue), or None (a product
+        that kernel does not take, operands whose dims do not merge into the (matrices, M, N) view)."""
+        from .. import gemm_driver, llvm_render
+        from . import linalg as L
+        sp = self.spec
+        a, b = ins[0], ins[1]
+        if a.dtype != self.npdt or b.dtype != self.npdt or a.ndim < 2 or b.ndim < 3:
+            return None
+        mshape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        M, N = mshape[-2:]
+        nb = 1
+        for d in mshape[:-2]:
+            nb *= d
+        if nb < 2 or any(o.shape != mshape for o in outs) or N * 8 > gemm_driver.MAX_ROW_BYTES or \
+                (sp["mode"] >= 2 and sp["n"] != N):
+            return None
+        buf = self.scratch(mshape)
+        res = self._prog(outs, ins[2:], buf, mshape, nb, M, N)
+        if res is None:
+            return None
+        prog, lays, keep = res
+        k = self.apos - len(outs)
+        if (1, k) not in prog:
+            return None
+        meta = llvm_render.row_meta(0, 0, M, N, sp["eps"], lays)
+        h = L.bpk_with_row_epilogue(buf, a, b, self.addr, meta, len(prog), prog.index((1, k)))
+        if h is None:
+            return None
+        keep.append(h.keep)
         kk = 2 + k
 
         def f(outs, ins):

@@ -12,6 +12,11 @@ on the weight packed once into 32-column panels (16: ``PK_NR``) (``_pk_caller``,
 weight" below), on 2+ threads as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's
 bound callers).
 
+Batches of small float32 products (attention's q @ k^T and p @ v on (B, H, S, dh) views, batch dims that merge
+into at most two strides, N a multiple of PK_NR, K within one K block) run through the batched packed kernel
+(``_bpk_caller``, see "batches of small products" below): each matrix's ``b`` packed on the stack, the packed
+tile kernel on it, all matrices in one native call (2+ threads: gemm_driver call-job tasks).
+
 On 2+ threads, float32/float64 products from ``DRV_MNK`` multiply-adds run through
 ``gemm_driver``: one GIL-free native call cuts the product into blocks (columns or rows of a
 2-D product, whole matrices of a batch) and runs one ``cblas_?gemm`` (``?gemv`` for one row or
@@ -113,6 +118,11 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         return
     if (out.shape[-2] <= ROWS_MAX or out.shape[-1] == 1) and _rows_product(out, a, b):
         return
+    if out.ndim >= 3 and out.dtype == _F32 and BPK_ON[0]:
+        g = _bpk_caller(out, a, b)       # a batch of small products: the batched packed kernel
+        if g is not None and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
+            g(out, a, b)
+            return
     mnk = out.size * k
     if mnk >= DRV_MNK and threads.NUM_THREADS > 1 and _drv_ok[0] is not False and \
             (out.shape[-1] > 1 and out.shape[-2] > 1 or mnk * out.itemsize >= DRV_GEMV_BYTES):
@@ -1512,3 +1522,387 @@ def einsum_kernel(backend, outs, ins, attrs):
     ins = [x.astype(_F32) if x.dtype == _F16 else x for x in ins]
     r = np.einsum(attrs["equation"], *ins, optimize=len(ins) > 1)
     np.copyto(out, r, casting="unsafe")
+
+
+# ------------------------------------------------------------------ batches of small products (packed per matrix)
+# ``out[i] = a[i] @ b[i]`` over a batch of small float32 matrices (attention's scores q @ k^T and context p @ v:
+# (B, H, S, dh) views of one (B, S, H * dh) activation, whose batch dims (B, H) do not merge into one stride, so
+# neither gemm_driver nor one strided BLAS batch takes them; numpy then loops OpenBLAS over 96 128x128x32
+# products, each paying OpenBLAS's packing and dispatch: ~27 GFLOP/s on this AVX2 EPYC).  Here one native call
+# (_bpk_ir) walks the matrices (the batch dims merged into at most two strides), packs each ``b[i]`` (any
+# strides: k^T's gather included) into the packed kernel's panels in a stack buffer, and runs the packed tile
+# kernel (_pk_ir's) on ``a[i]`` (unit stride along K) and those panels.  On 2+ threads the matrices are shared
+# out as gemm_driver call-job tasks (ranges of the batch).  Taken for N a multiple of the panel (PK_NR), K up to
+# one K block (PK_KC), a panel buffer of at most BPK_MAX_PANEL floats and ``a[i]`` of at most BPK_MAX_A floats
+# (it is re-read per panel); NEE_MATMUL_BATCHED_PACKED=0 turns it off.
+BPK_ON = [os.environ.get("NEE_MATMUL_BATCHED_PACKED", "1") not in ("0", "")]
+BPK_MAX_PANEL = 8192         # floats of one matrix's packed b: 32 KiB on the kernel's stack
+BPK_MAX_A = 1 << 16          # floats of one matrix of a (256 KiB: within L2)
+BPK_TASKS_PER_THREAD = 4
+_BPK_DW = 20                 # descriptor words per task (see _bpk_ir)
+_bpk_fns: dict = {}
+_bpk_plans: dict = {}
+
+
+def _bpk_ir(w: int, nops: int = 0, cpos: int = 0, mlen: int = 0) -> str:
+    """``kernel(A, B, C, D)``: for matrices i in [D[0], D[1]) (i = o * D[2] + n: outer index o, inner n), with
+    A_i = A + o*D[10] + n*D[11], B_i = B + o*D[12] + n*D[13], C_i = C + o*D[14] + n*D[15] (elements), pack
+    B_i (K x N, element strides D[8] along K, D[9] along N) into panels (N / PK_NR, K, PK_NR) on the stack, then
+    C_i (M x N, row stride D[7]) = A_i (M x K, row stride D[6], unit along K) @ B_i in the packed kernel's
+    tiles (one K block: K <= PK_KC).  D[3:6] = M, N, K.  While the first panel's tiles run, the rows of the
+    next matrix's A are prefetched (rows of a batch that streams from memory, read 6 at a time by the tiles,
+    left the core waiting: 96 x 128x128 @ 128x32 ran at half the speed of the same products on one cached A).
+
+    With ``nops``: ``kernel(A, B, op0, ..., op{nops-1}, D)``, C = op{cpos}, and after each matrix a row kernel
+    (llvm_render.render_rows_ir's ``kernel(ops..., tmp, meta)``, address D[16]) runs on that matrix's rows while
+    they are in cache: its meta (``mlen`` words at D[20:]) with r0, r1 = i * M, (i + 1) * M (rows numbered
+    i * M + row, as gemm_driver's row epilogues on a batch), tmp a row scratch of gemm_driver.MAX_ROW_BYTES."""
+    mr_max, nr, _ = _pk_shape(w)
+    if w == 16:
+        tiles = "\n".join(_pk_tile_ir(mr, w) for mr in range(1, mr_max + 1))
+    else:
+        tiles = "\n".join(_pk_tile_ir_unrolled(mr, w, PK_UNROLL8) for mr in range(1, mr_max + 1))
+    words = "".join(f"  %dp{i} = getelementptr i64, i64* %D, i64 {i}\n  %d{i} = load i64, i64* %dp{i}\n"
+                    for i in range(16))
+    lanes = "".join(f"  %sl{ln} = mul i64 %d9, {ln}\n"
+                    f"  %so{ln} = add i64 %bk, %sl{ln}\n"
+                    f"  %sp{ln} = getelementptr float, float* %Bi, i64 %so{ln}\n"
+                    f"  %sv{ln} = load float, float* %sp{ln}, align 4\n"
+                    f"  %dq{ln} = add i64 %pk, {ln}\n"
+                    f"  %dpp{ln} = getelementptr float, float* %P, i64 %dq{ln}\n"
+                    f"  store float %sv{ln}, float* %dpp{ln}, align 4\n" for ln in range(nr))
+    cases = " ".join(f"i64 {mr}, label %t{mr}" for mr in range(1, mr_max + 1))
+    calls = "".join(f"t{mr}:\n  call void @tile{mr}(float* %At, i64 %d6, float* %Pj, float* %Ct, i64 %d7, i64 %d5, "
+                    f"i1 false)\n  br label %inext\n" for mr in range(1, mr_max + 1))
+    vec = f"<{nr} x float>"
+    head = "i8* %Cr"
+    rows = rows_init = ""
+    if nops:
+        from .. import gemm_driver
+        head = ", ".join(f"i8* %o{i}" for i in range(nops))
+        nrow = gemm_driver.MAX_ROW_BYTES // 8
+        sig = ", ".join(["i8*"] * (nops + 1) + ["i64*"])
+        args = ", ".join([f"i8* %o{i}" for i in range(nops)] + ["i8* %tmp", "i64* %MT"])
+        rows_init = (f"  %Cr = bitcast i8* %o{cpos} to i8*\n"
+                     f"  %tmpa = alloca [{nrow} x double], align 64\n"
+                     f"  %tmp = bitcast [{nrow} x double]* %tmpa to i8*\n"
+                     f"  %MTa = alloca [{mlen} x i64], align 64\n"
+                     f"  %MT = getelementptr [{mlen} x i64], [{mlen} x i64]* %MTa, i64 0, i64 0\n"
+                     "  %rfp = getelementptr i64, i64* %D, i64 16\n  %rfa = load i64, i64* %rfp\n"
+                     f"  %rf = inttoptr i64 %rfa to void ({sig})*\n"
+                     + "".join(f"  %mts{i} = getelementptr i64, i64* %D, i64 {20 + i}\n"
+                               f"  %mtv{i} = load i64, i64* %mts{i}\n"
+                               f"  %mtd{i} = getelementptr i64, i64* %MT, i64 {i}\n"
+                               f"  store i64 %mtv{i}, i64* %mtd{i}\n" for i in range(mlen)))
+        rows = ("  %rr0 = mul i64 %bi, %d3\n  %rr1 = add i64 %rr0, %d3\n"
+                "  store i64 %rr0, i64* %MT\n  %MT1 = getelementptr i64, i64* %MT, i64 1\n"
+                f"  store i64 %rr1, i64* %MT1\n  call void %rf({args})\n")
+    return tiles + f"""
+define void @"kernel"(i8* %Ar, i8* %Br, {head}, i8* %Dr) {{
+entry:
+  %A = bitcast i8* %Ar to float*
+  %B = bitcast i8* %Br to float*
+  %D = bitcast i8* %Dr to i64*
+{rows_init}  %C = bitcast i8* %Cr to float*
+{words}  %nk = mul i64 %d4, %d5
+  %P = alloca float, i64 %nk, align 64
+  %unitn = icmp eq i64 %d9, 1
+  %none = icmp uge i64 %d0, %d1
+  br i1 %none, label %out, label %bloop
+bloop:
+  %bi = phi i64 [%d0, %entry], [%bi1, %bend]
+  %o = udiv i64 %bi, %d2
+  %n = urem i64 %bi, %d2
+  %ao0 = mul i64 %o, %d10
+  %ao1 = mul i64 %n, %d11
+  %ao = add i64 %ao0, %ao1
+  %Ai = getelementptr float, float* %A, i64 %ao
+  %bo0 = mul i64 %o, %d12
+  %bo1 = mul i64 %n, %d13
+  %bo = add i64 %bo0, %bo1
+  %Bi = getelementptr float, float* %B, i64 %bo
+  %co0 = mul i64 %o, %d14
+  %co1 = mul i64 %n, %d15
+  %co = add i64 %co0, %co1
+  %Ci = getelementptr float, float* %C, i64 %co
+  %bi1 = add i64 %bi, 1
+  %hasnext = icmp ult i64 %bi1, %d1
+  %on = udiv i64 %bi1, %d2
+  %nn = urem i64 %bi1, %d2
+  %an0 = mul i64 %on, %d10
+  %an1 = mul i64 %nn, %d11
+  %an = add i64 %an0, %an1
+  %An = getelementptr float, float* %A, i64 %an
+  br label %jloop
+jloop:
+  %j = phi i64 [0, %bloop], [%j1, %jnext]
+  %pj = mul i64 %j, %d5
+  %bn0 = mul i64 %j, %d9
+  br label %kloop
+kloop:
+  %k = phi i64 [0, %jloop], [%k1, %kdone]
+  %pk0 = mul i64 %k, {nr}
+  %pk = add i64 %pj, %pk0
+  %bk0 = mul i64 %k, %d8
+  %bk = add i64 %bk0, %bn0
+  br i1 %unitn, label %kvec, label %kscalar
+kvec:
+  %vsp = getelementptr float, float* %Bi, i64 %bk
+  %vsq = bitcast float* %vsp to {vec}*
+  %vv = load {vec}, {vec}* %vsq, align 4
+  %vdp = getelementptr float, float* %P, i64 %pk
+  %vdq = bitcast float* %vdp to {vec}*
+  store {vec} %vv, {vec}* %vdq, align 64
+  br label %kdone
+kscalar:
+{lanes}  br label %kdone
+kdone:
+  %k1 = add i64 %k, 1
+  %kmore = icmp ult i64 %k1, %d5
+  br i1 %kmore, label %kloop, label %jnext
+jnext:
+  %j1 = add i64 %j, {nr}
+  %jmore = icmp ult i64 %j1, %d4
+  br i1 %jmore, label %jloop, label %ploop
+ploop:
+  %jc = phi i64 [0, %jnext], [%jc1, %pnext]
+  %po = mul i64 %jc, %d5
+  %Pj = getelementptr float, float* %P, i64 %po
+  %first = icmp eq i64 %jc, 0
+  %dopf = and i1 %first, %hasnext
+  br label %iloop
+iloop:
+  %i = phi i64 [0, %ploop], [%i1, %inext]
+  %rem = sub i64 %d3, %i
+  %big = icmp ugt i64 %rem, {mr_max}
+  %mr = select i1 %big, i64 {mr_max}, i64 %rem
+  %at0 = mul i64 %i, %d6
+  %At = getelementptr float, float* %Ai, i64 %at0
+  %ct0 = mul i64 %i, %d7
+  %ct1 = add i64 %ct0, %jc
+  %Ct = getelementptr float, float* %Ci, i64 %ct1
+  br i1 %dopf, label %pfrow, label %tile
+pfrow:
+  %r = phi i64 [0, %iloop], [%r1, %pfrend]
+  %ri = add i64 %i, %r
+  %rof = mul i64 %ri, %d6
+  br label %pfl
+pfl:
+  %l = phi i64 [0, %pfrow], [%l1, %pfl]
+  %lo = add i64 %rof, %l
+  %lp = getelementptr float, float* %An, i64 %lo
+  %lq = bitcast float* %lp to i8*
+  call void @llvm.prefetch.p0i8(i8* %lq, i32 0, i32 3, i32 1)
+  %l1 = add i64 %l, 16
+  %lmore = icmp ult i64 %l1, %d5
+  br i1 %lmore, label %pfl, label %pfrend
+pfrend:
+  %le = add i64 %rof, %d5
+  %le1 = sub i64 %le, 1
+  %lep = getelementptr float, float* %An, i64 %le1
+  %leq = bitcast float* %lep to i8*
+  call void @llvm.prefetch.p0i8(i8* %leq, i32 0, i32 3, i32 1)
+  %r1 = add i64 %r, 1
+  %rmore = icmp ult i64 %r1, %mr
+  br i1 %rmore, label %pfrow, label %tile
+tile:
+  switch i64 %mr, label %inext [ {cases} ]
+{calls}inext:
+  %i1 = add i64 %i, %mr
+  %imore = icmp ult i64 %i1, %d3
+  br i1 %imore, label %iloop, label %pnext
+pnext:
+  %jc1 = add i64 %jc, {nr}
+  %jcmore = icmp ult i64 %jc1, %d4
+  br i1 %jcmore, label %ploop, label %bend
+bend:
+{rows}  br i1 %hasnext, label %bloop, label %out
+out:
+  ret void
+}}
+declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)
+declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
+"""
+
+
+def _bpk_kernel(nops: int = 0, cpos: int = 0, mlen: int = 0):
+    """(builtin, address) of the batched kernel (``nops``: with a row epilogue, see _bpk_ir) for the host's
+    vector width."""
+    w = PK_VEC
+    fn = _bpk_fns.get((w, nops, cpos, mlen))
+    if fn is None:
+        import hashlib
+
+        from .. import llvm_call, llvm_render
+        text = _bpk_ir(w, nops, cpos, mlen)
+        addr = llvm_render.compile_ir(f"gemm_bpacked_v{w}_" + hashlib.sha1(text.encode()).hexdigest()[:16],
+                                      lambda: text)
+        fn = _bpk_fns[w, nops, cpos, mlen] = (llvm_call.make(addr, 3 + (nops or 1)), addr)
+    return fn
+
+
+def _bpk_batch(bshape: tuple, xs: list):
+    """The batch dims ``bshape`` merged into at most two (outer, inner) for every array of ``xs`` at once:
+    ``(n_outer, n_inner, [(outer stride, inner stride) in elements per array])``, or None.  Each x's batch dims
+    are right-aligned to ``bshape`` (missing or size-1 dims: stride 0)."""
+    nd = len(bshape)
+    per = []
+    for x in xs:
+        xb = x.shape[:-2]
+        lead = nd - len(xb)
+        st = []
+        for i in range(nd):
+            j = i - lead
+            if j < 0 or xb[j] == 1:
+                st.append(0)
+            else:
+                s = x.strides[j]
+                if s < 0 or s % 4:
+                    return None
+                st.append(s // 4)
+        per.append(st)
+    groups = []          # [count, [stride per array]] from the innermost dim out
+    for i in reversed(range(nd)):
+        n = bshape[i]
+        if n == 1:
+            continue
+        ss = [p[i] for p in per]
+        if groups:
+            cnt, gs = groups[-1]
+            if all(s == g * cnt for s, g in zip(ss, gs)):
+                groups[-1][0] = cnt * n
+                continue
+        groups.append([n, ss])
+    if len(groups) > 2:
+        return None
+    if not groups:
+        return 1, 1, [(0, 0) for _ in xs]
+    if len(groups) == 1:
+        return 1, groups[0][0], [(0, s) for s in groups[0][1]]
+    (ni, si), (no, so) = groups
+    return no, ni, list(zip(so, si))
+
+
+def _bpk_desc(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """(matrices, task descriptors (ntasks, _BPK_DW) int64: the first 16 words of _bpk_ir's D, batch range
+    per task) of ``out = a @ b`` for the batched kernel at this thread count, or None (not a product it
+    takes: see above)."""
+    if not (PK_ON[0] and BPK_ON[0]) or out.dtype != _F32 or a.dtype != _F32 or b.dtype != _F32 or \
+            out.ndim < 3 or a.ndim < 2 or b.ndim < 2 or not out.flags.c_contiguous or not _pk_host_ok():
+        return None
+    M, N = out.shape[-2:]
+    K = a.shape[-1]
+    if a.shape[-2] != M or b.shape[-2] != K or b.shape[-1] != N or N % PK_NR or M < PK_MIN_ROWS or \
+            K > PK_KC or N * K > BPK_MAX_PANEL or M * K > BPK_MAX_A or K == 0:
+        return None
+    bshape = out.shape[:-2]
+    nb = out.size // (M * N)
+    if nb < 2:
+        return None
+    for x in (a, b):
+        if len(x.shape) - 2 > len(bshape) or \
+                any(xn not in (1, n) for xn, n in zip(reversed(x.shape[:-2]), reversed(bshape))):
+            return None
+    if (a.strides[-1] != 4 and K > 1) or a.strides[-2] < 0 or a.strides[-2] % 4 or \
+            min(b.strides[-2:]) < 0 or b.strides[-2] % 4 or b.strides[-1] % 4:
+        return None
+    merged = _bpk_batch(bshape, [a, b, out])
+    if merged is None:
+        return None
+    no, ni, ((sao, sai), (sbo, sbi), (sco, sci)) = merged
+    nt = threads.NUM_THREADS
+    if nt > 1 and nb * M * N * K >= DRV_MNK and os.environ.get("NEE_MATMUL_DRIVER", "1") not in ("0", "") and \
+            _make_plan(out, a, b) is not None:
+        # on 2+ threads a batch gemm_driver splits (one batch stride: BERT b1's (1, H) heads) stays there: not
+        # measured better here on the loaded 2-core box (one thread: 0.95 vs 1.12 ms for BERT b1's scores +
+        # softmax + p @ v)
+        return None
+    row = [0, nb, ni, M, N, K, a.strides[-2] // 4, out.strides[-2] // 4, b.strides[-2] // 4, b.strides[-1] // 4,
+           sao, sai, sbo, sbi, sco, sci]
+    ntasks = min(nb, nt * BPK_TASKS_PER_THREAD) if nt > 1 and nb * M * N * K >= DRV_MNK else 1
+    desc = np.zeros((ntasks, _BPK_DW), np.int64)
+    for t in range(ntasks):
+        desc[t, :16] = row
+        desc[t, 0], desc[t, 1] = t * nb // ntasks, (t + 1) * nb // ntasks
+    return nb, desc
+
+
+def _bpk_call(fn, addr, desc, nargs):
+    """``h(*arrays)`` running the batched kernel (``fn`` / ``addr``) on ``arrays`` then the descriptor: as
+    gemm_driver call-job tasks on 2+ threads (one per row of ``desc``), else one call over the whole batch."""
+    ntasks = desc.shape[0]
+    desc.flags.writeable = False
+    if ntasks > 1:
+        from .. import gemm_driver
+        d = gemm_driver.call_plan(addr, nargs, min(threads.NUM_THREADS, ntasks), ntasks, desc.strides[0])
+        if d is not None:
+            call = gemm_driver.epilogue_caller(nargs)
+            dummy = np.zeros(1, np.int64)
+
+            def h(*arrays):
+                call(d, dummy, dummy, dummy, *arrays, desc)
+            return h
+        end = desc[-1, 1]
+        desc = desc[:1].copy()
+        desc[0, 1] = end          # the driver unavailable: the whole batch in one call
+    d0 = desc[0]
+
+    def h(*arrays):
+        fn(*arrays, d0)
+    return h
+
+
+def _bpk_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """``g(out, a, b)`` for arrays of these layouts and this thread count, or False (see above)."""
+    r = _bpk_desc(out, a, b)
+    if r is None:
+        return False
+    fn, addr = _bpk_kernel()
+    desc = r[1]
+    h = _bpk_call(fn, addr, desc, 4)
+
+    def g(out, a, b):
+        h(a, b, out)
+    return g
+
+
+def bpk_with_row_epilogue(out: np.ndarray, a: np.ndarray, b: np.ndarray, row_addr: int, meta: np.ndarray,
+                          nops: int, cpos: int):
+    """``h(a, b, ops)``: the batched kernel's ``out = a @ b`` (``out`` is ``ops[cpos]``: the product's
+    scratch) with a row kernel (softmax / norms, gemm_driver.with_row_epilogue's convention; ``meta`` its
+    launch meta over the (matrices x M) rows) run on each matrix's rows right after computing them, on
+    whichever thread computed the matrix; None where the batched kernel does not take the product."""
+    from .. import gemm_driver
+    r = _bpk_desc(out, a, b)
+    if r is None or not 1 <= nops <= gemm_driver.MAX_EPI_OPS - 3 or out.shape[-1] * 8 > gemm_driver.MAX_ROW_BYTES:
+        return None
+    desc = r[1]
+    mlen = int(meta.size)
+    width = 20 + mlen
+    width += -width % 8
+    ext = np.zeros((desc.shape[0], width), np.int64)
+    ext[:, :16] = desc[:, :16]
+    fn, addr = _bpk_kernel(nops, cpos, mlen)
+    ext[:, 16] = int(row_addr)
+    ext[:, 17] = mlen
+    ext[:, 20:20 + mlen] = meta
+    h0 = _bpk_call(fn, addr, ext, 3 + nops)
+
+    def h(a, b, ops):
+        h0(a, b, *ops)
+        return True
+    h.keep = ext
+    return h
+
+
+def _bpk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """The batched kernel's ``g(out, a, b)`` for arrays of these layouts and this thread count, or None; for
+    callers whose ``out`` overlaps neither input."""
+    key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
+           threads.NUM_THREADS)
+    g = _bpk_plans.get(key)
+    if g is None:
+        if len(_bpk_plans) > 4096:
+            _bpk_plans.clear()
+        g = _bpk_plans[key] = _bpk_plan(out, a, b)
+    return g or None
