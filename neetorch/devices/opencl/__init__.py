@@ -187,7 +187,7 @@ class OpenCLBackend(Backend):
         self._variants: dict = {}              # (kernel, innermost-stride code) -> kernel (render._variant)
         self._wg: dict = {}
         self._last_args: dict = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # (re-entrant: a storage finalizer (_release) can run from a GC inside a locked section)
         self.allocated = 0
         self.peak = 0
         self.reserved = 0                      # bytes of cached free buffers

@@ -172,7 +172,7 @@ class SimNPUBackend(Backend):
         self.sram_bytes = _env_int("NEE_SIMNPU_SRAM", 4 << 20)
         self.capacity_bytes = _env_int("NEE_SIMNPU_DRAM", 1 << 30)
         self.tile = TILE
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()     # (re-entrant: a buffer's finalizer can run from a GC inside a locked section)
         self.allocated = 0
         self.peak = 0
         self.num_allocs = 0
