@@ -554,14 +554,14 @@ def test_histc_float16_counts_exactly():
     assert nee.histc(x, 2, -1, 1).tolist() == [0.0, 5000.0]
 
 
-def test_float16_prod_accumulates_in_float32():
-    # neetorch multiplies float16 in float32 and rounds once; torch's CPU kernel multiplies in float16 in a
-    # vectorization-dependent order, so an intermediate product can overflow to inf (then inf * 0 = NaN) where
-    # the exact product is finite.  neetorch gives the correctly rounded product; both agree when it overflows.
+def test_float16_prod_accumulates_in_float16_like_torch():
+    # (session 17) torch's CPU kernel multiplies float16 in float16 (its vectorised order), so an intermediate
+    # product can overflow to inf (then inf * 0 = NaN) where the exact product is finite; neetorch does the same
+    # (ops/reduction.py _prod_low; tests/test_parity_s17.py compares it bit for bit)
     x = np.array([1e4, 1e4, 1e-4], np.float16)
-    assert float(nee.tensor(x).prod()) == float(np.float16(np.prod(x.astype(np.float32))))
-    assert float(nee.tensor(np.append(x, 0).astype(np.float16)).prod()) == 0.0
-    assert math.isinf(float(torch.from_numpy(x).prod()))   # the torch artifact this documents
+    assert math.isinf(float(torch.from_numpy(x).prod())) and math.isinf(float(nee.tensor(x).prod()))
+    assert math.isnan(float(nee.tensor(np.append(x, 0).astype(np.float16)).prod()))
+    assert math.isnan(float(torch.from_numpy(np.append(x, 0).astype(np.float16)).prod()))
     big = np.full(40, 10.0, np.float16)
     assert math.isinf(float(nee.tensor(big).prod())) and math.isinf(float(torch.from_numpy(big).prod()))
 

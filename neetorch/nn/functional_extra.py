@@ -41,7 +41,7 @@ def _t3(v, name, op):
 
 def _check_float(x, op):
     if x._dtype.category != 2:
-        raise RuntimeError(f"\"{op}\" not implemented for '{_CAP[x._dtype.name]}'")
+        raise NotImplementedError(f"\"{op}\" not implemented for '{_CAP[x._dtype.name]}'")
 
 
 # ---------------------------------------------------------------- 3-D convolution
@@ -620,8 +620,8 @@ def _interpolate_antialias(input, output_size, scales, mode, align_corners):
     """``interpolate(..., antialias=True)`` for 4-D bilinear / bicubic input: separable, the width first then the
     height (a dim whose size does not change is copied), each a matmul with the dim's (n_out, n_in) weights."""
     if input._dtype not in (_dt.float32, _dt.float64):
-        raise RuntimeError(f"\"compute_index_ranges_weights\" not implemented for '{_CAP[input._dtype.name]}' "
-                           f"(interpolate with antialias=True takes float32 / float64 input)")
+        raise NotImplementedError(f"\"compute_index_ranges_weights\" not implemented for '{_CAP[input._dtype.name]}' "
+                                  f"(interpolate with antialias=True takes float32 / float64 input)")
     cdt = input._dtype
     f = cdt.np.type
     y = input

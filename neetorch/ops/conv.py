@@ -131,7 +131,7 @@ def _tuple(v, n: int, name: str, op: str) -> tuple:
 
 def _float_check(x: Tensor, op: str):
     if x._dtype.category != 2:
-        raise RuntimeError(f"\"{op}\" not implemented for '{_CAP[x._dtype.name]}'")
+        raise NotImplementedError(f"\"{op}\" not implemented for '{_CAP[x._dtype.name]}'")
 
 
 def _lst(shape) -> str:
@@ -152,10 +152,10 @@ def _int_conv_check(x: Tensor, op: str, dilation, transposed: bool) -> bool:
     cap = _CAP[dt.name]
     kern = f"slow_conv_transpose{op[-2]}_out_cpu" if transposed else f"slow_conv{op[-2]}_cpu".replace("1", "2")
     if dt.category != 1 or (transposed and dt is not _dt.int64):
-        raise RuntimeError(f"\"{kern}\" not implemented for '{cap}' ({op} of {dt.name} input)")
+        raise NotImplementedError(f"\"{kern}\" not implemented for '{cap}' ({op} of {dt.name} input)")
     if any(int(d) > 1 for d in dilation) and dt is not _dt.int64:
-        raise RuntimeError(f"\"slow_conv_dilated<>\" not implemented for '{cap}' ({op} with dilation "
-                           f"{tuple(dilation)}; dilated integer convolutions take int64 only)")
+        raise NotImplementedError(f"\"slow_conv_dilated<>\" not implemented for '{cap}' ({op} with dilation "
+                                  f"{tuple(dilation)}; dilated integer convolutions take int64 only)")
     return True
 
 
@@ -878,8 +878,8 @@ def _taps(mode, n_in, n_out, scale, align_corners, f):
 def _resample_separable(input, output_size, scales, mode, align_corners):
     nearest = mode in ("nearest", "nearest-exact")
     if input._dtype.category != 2 and not (nearest and input._dtype is _dt.uint8):
-        raise RuntimeError(f"\"upsample_{mode}\" not implemented for '{_CAP[input._dtype.name]}' (floating point "
-                           f"inputs only{' and uint8' if nearest else ''})")
+        raise NotImplementedError(f"\"upsample_{mode}\" not implemented for '{_CAP[input._dtype.name]}' (floating "
+                                  f"point inputs only{' and uint8' if nearest else ''})")
     from ..tensor.creation import tensor
     odt = input._dtype
     cdt = odt if nearest else _dt.compute_dtype(odt)

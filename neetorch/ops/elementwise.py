@@ -934,7 +934,7 @@ def clamp(input, min=None, max=None, *, out=None):
             result_type(*[a for a in (input, min, max) if a is not None]) is _dt.bool_ and \
             (min is not None and max is not None or _is_scalar(min) or _is_scalar(max)):
         # torch's one-sided tensor bound is a bool maximum/minimum; its scalar and two-sided kernels refuse bool
-        raise RuntimeError("clamp: not implemented for 'Bool'")
+        raise NotImplementedError("clamp: not implemented for 'Bool'")
     if out is not None and out is not input and isinstance(input, Tensor):
         rdt = result_type(*[a for a in (input, min, max) if a is not None])
         if out._dtype is not rdt:      # (torch's clamp out= takes the result dtype only; clamp_ casts into self)

@@ -1075,7 +1075,7 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d} (k={k}, size {n})")
     if input._dtype is _dt.bool_:
-        raise RuntimeError("kthvalue(): not implemented for bool inputs")
+        raise NotImplementedError("kthvalue(): not implemented for bool inputs")
     v, i = sort(input, d)
     if input.ndim == 0:
         return KthResult(v, i)

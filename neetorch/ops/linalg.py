@@ -517,6 +517,10 @@ def linear(input, weight, bias=None):
     _check_tensor(input, "input", "linear")
     _check_tensor(weight, "weight", "linear")
     if weight.ndim == 1:
+        if bias is not None and (input.ndim == 2 or (input.is_contiguous() and bias.ndim == 1)):
+            # torch's fused addmm path (2-D input, or contiguous input flattened to 2-D) needs a matrix weight
+            raise RuntimeError(f"linear: mat2 must be a matrix, got 1-D tensor (weight of shape {tuple(weight.shape)} "
+                               f"with a bias and input of shape {tuple(input.shape)})")
         r = matmul(input, weight)
     elif weight.ndim == 2:
         if input.ndim == 0:
@@ -542,6 +546,13 @@ def linear(input, weight, bias=None):
         if r._dtype in _LOW and weight.ndim == 2 and bias._device.type == "cpu":
             # float16/bfloat16: the bias is added to the float32 product and the sum rounded once (torch)
             return _scaled_add(_linear_f32(input, weight), bias.to(_F32), 1, 1, "linear").to(r._dtype)
+        if weight.ndim == 1 and tuple(bias.shape) != tuple(r.shape):
+            # torch adds the bias in place: it must broadcast to the output without growing it
+            from .shape_rules import broadcast_shapes
+            o = tuple(r.shape)
+            if tuple(broadcast_shapes(o, bias.shape)) != o:
+                raise RuntimeError(f"linear: the bias of shape {list(bias.shape)} does not broadcast to the output "
+                                   f"of shape {list(o)}")
         r = _scaled_add(r, bias, 1, 1, "linear")
     return r
 

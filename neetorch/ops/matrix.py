@@ -98,8 +98,10 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     _check(x2, "cdist", "x2")
     for nm, t in (("X1", x1), ("X2", x2)):
         if t._dtype not in (_dt.float32, _dt.float64):
-            raise RuntimeError(f"cdist only supports floating-point dtypes (float32, float64), {nm} got: "
-                               f"{t._dtype.name}")
+            # (torch: an integer operand is a RuntimeError, float16 / bfloat16 have no kernel: NotImplementedError)
+            raise (NotImplementedError if t._dtype.category == 2 else RuntimeError)(
+                f"cdist only supports floating-point dtypes (float32, float64), {nm} got: "
+                f"{t._dtype.name}")
         if t.ndim < 2:
             raise RuntimeError(f"cdist only supports at least 2D tensors, {nm} got: {t.ndim}D")
     if x1._dtype is not x2._dtype:
@@ -244,7 +246,7 @@ def _tri_indices(op, np_fn, row, col, offset, dtype, device):
         raise RuntimeError(f"{op}: col must be non-negative, got {col}")
     dt = _dt.int64 if dtype is None else _dt.to_dtype(dtype)
     if dt.category != 1:
-        raise RuntimeError(f"\"{op}\" not implemented for {dt.name} (integer dtypes only)")
+        raise NotImplementedError(f"\"{op}\" not implemented for {dt.name} (integer dtypes only)")
     from ..tensor.creation import tensor
     r, c = np_fn(row, offset, col)
     return tensor(np.stack([r, c]).astype(dt.np).reshape(2, -1), dtype=dt, device=device)

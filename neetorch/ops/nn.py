@@ -35,7 +35,7 @@ def _check_float(op, t):
     if not isinstance(t, Tensor):
         raise TypeError(f"{op}: expected a Tensor, got {type(t).__name__}")
     if t._dtype.category != 2:
-        raise RuntimeError(f"{op}: expected a floating-point input, but got a tensor of dtype {t._dtype.name}")
+        raise NotImplementedError(f"{op}: expected a floating-point input, but got a tensor of dtype {t._dtype.name}")
 
 
 def _as_param(op, name, t, like: Tensor, shape=None):
@@ -397,6 +397,10 @@ def _dropout_impl(input, p, training, inplace, mask_shape=None):
     if p == 1.0:
         r = input * 0
     else:
+        if input._dtype.category < 2:   # torch scales by 1 / (1 - p) in float: not castable back to an integer
+            from .linalg import _CAP
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{_CAP.get(input._dtype.name, input._dtype.name)} (dropout of an integer tensor)")
         mask = _keep_mask(input, p, tuple(input.shape) if mask_shape is None else mask_shape)
         r = input * mask.to(input._dtype)
     if inplace:
@@ -475,7 +479,7 @@ def _repeat_heads(t, rep):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False):
+                                 enable_gqa=False, *, _flash_low=None):
     """``softmax(q @ k^T * scale + mask) @ v`` (``torch.nn.functional.scaled_dot_product_attention``).
 
     Boolean masks: True means attend; float masks are added.  ``is_causal`` uses the top-left aligned
@@ -500,6 +504,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if key.shape[-2] != value.shape[-2]:
         raise RuntimeError(f"scaled_dot_product_attention: key and value must have the same sequence length, got "
                            f"{key.shape[-2]} and {value.shape[-2]}")
+    if query._dtype in _dt.LOW_FLOATS and key._dtype is query._dtype and value._dtype is query._dtype:
+        # torch's CPU kernel for float16 / bfloat16 works in float32 and rounds the output once
+        f32 = _dt.float32
+        # (4-D inputs that its flash kernel takes: the unnormalised probabilities are rounded to the input dtype
+        # before the product with value, then divided by their float32 sum)
+        m = attn_mask.to(f32) if isinstance(attn_mask, Tensor) and attn_mask._dtype is query._dtype else attn_mask
+        flash = query.ndim == key.ndim == value.ndim == 4 and dropout_p == 0.0 and \
+            query.shape[-1] == key.shape[-1] == value.shape[-1] and query.shape[0] == key.shape[0] == value.shape[0] \
+            and (enable_gqa or query.shape[1] == key.shape[1] == value.shape[1]) and query.stride(-1) == 1 \
+            and key.stride(-1) == 1 and value.stride(-1) == 1
+        return scaled_dot_product_attention(query.to(f32), key.to(f32), value.to(f32), m, dropout_p, is_causal,
+                                            scale, enable_gqa, _flash_low=query._dtype if flash else None
+                                            ).to(query._dtype)
     L, S = query.shape[-2], key.shape[-2]
     sc = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if enable_gqa and query.ndim >= 3 and key.ndim >= 3:
@@ -527,6 +544,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             attn = _ew.apply(_ew._where, keep, attn, -math.inf)
         else:
             attn = attn + attn_mask.to(attn._dtype)
+    if _flash_low is not None:
+        mx = attn.amax(-1, keepdim=True)
+        mx = _ew.apply(_ew._where, mx == -math.inf, 0.0, mx)
+        p = (attn - mx).exp()
+        den = p.sum(-1, keepdim=True)
+        out = _matmul(p.to(_flash_low).to(attn._dtype), value)
+        return _ew.apply(_ew._where, den == 0, 0.0, out / den)
     w = _safe_softmax(attn, -1)
     if dropout_p > 0.0:
         w = _dropout_impl(w, float(dropout_p), True, False)
@@ -824,8 +848,8 @@ def _float_loss(op, input, target):
     """torch's mse / smooth_l1 / huber kernels take floating-point operands only (after promotion)."""
     if isinstance(input, Tensor) and isinstance(target, Tensor) and input._dtype.category != 2 and \
             target._dtype.category != 2:
-        raise RuntimeError(f"{op}: not implemented for integer / bool operands ({input._dtype.name}, "
-                           f"{target._dtype.name}): expected a floating-point input or target")
+        raise NotImplementedError(f"{op}: not implemented for integer / bool operands ({input._dtype.name}, "
+                                  f"{target._dtype.name}): expected a floating-point input or target")
 
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
@@ -863,7 +887,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     if isinstance(input, Tensor) and input._dtype.category != 2:
-        raise RuntimeError(f"huber_loss: expected a floating-point input, got {input._dtype.name}")
+        raise NotImplementedError(f"huber_loss: expected a floating-point input, got {input._dtype.name}")
 
     def f(a, b):
         d = (a - b).abs()

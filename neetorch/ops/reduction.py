@@ -334,7 +334,78 @@ def prod(input, dim=_NODIM, keepdim=_NOKD, *, dtype=None, out=None):
                             dtype=_out_dtype("prod", dim, dtype, out)), out, "prod")
     _check(input, "prod")
     x = _cast(input, dtype)
+    if x._dtype in _dt.LOW_FLOATS:
+        r = _prod_low(x, dim, keepdim)
+        if r is not None:
+            return r
     return _reduce(PROD, x, dim, keepdim, x._dtype.name if dtype is not None else None, "prod")
+
+
+def _prod_low(x, dim, keepdim):
+    """torch's float16 / bfloat16 prod multiplies in the input dtype, rounding every product; its order: along a
+    strided dim one element after another; along a unit-stride dim (or a contiguous tensor's all-reduce) 64 lanes
+    (4 AVX2 vectors of 16) over the blocks of 64, the lanes combined (a0*a1)*(a2*a3) then one after another, then
+    the tail one at a time.  None (the float32 kernel, rounded once) for what this does not model: traced or
+    non-CPU tensors, empty or large (torch splits > 32768 elements over threads) inputs, non-contiguous all-reduces."""
+    from .compat import _tracing
+    n_all = x.numel()
+    if _tracing() or x._device.type != "cpu" or n_all == 0 or n_all > 32768 or x.ndim == 0:
+        return None
+    chain = False
+    if dim is None:
+        shape = (1,) * x.ndim if keepdim else ()
+        x = x.permute(sorted(range(x.ndim), key=lambda i: -x.stride(i)))   # (torch walks memory order)
+        if x.is_contiguous():
+            rows, vec = x.numpy().reshape(1, -1), True
+        else:
+            st = [x.stride(i) for i in range(x.ndim) if x.shape[i] > 1]
+            if [1 for a, b in zip(st, st[1:]) if a < b]:   # (this module shadows any)
+                return None      # (torch walks the dims in stride order)
+            # a row-major view: one inner reduction per row, each multiplied into the running product
+            rows, vec, chain = x.numpy().reshape(-1, x.shape[-1]), x.stride(-1) == 1, True
+    else:
+        d = dim + x.ndim if dim < 0 else dim
+        if not 0 <= d < x.ndim:
+            return None
+        n = x.shape[d]
+        vec = x.stride(d) == 1
+        a = np.moveaxis(x.numpy(), d, -1)
+        shape = tuple(a.shape[:-1])
+        rows = a.reshape(-1, n)
+        if keepdim:
+            shape = tuple(x.shape[:d]) + (1,) + tuple(x.shape[d + 1:])
+    npdt = x._dtype.np
+    rows = rows.astype(np.float32)
+
+    def rnd(v):
+        return v.astype(npdt).astype(np.float32)
+    if chain:
+        out = np.ones(1, np.float32)
+        for r in rows:
+            out = _prod_low_rows(r.reshape(1, -1), vec, rnd, out)
+    else:
+        out = _prod_low_rows(rows, vec, rnd, np.ones(rows.shape[0], np.float32))
+    from ..tensor.creation import tensor
+    return tensor(out.astype(npdt).reshape(shape), dtype=x._dtype, device=x._device)
+
+
+def _prod_low_rows(rows, vec, rnd, out):
+    n = rows.shape[1]
+    lanes = 64 if vec else 1 << 62
+    cnt = n // lanes
+    if cnt:
+        acc = rows[:, :lanes].copy()
+        for i in range(1, cnt):
+            acc = rnd(acc * rows[:, i * lanes:(i + 1) * lanes])
+        q = lanes // 4
+        acc = rnd(rnd(acc[:, :q] * acc[:, q:2 * q]) * rnd(acc[:, 2 * q:3 * q] * acc[:, 3 * q:]))
+        b = acc[:, 0]
+        for j in range(1, q):
+            b = rnd(b * acc[:, j])
+        out = rnd(out * b)
+    for j in range(cnt * lanes, n):
+        out = rnd(out * rows[:, j])
+    return out
 
 
 def _int_dim(op, dim):
@@ -570,6 +641,8 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=N
     if out is not None:
         return _write_out(std(_widen(input, out), dim, unbiased, keepdim, correction=correction), out, "std", cast=True)
     dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "std")
+    if input._dtype in _dt.LOW_FLOATS:   # torch: the float32 variance's square root, rounded once
+        return _var_mean(input.to(_dt.float32), dims, c, kd)[0].sqrt().to(input._dtype)
     return _var_mean(input, dims, c, kd)[0].sqrt()
 
 
@@ -584,6 +657,9 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """``torch.std_mean``: ``(std, mean)``."""
     dims, c, kd = _var_args(input, dim, unbiased, keepdim, correction, "std_mean")
+    if input._dtype in _dt.LOW_FLOATS:   # torch: the float32 variance's square root, rounded once
+        v, m = _var_mean(input.to(_dt.float32), dims, c, kd)
+        return v.sqrt().to(input._dtype), m.to(input._dtype)
     v, m = _var_mean(input, dims, c, kd)
     return v.sqrt(), m
 
@@ -599,8 +675,7 @@ def logsumexp(input, dim, keepdim=False, *, out=None):
     x = input if input._dtype.category >= 2 else input.to(_dt.get_default_dtype())
     dims = _dims(dim, x.ndim, "logsumexp")
     odt = x._dtype
-    if odt in _dt.LOW_FLOATS:
-        x = x.to(_dt.float32)
+    # (float16/bfloat16: torch composes amax, sub, exp, sum, log and add, each rounded to the input dtype)
     if x.numel() == 0:
         from ..tensor.creation import full
         return full(_red_shape(x.shape, dims, keepdim), float("-inf"), dtype=odt, device=x.device)

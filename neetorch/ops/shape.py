@@ -507,9 +507,12 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
     if mode in ("reflect", "replicate") and input._dtype is _dt.bool_:
         kern = "reflection_pad" if mode == "reflect" else "replication_pad"
         raise NotImplementedError(f"\"{kern}{k}d\" not implemented for 'Bool'")
+    if mode in ("reflect", "replicate") and 0 in tuple(input.shape)[max(nd - k - 1, 0):]:
+        raise RuntimeError(f"{mode} pad: Expected {k + 1}D or {k + 2}D (batch mode) tensor with possibly 0 batch size "
+                           f"and other non-zero dimensions for input, but got {_sl(input.shape)}")
     widths = [(0, 0)] * nd
     x = input
-    crops = []  # reflect: torch pads the original input, then crops the negative sides
+    crops = []  # reflect / replicate: torch pads the original input, then crops the negative sides
     for i in range(k):
         d = nd - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
@@ -517,7 +520,17 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
         if n + lo + hi < 0:
             raise RuntimeError(f"The input size {n}, plus negative padding {lo} and {hi} resulted in a negative "
                                f"output size, which is invalid. Check dimension {d} of your input.")
-        if mode == "reflect" and (lo < 0 or hi < 0):
+        if mode == "constant" and n + min(lo, 0) + min(hi, 0) < 0:   # (torch crops each side first)
+            raise RuntimeError(f"pad: narrow(): length must be non-negative (cropping ({lo}, {hi}) from size {n} at "
+                               f"dimension {d})")
+        if mode in ("reflect", "replicate") and k == 1 and n + lo + hi < 1:   # (torch's 1-D pad kernels)
+            raise RuntimeError(f"{mode} pad: input (size {n} at dimension {d}) is too small. Calculated output "
+                               f"size: {n + lo + hi}")
+        if n + lo + hi == 0:   # (torch: an empty dim, e.g. circular (-6, 1) of 5)
+            x = x.narrow(d, 0, 0)
+            widths[d] = (0, 0)
+            continue
+        if mode in ("reflect", "replicate") and (lo < 0 or hi < 0):
             crops.append((d, max(-lo, 0), max(-hi, 0)))
             lo, hi = max(lo, 0), max(hi, 0)
         # crop negative padding first

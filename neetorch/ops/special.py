@@ -112,8 +112,15 @@ def logit(input, eps=None):
     (NaN passes through); integer and bool inputs give the default float dtype."""
     _tensor_arg("logit", "input", 1, input)
     x, odt = _to_float(input)
+    if odt in _dt.LOW_FLOATS:
+        # torch's float16/bfloat16 logit rounds each step to the input dtype (eps, 1 - eps, 1 - x, x / (1 - x))
+        x = x.to(odt)
     if eps is not None:
-        lo, hi = float(eps), 1.0 - float(eps)
+        lo = float(eps)
+        hi = 1.0 - lo
+        if odt in _dt.LOW_FLOATS:
+            lo = float(np.asarray(lo, dtype=np.float32).astype(odt.np))
+            hi = float(np.asarray(1.0 - lo, dtype=np.float32).astype(odt.np))
         where = _E("where")
         x = where(x < lo, lo, where(x > hi, hi, x))
     return _back((x / (1.0 - x)).log(), odt)

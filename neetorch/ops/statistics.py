@@ -371,8 +371,10 @@ def bincount(input, weights=None, minlength=0):
     if minlength < 0:
         raise RuntimeError(f"bincount: minlength should be >= 0 (got {minlength})")
     if input.ndim != 1 or input._dtype.category != 1:
-        raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got a {input.ndim}-D "
-                           f"{input._dtype.name} tensor)")
+        # (torch: a floating / bool input is a dtype the kernel is not implemented for: NotImplementedError)
+        raise (RuntimeError if input._dtype.category == 1 else NotImplementedError)(
+            f"bincount only supports 1-d non-negative integral inputs (got a {input.ndim}-D "
+            f"{input._dtype.name} tensor)")
     if weights is not None and (not isinstance(weights, Tensor) or weights.ndim != 1
                                 or weights.shape[0] != input.shape[0]):
         raise RuntimeError(f"bincount: weights should be 1-d and have the same length as input (input "
