@@ -1192,7 +1192,7 @@ class _InBlockRows(_InBlockEpilogue):
         ``rows_only``, cut into blocks of whole rows on 2+ threads) with this row kernel run by each task on
         its rows right after computing them (linalg.pk_with_row_epilogue), or None.  ``f`` returns False
         for another weight than the packed one."""
-        from .. import gemm_driver, llvm_render
+        from .. import gemm_driver
         from . import linalg as L
         sp = self.spec
         a, b = ins[0], ins[1]
@@ -1204,18 +1204,27 @@ class _InBlockRows(_InBlockEpilogue):
         if any(o.shape != mshape for o in outs) or N * 8 > gemm_driver.MAX_ROW_BYTES or \
                 (sp["mode"] >= 2 and sp["n"] != N):
             return None
+        return self._bind_in_rows(outs, ins, mshape, 1, R, N, lambda buf, meta, nprog, at: L.pk_with_row_epilogue(
+            packed, self.addr, meta, nprog, at))
+
+    def _bind_in_rows(self, outs, ins, mshape, nb, M, N, make):
+        """The bound step of bind_packed / bind_batched: the row kernel's operands over the (nb, M, N) product
+        (the product itself into a scratch buffer), ``make(buf, meta, n operands, the product's position)`` the
+        native caller (None: not taken)."""
+        from .. import llvm_render
         buf = self.scratch(mshape)
-        res = self._prog(outs, ins[2:], buf, mshape, 1, R, N)
+        res = self._prog(outs, ins[2:], buf, mshape, nb, M, N)
         if res is None:
             return None
         prog, lays, keep = res
         k = self.apos - len(outs)
         if (1, k) not in prog:
             return None
-        meta = llvm_render.row_meta(0, 0, R, N, sp["eps"], lays)
-        h = L.pk_with_row_epilogue(packed, self.addr, meta, len(prog), prog.index((1, k)))
+        meta = llvm_render.row_meta(0, 0, M, N, self.spec["eps"], lays)
+        h = make(buf, meta, len(prog), prog.index((1, k)))
         if h is None:
             return None
+        keep.append(getattr(h, "keep", None))
         kk = 2 + k
 
         def f(outs, ins):
@@ -1228,7 +1237,7 @@ class _InBlockRows(_InBlockEpilogue):
         """``f(outs, ins)``: a batch of small products by linalg's batched packed kernel with this row kernel
         run on each matrix's rows right after computing it (linalg.bpk_with_row_epilogue), or None (a product
         that kernel does not take, operands whose dims do not merge into the (matrices, M, N) view)."""
-        from .. import gemm_driver, llvm_render
+        from .. import gemm_driver
         from . import linalg as L
         sp = self.spec
         a, b = ins[0], ins[1]
@@ -1242,26 +1251,8 @@ class _InBlockRows(_InBlockEpilogue):
         if nb < 2 or any(o.shape != mshape for o in outs) or N * 8 > gemm_driver.MAX_ROW_BYTES or \
                 (sp["mode"] >= 2 and sp["n"] != N):
             return None
-        buf = self.scratch(mshape)
-        res = self._prog(outs, ins[2:], buf, mshape, nb, M, N)
-        if res is None:
-            return None
-        prog, lays, keep = res
-        k = self.apos - len(outs)
-        if (1, k) not in prog:
-            return None
-        meta = llvm_render.row_meta(0, 0, M, N, sp["eps"], lays)
-        h = L.bpk_with_row_epilogue(buf, a, b, self.addr, meta, len(prog), prog.index((1, k)))
-        if h is None:
-            return None
-        keep.append(h.keep)
-        kk = 2 + k
-
-        def f(outs, ins):
-            full = [*ins[2:kk], buf, *ins[kk:]]
-            return h(ins[0], ins[1], [outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
-        f.keep = keep
-        return f
+        return self._bind_in_rows(outs, ins, mshape, nb, M, N, lambda buf, meta, nprog, at: L.bpk_with_row_epilogue(
+            buf, a, b, self.addr, meta, nprog, at))
 
     def _prog(self, outs, eins, buf, mshape, nb, M, N):
         """(prog, lays, keep) of the row kernel's operands over the (nb, M, N) product, or None."""
