@@ -104,3 +104,19 @@ def test_torch_argument_checks():
     assert nee.compile(f, disable=True) is f
     with pytest.raises(ValueError, match="dynamic"):
         nee.jit(f, dynamic="sometimes")
+
+
+def test_compiled_modules_deepcopy_and_pickle():
+    import copy
+    import pickle
+    x = nee.randn(2, 3)
+    m = nn.Linear(3, 3)
+    m.compile()
+    want = _np(m(x))
+    for m2 in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert m2.weight is not m.weight and "_compiled_call_impl" in m2.__dict__   # compiled anew
+        np.testing.assert_allclose(_np(m2(x)), want, rtol=1e-6)
+    om = nee.compile(nn.Linear(3, 3), dynamic=False)
+    om2 = copy.deepcopy(om)
+    assert om2._orig_mod is not om._orig_mod and om2._compiled.fn is om2._orig_mod
+    np.testing.assert_allclose(_np(om2(x)), _np(om(x)), rtol=1e-6)

@@ -55,10 +55,22 @@ class OptimizedModule(Module):
     other than its own go to the wrapped module (``_orig_mod``), so parameters, buffers, ``train()`` / ``eval()``
     and attribute changes are the module's (the compiled function re-specializes on the changes that matter)."""
 
-    def __init__(self, mod: Module, compiled):
+    def __init__(self, mod: Module, compiled, options=None):
         super().__init__()
         self._orig_mod = mod
         object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_options", dict(options or {}))
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_compiled", None)    # (locks, compiled code: a copy compiles its own module anew)
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        o = self.__dict__.get("_options", {})
+        object.__setattr__(self, "_compiled", CompiledFunction(self._orig_mod, fullgraph=o.get("fullgraph", False),
+                                                               dynamic=o.get("dynamic"), name=type(self._orig_mod).__name__))
 
     def __call__(self, *args, **kwargs):
         return self._compiled(*args, **kwargs)
@@ -105,5 +117,6 @@ def compile(model=None, *, fullgraph: bool = False, dynamic=None, backend="induc
         return model
     if isinstance(model, Module):
         return OptimizedModule(model, CompiledFunction(model, fullgraph=fullgraph, dynamic=dynamic,
-                                                       name=type(model).__name__))
+                                                       name=type(model).__name__),
+                               {"fullgraph": fullgraph, "dynamic": dynamic})
     return CompiledFunction(model, fullgraph=fullgraph, dynamic=dynamic)

@@ -340,8 +340,18 @@ class Module:
         else:
             object.__delattr__(self, name)
 
+    def __getstate__(self):
+        # a compiled call (Module.compile) holds locks and compiled code: not copied; the copy compiles anew
+        # (__setstate__), as the module's own compile() would
+        state = self.__dict__.copy()
+        state.pop("_compiled_call_impl", None)
+        return state
+
     def __setstate__(self, state):
         self.__dict__.update(state)
+        ck = self.__dict__.get("_compile_kwargs")
+        if ck is not None and "_compiled_call_impl" not in self.__dict__:
+            self.compile(**ck)
         for k, v in (("_forward_pre_hooks", _HookDict), ("_forward_hooks", _HookDict), ("_state_dict_hooks", _HookDict),
                      ("_load_state_dict_post_hooks", _HookDict), ("_forward_hooks_with_kwargs", dict),
                      ("_forward_pre_hooks_with_kwargs", dict), ("_non_persistent_buffers_set", set)):
@@ -729,6 +739,7 @@ class Module:
         _check(kwargs.get("mode"), kwargs.get("options"), kwargs.get("backend", "inductor"))
         if kwargs.get("disable"):
             return None
+        self.__dict__["_compile_kwargs"] = dict(kwargs)
         self.__dict__["_compiled_call_impl"] = CompiledFunction(
             self._call_impl, fullgraph=kwargs.get("fullgraph", False), dynamic=kwargs.get("dynamic"),
             name=type(self).__name__)
