@@ -121,33 +121,32 @@ class autocast:
         return run
 
 
-def _caster(lower: bool):
-    def cast(a):
-        if isinstance(a, Tensor) and a._dtype.is_floating_point:
-            dev = a._device.type
-            dt = get_autocast_dtype(dev) if is_autocast_enabled(dev) else None
-            if dt is None:
-                return a
+def _cast(a, dts: dict, lower: bool):
+    """``a`` cast as the autocast setting ``dts`` ({device type: dtype}) asks of a ``lower`` (or float32) op."""
+    if isinstance(a, Tensor):
+        dt = dts.get(a._device.type) if a._dtype.is_floating_point else None
+        if dt is not None:
             if lower and a._dtype is _dt.float32:
                 return a.to(dt)
             if not lower and a._dtype in (_dt.bfloat16, _dt.float16):
                 return a.to(_dt.float32)
-        elif isinstance(a, (list, tuple)) and a and any(isinstance(x, Tensor) for x in a):
-            return type(a)(cast(x) for x in a)
-        return a
-    return cast
+    elif isinstance(a, (list, tuple)) and a and any(isinstance(x, Tensor) for x in a):
+        return type(a)(_cast(x, dts, lower) for x in a)
+    return a
 
 
 def _wrap(fn, lower: bool):
     if getattr(fn, "_autocast", False):
         return fn
-    cast = _caster(lower)
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        if not _ACTIVE[0] or state() is None:
+        st = state() if _ACTIVE[0] else None
+        if st is None:
             return fn(*args, **kwargs)
-        return _run_without(fn, [cast(a) for a in args], {k: cast(v) for k, v in kwargs.items()})
+        dts = {d: getattr(_dt, t) for d, t in st}     # (the setting read once per call)
+        return _run_without(fn, [_cast(a, dts, lower) for a in args],
+                            {k: _cast(v, dts, lower) for k, v in kwargs.items()})
     run._autocast = True
     return run
 

@@ -1001,7 +1001,7 @@ class Executable:
                 r = fn(args[0], *vargs, *args[1:], **kwargs)
                 rs = r if isinstance(r, (tuple, list)) else (r,)
                 if memo is not None and not any(getattr(a, "requires_grad", False) for a in args) \
-                        and all(_same_storage(t._data, args[0]._data) for t in rs):
+                        and all(_storage.same(t._data, args[0]._data) for t in rs):
                     # (a view op that had to copy, e.g. reshape of a transposed tensor, is made anew
                     # every call: its result does not follow the argument's storage)
                     memo[0], memo[1] = args, tuple(rs)
@@ -1657,8 +1657,3 @@ def _reshape_copier(src, rs):
     if not np.array_equal(r.reshape(-1), x.reshape(-1), equal_nan=r.dtype.kind in "fc"):
         return None
     return rs[0], x.shape, x.dtype, r.reshape(x.shape)
-
-
-def _same_storage(a, b) -> bool:
-    """Whether device array ``a`` is a view of ``b``'s memory (False when it can't be told)."""
-    return _storage.same(a, b)

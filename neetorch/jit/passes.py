@@ -579,21 +579,16 @@ _COPY_RESHAPES = [os.environ.get("NEE_JIT_COPY_RESHAPES", "1") not in ("0", "", 
 
 
 def _view_strides(n: Node, in_strides):
-    """The strides view node ``n`` gives its (single) output over an input with ``in_strides`` (elements), applied to
-    a storage-less stand-in (as ViewOp.infer does); None when it cannot be told."""
-    from ..devices import device
-    from ..tensor.tensor import Tensor
+    """The strides view node ``n`` gives its (single) output over an input with ``in_strides`` (elements), or None
+    when it cannot be told."""
     a = n.inputs[0]
-    isz = a.dtype.itemsize
     try:
-        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype.np), a.shape, [s * isz for s in in_strides])
-        r = n.op.fn(Tensor._make(dummy, device("cpu"), a.dtype), *n.attrs.get("args", ()),
-                    **dict(n.attrs.get("kwargs", ())))
+        r = n.op.on_stand_in(a.shape, a.dtype, in_strides, n.attrs)
     except Exception:   # noqa: BLE001 - a view the stand-in cannot take: leave the node alone
         return None
     if isinstance(r, (tuple, list)) or tuple(r.shape) != tuple(n.outputs[0].shape):
         return None
-    return [s // isz for s in r._data.strides]
+    return [s // a.dtype.itemsize for s in r._data.strides]
 
 
 def materialize_copying_reshapes(g: Graph) -> Graph:
@@ -626,11 +621,7 @@ def materialize_copying_reshapes(g: Graph) -> Graph:
             y = y.producer.inputs[0]
         if y.producer is None or isinstance(y.producer.op, ViewOp) or y in g.inputs or y in g.consts:
             continue
-        xs, c = [], 1
-        for d in reversed(y.shape):
-            xs.append(c)
-            c *= max(d, 1)
-        xs = xs[::-1]
+        xs = None            # (row-major)
         for v in reversed(chain):
             xs = _view_strides(v, xs)
             if xs is None:

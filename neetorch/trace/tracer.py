@@ -83,22 +83,25 @@ class ViewOp:
         self.fn = fn
 
     def infer(self, metas, attrs):
-        import numpy as np
-
-        from ..devices import device
-        from ..tensor.tensor import Tensor
-        m = metas[0]
-        # views only compute metadata: apply the view to a storage-less stand-in
-        st, c = [], 1
-        for s in reversed(m.shape):
-            st.append(c * m.dtype.itemsize)
-            c *= max(s, 1)
-        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, m.dtype.np), m.shape, st[::-1])
         if len(metas) > 1:  # index tensors: shapes need their values, take the recorded ones
             raise NotImplementedError
-        r = self.fn(Tensor._make(dummy, device("cpu"), m.dtype), *attrs.get("args", ()), **dict(attrs.get("kwargs", ())))
+        r = self.on_stand_in(metas[0].shape, metas[0].dtype, None, attrs)
         rs = r if isinstance(r, (tuple, list)) else (r,)
         return [Meta(tuple(x.shape), x.dtype) for x in rs]
+
+    def on_stand_in(self, shape, dtype, strides, attrs):
+        """The view applied to a storage-less stand-in of ``shape`` / ``dtype`` with ``strides`` (elements; None:
+        row-major): views only compute metadata (their result's shape, and strides: jit/passes.py)."""
+        from ..devices import device
+        from ..tensor.tensor import Tensor
+        if strides is None:
+            strides, c = [], 1
+            for n in reversed(shape):
+                strides.append(c)
+                c *= max(n, 1)
+            strides = strides[::-1]
+        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, dtype.np), shape, [s * dtype.itemsize for s in strides])
+        return self.fn(Tensor._make(dummy, device("cpu"), dtype), *attrs.get("args", ()), **dict(attrs.get("kwargs", ())))
 
     def __repr__(self):
         return f"ViewOp({self.name})"
