@@ -932,6 +932,7 @@ def _native_parallel(f, nargs: int, nthr: int):
         else:
             caller, dummy = gemm_driver.epilogue_caller(nargs), np.zeros(1, np.float32)
             g = lambda *arrays: caller(d, dummy, dummy, dummy, *arrays)  # noqa: E731
+            g.direct = (caller, (d, dummy, dummy, dummy))     # (replayed launches call it without the lambda)
         _calls[key] = g
     return g or None
 
@@ -1244,6 +1245,7 @@ class _Layout:
 
 _layouts: dict = {}
 _conv_buffer = [None]       # conv.py's _buffer (imported on first use: conv.py imports this module)
+_conv_tls = [None]          # conv.py's _tls (its per-thread buffers)
 
 
 class _Prep:
@@ -1324,6 +1326,10 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
     bias0 = _bias(lay, prep, b, b2) if bfrozen else None
     if bias0 is not None and bias0 is b:
         bias0 = None        # (the caller's own array: taken from the call)
+    # the last call's native calls (_replay), replayed while x, res, e, the bias and the packed weights are the
+    # same arrays (a compiled graph's step: arena buffers and frozen constants)
+    memo = [None]
+    bare = lay.bare
 
     def f(x, w, b, res, b2, e) -> bool:
         if threads.NUM_THREADS != nt:
@@ -1340,9 +1346,77 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
             bias = b if bias0 is None else bias0
         else:
             bias = _bias(lay, prep, b, b2)
-        _launch(lay, prep, x, wp, bias, res, e, relu)
+        m = memo[0]
+        if m is None or m[0] is not x or m[1] is not res or m[2] is not e or m[3] is not bias or m[4] is not wp or (
+                not bare and _scratch_base() is not m[6]) or not REPLAY[0]:
+            m = memo[0] = None
+            if REPLAY[0]:
+                steps = _replay(lay, prep, x, wp, bias, res, e)
+                if steps is not None:
+                    m = memo[0] = (x, res, e, bias, wp, steps, None if bare else _scratch_base())
+            if m is None:
+                _launch(lay, prep, x, wp, bias, res, e, relu)
+                return True
+        for fn, args, p, slot in m[5]:
+            p[slot] = 0         # (the claim counter: the rest of the params is never written)
+            fn(*args)
         return True
     return f
+
+
+# NEE_CONV_DIRECT_REPLAY=0: bound launches rebuild their calls every time (_launch)
+REPLAY = [os.environ.get("NEE_CONV_DIRECT_REPLAY", "1") not in ("0", "")]
+
+
+def _scratch_base():
+    """The calling thread's "direct_x" scratch buffer (conv.py's ``_buffer``: reallocated when a larger one is
+    asked for), or None."""
+    bufs = getattr(_conv_tls[0], "bufs", None)
+    return None if bufs is None else bufs.get(("f", "direct_x"))
+
+
+def _replay(lay, prep, x, wp, bias, res, e):
+    """_launch's work as native calls ``[(fn, args, params, claim counter slot)]`` to repeat on these arrays (the
+    fills and kernels of every image, views and params arrays made once: ~5-10 us of Python less per call of a
+    compiled graph's conv), or None where a launch does more (depthwise channel-last fills, the "pix" rows'
+    compaction or epilogue pass, the Python pool).  The padded input's scratch (conv.py's per-thread "direct_x"
+    buffer) is checked to be the same buffer at each replay (``_scratch_base``)."""
+    if prep.dwise or prep.post or (prep.pix and not lay.direct_out):
+        return None
+    from . import conv
+    if 4 * lay.xlen > conv._KEEP_BYTES:
+        return None             # (a scratch this large is not kept: each call allocates its own)
+    _conv_tls[0] = conv._tls
+    if lay.multi and not lay.direct_out:
+        return None             # (the partial sums' scratch is shared)
+    native = prep.native
+    if native is None and prep.par:
+        return None
+    _conv_buffer[0] = conv._buffer
+    steps = []
+    if not lay.bare:
+        xq = _conv_buffer[0](lay.xlen, np.float32, "direct_x").reshape(x.shape[1], lay.nph, lay.S)
+    for n in range(x.shape[0]):
+        if lay.bare:
+            xq = x[n]
+        else:
+            fn, base = _fill_call(x[n], xq, lay.fill)
+            p = base.copy()
+            g = getattr(fn, "direct", None)
+            steps.append((fn, (x[n], xq, p), p, _F_CTR) if g is None else (g[0], g[1] + (x[n], xq, p), p, _F_CTR))
+        y = res[n]
+        p = prep.base.copy()
+        if prep.pix:
+            arrays = (xq, wp, y, bias, p)
+        elif prep.res:
+            arrays = (xq, wp, y, bias, p, y, e[n])
+        else:
+            arrays = (xq, wp, y, bias, p, y)
+        g = None if native is None else getattr(native, "direct", None)
+        if native is not None and g is None:
+            return None
+        steps.append((prep.f, arrays, p, lay.t1) if native is None else (g[0], g[1] + arrays, p, lay.t1))
+    return steps
 
 
 def _setup(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e):
@@ -1467,7 +1541,8 @@ def _render_fill() -> str:
     """The phase-plane fill (see _fill) as a self-claiming kernel ``f(x3, xq, params)``: unit u = plane row r of
     (channel c, phase pi) (u = (c * phases + pi) * Hq + r): zeros outside the phase's rows and columns, its input
     row's elements j0, j0 + sw, ... between (8 at a time for sw 1 and 2: two loads and a shuffle of the even
-    lanes), and with the plane's last row the plane's tail [Hq * Wq, S) zeroed."""
+    lanes; with stride 1 the row's last < 8 as one vector overlapping the previous, or one masked vector for rows
+    shorter than 8), and with the plane's last row the plane's tail [Hq * Wq, S) zeroed."""
     v, vp = "<8 x float>", "<8 x float>*"
     L = []
     a = L.append
@@ -1577,7 +1652,7 @@ def _render_fill() -> str:
     a('  %ci = phi i64 [ 0, %cp ], [ %ci1, %cvn ]')
     a('  %ce = add i64 %ci, 8')
     a('  %cc = icmp sle i64 %ce, %nv')
-    a('  br i1 %cc, label %cvb, label %cs')
+    a('  br i1 %cc, label %cvb, label %tail')
     a('cvb:')
     a('  %cdq.f = getelementptr float, float* %dst, i64 %ci')
     a(f'  %cdq = bitcast float* %cdq.f to {vp}')
@@ -1600,10 +1675,39 @@ def _render_fill() -> str:
     a('cvn:')
     a('  %ci1 = add i64 %ci, 8')
     a('  br label %cv')
+    # stride 1: the last < 8 elements as one vector ending at the row's end (overlapping the previous one), or
+    # with rows shorter than a vector one masked load and store; other strides: one at a time
+    a('tail:')
+    a('  %tl = sub i64 %n, %ci')
+    a('  %tpos = icmp sgt i64 %tl, 0')
+    a('  %t1 = and i1 %s1, %tpos')
+    a('  br i1 %t1, label %tsel, label %cs')
+    a('tsel:')
+    a('  %tbig = icmp sge i64 %n, 8')
+    a('  br i1 %tbig, label %tov, label %tmask')
+    a('tov:')
+    a('  %to = sub i64 %n, 8')
+    a('  %tsq.f = getelementptr float, float* %src, i64 %to')
+    a(f'  %tsq = bitcast float* %tsq.f to {vp}')
+    a(f'  %tlv = load {v}, {vp} %tsq, align 4')
+    a('  %tdq.f = getelementptr float, float* %dst, i64 %to')
+    a(f'  %tdq = bitcast float* %tdq.f to {vp}')
+    a(f'  store {v} %tlv, {vp} %tdq, align 4')
+    a('  br label %zhgo')
+    a('tmask:')
+    a('  %tn = trunc i64 %n to i32')
+    a('  %tni = insertelement <8 x i32> undef, i32 %tn, i32 0')
+    a('  %tnv = shufflevector <8 x i32> %tni, <8 x i32> undef, <8 x i32> zeroinitializer')
+    a('  %tm = icmp slt <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 4, i32 5, i32 6, i32 7>, %tnv')
+    a(f'  %tms = bitcast float* %src to {vp}')
+    a(f'  %tmv = call {v} @llvm.masked.load.v8f32.p0v8f32({vp} %tms, i32 4, <8 x i1> %tm, {v} zeroinitializer)')
+    a(f'  %tmd = bitcast float* %dst to {vp}')
+    a(f'  call void @llvm.masked.store.v8f32.p0v8f32({v} %tmv, {vp} %tmd, i32 4, <8 x i1> %tm)')
+    a('  br label %zhgo')
     a('cs:')
-    a('  %cj = phi i64 [ %ci, %cv ], [ %cj1, %csb ]')
+    a('  %cj = phi i64 [ %ci, %tail ], [ %cj1, %csb ]')
     a('  %csc = icmp slt i64 %cj, %n')
-    a('  br i1 %csc, label %csb, label %zhpre')
+    a('  br i1 %csc, label %csb, label %zhgo')
     a('csb:')
     a('  %cjo = mul i64 %cj, %sw')
     a('  %cjs = getelementptr float, float* %src, i64 %cjo')
@@ -1612,6 +1716,8 @@ def _render_fill() -> str:
     a('  store float %cjv, float* %cjd, align 4')
     a('  %cj1 = add i64 %cj, 1')
     a('  br label %cs')
+    a('zhgo:')
+    a('  br label %zhpre')
     a('zhpre:')
     a('  %zhp = getelementptr float, float* %drow, i64 %c1')
     a('  %zhn = sub i64 %WQ, %c1')
@@ -1639,6 +1745,8 @@ def _render_fill() -> str:
     a('done:')
     a('  ret void')
     a('}')
+    a(f'declare {v} @llvm.masked.load.v8f32.p0v8f32({vp}, i32, <8 x i1>, {v})')
+    a(f'declare void @llvm.masked.store.v8f32.p0v8f32({v}, {vp}, i32, <8 x i1>)')
     return "\n".join(L) + "\n"
 
 
@@ -1671,6 +1779,12 @@ def _fill(x3, xq, fill):
     """xq[c, phase, :Hq * Wq] = the zero-padded input's phase planes, the rest of xq zero: one compiled pass
     (_render_fill; numpy's strided copies took 80-120 us of a 224x224 stride-2 stem's phase split and 14-21 us
     of a small padded conv's ~8 slice assignments), split over the threads from _FILL_PAR elements."""
+    fn, base = _fill_call(x3, xq, fill)
+    fn(x3, xq, base.copy())
+
+
+def _fill_call(x3, xq, fill):
+    """(kernel caller, params template) of ``_fill(x3, xq, fill)`` after its checks."""
     Hq, Wq, parts = fill
     C, H, W = x3.shape
     S = xq.shape[2]
@@ -1693,7 +1807,7 @@ def _fill(x3, xq, fill):
                 base[_F_G] = -(-base[_F_T1] // (nthr * _CHUNKS_PER_THREAD))
         base.flags.writeable = False
         d = _fill_desc[key] = (parts, base, g or f)
-    d[2](x3, xq, d[1].copy())
+    return d[2], d[1]
 
 
 # _fill's params and caller by the layout's parts list (checked by identity), shape and thread count
