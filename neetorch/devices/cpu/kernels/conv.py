@@ -1062,7 +1062,13 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     band = max(1, _WINO_BAND_BYTES // (a2 * C * tw * dt.itemsize))
     if par:
         band = min(band, -(-N * th // want))          # a few bands per thread
-    bands = [(n, t0, min(th, t0 + band)) for n in range(N) for t0 in range(0, th, band)]
+    # each image's tile rows in k bands of equal height (+-1): with several threads k a multiple of them (14 rows
+    # in bands of 4 were 4 + 4 + 4 + 2: one thread's 8 rows against the other's 6)
+    k = -(-th // band)
+    if par:
+        k = min(th, -(-k // nt) * nt)
+    bands = [(n, t0, t1) for n in range(N) for t0, t1 in threads.split(th, k)]
+    band = max(t1 - t0 for _, t0, t1 in bands)
     # memory passes: every band reads all of U, every block of output channels all of V
     u_bytes, v_bytes = U.nbytes, a2 * C * N * th * tw * dt.itemsize
     fewer = len(bands) * u_bytes + v_bytes < u_bytes + len(blocks) * v_bytes
@@ -1111,11 +1117,16 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
 
 
 # Winograd on gemm_driver's native workers (_wino_native) where all the products M (alpha^2, O, tiles) and the
-# transformed input V (alpha^2, C, tiles) each fit this many bytes (they go from one phase to the next through the
-# cache: 14x14 and 28x28 layers); larger ones keep the bands / blocks of output channels below (a block's GEMM
-# and output transform back to back, in cache) on the Python pool.
+# transformed input V (alpha^2, C, tiles) each fit this many bytes; larger ones keep the bands / blocks of output
+# channels below (a block's GEMM and output transform back to back, in cache) on the Python pool.  Was 2 MB (V and
+# M in cache between the phases: 14x14 and 28x28 layers); the three native jobs beat the pool's bands on 2 threads
+# well past that (session 18, in-process alternating, 2 threads, min / median us, 2 MB vs this limit): 64 -> 192 on
+# 56x56 (Inception v2) 5767 / 7722 vs 4471 / 5650, 96 -> 128 on 56x56 6785 / 9259 vs 4418 / 5084, 128 -> 128 on
+# 56x56 5501 / 6924 vs 4628 / 5343, 256 -> 256 on 56x56 16052 / 31297 vs 13988 / 15349, 64 -> 64 on 112x112 9425 /
+# 14040 vs 5890 / 7240, 128 -> 128 on 112x112 14114 / 21311 vs 12866 / 16757, 512 -> 512 on 28x28 16102 / 18303 vs
+# 13887 / 15879; even: 256 -> 256 and 192 -> 256 on 28x28, 64 -> 64 on 224x224 (29 MB: left to the bands).
 # NEE_WINOGRAD_NATIVE=0: never
-_WINO_NATIVE_BYTES = 2 << 20
+_WINO_NATIVE_BYTES = 16 << 20
 _WINO_NATIVE = [os.environ.get("NEE_WINOGRAD_NATIVE", "1") not in ("0", "")]
 _wino_jobs: dict = {}
 _WINO_TASKS_PER_THREAD = 4
