@@ -249,6 +249,7 @@ _POOL_LIMIT = int(os.environ.get("NEE_CPU_POOL_BYTES", str(1 << 30)))
 _pool: dict = {}
 _pool_bytes = [0]
 _pool_stats = {"hits": 0, "misses": 0}
+_pool_next: dict = {}       # size class -> where its next search starts
 _pool_lock = threading.Lock()
 
 
@@ -262,10 +263,20 @@ def _pool_take(n: int) -> np.ndarray:
     cap = _size_class(n)
     with _pool_lock:
         bufs = _pool.setdefault(cap, [])
-        for b in bufs:
-            # references: the list, this loop variable, getrefcount's argument
+        # the search starts after the class's last hit: a decoder step takes its 12 KV outputs while the caller
+        # holds the last step's 12 (its past inputs), which a search from the front checked again for every take
+        # (~200 reference counts a step)
+        L = len(bufs)
+        i = _pool_next.get(cap, 0)
+        for _ in range(L):
+            if i >= L:
+                i = 0
+            b = bufs[i]
+            i += 1
+            # references: the list, this variable, getrefcount's argument
             if sys.getrefcount(b) == 3:
                 _pool_stats["hits"] += 1
+                _pool_next[cap] = i
                 _storage.unexport(b)   # (no array of the block's previous tensor is alive: tensor/_storage.py)
                 return b[:n]
         _pool_stats["misses"] += 1
