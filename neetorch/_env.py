@@ -21,6 +21,12 @@ NEE_CONV_DIRECT              unset: cost rule | 0 never | 1 always: direct LLVM 
                              (devices/cpu/kernels/conv_direct.py).
 NEE_CONV_EPILOGUE            1 (default) | 0: jit conv2d + bias/residual/relu epilogue chains run inside the
                              conv kernel (devices/cpu/kernels/conv_epilogue.py), not as a pass after it.
+NEE_CONV_PROLOGUE            1 (default) | 0: a jit per-channel mul/add/relu group read only by a 1x1 conv
+                             (DenseNet's BatchNorm + ReLU) is applied by the packed 1x1 kernel as it packs its
+                             input (devices/cpu/kernels/conv_epilogue.py compile_conv_prologue).
+NEE_CONV_DIRECT_REPLAY       1 (default) | 0: a bound direct conv replays its native calls while its arrays are the
+                             same objects (devices/cpu/kernels/conv_direct.py _replay).
+NEE_WINOGRAD_NATIVE          1 (default) | 0: Winograd convs (2+ threads, V and M up to 16 MB) as three native jobs.
 NEE_JIT_CAT                  1 (default) | 0: the jit memory plan writes a cat's inputs straight into
                              their slices of its output and drops the copy (jit/executable.py plan_cats).
 NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py),

@@ -32,7 +32,8 @@ from ..ops.shape_rules import broadcast_shapes
 from ..tensor.dtypes import LOW_FLOATS
 from ..trace.ir import Graph, Node
 
-__all__ = ["FusedElementwise", "MatmulEpilogue", "ReductionPrologue", "fuse_elementwise", "group_elementwise",
+__all__ = ["ConvPrologue", "FusedElementwise", "MatmulEpilogue", "ReductionPrologue", "fuse_conv_prologues",
+           "fuse_elementwise", "group_elementwise",
            "fuse_reduction_prologues", "fuse_matmul_epilogues", "FUSION_STAGES"]
 
 
@@ -380,10 +381,122 @@ def fuse_matmul_epilogues(g: Graph) -> Graph:
     return g.validate()
 
 
+class ConvPrologue(_Composite):
+    """A per-input-channel scale / shift / relu group (``group``: a FusedElementwise node; DenseNet's
+    BatchNormalization + ReLU) whose only reader is an unpadded stride-1 1x1 ``conv2d`` (``conv``: the conv2d
+    node or a MatmulEpilogue node of one), as one kernel: the conv applies the group to its input as it reads it
+    (CPU: kernels/conv_epilogue.py's compile_conv_prologue).  Inputs: the group's, then the conv node's other
+    than the group's result ``x``; outputs: the conv node's."""
+    pattern = "conv_prologue"
+
+    def __init__(self, group: Node, conv: Node):
+        self.group = group
+        self.conv = conv
+        self.x = group.op.outputs[0]
+        self.parts = [group, conv]
+        self.inputs = list(group.op.inputs) + [a for a in conv.inputs if a is not self.x]
+        self.outputs = list(conv.outputs)
+        self.name = f"{group.op.name}+{conv.op.name}"
+
+
+_PROLOGUE_OPS = ("mul", "add", "relu")
+
+
+def prologue_steps(grp_op, x):
+    """``(data, [(kind, operand or None)])`` when the FusedElementwise op ``grp_op`` computes ``x`` (N, C, H, W) as
+    a chain of mul / add by per-channel operands ((C, 1, 1) or (1, C, 1, 1)) and relu over one input ``data`` of
+    x's shape and dtype, else None."""
+    nodes = grp_op.nodes
+    if len(grp_op.outputs) != 1 or grp_op.outputs[0] is not x or nodes[-1].outputs[0] is not x or \
+            len(x.shape) != 4 or len(nodes) > 8:
+        return None
+    C = x.shape[1]
+    shape = tuple(x.shape)
+    steps, prev = [], None
+    for i, n in enumerate(nodes):
+        if n.op.name not in _PROLOGUE_OPS or n.attrs or len(n.outputs) != 1 or \
+                tuple(n.outputs[0].shape) != shape or n.outputs[0].dtype != x.dtype:
+            return None
+        if n.op.name == "relu":
+            if len(n.inputs) != 1:
+                return None
+            cur, other = n.inputs[0], None
+        else:
+            if len(n.inputs) != 2:
+                return None
+            a, b = n.inputs
+            if prev is not None:
+                if (a is prev) == (b is prev):
+                    return None
+                cur, other = (a, b) if a is prev else (b, a)
+            else:
+                per = [v for v in (a, b) if len(v.shape) in (3, 4) and tuple(v.shape)[-3:] == (C, 1, 1) and
+                       all(d == 1 for d in tuple(v.shape)[:-3])]
+                if len(per) != 1:
+                    return None
+                other = per[0]
+                cur = b if other is a else a
+            if other.dtype != x.dtype or not (len(other.shape) in (3, 4) and tuple(other.shape)[-3:] == (C, 1, 1)
+                                              and all(d == 1 for d in tuple(other.shape)[:-3])):
+                return None
+        if prev is None:
+            if tuple(cur.shape) != shape or cur.dtype != x.dtype:
+                return None
+            data = cur
+        elif cur is not prev:
+            return None
+        steps.append((n.op.name, other))
+        prev = n.outputs[0]
+    return data, steps
+
+
+def fuse_conv_prologues(g: Graph) -> Graph:
+    """An unpadded stride-1 one-group 1x1 conv2d (alone or with its epilogue) whose input is an elementwise
+    group's only output, read by nothing else, of the form :func:`prologue_steps` takes, runs that group as its
+    prologue (:class:`ConvPrologue`).  One pass, as :func:`fuse_matmul_epilogues`."""
+    users = g.users()
+    outs = set(g.outputs)
+    index = {n: i for i, n in enumerate(g.nodes)}
+    placed: dict = {}
+    dropped: set = set()
+    for n in list(g.nodes):
+        cv = n.op.matmul if isinstance(n.op, MatmulEpilogue) else n
+        if cv.name != "conv2d" or len(cv.inputs) < 2 or len(n.outputs) != 1:
+            continue
+        x, w = cv.inputs[0], cv.inputs[1]
+        a = cv.attrs
+        if len(w.shape) != 4 or tuple(w.shape[2:]) != (1, 1) or a.get("groups") != 1 or \
+                tuple(a.get("stride", ())) != (1, 1) or any(a.get("padding", (1,))):
+            continue
+        if x in outs or n.inputs[0] is not x or sum(v is x for v in n.inputs) != 1 or \
+                len(set(users.get(x, ()))) != 1:
+            continue
+        p = x.producer
+        if p is None or p not in index or p in dropped or not isinstance(p.op, FusedElementwise):
+            continue
+        if x.dtype.name not in _FLOAT or prologue_steps(p.op, x) is None:
+            continue
+        vals = list(p.op.inputs) + list(n.inputs) + list(n.outputs)
+        if not _floats_only(vals + _members(p)) or not _same_device(vals):
+            continue
+        op = ConvPrologue(p, n)
+        node = Node(op, op.inputs, {}, op.outputs)
+        placed[n] = node
+        dropped.add(p)
+        index[node] = index[n]
+        for o in node.outputs:
+            o.producer = node
+        _rewire_users(users, node, (p, n))
+    if placed or dropped:
+        _rebuild(g, placed, dropped)
+    return g.validate()
+
+
 FUSION_STAGES = [
     ("elementwise", group_elementwise),
     ("reduction_prologues", fuse_reduction_prologues),
     ("matmul_epilogues", fuse_matmul_epilogues),
+    ("conv_prologues", fuse_conv_prologues),
 ]
 
 

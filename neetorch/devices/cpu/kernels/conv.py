@@ -596,7 +596,7 @@ def bind_kernel(outs, ins, attrs):
     return lambda outs, ins: g(outs[0], ins, None, None)
 
 
-def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
+def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     """``f(out, ins, b2, e) -> bool``: :func:`conv2d_into` for arrays of these layouts, where it would run the
     depthwise, packed 1x1 or direct kernel (the same order and rules: ``_depthwise_shape``, ``conv_direct.route``)
     on operands it takes as they are (float32, C-contiguous, a residual of out's shape): the dispatch decided once
@@ -604,7 +604,14 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
     ``f`` returns False (nothing written; the caller runs conv2d_into) when a setting it depends on changed (thread
     count, NEE_CONV_DIRECT / Winograd / tile forcing, the paths' switches) or the weights are other than the bound
     ones.  None: another path (the GEMM, Winograd ones) or other operands: a compiled graph's step then calls
-    conv2d_into."""
+    conv2d_into.  ``pre`` (an input prologue, see conv2d_into): bound only on the packed 1x1 path, ``f`` then
+    ``f(out, ins, b2, e, S)``."""
+    if pre is not None:
+        x, w = ins[0], ins[1]
+        if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous or \
+                conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+            return None
+        return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu, pre)
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous:
@@ -724,11 +731,40 @@ def _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu):
     return f
 
 
-def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
+def apply_prologue(x: np.ndarray, pre) -> np.ndarray:
+    """A new array: ``pre`` = (steps, S) on x (N, C, H, W): each "mul" / "add" with its row of S per channel,
+    "relu" (x < 0 -> 0), in order, in x's dtype (conv1x1_packed's packing prologue, here for the other paths)."""
+    steps, S = pre
+    C = x.shape[1]
+    y = np.array(x, dtype=x.dtype, order="C", copy=True)
+    q = 0
+    for st in steps:
+        if st == "relu":
+            np.copyto(y, 0, where=y < 0)
+            continue
+        v = np.asarray(S[q], dtype=y.dtype).reshape(1, C, 1, 1)
+        q += 1
+        if st == "mul":
+            np.multiply(y, v, out=y)
+        elif st == "add":
+            np.add(y, v, out=y)
+        else:
+            raise ValueError(f"conv2d prologue: unknown step {st!r}")
+    return y
+
+
+def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None) -> None:
     """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
     relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
-    into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass."""
+    into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass.
+    ``pre`` = (steps, S): an input prologue (kernels/conv_epilogue.py's conv_prologue): the conv of
+    :func:`apply_prologue` (x, pre), applied as the packed 1x1 kernel packs x where that path runs, else first."""
     if out.size == 0:
+        return
+    if pre is not None:
+        x = _c(ins[0])
+        if not _prologue_packed(out, x, ins, attrs, b2, e, relu, pre):
+            conv2d_into(out, [apply_prologue(x, pre)] + list(ins[1:]), attrs, b2, e, relu)
         return
     x = _c(ins[0])
     w = _c(ins[1], x.dtype)
@@ -833,6 +869,23 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False) -> None:
     # the GEMM paths: bias, residual and relu in one pass
     _finish_epilogue(res, b, e, relu)
     _finish(out, res)
+
+
+def _prologue_packed(out, x, ins, attrs, b2, e, relu, pre) -> bool:
+    """conv2d_into with an input prologue on the packed 1x1 kernel (where conv_direct.route picks it for these
+    shapes and the kernel takes the operands), the epilogue as try_conv2d gives it; False: nothing written."""
+    w = _c(ins[1], x.dtype)
+    if x.dtype != _F32 or not out.flags.c_contiguous or out.dtype != _F32 or \
+            conv_direct.route(x, w, out, attrs, w is ins[1]) != "pk1x1":
+        return False
+    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
+    if b2 is not None:
+        b2 = _c(b2, x.dtype).reshape(-1)
+        b = b2 if b is None else b + b2
+    if e is not None and (e.dtype != _F32 or not e.flags.c_contiguous or e.shape != out.shape or
+                          np.may_share_memory(e, out)):
+        return False
+    return conv1x1_packed.conv2d(x, w, b, out, attrs["groups"], relu, None, e, stride=attrs["stride"], pre=pre)
 
 
 def _conv_tiles(x, wg, res, G, Og, K, geo):

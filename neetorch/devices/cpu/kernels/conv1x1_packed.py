@@ -30,6 +30,10 @@ previous rules then decide: conv_direct's kernels or conv.py's GEMMs).
 
 The "fused" variant (session 15, ``FUSED``: outputs of _FUSED_MIN_L pixels and more, strided 1x1s too) runs the
 epilogue in the tiles' last stores instead of a pass (its own IR: ``_etile_ir`` / ``_epk_ir`` / ``_fused_ir``).
+
+An input prologue (session 18, ``pre`` = (steps, S): per-channel mul / add / relu, PRO_STEPS) is applied to X's
+values as the packed mode packs them (one group, stride 1: the packed mode then, in both variants); the JIT hands
+it DenseNet's BatchNormalization + ReLU before its 1x1 convs (kernels/conv_epilogue.py compile_conv_prologue).
 """
 from __future__ import annotations
 
@@ -71,11 +75,13 @@ def available() -> bool:
     return ok
 
 
-def _row_copy_ir(entry: str, pd: str, poff: str, pbase: str, xoff: str, xbase: str, nr: int) -> str:
+def _row_copy_ir(entry: str, pd: str, poff: str, pbase: str, xoff: str, xbase: str, nr: int, pro=()) -> str:
     """IR blocks ``st`` .. ``stend`` (entered from ``%entry``, leaving to ``%kend``): one panel row of nr floats at
     pbase + poff + t, copied from xbase + xoff + t for t < %rem and zero past it (a partial panel's missing
     columns).  Shared by the per-task packing (:func:`_task_ir`) and the direct mode's last panel
-    (:func:`_direct_ir`)."""
+    (:func:`_direct_ir`).  ``pro``: the input prologue's steps on each copied value (:func:`_pro_ir`, its
+    per-row scalars ``%pss{q}`` defined by the caller)."""
+    lines, val = _pro_ir(pro, "%xval", "float", "%pss", "sx")
     return f"""st:
   %t = phi i64 [0, %{entry}], [%t1, %stend]
   %in = icmp ult i64 %t, %rem
@@ -86,7 +92,7 @@ sload:
   %xd = add i64 {xoff}, %t
   %xp = getelementptr float, float* {xbase}, i64 %xd
   %xval = load float, float* %xp, align 4
-  store float %xval, float* %pp, align 4
+{lines}  store float {val}, float* %pp, align 4
   br label %stend
 szero:
   store float 0.0, float* %pp, align 4
@@ -98,12 +104,52 @@ stend:
 """
 
 
-def _pack_fn_ir(nr: int) -> str:
-    """``@pack(X, P, L, K, p0, p1)``: panels [p0, p1) of X (K rows of L floats) into P (panel p at + p * K * nr: K x
-    nr floats, the last panel's missing columns zero; row by row, each row's part read in one pass)."""
+# the input prologue (kernels/conv_epilogue.py's conv_prologue: DenseNet's BatchNormalization + ReLU before its 1x1
+# convs): per input channel k, a chain of steps applied to X's values as they are packed, each "mul" / "add" with
+# the k-th scalar of its row of S (a (steps with an operand, C) float32 array) or "relu" (x < 0 -> 0: NaN and -0.0
+# kept, as conv.py's _bias_act); fmul / fadd rounded one at a time (no contraction), as numpy's ops
+PRO_STEPS = ("mul", "add", "relu")
+
+
+def _pro_ir(pro, src: str, ty: str, sc: str, tag: str):
+    """(IR lines, result name): the prologue ``pro`` on ``src`` (type ``ty``: float or a vector of floats), the
+    operand of step q in ``{sc}{q}`` (already of type ty)."""
+    lines, cur, q = [], src, 0
+    zero = "0.0" if ty == "float" else "zeroinitializer"
+    for i, st in enumerate(pro):
+        nm = f"%{tag}{i}"
+        if st == "relu":
+            lines.append(f"  {nm}c = fcmp olt {ty} {cur}, {zero}")
+            sel = "i1" if ty == "float" else f"<{ty.split()[0][1:]} x i1>"
+            lines.append(f"  {nm} = select {sel} {nm}c, {ty} {zero}, {ty} {cur}")
+        else:
+            lines.append(f"  {nm} = {'fmul' if st == 'mul' else 'fadd'} {ty} {cur}, {sc}{q}")
+            q += 1
+        cur = nm
+    return "".join(ln + "\n" for ln in lines), cur
+
+
+def _pro_operands(pro) -> int:
+    return sum(1 for st in pro if st != "relu")
+
+
+def _pack_fn_ir(nr: int, pro=()) -> str:
+    """``@pack(X, P, L, K, p0, p1[, S])``: panels [p0, p1) of X (K rows of L floats) into P (panel p at + p * K * nr:
+    K x nr floats, the last panel's missing columns zero; row by row, each row's part read in one pass); with a
+    prologue ``pro`` its steps on each value (row k's operands S[q * K + k])."""
     V = f"<{nr} x float>"
+    nq = _pro_operands(pro)
+    sarg = ", float* %S" if pro else ""
+    scal = ""
+    for q in range(nq):
+        scal += (f"  %psk{q} = mul i64 %K, {q}\n  %psi{q} = add i64 %psk{q}, %k\n"
+                 f"  %psp{q} = getelementptr float, float* %S, i64 %psi{q}\n"
+                 f"  %pss{q} = load float, float* %psp{q}, align 4\n"
+                 f"  %psv{q}i = insertelement {V} undef, float %pss{q}, i32 0\n"
+                 f"  %psv{q} = shufflevector {V} %psv{q}i, {V} undef, <{nr} x i32> zeroinitializer\n")
+    vlines, vval = _pro_ir(pro, "%v", V, "%psv", "pv")
     return f"""
-define internal void @pack(float* %X, float* %P, i64 %L, i64 %K, i64 %p0, i64 %p1) {{
+define internal void @pack(float* %X, float* %P, i64 %L, i64 %K, i64 %p0, i64 %p1{sarg}) {{
 entry:
   %lf = udiv i64 %L, {nr}
   %pf0 = icmp ult i64 %lf, %p1
@@ -118,17 +164,17 @@ krow:
   %xr = getelementptr float, float* %X, i64 %xo
   %po = mul i64 %k, {nr}
   %pr = getelementptr float, float* %P, i64 %po
-  br i1 %hasv, label %vloop, label %vdone
+{scal}  br i1 %hasv, label %vloop, label %vdone
 vloop:
   %p = phi i64 [%p0, %krow], [%pn, %vloop]
   %xc = mul i64 %p, {nr}
   %xs = getelementptr float, float* %xr, i64 %xc
   %xv = bitcast float* %xs to {V}*
   %v = load {V}, {V}* %xv, align 4
-  %pc = mul i64 %p, %pstride
+{vlines}  %pc = mul i64 %p, %pstride
   %ps = getelementptr float, float* %pr, i64 %pc
   %pv = bitcast float* %ps to {V}*
-  store {V} %v, {V}* %pv, align 32
+  store {V} {vval}, {V}* %pv, align 32
   %pn = add i64 %p, 1
   %pm = icmp ult i64 %pn, %pf
   br i1 %pm, label %vloop, label %vdone
@@ -139,7 +185,7 @@ tail:
   %rem = sub i64 %L, %tc
   %tpc = mul i64 %pf, %pstride
   br label %st
-{_row_copy_ir('tail', 'pd0', '%tpc', '%pr', '%tc', '%xr', nr)}kend:
+{_row_copy_ir('tail', 'pd0', '%tpc', '%pr', '%tc', '%xr', nr, pro)}kend:
   %k1 = add i64 %k, 1
   %km = icmp ult i64 %k1, %K
   br i1 %km, label %krow, label %done
@@ -149,23 +195,26 @@ done:
 """
 
 
-def _task_ir(nr: int, nops: int, ne: int) -> str:
-    """``kernel(A, P, op0, ..., op{nops-1}, D)``: one task: panels [D[40], D[41]) of X (op{nops-1} + D[44] floats:
-    D[43] rows of D[42] floats) packed into P + D[47] (panel p at + p * K * nr: K x nr floats, the last panel's
-    missing columns zero; row by row, each row's part read in one pass), then linalg's packed kernel (address D[8],
-    its descriptor D[0:8]: the task's columns and rows) on A + D[45] and those panels into op1 + D[46]; then the
-    elementwise epilogue (address D[9], 0: none) on op0 .. op{ne-1} with its meta at D[10:]."""
+def _task_ir(nr: int, nops: int, ne: int, pro=()) -> str:
+    """``kernel(A, P, op0, ..., op{nops-1}[, S], D)``: one task: panels [D[40], D[41]) of X (op{nops-1} + D[44]
+    floats: D[43] rows of D[42] floats) packed into P + D[47] (panel p at + p * K * nr: K x nr floats, the last
+    panel's missing columns zero; row by row, each row's part read in one pass; with the prologue ``pro`` on its
+    values, its operands S), then linalg's packed kernel (address D[8], its descriptor D[0:8]: the task's columns
+    and rows) on A + D[45] and those panels into op1 + D[46]; then the elementwise epilogue (address D[9], 0: none)
+    on op0 .. op{ne-1} with its meta at D[10:]."""
     V = f"<{nr} x float>"
-    ops = ", ".join(f"i8* %o{i}" for i in range(nops))
+    ops = ", ".join(f"i8* %o{i}" for i in range(nops)) + (", i8* %So" if pro else "")
+    sload = "  %S = bitcast i8* %So to float*\n" if pro else ""
+    sarg = ", float* %S" if pro else ""
     esig = ", ".join(["i8*"] * ne + ["i64*"])
     eargs = ", ".join(f"i8* %o{i}" for i in range(ne))
     words = "".join(f"  %wp{i} = getelementptr i64, i64* %D, i64 {_PW + i}\n  %w{i} = load i64, i64* %wp{i}\n"
                     for i in range(8))
-    return _pack_fn_ir(nr) + f"""
+    return _pack_fn_ir(nr, pro) + f"""
 define void @"kernel"(i8* %A, i8* %P, {ops}, i8* %Dr) {{
 entry:
   %D = bitcast i8* %Dr to i64*
-{words}  %X0 = bitcast i8* %o{nops - 1} to float*
+{words}{sload}  %X0 = bitcast i8* %o{nops - 1} to float*
   %X = getelementptr float, float* %X0, i64 %w4
   %A0 = bitcast i8* %A to float*
   %Ag = getelementptr float, float* %A0, i64 %w5
@@ -182,7 +231,7 @@ entry:
   %none = icmp uge i64 %w0, %w1
   br i1 %none, label %epi, label %work
 work:
-  call void @pack(float* %X, float* %Pg, i64 %w2, i64 %w3, i64 %w0, i64 %w1)
+  call void @pack(float* %X, float* %Pg, i64 %w2, i64 %w3, i64 %w0, i64 %w1{sarg})
   call void %pk(i8* %Ai, i8* %Pgi, i8* %Ci, i8* %Dr)
   br label %epi
 epi:
@@ -309,12 +358,14 @@ out:
 """
 
 
-def _task_addr(kind: str, nr: int, w: int, nops: int, ne: int):
-    key = (kind, nr, w, nops, ne)
+def _task_addr(kind: str, nr: int, w: int, nops: int, ne: int, pro=()):
+    key = (kind, nr, w, nops, ne, pro)
+    if pro and kind != "packed":
+        return None
     a = _task_addrs.get(key)
     if a is None:
         from .. import llvm_render
-        text = _task_ir(nr, nops, ne) if kind == "packed" else _direct_ir(nr, w, nops, ne)
+        text = _task_ir(nr, nops, ne, pro) if kind == "packed" else _direct_ir(nr, w, nops, ne)
         a = _task_addrs[key] = False if text is None else llvm_render.compile_ir(
             f"conv_pk1x1_{kind}_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
     return a or None
@@ -340,10 +391,13 @@ _ROWS_MIN_W = 1 << 20
 
 
 class _Plan:
-    __slots__ = ("call", "d", "ext", "has_e", "kind", "pbuf", "sbuf", "Lp", "nops", "use_b", "fused")
+    __slots__ = ("call", "d", "ext", "has_e", "kind", "pbuf", "sbuf", "Lp", "nops", "use_b", "fused", "pro")
 
 
-def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu: bool, nt: int, kind=None):
+def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu: bool, nt: int, kind=None,
+          pro=()):
+    """The unfused path's plan (:class:`_Plan`), or None; ``pro``: an input prologue (its panels packed: the
+    packed mode, one group)."""
     from .. import gemm_driver
     from . import conv, linalg
     nr, w = linalg.PK_NR, linalg.PK_VEC
@@ -352,6 +406,10 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
     kc = -(-Cg // -(-Cg // linalg.PK_KC))
     if kind is None:
         kind = "direct" if L >= _DIRECT_MIN_L else "packed"
+    if pro:
+        if G != 1:
+            return None
+        kind = "packed"
     npan = -(-L // nr)
     Lp = npan * nr
     if kind == "packed":
@@ -367,7 +425,7 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
     epi = conv._epi_addr(kern, [1, 1] + ([0] if use_b else []) + ([1] if has_e else []), 1) if kern else 0
     ne = 2 + use_b + has_e
     nops = ne + 1                                   # + X
-    addr = _task_addr(kind, nr, w, nops, ne)
+    addr = _task_addr(kind, nr, w, nops, ne, pro)
     if addr is None:
         return None
 
@@ -450,12 +508,13 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
                 t += 1
         pbuf, sbuf = (G * Cg * nr, O * nr) if tail else (16, 16)
     ext.flags.writeable = False
-    d = gemm_driver.call_plan(addr, 3 + nops, min(nt, ntasks), ntasks, ext.strides[0])
+    nargs = 3 + nops + (1 if pro else 0)
+    d = gemm_driver.call_plan(addr, nargs, min(nt, ntasks), ntasks, ext.strides[0])
     if d is None:
         return None
     p = _Plan()
-    p.call, p.d, p.ext, p.kind, p.fused = gemm_driver.epilogue_caller(3 + nops), d, ext, kind, False
-    p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b = pbuf, sbuf, Lp, nops, has_e, use_b
+    p.call, p.d, p.ext, p.kind, p.fused = gemm_driver.epilogue_caller(nargs), d, ext, kind, False
+    p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b, p.pro = pbuf, sbuf, Lp, nops, has_e, use_b, bool(pro)
     return p
 
 
@@ -483,16 +542,36 @@ def _takes(x, w, res, G: int, stride):
     return fused, stride
 
 
-def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)) -> bool:
+def _pre_ok(pre, G: int, stride, C: int):
+    """``(pro, S)`` for an input prologue this path takes (see PRO_STEPS; one group, stride 1, S a C-contiguous
+    float32 (operand steps, C) array), () for none, None when it cannot take it."""
+    if pre is None:
+        return ()
+    pro, S = pre
+    pro = tuple(pro)
+    if not pro or any(st not in PRO_STEPS for st in pro) or G != 1 or tuple(stride) != (1, 1):
+        return None
+    if not isinstance(S, np.ndarray) or S.dtype != np.float32 or not S.flags.c_contiguous or \
+            S.shape != (_pro_operands(pro), C):
+        return None
+    return pro
+
+
+def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre=None) -> bool:
     """res (N, O, OH, OW) = conv2d(x (N, C, H, W), w (O, C/G, 1, 1), groups G, ``stride``) + b (+ b2) (+ e: res's
     shape, C-contiguous float32, not sharing res's memory), through relu when ``relu``.  False (nothing written) when
-    the path cannot take these operands (strided convs: only where the fused path runs, :func:`_fused_for`)."""
+    the path cannot take these operands (strided convs: only where the fused path runs, :func:`_fused_for`).
+    ``pre`` = (steps, S): an input prologue applied to x's values as they are packed (see PRO_STEPS): the conv of
+    that prologue's result (one group, stride 1; x itself is not written)."""
     N, C, H, W = x.shape
     O = w.shape[0]
     g = _takes(x, w, res, G, stride)
     if g is None or np.may_share_memory(res, x) or np.may_share_memory(res, w):
         return False
     fused, stride = g
+    pro = _pre_ok(pre, G, stride, C)
+    if pro is None or (pro and np.may_share_memory(res, pre[1])):
+        return False
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous
                           or np.may_share_memory(e, res)):
         return False
@@ -504,17 +583,17 @@ def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)) -> 
             return False
         bias = np.ascontiguousarray(bias)
     nt = threads.NUM_THREADS
-    key = (C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], fused, stride)
+    key = (C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], fused, stride, pro)
     p = _plans.get(key)
     if p is None:
-        p = _fplan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], stride) if fused else \
-            _plan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0])
+        p = _fplan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], stride, pro) if fused \
+            else _plan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], pro)
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = p = p if p is not None else False
     if p is False:
         return False
-    _run(p, x, w, bias, res, e, N)
+    _run(p, x, w, bias, res, e, N, pre[1] if pro else None)
     return True
 
 
@@ -537,9 +616,10 @@ def _scratch(tag: str, n: int) -> np.ndarray:
 _KEEP_BYTES = 64 << 20
 
 
-def _run(p, x, w, bias, res, e, N: int) -> None:
+def _run(p, x, w, bias, res, e, N: int, S=None) -> None:
+    """One call of plan ``p`` (``S``: the input prologue's operands where ``p`` has one)."""
     if p.fused:
-        _frun(p, x, w, bias, res, e, N)
+        _frun(p, x, w, bias, res, e, N, S)
         return
     panels = _scratch("panels", p.pbuf)
     acc = _scratch("acc", p.sbuf) if p.sbuf else res
@@ -551,6 +631,8 @@ def _run(p, x, w, bias, res, e, N: int) -> None:
             [res, acc, e, x] if p.has_e else [res, acc, x]
         if p.kind == "packed" and not p.sbuf:
             ops[1] = res
+        if p.pro:
+            ops.append(S)
         call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
         return
     for n in range(N):
@@ -561,6 +643,8 @@ def _run(p, x, w, bias, res, e, N: int) -> None:
         if p.has_e:
             ops.append(e[n])
         ops.append(x[n])
+        if p.pro:
+            ops.append(S)
         call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
 
 
@@ -629,17 +713,21 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
     return r
 
 
-def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)):
-    """``f(x, w, b, res, b2, e) -> bool``: :func:`conv2d` for operands of these layouts at this thread count with
-    its plan looked up once (b + b2 summed once where both are the arrays bound); False (nothing written) when the
-    thread count or the mode changed or the operands are not the kind bound (the caller runs the unbound path).
-    None where conv2d would not take them."""
+def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre=None):
+    """``f(x, w, b, res, b2, e[, S]) -> bool``: :func:`conv2d` for operands of these layouts at this thread count
+    with its plan looked up once (b + b2 summed once where both are the arrays bound; ``pre``'s steps bound, its
+    operands ``S`` passed per call); False (nothing written) when the thread count or the mode changed or the
+    operands are not the kind bound (the caller runs the unbound path).  None where conv2d would not take them."""
     N, C, H, W = x.shape
     O = w.shape[0]
     g = _takes(x, w, res, G, stride)
     if g is None:
         return None
     fused, stride = g
+    pro = _pre_ok(pre, G, stride, C)
+    if pro is None:
+        return None
+    sshape = pre[1].shape if pro else None
     if e is not None and (e.dtype != np.float32 or e.shape != res.shape or not e.flags.c_contiguous):
         return None
     for a in (b, b2):
@@ -649,17 +737,20 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)):
     has_e = e is not None
     nt = threads.NUM_THREADS
     mode = MODE[0]
-    p = _fplan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, stride) if fused else \
-        _plan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode)
+    p = _fplan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, stride, pro) if fused else \
+        _plan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, pro)
     if p is None:
         return None
     b0, b20 = b, b2
     summed = [None]
 
-    def f(x, w, b, res, b2, e) -> bool:
+    def f(x, w, b, res, b2, e, S=None) -> bool:
         if threads.NUM_THREADS != nt or MODE[0] != mode or _fused_for(res.shape, stride) != fused or not ON[0] or \
                 (b is None) != (b0 is None) or \
                 (b2 is None) != (b20 is None) or (e is not None) != has_e:
+            return False
+        if pro and (S is None or S.shape != sshape or S.dtype != np.float32 or not S.flags.c_contiguous or
+                    np.may_share_memory(S, res)):
             return False
         if b2 is None:
             bias = b
@@ -675,30 +766,31 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1)):
                     summed[0] = bias
         if e is not None and np.may_share_memory(e, res):
             return False
-        _run(p, x, w, bias, res, e, N)
+        _run(p, x, w, bias, res, e, N, S)
         return True
     return f
 
 
-def bind_into(out, ins, attrs, b2=None, e=None, relu=False):
-    """conv.bind_into's hook: ``f(out, ins, b2, e) -> bool`` running this path for a compiled graph's conv step
-    (``ins`` = x, w[, b]; float32 C-contiguous operands, ``e`` of out's shape) where conv_direct.route picked it,
-    the dispatch decided once; ``f`` returns False (nothing written: the caller runs conv2d_into) when
-    NEE_CONV_DIRECT, this path's switches or the thread count changed.  None: operands the kernel declines."""
+def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
+    """conv.bind_into's hook: ``f(out, ins, b2, e[, S]) -> bool`` running this path for a compiled graph's conv
+    step (``ins`` = x, w[, b]; float32 C-contiguous operands, ``e`` of out's shape; ``pre``: an input prologue,
+    its operands S per call) where conv_direct.route picked it, the dispatch decided once; ``f`` returns False
+    (nothing written: the caller runs conv2d_into) when NEE_CONV_DIRECT, this path's switches or the thread count
+    changed.  None: operands the kernel declines."""
     from . import conv_direct
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
-    g = bind(x, w, b, out, attrs["groups"], relu, b2, e, stride=attrs["stride"])
+    g = bind(x, w, b, out, attrs["groups"], relu, b2, e, stride=attrs["stride"], pre=pre)
     if g is None:
         return None
     has_b = b is not None
     st0 = (ON[0], FORCE[0], MODE[0])
     cd = conv_direct
 
-    def f(out, ins, b2, e) -> bool:
+    def f(out, ins, b2, e, S=None) -> bool:
         if cd.MODE[0] != "" or (ON[0], FORCE[0], MODE[0]) != st0:
             return False
-        return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e)
+        return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e, S)
     return f
 
 
@@ -1034,15 +1126,16 @@ out:
 """
 
 
-def _fused_ir(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool) -> str:
+def _fused_ir(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool, pro=()) -> str:
     """``kernel(A, P, res, [bias], [e], x, D)``: one task of the fused path, D its row of _FW words: 0 end row M,
     1 first row r0, 2 / 3 the columns [c0, c1) of its main part, 4 K (= lda), 5 K block, 6 L (the plane: X's and
     res's row stride), 7 / 8 / 9 / 10 the group's offsets into X, W, res (and e), bias; 11 packed: panels [D[12],
     D[13]) of X packed (_task_ir's @pack) into P + D[14] (panel p at + p * K * nr), the product on them, else on X's
     rows in place; 15 a tail: columns [c1, L) packed zero-padded into P + D[16], its own product; 17 the rows'
     chunk (@epk's mc); 18 strided (packed mode only): X's panels gathered (@packs) from planes of D[19] floats, the
-    output D[20] wide, the input D[21] wide, strides D[22], D[23]."""
-    ops = ["res"] + (["bias"] if has_b else []) + (["e"] if has_e else []) + ["x"]
+    output D[20] wide, the input D[21] wide, strides D[22], D[23].  With the prologue ``pro`` (the packed mode,
+    stride 1): an operand S after x, the steps applied as X is packed (_pack_fn_ir)."""
+    ops = ["res"] + (["bias"] if has_b else []) + (["e"] if has_e else []) + ["x"] + (["S"] if pro else [])
     sig = ", ".join(f"i8* %{o}r" for o in ops)
     words = "".join(f"  %wp{i} = getelementptr i64, i64* %D, i64 {i}\n  %w{i} = load i64, i64* %wp{i}\n"
                     for i in range(24))
@@ -1053,7 +1146,11 @@ def _fused_ir(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool) ->
         casts += "  %bias00 = bitcast i8* %biasr to float*\n  %bias0 = getelementptr float, float* %bias00, i64 %w10\n"
     if has_e:
         casts += "  %e00 = bitcast i8* %er to float*\n  %e0 = getelementptr float, float* %e00, i64 %w9\n"
-    return _pack_fn_ir(nr) + _packs_ir(nr, w) + _epk_ir(w, mr, _U8, has_b, has_e, relu) + f"""
+    sarg = ""
+    if pro:
+        casts += "  %S = bitcast i8* %Sr to float*\n"
+        sarg = ", float* %S"
+    return _pack_fn_ir(nr, pro) + _packs_ir(nr, w) + _epk_ir(w, mr, _U8, has_b, has_e, relu) + f"""
 define internal void @packt(float* %X, i64 %ldx, float* %P, i64 %ncol, i64 %K) {{
 entry:
   br label %krow
@@ -1094,7 +1191,7 @@ pks:
                    i64 %w22, i64 %w23)
   br label %pkdone
 pkd:
-  call void @pack(float* %X, float* %Pg, i64 %w6, i64 %w4, i64 %w12, i64 %w13)
+  call void @pack(float* %X, float* %Pg, i64 %w6, i64 %w4, i64 %w12, i64 %w13{sarg})
   br label %pkdone
 pkdone:
   %pst = mul i64 %w4, {nr}
@@ -1129,21 +1226,22 @@ out:
 _fused_addrs: dict = {}
 
 
-def _fused_addr(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool):
-    key = (nr, w, mr, has_b, has_e, relu, tuple(_PF))
+def _fused_addr(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool, pro=()):
+    key = (nr, w, mr, has_b, has_e, relu, tuple(_PF), pro)
     a = _fused_addrs.get(key)
     if a is None:
         from .. import llvm_render
-        text = _fused_ir(nr, w, mr, has_b, has_e, relu)
+        text = _fused_ir(nr, w, mr, has_b, has_e, relu, pro)
         a = _fused_addrs[key] = llvm_render.compile_ir(
             "conv_pk1x1_fused_" + hashlib.sha1(text.encode()).hexdigest()[:16], lambda: text)
     return a
 
 
 def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu: bool, nt: int, kind=None,
-           stride=(1, 1)):
+           stride=(1, 1), pro=()):
     """The fused path's plan (:class:`_Plan` with ``fused``), or None.  H x W: the input plane; ``stride``: the
-    conv's (strided: the packed mode, its panels gathered)."""
+    conv's (strided: the packed mode, its panels gathered); ``pro``: an input prologue (stride 1, one group: the
+    packed mode)."""
     from .. import gemm_driver
     from . import linalg
     nr, w, mr = linalg.PK_NR, linalg.PK_VEC, linalg.PK_MR
@@ -1156,9 +1254,13 @@ def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, rel
     kc = -(-Cg // -(-Cg // linalg.PK_KC))
     if strided:
         kind = "packed"
+    if pro:
+        if strided or G != 1:
+            return None
+        kind = "packed"
     if kind is None:
         kind = "direct" if L >= _DIRECT_MIN_L and Og <= _FUSED_DIRECT_MAX_O else "packed"
-    addr = _fused_addr(nr, w, mr, has_b, has_e, relu)
+    addr = _fused_addr(nr, w, mr, has_b, has_e, relu, pro)
     if not addr:
         return None
     npan = -(-L // nr)
@@ -1214,17 +1316,17 @@ def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, rel
     if strided:
         ext[:, 18:24] = (1, HWi, OW, W, sh, sw)
     ext.flags.writeable = False
-    nops = 2 + has_b + has_e
+    nops = 2 + has_b + has_e + (1 if pro else 0)
     d = gemm_driver.call_plan(addr, 3 + nops, min(nt, len(rows)), len(rows), ext.strides[0])
     if d is None:
         return None
     p = _Plan()
     p.call, p.d, p.ext, p.kind, p.fused = gemm_driver.epilogue_caller(3 + nops), d, ext, kind, True
-    p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b = pbuf, 0, Lp, nops, has_e, has_b
+    p.pbuf, p.sbuf, p.Lp, p.nops, p.has_e, p.use_b, p.pro = pbuf, 0, Lp, nops, has_e, has_b, bool(pro)
     return p
 
 
-def _frun(p, x, w, bias, res, e, N: int) -> None:
+def _frun(p, x, w, bias, res, e, N: int, S=None) -> None:
     panels = _scratch("panels", p.pbuf)
     call, d, ext = p.call, p.d, p.ext
     for n in range(N):
@@ -1234,4 +1336,6 @@ def _frun(p, x, w, bias, res, e, N: int) -> None:
         if p.has_e:
             ops.append(e[n])
         ops.append(x[n])
+        if p.pro:
+            ops.append(S)
         call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)

@@ -22,8 +22,14 @@ results differ from the generic run by float rounding only.
 The runner declines (returns False: the generic run follows) when the output shares memory with an
 operand (the conv writes the output while it reads its input; the group's generic run reads a scratch),
 for dtypes other than the output's, or bias operands of another size.
+
+Input prologues (session 18, :func:`compile_conv_prologue`): a per-channel mul / add / relu group whose only
+reader is a 1x1 conv (``jit/fusion.ConvPrologue``: DenseNet's BatchNormalization + ReLU) is applied by the
+packed 1x1 kernel as it packs the conv's input (kernels/conv1x1_packed.py PRO_STEPS), not as a pass.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -123,15 +129,18 @@ def plan(prod, epi, acc, einputs):
                 return None
         return conv, out, b2, res
 
-    def run(outs, ins) -> bool:
+    def run(outs, ins, pre=None) -> bool:
         ops = operands(outs, ins)
         if ops is None:
             return False
         conv, out, b2, res = ops
-        conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu)
+        if pre is None:
+            conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu)
+        else:
+            conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu, pre=pre)
         return True
 
-    def bind(outs, ins):
+    def bind(outs, ins, pre=None):
         """``f(outs, ins) -> bool``: ``run`` for arrays of these layouts where conv.bind_into binds the conv
         (the direct kernel's launch looked up once), or None.  A second bias given as the same array as here
         is passed as the same (O,) view, so the summed bias of frozen ones is reused."""
@@ -141,18 +150,186 @@ def plan(prod, epi, acc, einputs):
         conv, out, b2view, res = ops
         O = out.shape[1]
         b2src = None if ib is None else ins[ib]
-        g = conv.bind_into(out, ins[:npin], attrs, b2view, res, relu)
+        g = conv.bind_into(out, ins[:npin], attrs, b2view, res, relu) if pre is None else \
+            conv.bind_into(out, ins[:npin], attrs, b2view, res, relu, pre=pre)
         if g is None:
             return None
 
-        def f(outs, ins) -> bool:
+        def f(outs, ins, S=None) -> bool:
             if ib is None:
                 b2 = None
             else:
                 s = ins[ib]
                 b2 = b2view if s is b2src else s.reshape(O)
+            if S is not None:
+                return g(outs[0], ins, b2, None if ir is None else ins[ir], S)
             return g(outs[0], ins, b2, None if ir is None else ins[ir])
         return f
 
     run.bind = bind
     return run
+
+
+# ---------------------------------------------------------------- input prologues (jit/fusion.ConvPrologue)
+# DenseNet's BatchNormalization + ReLU before each of its 1x1 convs (x * a + b) * c + d then relu per input channel:
+# the JIT's group pass wrote it to a buffer the conv then read (62 passes, ~4 ms of the model at one thread).  Here
+# the packed 1x1 kernel (kernels/conv1x1_packed.py, PRO_STEPS) applies the steps to the input as it packs its panels;
+# convs that route elsewhere (or operands the kernel declines) run the group's kernel into a scratch and then the
+# conv as before.  Results: the same float32 steps in the same order as the group (fmul / fadd, no contraction)
+# where the group's own kernel does not contract them either (LLVM's default: it does not).
+# NEE_CONV_PROLOGUE=0: never (read when a graph is compiled).
+CONV_PROLOGUE = [os.environ.get("NEE_CONV_PROLOGUE", "1") not in ("0", "")]
+
+
+def compile_conv_prologue(backend, op):
+    """``kernels["compile:conv_prologue"]``: (runner, sources) for a :class:`jit.fusion.ConvPrologue`, or None
+    (the executable then runs its parts)."""
+    if not CONV_PROLOGUE[0]:
+        return None
+    from ....jit.fusion import MatmulEpilogue, prologue_steps
+    from .. import elementwise as ew
+    r = prologue_steps(op.group.op, op.x)
+    if r is None:
+        return None
+    data, steps = r
+    node = op.conv
+    if not _may_pack(op, node.op.matmul if isinstance(node.op, MatmulEpilogue) else node):
+        return None             # a conv the packed 1x1 kernel does not take: the parts run
+    if isinstance(node.op, MatmulEpilogue):
+        prod = node.op.matmul
+        inner = plan(prod, node.op.epilogue, node.op.acc, list(node.op.epilogue.inputs))
+        if inner is None:
+            return None
+        from .fused import compile_matmul_epilogue
+        res = compile_matmul_epilogue(backend, node.op)
+        if res is None:
+            return None
+        nrun, sources = res
+    else:
+        prod, inner = node, None
+        pkern = backend.kernels[prod.name]
+
+        def nrun(outs, ins):
+            pkern(backend, outs, ins, prod.attrs)
+        sources = []
+    try:
+        gk, gsrc = ew.compile_group(op.group.op)
+    except NotImplementedError:
+        return None
+    if gk is None:
+        return None
+    sources = [(op.name, gsrc)] + [(op.name, s) for _, s in sources]
+    gin = list(op.group.op.inputs)
+    ng = len(gin)
+    di = gin.index(data)
+    kinds = tuple(k for k, _ in steps)
+    opos = [gin.index(v) for _, v in steps if v is not None]
+    attrs = prod.attrs
+    last = [None]               # (the operand arrays S was made from (frozen constants), S): one store
+
+    def operands(ins):
+        """S: the steps' operands, one row per step with one (float32)."""
+        xs = [ins[j] for j in opos]
+        hit = last[0]
+        if hit is not None and len(hit[0]) == len(xs) and all(a is b for a, b in zip(hit[0], xs)):
+            return hit[1]
+        C = ins[di].shape[1]
+        S = np.empty((len(xs), C), np.float32)
+        for q, a in enumerate(xs):
+            S[q] = np.asarray(a).reshape(C)
+        from . import winograd
+        if all(isinstance(a, np.ndarray) and winograd.is_frozen(a) for a in xs):
+            last[0] = (xs, S)
+        return S
+
+    def fast(outs, ins) -> bool:
+        """The prologue in the packed 1x1 kernel: False where the conv routes elsewhere or the kernel declines."""
+        x, out = ins[di], outs[0]
+        if x.dtype != np.float32 or out.dtype != np.float32 or len(ins) <= ng or not isinstance(x, np.ndarray):
+            return False
+        conv = _conv[0]
+        if conv is None:
+            from . import conv
+            _conv[0] = conv
+        w = ins[ng]
+        if not isinstance(w, np.ndarray) or w.dtype != np.float32 or \
+                conv.conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+            return False
+        for a in ins:
+            if isinstance(a, np.ndarray) and np.may_share_memory(out, a):
+                return False
+        nins = [x] + list(ins[ng:])
+        pre = (kinds, operands(ins))
+        if inner is not None:
+            return inner(outs, nins, pre=pre)
+        return conv._prologue_packed(out, conv._c(x), nins, attrs, None, None, False, pre)
+
+    def run(outs, ins) -> None:
+        if outs[0].size == 0:
+            return
+        if fast(outs, ins):
+            return
+        # the group into a scratch, then the conv (and its epilogue) as without the fusion
+        from .fused import _scratch
+        x = ins[di]
+        shape = np.broadcast_shapes(*[np.shape(a) for a in ins[:ng]])
+        buf = _scratch("prologue", int(np.prod(shape)), x.dtype).reshape(shape)
+        ew.run_strided(gk, [buf], list(ins[:ng]))
+        nrun(outs, [buf] + list(ins[ng:]))
+
+    def bind(outs, ins):
+        """``f(outs, ins) -> bool`` for arrays of these layouts on the packed 1x1 kernel (the conv's launch bound,
+        the operands' S reused while they are the same frozen arrays), or None."""
+        if len(outs) != 1 or outs[0].size == 0:
+            return None
+        x, out = ins[di], outs[0]
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or out.dtype != np.float32:
+            return None
+        for a in ins:
+            if isinstance(a, np.ndarray) and np.may_share_memory(out, a):
+                return None
+        conv = _conv[0]
+        if conv is None:
+            from . import conv
+            _conv[0] = conv
+        S0 = operands(ins)
+        nins = [x] + list(ins[ng:])
+        if inner is not None:
+            g = inner.bind(outs, nins, pre=(kinds, S0))
+            if g is None:
+                return None
+
+            def f(outs, ins) -> bool:
+                return g(outs, [ins[di]] + list(ins[ng:]), operands(ins))
+            return f
+        g = conv.bind_into(out, nins, attrs, None, None, False, pre=(kinds, S0))
+        if g is None:
+            return None
+
+        def f(outs, ins) -> bool:
+            return g(outs[0], [ins[di]] + list(ins[ng:]), None, None, operands(ins))
+        return f
+
+    run.bind = bind
+    return run, sources
+
+
+def _may_pack(op, cv) -> bool:
+    """False where the conv ``cv``'s dtype and shapes are static and the packed 1x1 kernel does not take them
+    (float32 only, its cost rule: the fusion would only add a scratch, so the parts run instead); True otherwise
+    (decided per call)."""
+    if op.x.dtype.name != "float32":
+        return False
+    shapes = (tuple(cv.inputs[0].shape), tuple(cv.inputs[1].shape), tuple(cv.outputs[0].shape))
+    if not all(isinstance(d, int) for s in shapes for d in s):
+        return True
+    from . import conv1x1_packed
+    return conv1x1_packed.pays(shapes[0], shapes[1], shapes[2], 1, 1, 0, 0, 0, 0, 1)
+
+
+def _register():
+    from .. import kernel
+    kernel("compile:conv_prologue")(compile_conv_prologue)
+
+
+_register()
