@@ -394,10 +394,11 @@ def test_scale_of_a_head_view_joins_the_projection_epilogue():
     x = nee.randn(1, 6, 16)
     _close(f(x), f.eager(x))
     assert [n.name for n in f.graph(x).nodes] == ["matmul+fused[add+mul]", "reshape", "transpose", "matmul"]
-    # a returned result is left alone (eager returns a fresh contiguous tensor there)
+    # a returned result is left alone (eager returns a fresh tensor there, laid out like the transposed view as
+    # torch's is: strides (192, 8, 32, 1))
     g = nee.jit(lambda x: F.linear(x, w, b).reshape(1, 6, 4, 8).transpose(1, 2) * 0.25)
     _close(g(x), g.eager(x))
-    assert g(x).is_contiguous() and _kernels(g, x) == ["matmul+fused[add]", "mul"]
+    assert g(x).stride() == g.eager(x).stride() and _kernels(g, x) == ["matmul+fused[add]", "mul"]
 
 
 def test_view_read_twice_or_tensor_operand_is_not_hoisted():

@@ -70,6 +70,7 @@ def compare_with_eager(src: str) -> str:
             for a, b in ((e, j), (xe, xj), (ge["C"], gj["C"])):
                 np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True,
                                            err_msg=src)
+                assert b.stride() == a.stride(), src      # (the memory layout too: tests/test_jit_strides_s18.py)
     except TraceError:
         return "refused"
     return "same"

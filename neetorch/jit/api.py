@@ -1,9 +1,10 @@
 """``@nee.jit``: trace once per input signature, optimize, fuse, run the executable.
 
-A call's *guard key* is the (shape, dtype, device) of every tensor argument plus the
-value of every other argument.  A new key traces the function (running it once
-eagerly), runs the pass pipeline and fusion, and builds an :class:`Executable`; its
-generated kernels are cached in memory and on disk by their source, and are
+A call's *guard key* is the (shape, strides, dtype, device) of every tensor argument plus
+the value of every other argument (strides: outputs get the memory layout eager execution
+gives them, which follows the inputs' layouts, as torch.compile's do).  A new key traces
+the function (running it once eagerly), runs the pass pipeline and fusion, and builds an
+:class:`Executable`; its generated kernels are cached in memory and on disk by their source, and are
 shape-generic (sizes are runtime arguments), so new shapes of the same program
 re-trace cheaply and compile nothing.  ``stats`` counts traces, cache hits and kernels
 compiled; ``NEE_DEBUG>=1`` prints each specialization.
@@ -44,7 +45,8 @@ def _key_of(x):
     if isinstance(x, _Key):
         return x.marker
     if isinstance(x, Tensor):
-        return ("T", tuple(x.shape), x.dtype, x.device)
+        # (the layout too: eager lays results out like their inputs, the compiled graph's outputs follow it)
+        return ("T", tuple(x.shape), x.dtype, x.device, getattr(x._data, "strides", None))
     if isinstance(x, (list, tuple)):
         return (type(x).__name__,) + tuple(_key_of(v) for v in x)
     if isinstance(x, dict):
@@ -58,6 +60,16 @@ def _key_of(x):
         return ("V", type(x).__name__, x)
     except TypeError:
         return ("id", id(x))
+
+
+def _layout_class(t):
+    """A bucketed guard key's layout of tensor ``t``: None for row-major, else its dims ordered by decreasing
+    stride (outermost first; what the traced output layouts depend on, whatever the sizes)."""
+    d = t._data
+    st = getattr(d, "strides", None)
+    if st is None or getattr(getattr(d, "flags", None), "c_contiguous", False):
+        return None
+    return tuple(sorted(range(len(st)), key=lambda k: (-st[k], k)))
 
 
 class ShapeBuckets:
@@ -229,7 +241,14 @@ class JitFunction:
             for (kk, d), n in sizes.items():
                 if kk == k:
                     shape[d] = n
-            new = ones(tuple(shape), dtype=t.dtype, device=t.device)
+            order = _layout_class(t)
+            if order is None:
+                new = ones(tuple(shape), dtype=t.dtype, device=t.device)
+            else:   # (laid out in the argument's dim order: the trace records eager's output layouts)
+                inv = [0] * len(order)
+                for j, d in enumerate(order):
+                    inv[d] = j
+                new = ones(tuple(shape[d] for d in order), dtype=t.dtype, device=t.device).permute(*inv)
             if isinstance(k, int):
                 args[k] = new
             else:
@@ -313,7 +332,7 @@ class JitFunction:
             shape[d] = ("bucket",) + self.buckets(n)
         for k, shape in shapes.items():
             t = args[k] if isinstance(k, int) else kwargs[k]
-            marker = _Key(("T", tuple(shape), t.dtype, t.device))
+            marker = _Key(("T", tuple(shape), t.dtype, t.device, _layout_class(t)))
             if isinstance(k, int):
                 a[k] = marker
             else:
@@ -371,7 +390,12 @@ class JitFunction:
             for a in args:
                 if not isinstance(a, Tensor):
                     break
-                fk.append((a._data.shape, a._dtype, a._device))
+                d = a._data
+                try:   # (the layout too: eager lays results out like their inputs, the graph's outputs follow it)
+                    st = d.strides
+                except AttributeError:   # (a device array without strides: the full key)
+                    break
+                fk.append((d.shape, st, a._dtype, a._device))
             else:
                 fk = tuple(fk)
                 entry = self._fast.get(fk)

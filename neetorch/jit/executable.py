@@ -245,6 +245,63 @@ class Executable:
         # fallbacks chosen by placement (jit/placement.py), counted in nee.fallback_report() at each run
         pl = getattr(graph, "placement", None)
         self._placement = pl if pl is not None and pl.fallbacks else None
+        self._layouts = self._out_layouts()
+
+    def _out_layouts(self) -> dict:
+        """{value: element strides} for the buffers returned to the caller (graph outputs and the values returned
+        views are taken of) that eager execution lays out other than row-major (Value.strides, recorded by the
+        trace: an elementwise result of a permuted input is permuted), where the step writing them takes any
+        output strides (elementwise ops and fused groups on the CPU): those buffers are allocated with these
+        strides, so outputs, and views of them, have eager's strides.  Empty in the common case."""
+        from ..tensor._layout import contiguous_strides
+        g = self.graph
+        res: dict = {}
+        for o in g.outputs:
+            r = self._root(o)
+            st, p = r.strides, r.producer
+            if st is None or p is None or isinstance(p.op, ViewOp) or r in res or not _is_cpu(r) or \
+                    not all(isinstance(d, int) for d in r.shape) or len(st) != len(r.shape) or \
+                    tuple(st) == contiguous_strides(r.shape) or \
+                    not (isinstance(p.op, FusedElementwise) or getattr(p.op, "kind", None) == "elementwise"):
+                continue
+            res[r] = tuple(st)
+        return res
+
+    def _alloc_like_eager(self, v, shape):
+        """A new CPU array for returned value ``v`` with eager's layout (_out_layouts) at ``shape`` (another
+        shape than traced, a shape-polymorphic call: dense in the same dim order)."""
+        from ..tensor._layout import alloc, dense_order
+        st = self._layouts[v]
+        if tuple(shape) != tuple(v.shape):
+            order = dense_order(v.shape, st) or sorted(range(len(st)), key=lambda d: -st[d])
+            st, acc = [0] * len(shape), 1
+            for d in reversed(order):
+                st[d] = acc
+                acc *= max(int(shape[d]), 1)
+        return alloc(shape, st, v.dtype.np)
+
+    def _perm_order(self, n):
+        """The dim order (outermost first) in which every output of elementwise node ``n`` is row-major, when
+        they all have a permuted eager layout (_out_layouts) of that one order: the step then runs over its
+        operands viewed in that order (_permuted), so that the kernel writes (and reads permuted inputs) with
+        unit strides, as eager's elementwise.apply does; None otherwise."""
+        if not self._layouts:
+            return None
+        memo = self.__dict__.setdefault("_perm_memo", {})
+        if n in memo:
+            return memo[n]
+        from ..tensor._layout import dense_order
+        orders = set()
+        for o in n.outputs:
+            st = self._layouts.get(o)
+            order = dense_order(o.shape, st) if st is not None else None
+            if order is None:
+                orders = None
+                break
+            orders.add(tuple(order))
+        order = orders.pop() if orders and len(orders) == 1 else None
+        memo[n] = order if order is not None and order != tuple(range(len(order))) else None
+        return memo[n]
 
     def _steps_for(self, n) -> list:
         if isinstance(n.op, FusedElementwise):
@@ -315,6 +372,8 @@ class Executable:
         dev = v.device
         dev = self.device if dev is self.device or dev == self.device else _device(dev)
         if off is None or dev.type != "cpu":
+            if self._layouts and v in self._layouts:
+                return Tensor._make(self._alloc_like_eager(v, shape), dev, v.dtype)
             be = self.backend if dev is self.device else get_backend(dev)
             return Tensor._make(be.empty(shape, v.dtype), dev, v.dtype)
         # one Tensor per (value, shape) over this thread's arena, made once (the generic loop's views of it
@@ -831,6 +890,10 @@ class Executable:
         dev = self.device if dev is self.device or dev == self.device else _device(dev)
         if self.plan.offsets.get(o) is not None and dev.type == "cpu":
             return lambda: self._buffer(o, arena)
+        if self._layouts and o in self._layouts:
+            from ..tensor._layout import alloc
+            shape, st, npdt, dt, make = tuple(o.shape), self._layouts[o], o.dtype.np, o.dtype, Tensor._make
+            return lambda: make(alloc(shape, st, npdt), dev, dt)
         be = self.backend if dev is self.device else get_backend(dev)
         empty, shape, dt, make = be.empty, tuple(o.shape), o.dtype, Tensor._make
         return lambda: make(empty(shape, dt), dev, dt)
@@ -889,6 +952,11 @@ class Executable:
 
                     def binder(arrs, xs):
                         return bind_conv(arrs, xs, attrs)
+                order = self._perm_order(n) if be.device.type == "cpu" and check is None else None
+                if order is not None:    # (a returned result laid out like permuted inputs: unit-stride writes)
+                    prun, binder = _permute_step(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, order)
+                    run = _bound_runner(prun, binder, make, ins, outs)
+                    return run
                 if binder is not None:
                     run = _bound_runner(lambda arrs, xs: kern(be, arrs, xs, attrs), binder, make, ins, outs)
                     if getattr(make, "fixed", None) is not None:
@@ -918,7 +986,12 @@ class Executable:
                                 (wide and any(is_low_np(a.dtype) for a in list(xs) + list(arrs))):
                             return None
                         return _bind_strided(kern, arrs, xs)
-                run = _bound_runner(lambda arrs, xs: launch(kern, arrs, xs), binder, make, ins, outs)
+                order = self._perm_order(n) if be.device.type == "cpu" else None
+                if order is not None:    # (a returned result laid out like permuted inputs: unit-stride writes)
+                    run = _bound_runner(*_permute_step(lambda arrs, xs: launch(kern, arrs, xs), binder, order),
+                                        make, ins, outs)
+                else:
+                    run = _bound_runner(lambda arrs, xs: launch(kern, arrs, xs), binder, make, ins, outs)
             else:
                 prun = step[2]
                 run = _bound_runner(prun, getattr(prun, "bind", None), make, ins, outs)
@@ -1374,7 +1447,11 @@ class Executable:
             if kind == "fused":
                 shape = broadcast_shapes(*[env[a]._data.shape for a in n.inputs]) if self.dynamic else None
                 outs = [self._buffer(o, arena, shape, un) for o in n.outputs]
-                if profiler.timing_enabled():
+                order = self._perm_order(n) if self._layouts else None
+                if order is not None:    # (see _perm_order)
+                    step[3].launch_group(step[2], *_permuted_all([o._data for o in outs],
+                                                                 [env[a]._data for a in n.inputs], order))
+                elif profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[3].launch_group(step[2], [o._data for o in outs], [env[a]._data for a in n.inputs])
                     step[3].synchronize()
@@ -1390,7 +1467,11 @@ class Executable:
                 if n.op.check is not None:
                     n.op.check(args, n.attrs)
                 outs = [self._buffer(o, arena, None, un) for o in n.outputs]
-                if profiler.timing_enabled():
+                order = self._perm_order(n) if self._layouts and step[3].device.type == "cpu" else None
+                if order is not None:    # (see _perm_order)
+                    step[2](step[3], *_permuted_all([o._data for o in outs], [a._data for a in args], order),
+                            n.attrs)
+                elif profiler.timing_enabled():
                     t0 = time.perf_counter()
                     step[2](step[3], [o._data for o in outs], [a._data for a in args], n.attrs)
                     step[3].synchronize()
@@ -1539,6 +1620,39 @@ def _cat_slices(out, shapes, d) -> list:
 
 # a step whose input layouts keep changing stops being re-bound after this many bindings
 _MAX_BINDS = 8
+
+
+def _permuted_all(arrs, xs, order):
+    """Output arrays ``arrs`` and input arrays ``xs`` of an elementwise step viewed in dim order ``order``
+    (inputs of fewer dims first given the leading ones broadcasting adds; 0-d ones as they are)."""
+    nd = len(order)
+    res = []
+    for group in (arrs, xs):
+        g = []
+        for a in group:
+            if a.ndim:
+                if a.ndim < nd:
+                    a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+                a = a.transpose(order)
+            g.append(a)
+        res.append(g)
+    return res
+
+
+def _permute_step(prun, binder, order):
+    """(``prun``, ``binder``) of an elementwise step run over its operands viewed in dim order ``order``
+    (Executable._perm_order)."""
+    def prun_p(arrs, xs):
+        return prun(*_permuted_all(arrs, xs, order))
+    if binder is None:
+        return prun_p, None
+
+    def binder_p(arrs, xs):
+        f = binder(*_permuted_all(arrs, xs, order))
+        if f is None:
+            return None
+        return lambda arrs, xs: f(*_permuted_all(arrs, xs, order))
+    return prun_p, binder_p
 
 
 def _noop_step(step):

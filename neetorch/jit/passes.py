@@ -69,14 +69,17 @@ def drop_repeated_setitems(g: Graph) -> Graph:
 
 
 def eliminate_common_subexpressions(g: Graph) -> Graph:
-    """Two nodes applying the same op with the same attributes to the same values are one."""
+    """Two nodes applying the same op with the same attributes to the same values are one (not two whose results
+    are both returned, or viewed by returned values: eager returns distinct tensors, _returned)."""
     seen: dict = {}
     keep = []
+    ret = _returned(g)
     for n in g.nodes:
         ak = _attr_key(n.attrs)
         key = None if ak is None else (n.op.name, id(n.op), tuple(a.id for a in n.inputs), ak)
         prev = seen.get(key) if key is not None else None
-        if prev is not None and len(prev.outputs) == len(n.outputs):
+        if prev is not None and len(prev.outputs) == len(n.outputs) and \
+                not (any(o in ret for o in n.outputs) and any(p in ret for p in prev.outputs)):
             for o, p in zip(n.outputs, prev.outputs):
                 replace_uses(g, o, p)
             continue
@@ -474,9 +477,24 @@ def _const_value(g: Graph, v: Value):
 _IDENTITIES = {"mul": [(1, 1), (0, 1)], "true_divide": [(1, 1)], "sub": [(1, 0)], "pow": [(1, 1)]}
 
 
+def _returned(g: Graph) -> set:
+    """The graph's outputs and the values they view (what the caller gets memory of)."""
+    ret = set()
+    for o in g.outputs:
+        while o not in ret:
+            ret.add(o)
+            p = o.producer
+            if p is None or not isinstance(p.op, ViewOp) or not p.inputs:
+                break
+            o = p.inputs[0]
+    return ret
+
+
 def simplify(g: Graph) -> Graph:
-    """Exact algebraic identities only (no change in any result bit, dtype or shape)."""
+    """Exact algebraic identities only (no change in any result bit, dtype or shape); not for a returned value
+    (``return x * 1`` is a new tensor, not ``x``: eager's)."""
     keep = []
+    ret = _returned(g)
     for n in g.nodes:
         rules = list(_IDENTITIES.get(n.name, ()))
         if n.name == "add" and n.outputs[0].dtype.category != 2:
@@ -488,7 +506,7 @@ def simplify(g: Graph) -> Graph:
             c = _const_value(g, n.inputs[pos])
             other = n.inputs[1 - pos]
             o = n.outputs[0]
-            if c is not None and c == ident and other.shape == o.shape and other.dtype is o.dtype:
+            if c is not None and c == ident and other.shape == o.shape and other.dtype is o.dtype and o not in ret:
                 replace_uses(g, o, other)
                 done = True
                 break
@@ -603,6 +621,7 @@ def materialize_copying_reshapes(g: Graph) -> Graph:
     from ..ops.elementwise import _cast
     from ..tensor.views import _compute_stride
     outs = set(g.outputs)
+    ret = _returned(g)
     add = {}
     for n in g.nodes:
         if not (isinstance(n.op, ViewOp) and n.name in ("reshape", "flatten", "view") and len(n.inputs) == 1
@@ -621,7 +640,9 @@ def materialize_copying_reshapes(g: Graph) -> Graph:
             y = y.producer.inputs[0]
         if y.producer is None or isinstance(y.producer.op, ViewOp) or y in g.inputs or y in g.consts:
             continue
-        xs = None            # (row-major)
+        # (row-major; a returned elementwise result has eager's layout at run time: executable._out_layouts)
+        xs = y.strides if y.strides is not None and y in ret and getattr(y.producer.op, "kind", None) == \
+            "elementwise" and len(y.strides) == len(y.shape) else None
         for v in reversed(chain):
             xs = _view_strides(v, xs)
             if xs is None:

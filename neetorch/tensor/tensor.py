@@ -434,7 +434,7 @@ class Tensor:
             return self.permute(*perm).clone(memory_format=contiguous_format).permute(*inv)
         if _READ_HOOK[0] is not None:  # a trace is running: the copy must be a node, not a constant
             from ..trace.tracer import traced_copy
-            r = traced_copy(self)
+            r = traced_copy(self, contiguous=memory_format is not None and memory_format is not preserve_format)
             if r is not None:
                 return r
         b = self._backend()

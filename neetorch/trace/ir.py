@@ -30,6 +30,9 @@ class Value:
     producer: "Node | None" = None
     kind: str = "node"          # "input" | "const" | "node"
     name: str = ""
+    # element strides the tensor bound to this value had in the trace (a node's output: the layout eager execution
+    # gives it, trace.tracer._ew_layout); None: unknown.  jit/executable.py gives returned values these strides
+    strides: Any = None
 
     def __repr__(self) -> str:
         return f"%{self.id}"

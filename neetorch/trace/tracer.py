@@ -114,13 +114,18 @@ def is_tracing() -> bool:
     return getattr(_active, "tracer", None) is not None
 
 
-def traced_copy(t):
+def traced_copy(t, contiguous: bool = False):
     """``t.clone()`` while tracing: a copy node (a same-dtype cast) in the graph, so the copy
-    follows the inputs on every call; None outside a trace or inside an op's own composition."""
+    follows the inputs on every call; None outside a trace or inside an op's own composition.
+    ``contiguous``: a row-major copy (``contiguous()``), else laid out like ``t`` (preserve_format)."""
     if getattr(_active, "tracer", None) is None or registry._depth[0] != 0:
         return None
     from ..ops.elementwise import _cast
-    return registry.run(_cast, [t], {"dtype": t._dtype}, [registry.Meta(tuple(t._data.shape), t._dtype)])[0]
+    _active.row_major = contiguous    # (contiguous(): a row-major copy; clone(): the source's layout, as eager)
+    try:
+        return registry.run(_cast, [t], {"dtype": t._dtype}, [registry.Meta(tuple(t._data.shape), t._dtype)])[0]
+    finally:
+        _active.row_major = False
 
 
 def traced_assign(dst, src) -> bool:
@@ -389,9 +394,14 @@ class Tracer:
             return out
         from ..tensor.tensor import Tensor
         res = []
+        # an elementwise result gets the layout eager execution gives it (its inputs' order: a permuted input, a
+        # permuted result), so that views of it are what eager's are and the graph records it (Value.strides)
+        lay = _ew_layout(op, inputs, metas) if op.kind == "elementwise" and dev.type == "cpu" and \
+            not getattr(_active, "row_major", False) else None
         for m in metas:
-            buf = _placeholder(dev, m)
-            self.fake_roots[id(buf)] = buf
+            buf = _placeholder(dev, m, lay)
+            r = _root(buf)
+            self.fake_roots[id(r)] = r
             res.append(Tensor._make(buf, dev, m.dtype))
         return res
 
@@ -557,6 +567,7 @@ class Tracer:
         node = self.graph.add_node(op, [self.value_of(t) for t in inputs], attrs, metas)
         for t, v in zip(outputs, node.outputs):
             self.bind(t, v)
+            v.strides = _strides_of(t)
         if out is not None and self.through:
             for o in out:
                 self.write_through(o)
@@ -1008,7 +1019,31 @@ def _exact_reference(op, inputs, attrs, metas):
     return [Tensor._make(np.array(r, order="C"), dev, m.dtype)]   # (ascontiguousarray makes 0-d 1-d)
 
 
-def _placeholder(dev, m):
+def _strides_of(t):
+    """Element strides of trace-time tensor ``t`` (None where its array has none)."""
+    d = getattr(t, "_data", None)
+    st = getattr(d, "strides", None)
+    if st is None:
+        return None
+    isz = d.dtype.itemsize if hasattr(d, "dtype") else 1
+    try:
+        return tuple(int(s) // isz for s in st)
+    except TypeError:
+        return None
+
+
+def _ew_layout(op, inputs, metas):
+    """The element strides eager execution gives the result of elementwise ``op`` on ``inputs``
+    (ops/elementwise.py apply: torch's TensorIterator layout, tensor._layout.iter_strides), None: row-major."""
+    if len(metas) != 1 or len(metas[0].shape) < 2 or not inputs or \
+            not all(type(t._data) is np.ndarray for t in inputs) or \
+            not any(t._data.ndim >= 2 and (not t._data.flags.c_contiguous or 1 in t._data.shape) for t in inputs):
+        return None
+    from ..tensor._layout import iter_strides
+    return iter_strides(metas[0].shape, [(t._data.shape, t.stride(), t._dtype.itemsize) for t in inputs])
+
+
+def _placeholder(dev, m, strides=None):
     """A buffer with ``m``'s shape and dtype on ``dev`` (values never used: an op reading them makes
     the trace run eagerly).  Integer and bool placeholders hold ones (a frontend's zero-divisor or index
     check that reads the buffer directly passes); floating ones on the CPU hold zeros from calloc, whose
@@ -1016,9 +1051,20 @@ def _placeholder(dev, m):
     for a tree ensemble's tables)."""
     import numpy as np
     if dev.type == "cpu":
-        if m.dtype.category == 2:
-            return np.zeros(m.shape, m.dtype.np)
-        return np.ones(m.shape, m.dtype.np)
+        fill = np.zeros if m.dtype.category == 2 else np.ones
+        if strides is not None:   # (eager's layout: a permuted result of a permuted input, _ew_layout)
+            from ..tensor._layout import dense_order
+            order = dense_order(m.shape, strides)
+            if order is not None:
+                inv = [0] * len(order)
+                for j, d in enumerate(order):
+                    inv[d] = j
+                return fill(tuple(m.shape[d] for d in order), m.dtype.np).transpose(inv)
+            from ..tensor._layout import alloc
+            a = alloc(m.shape, strides, m.dtype.np)
+            a[...] = fill((), m.dtype.np)
+            return a
+        return fill(m.shape, m.dtype.np)
     from ..devices import get_backend
     b = get_backend(dev)
     a = b.empty(m.shape, m.dtype)
@@ -1157,6 +1203,16 @@ def _dispatch_meta_run(op, inputs, attrs, metas, out):
     if not tr.meta:
         if out and registry._depth[0] == 1:
             tr.pre_write(out, inputs)   # (an eager trace: snapshots the inputs it is about to write, or starts over)
+        if out is None and op.kind == "elementwise" and inputs and inputs[0]._device.type == "cpu" and \
+                not getattr(_active, "row_major", False):
+            # (the frontend lays results out row-major while a trace runs: eager's layout here, as meta_run's)
+            lay = _ew_layout(op, inputs, metas)
+            if lay is not None:
+                from ..tensor._layout import alloc
+                from ..tensor.tensor import Tensor
+                dev = inputs[0]._device
+                return registry._run(op, inputs, attrs, metas,
+                                     [Tensor._make(alloc(m.shape, lay, m.dtype.np), dev, m.dtype) for m in metas])
         return None
     return tr.meta_run(op, inputs, attrs, metas, out)
 
