@@ -1846,7 +1846,21 @@ _KNOWN = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32
 # every operand is unit-stride along the row, or (``bcast``) constant along it; then the elements
 # the whole launch writes (an estimate, see row_meta) and the streaming threshold in bytes: the
 # final pass writes dst with non-temporal stores when they are reached (0: never).
+#
+# softmax's passes over a row: the max (through order-preserving integer keys; after a prologue, taken in the
+# prologue's own pass as its value is stored), exp(x - max) into dst with the sum (float32: exp_sm), then dst
+# scaled by 1 / sum in place -- the row is read twice after the prologue (before: a separate max pass, 3), each
+# exp computed once (an online max + rescaled sum would compute two per element).
 ROW_MODES = ("softmax", "log_softmax", "layer_norm", "rms_norm")
+# the softmax exp pass (float32 on AVX2: 2 copies of the 8-lane loop; the default 4 spilled the sum's accumulators
+# and the exp's constants to the stack) with its constants left immediate (_hoist_float_constants: held in 13
+# registers they were reloaded from stack slots; immediate: broadcast from the constant pool, and 0 selects fold
+# into and-masks).  Measured on (12288, 128) rows, x * s then softmax, one 64 KB matrix at a time (as in the batched
+# product's epilogue), one thread, process CPU time, min of 40-60 alternating in-process rounds (load 7): 0.70-0.82x
+# the time of the kernel before (max, exp, scale passes after the prologue's own) -- interleave 1 / 2 / 4,
+# hoisted or immediate, all within that noise.  Both are part of the renderer's source (cache keys).
+SOFTMAX_EXP_INTERLEAVE = 2
+SOFTMAX_EXP_IMMEDIATE = [True]
 _RFM = ("reassoc", "nsz", "arcp", "contract")    # the Numba row kernels' fastmath set
 # log_softmax's final (x - max) - log(sum): no reassoc, which would fold it into x - (max + log(sum)) and
 # lose the result's digits at large |x| (logits ~1e4: 5e-4); as kernels/nn.py's _sub_exact
@@ -1907,6 +1921,14 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
                               mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
                                                 ir.Constant(ir.IntType(1), 1)])])
     nt_loops = []
+    # the softmax's exp pass: vectorized, interleaved SOFTMAX_EXP_INTERLEAVE times (the default 4 copies of
+    # the exp's ~20 vector values spilled its sum accumulators and constants to the stack on AVX2)
+    md_ex = mod.add_metadata([mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.interleave.count"),
+                                                ir.Constant(ir.IntType(32), SOFTMAX_EXP_INTERLEAVE)]),
+                              mod.add_metadata([ir.MetaDataString(mod, "llvm.loop.vectorize.enable"),
+                                                ir.Constant(ir.IntType(1), 1)])])
+    ex_loops = []
+    imm_blocks = []
     streaming = [False]
 
     def dstore(v, p):
@@ -1943,7 +1965,9 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
         br = bd.cbranch(bd.icmp_signed("<", i2, count), lp, after)
         if md is not None:
             br.set_metadata("llvm.loop", md)
-            nt_loops.append(md)
+            (ex_loops if md is md_ex else nt_loops).append(md)
+            if md is md_ex and SOFTMAX_EXP_IMMEDIATE[0]:
+                imm_blocks.append(lp)
         bd.position_at_end(after)
         out = []
         for v, nv in zip(init, new):
@@ -1958,6 +1982,30 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
 
     def exp(x):
         return em.call(scalar.f_exp32 if dt == "float32" else scalar.f_exp64, [_V(x, td)], None).v
+
+    def exp_sm(d):
+        """exp(d) for the softmax's d = x - max: d <= 0 or NaN; where d < ``lo_e`` (-inf included) the
+        caller selects 0 instead, so no range clamp here.  float32: fastmath.exp_f32's reduction with the
+        shifter 1.5 * 2^23 + 127, whose bits shifted left by 23 are 2^k's (k in [-126, 0] for d >= lo_e: one
+        normal scale), expm1's Taylor polynomial to degree 7 (the r^8 term, < 5.2e-9 relative, dropped) and
+        e = q * 2^k + 2^k in one fma; float64: exp_f64."""
+        if dt != "float32":
+            return exp(d)
+        from . import fastmath as fm
+        c = lambda v: fconst(float(v))      # noqa: E731
+        fma = lambda a, b, c_: em.intrinsic("fmuladd", td, _V(a, td), _V(b, td), _V(c_, td)).v   # noqa: E731
+        rnd = c(float(fm._RND_F) + 127.0)
+        t = fma(d, c(fm._LOG2E_F), rnd)
+        k = bd.fsub(t, rnd)
+        r = fma(k, c(fm._NLN2HI_F), d)
+        r = fma(k, c(fm._NLN2LO_F), r)
+        p = fma(c(fm._E7_F), r, c(fm._E6_F))
+        for e_ in (fm._E5_F, fm._E4_F, fm._E3_F, fm._E2_F):
+            p = fma(p, r, c(e_))
+        q = fma(p, bd.fmul(r, r), r)                  # expm1(r)
+        i32 = ir.IntType(32)
+        sc = bd.bitcast(bd.shl(bd.bitcast(t, i32), i32(23)), f)
+        return fma(q, sc, sc)
 
     def log(x):
         return em.call(scalar.f_log32 if dt == "float32" else scalar.f_log64, [_V(x, td)], None).v
@@ -1986,10 +2034,13 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
             with no:
                 loop(N, [], body)
 
-    def row(j, _):
-        r = bd.add(r0, j)
-        a = bd.sdiv(r, B)
-        b = bd.sub(r, bd.mul(a, B))
+    def kmax_of(v, acc):
+        """max of ``acc`` and the order-preserving integer key of float bits ``v`` (a positive NaN wins)"""
+        mask = ir.Constant(ity, (1 << (td.bits - 1)) - 1)
+        k = bd.xor(v, bd.and_(bd.ashr(v, ir.Constant(ity, td.bits - 1)), mask))
+        return bd.select(bd.icmp_signed(">", k, acc), k, acc)
+
+    def row(a, b):
         ptr = []
         for k in range(nops):
             sa, sb, off = lay[k]
@@ -2008,8 +2059,9 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
                         v = bd.icmp_unsigned("!=", v, ir.Constant(ir.IntType(8), 0))
                     fixed[k] = _V(v, tin[k])
             rows_out = [tmp if (j2 == src_k and not src_ext) else base[j2] for j2 in range(nout)]
+            pkey = [None]
 
-            def pstep(i, _):
+            def pstep(i, acc):
                 vals = []
                 for k in range(nin):
                     if k in fixed:
@@ -2033,8 +2085,14 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
                     if t.kind == "b":
                         x = bd.zext(x, ir.IntType(8))
                     bd.store(x, bd.gep(rows_out[j2], [i]))
-                return []
-            loop(N, [], pstep)
+                    if j2 == src_k and acc:
+                        pkey[0] = kmax_of(bd.bitcast(x, ity), acc[0])
+                return [pkey[0]] if acc else []
+            if mode in ("softmax", "log_softmax"):
+                # the softmax's max pass fused in: the prologue's value is max-reduced as it is stored
+                (pro_km,) = loop(N, [ir.Constant(ity, -(1 << (td.bits - 1)))], pstep)
+            else:
+                loop(N, [], pstep)
             src = rows_out[src_k]
 
         def xat(i):
@@ -2048,10 +2106,11 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
             sh = ir.Constant(ity, td.bits - 1)
 
             def kmax(i, acc):
-                v = bd.load(bd.gep(srci, [i]))
-                k = bd.xor(v, bd.and_(bd.ashr(v, sh), mask))
-                return [bd.select(bd.icmp_signed(">", k, acc[0]), k, acc[0])]
-            (km,) = loop(N, [lo], kmax)
+                return [kmax_of(bd.load(bd.gep(srci, [i])), acc[0])]
+            if pro is None:
+                (km,) = loop(N, [lo], kmax)
+            else:
+                km = pro_km
             mx = bd.bitcast(bd.xor(km, bd.and_(bd.ashr(km, sh), mask)), f)
 
             def softmax_body():
@@ -2070,11 +2129,12 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
 
                 def esum(i, acc):
                     d = bd.fsub(xat(i), mx, flags=_RFM)
-                    e = bd.select(bd.fcmp_ordered("<", d, lo_e), fconst(0.0), exp(d))
+                    e = bd.select(bd.fcmp_ordered("<", d, lo_e), fconst(0.0), exp_sm(d))
                     bd.store(e, bd.gep(drow, [i]))
                     return [bd.fadd(acc[0], e, flags=_RFM)]
-                (s,) = loop(N, [fconst(0.0)], esum)
-                inv = bd.fdiv(fconst(1.0), s, flags=_RFM)
+                (s,) = loop(N, [fconst(0.0)], esum, md_ex)
+                # (no fast-math flags: with them LLVM kept a 1.0 * x in the scale loop)
+                inv = bd.fdiv(fconst(1.0), s)
 
                 def scale(i, _):
                     # in place over the row the exp pass just wrote (its lines are owned already:
@@ -2131,17 +2191,28 @@ def render_rows_ir(mode: str, dt: str, safe: bool, pro=None) -> str:
         final_pass(drow, aff)
         return []
 
-    loop(bd.sub(r1, r0), [], row)
+    def row_step(j, ab):
+        # row r = a*B + b: (a, b) carried from row to row (an integer division per row was ~40 cycles)
+        a, b = ab
+        row(a, b)
+        b1 = bd.add(b, i64(1))
+        wrap = bd.icmp_signed(">=", b1, B)
+        return [bd.select(wrap, bd.add(a, i64(1)), a), bd.select(wrap, i64(0), b1)]
+    a0 = bd.sdiv(r0, B)
+    loop(bd.sub(r1, r0), [a0, bd.sub(r0, bd.mul(a0, B))], row_step)
     with bd.if_then(stream):
         bd.fence("seq_cst")      # non-temporal stores are weakly ordered: drained before returning
     bd.ret_void()
     if _HOIST_CONSTANTS:
-        _hoist_float_constants(mod, fn, bd)
+        _hoist_float_constants(mod, fn, bd, imm_blocks)
     what = mode + (" (safe)" if safe else "") + (f" after a prologue ({', '.join(in_dt)})" if pro else "")
     text = str(mod)
-    if nt_loops:     # one distinct, self-referential loop ID per streaming loop
-        r = md_nt.get_reference()
-        ops = ", ".join(o.get_reference() for o in md_nt.operands)
+    for used, md in ((nt_loops, md_nt), (ex_loops, md_ex)):
+        if not used:
+            continue
+        # one distinct, self-referential loop ID per kind of loop (the streaming loops, the exp pass)
+        r = md.get_reference()
+        ops = ", ".join(o.get_reference() for o in md.operands)
         old_def = f"{r} = !{{ {ops} }}"
         if old_def not in text:
             raise RuntimeError(f"llvm_render: loop metadata {old_def!r} not found")

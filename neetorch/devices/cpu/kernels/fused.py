@@ -45,7 +45,11 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
   them, in one driver call (``_InBlockEpilogue.bind_packed``, linalg.pk_with_epilogue); a row prologue
   (softmax / norms) likewise, the tasks then being blocks of whole rows (``_InBlockRows.bind_packed``,
   linalg.pk_with_row_epilogue); NEE_PACKED_EPILOGUE_IN_TASK=0 turns both off.  Bit-exact with the
-  separate launch.  Measured (2 threads,
+  separate launch.  The long products linalg.PK_AVX2_RULE otherwise leaves to BLAS run packed where an
+  elementwise epilogue follows (FF1's bias + GELU), cut into tasks of about linalg.PK_EPI_TILE_BYTES of
+  output on any thread count, each task's epilogue reading its tiles from L2 (``_packed_bind(tiles=True)``,
+  linalg.PK_EPI_TILES; NEE_PK_EPI_TILES=0 turns it off), where BLAS's blocks (1.5 MB of a 1024x1536 product
+  on one thread) had left it.  Measured (2 threads,
   wall, in-process interleaved, min of 15-30 rounds, loaded box: ratios only) on a frozen
   x + Linear(GELU(Linear(x) + b)) block: 600x256 / 1024 hidden 0.97x the time, 256x384 / 1536 0.94x,
   128x256 / 1024 1.01x.
@@ -624,6 +628,16 @@ def compile_matmul_epilogue(backend, op):
             return None
         nt = threads.NUM_THREADS
         packed = _packed_bind(outs, ins) if b.ndim == 2 else None
+        if b.ndim == 2 and type(native) is _InBlockEpilogue and PACKED_IN_TASK[0] and packed is None:
+            # the long products PK_AVX2_RULE leaves to BLAS: packed with an elementwise epilogue in its tasks,
+            # on one thread too (linalg.PK_EPI_TILES; where the packed product runs anyway, one thread: its
+            # tiles measured no faster than the product then the epilogue's launch at 128x384x1536 + GELU)
+            tiled = _packed_bind(outs, ins, tiles=True)
+            f = native.bind_packed(outs, ins, tiled) if tiled is not None else None
+            if f is not None:
+                def fn(outs, ins):
+                    return threads.NUM_THREADS == nt and f(outs, ins)
+                return fn
         if packed is not None and native is not None and PACKED_IN_TASK[0] and \
                 getattr(packed, "pk", None) is not None:
             if type(native) is _InBlockEpilogue:
@@ -701,15 +715,16 @@ def compile_matmul_epilogue(backend, op):
     return run, sources
 
 
-def _packed_bind(outs, ins, rows_only=False):
+def _packed_bind(outs, ins, rows_only=False, tiles=False):
     """The packed-weight product's caller (linalg._pk_caller) for a matmul epilogue's product at these
-    layouts, or None: then the in-block epilogue (or the scratch path) runs as before."""
+    layouts, or None: then the in-block epilogue (or the scratch path) runs as before.  ``tiles``: cut into
+    tasks for an elementwise epilogue in each (linalg.PK_EPI_TILES)."""
     from . import linalg as L
     a, b = ins[0], ins[1]
     if not L.PK_ON[0] or b.ndim != 2 or a.ndim < 2:
         return None
     probe = np.empty(a.shape[:-1] + (b.shape[-1],), a.dtype) if a.dtype == b.dtype else None
-    return None if probe is None else L._pk_caller(probe, a, b, rows_only)
+    return None if probe is None else L._pk_caller(probe, a, b, rows_only, tiles)
 
 
 def _late_bound(run_epi, epi_bind):

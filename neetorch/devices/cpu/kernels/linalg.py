@@ -1007,6 +1007,16 @@ _pk_fns: dict = {}           # vector width -> (builtin, address) of the kernel
 # packed only with K <= PK_AVX2_LONG_K (see "on AVX2 hosts" above); False (tests): every product it can take
 PK_AVX2_RULE = [True]
 PK_AVX2_LONG_K = 128
+# PK_AVX2_RULE's long products with an elementwise epilogue (fused.py's compile_matmul_epilogue bind: FF1 + bias +
+# GELU, the projections + bias) run packed after all, on any thread count, in tasks of about PK_EPI_TILE_BYTES of
+# output (at most PK_EPI_TILE_ROWS rows), each task's epilogue right after its tiles while they are in L2
+# (pk_with_epilogue): with BLAS the epilogue of a 1024x1536 product read blocks of 1.5 MB (one thread: 4 column
+# blocks) after they had left L2.  One thread, process CPU time, fresh processes alternating, load 7-12 (ratios to
+# onnxruntime in the same process): 1024x384x1536 + bias + GELU 0.93-0.97x onnxruntime vs 1.04-1.19x through BLAS,
+# 1024x384x384 + bias 0.92-1.00x vs 1.04-1.07x; tiles of 64 / 128 / 256 KB alike.  NEE_PK_EPI_TILES=0 turns it off
+PK_EPI_TILES = [os.environ.get("NEE_PK_EPI_TILES", "1") not in ("0", "")]
+PK_EPI_TILE_BYTES = int(os.environ.get("NEE_PK_EPI_TILE_KB", "128")) << 10
+PK_EPI_TILE_ROWS = 128
 _pk_cpu = [None]             # whether the host has AVX-512F or AVX2 + FMA (then PK_VEC is fixed)
 
 
@@ -1258,13 +1268,15 @@ def _pk_release(n: int) -> None:
     _pk_live[0] -= n
 
 
-def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False):
+def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False, tiles: bool = False):
     """``g(out, a, b)`` computing ``out = a @ b`` with the packed kernel for arrays of these layouts and
     this thread count, ``b`` this frozen weight (another ``b`` of the same layout goes to matmul_into); None
     when the product is not one it takes (see above).  For callers whose ``out`` overlaps neither input (a
     compiled graph's steps).  ``rows_only``: on 2+ threads the tasks are blocks of whole rows (a row
-    epilogue follows, :func:`pk_with_row_epilogue`), never column parts."""
-    g0 = _pk_caller0(out, a, b, rows_only)
+    epilogue follows, :func:`pk_with_row_epilogue`), never column parts.  ``tiles``: an elementwise epilogue
+    follows (:func:`pk_with_epilogue`): the product is cut into tasks of PK_EPI_TILE_BYTES of output on any
+    thread count (see PK_EPI_TILES), None where that gives one task."""
+    g0 = _pk_caller0(out, a, b, rows_only, tiles)
     if g0 is None:
         return None
     wb = b
@@ -1414,7 +1426,7 @@ def _pk_epi_call(g, addr, ext, nops):
     return h
 
 
-def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False):
+def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = False, tiles: bool = False):
     if not PK_ON[0] or out.dtype != _F32 or a.dtype != _F32 or b.dtype != _F32 or b.ndim != 2 or a.ndim < 2 \
             or out.ndim != a.ndim or not _pk_host_ok():
         return None
@@ -1423,8 +1435,10 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     if N == 0 or N % PK_NR or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
             out.shape[:-1] != a.shape[:-1] or out.shape[-1] != N:
         return None
-    if PK_VEC == 8 and PK_AVX2_RULE[0] and R >= 2 * PK_MC and K > PK_AVX2_LONG_K:
-        return None         # the AVX2 kernel: see PK_AVX2_RULE
+    if tiles and (rows_only or not PK_EPI_TILES[0]):
+        return None
+    if PK_VEC == 8 and PK_AVX2_RULE[0] and R >= 2 * PK_MC and K > PK_AVX2_LONG_K and not tiles:
+        return None         # the AVX2 kernel: see PK_AVX2_RULE (an epilogue in its tiles: PK_EPI_TILES)
     try:
         a2 = np.reshape(a, (R, K), copy=False)
         o2 = np.reshape(out, (R, N), copy=False)
@@ -1463,6 +1477,14 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
         step = -(-R // (ncols * PK_MR)) * PK_MR if len(rows) == 1 else PK_MC
         rows = [(i, min(i + step, R)) for i in range(0, R, step)]
         ncols = 1
+    if tiles:
+        # tasks of about PK_EPI_TILE_BYTES of output (rows a multiple of the tile's, the columns of a row chunk
+        # in turn: its rows of a stay in L2 from one task to the next), whose epilogue reads them from L2
+        rstep = min(-(-R // PK_MR), -(-PK_EPI_TILE_ROWS // PK_MR)) * PK_MR
+        rows = [(i, min(i + rstep, R)) for i in range(0, R, rstep)]
+        ncols = max(1, min(npan, -(-(min(rstep, R) * N * isz) // PK_EPI_TILE_BYTES)))
+        if len(rows) * ncols < 2:
+            return None
     parts = [(r0, r1, t * npan // ncols * PK_NR, (t + 1) * npan // ncols * PK_NR)
              for r0, r1 in rows for t in range(ncols)]
     ntasks = len(parts)
@@ -1470,9 +1492,10 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     for t, (r0, r1, j0, j1) in enumerate(parts):
         desc[t] = (r1, j1, K, lda, o2.strides[0] // isz, j0, kc, r0)
     desc.flags.writeable = False
-    if ntasks > 1 and nt > 1 and R * K * N >= DRV_MNK:
+    if ntasks > 1 and ((nt > 1 and R * K * N >= DRV_MNK) or tiles):
         from .. import gemm_driver
-        d = gemm_driver.call_plan(fn_addr, 4, min(nt, ntasks), ntasks, desc.strides[0])
+        d = gemm_driver.call_plan(fn_addr, 4, min(nt, ntasks) if R * K * N >= DRV_MNK else 1, ntasks,
+                                  desc.strides[0])
         if d is not None:
             call = gemm_driver.epilogue_caller(4)
             dummy = np.zeros(1, np.int64)
@@ -1485,8 +1508,11 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
                 def g(out, a, b):
                     call(d, dummy, dummy, dummy, a, panels, out, desc)
             g.tasks = ntasks
-            g.pk = (panels, desc, pad, padk if pad is not None else None, R, K, min(nt, ntasks))
+            g.pk = (panels, desc, pad, padk if pad is not None else None, R, K,
+                    min(nt, ntasks) if R * K * N >= DRV_MNK else 1)
             return g
+    if tiles:
+        return None
     # one thread: the row chunks in turn, every column in each
     ds = [np.array((r1, N, K, lda, o2.strides[0] // isz, 0, kc, r0), np.int64) for r0, r1 in rows]
     d0 = ds[0]
