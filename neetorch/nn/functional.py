@@ -175,8 +175,9 @@ def softshrink(input, lambd=0.5):
 def threshold(input, threshold, value, inplace=False):
     if getattr(input, "_dtype", None) is _dt.bool_:
         raise NotImplementedError("\"threshold_cpu\" not implemented for 'Bool'")
-    return _inplace(input, _ew.where(input > threshold, input, _ew._scalar_tensor(value, input._dtype,
-                                                                                  input._device)), inplace)
+    # (torch: x <= threshold ? value : x, so NaN is kept)
+    return _inplace(input, _ew.where(input <= threshold, _ew._scalar_tensor(value, input._dtype, input._device),
+                                     input), inplace)
 
 
 def threshold_(input, threshold, value):

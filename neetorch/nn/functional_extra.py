@@ -725,8 +725,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
 
     2-D ``input`` (B, L): each row is a bag.  1-D ``input`` with ``offsets`` (B or B+1 with ``include_last_offset``):
     bag b is ``input[offsets[b]:offsets[b+1]]``.  Bag membership is computed from the offsets as tensors (no value is
-    read on the host), so the function traces; the reduction is a (B, n) membership matrix times the gathered
-    embeddings (max: a masked max over (B, n, D)).  Empty bags give zeros, ``padding_idx`` entries are skipped."""
+    read on the host), so the function traces; the reduction adds each gathered embedding into its bag's row
+    (index_add; max: a masked max over (B, n, D)).  Empty bags give zeros, ``padding_idx`` entries are skipped."""
     from ..ops.elementwise import where
     from . import functional as F
     if mode not in ("sum", "mean", "max"):
@@ -769,8 +769,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                 return _cr.zeros(B, weight.shape[1], dtype=dt, device=dev)
             m = where(keep.unsqueeze(-1), emb, neg).amax(1)
             return where(keep.any(1).unsqueeze(-1), m, _cr.zeros((), dtype=dt, device=dev))
-        if keep is not None:
-            emb = emb * keep.unsqueeze(-1).to(dt)
+        if keep is not None:     # (where, not a multiply: a NaN / inf padding row must not leak into the sum)
+            emb = where(keep.unsqueeze(-1), emb, _cr.zeros((), dtype=dt, device=dev))
         s = emb.sum(1)
         if mode == "sum":
             return s
@@ -813,7 +813,10 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
             return _cr.zeros(B, weight.shape[1], dtype=dt, device=dev)
         m = where(member.unsqueeze(-1), emb.unsqueeze(0), neg).amax(1)                         # (B, D)
         return where(member.any(1).unsqueeze(-1), m, _cr.zeros((), dtype=dt, device=dev))
-    s = member.to(dt).matmul(emb)
+    # each position's row added into its bag (a position in no bag, past the last offset or padding, into a
+    # spare row B): a membership-matrix matmul would spread a NaN / inf row into every bag through 0 * inf
+    tgt = where(member.any(0), seg, _cr.full((), B, dtype=_dt.int64, device=dev))
+    s = _cr.zeros(B + 1, emb.shape[1], dtype=dt, device=dev).index_add(0, tgt, emb)[:B]
     if mode == "sum":
         return s
     return s / member.sum(1).to(dt).clamp(min=1.0).unsqueeze(-1)

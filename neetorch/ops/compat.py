@@ -1038,16 +1038,18 @@ def range_(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=
                   UserWarning, stacklevel=2)
     from ..tensor.creation import _no_bool_dtype
     _no_bool_dtype(dtype, "range", complex_too=True)
-    if end is None:
-        start, end = 0, start
+    if end is None:     # (torch.range has no one-argument form)
+        raise TypeError('range() missing 1 required positional arguments: "end"')
+    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
+    if dt.category < 2:     # (torch reads start, end and step in the integer dtype: truncated)
+        start, end, step = (int(v) for v in (start, end, step))
     if step == 0:
         raise RuntimeError("range: step must be nonzero")
     if (end - start) / step < 0:
         raise RuntimeError(f"range: upper bound and larger bound inconsistent with step sign (start={start}, "
                            f"end={end}, step={step})")
-    dt = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     n = _int(math.floor((end - start) / step)) + 1
-    a = start + np.arange(n, dtype=np.float64) * step
+    a = start + np.arange(n, dtype=np.float64 if dt.category >= 2 else np.int64) * step
     return _host(a, dt, device)
 
 

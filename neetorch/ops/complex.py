@@ -294,7 +294,8 @@ def angle(input, *, out=None) -> Tensor:
         r = apply(_BIN["mul"], apply(_BIN["lt"], x, 0).to(x._dtype), math.pi)
         r = where(x.isnan(), x, r)
     if out is not None:
-        return out.copy_(r)
+        from .registry import _write_result       # (resized, and cast where torch casts)
+        return _write_result(r, out, "angle")
     return r
 
 

@@ -304,6 +304,18 @@ def apply(op: OpDef, *args, out: Tensor | None = None, _layout: bool = True) -> 
         if metas[0].dtype is not out._dtype:
             if op.name in _OUT_BOOL_ONLY:
                 raise RuntimeError(f"{op.name} does not support non-boolean outputs.")
+            if op.name in ("abs", "absolute") and ins[0]._dtype.category == 3:
+                # torch: abs of a complex tensor writes its real result into a real out= of any dtype it casts
+                # to, or into a complex out= of the input's own dtype (imaginary part 0)
+                if any(a is out for a in args):
+                    raise RuntimeError("In-place abs is not supported for complex tensors.")
+                exp = ins[0]._dtype if out._dtype.category == 3 else out._dtype
+                if out._dtype is not exp or not _can_cast(metas[0].dtype, out._dtype):
+                    raise RuntimeError(f"{op.name}: Found dtype {out._dtype.name} but expected {exp.name}"
+                                       if out._dtype is not exp else f"{op.name}: result type "
+                                       f"{metas[0].dtype.name} can't be cast to the desired output type "
+                                       f"{out._dtype.name}")
+                return out.copy_(run(op, ins, {}, metas)[0])
             if op.name in _OUT_SAME_DTYPE:
                 raise RuntimeError(f"{op.name}: Found dtype {out._dtype.name} but expected {metas[0].dtype.name} "
                                    f"(its out= must have the result's dtype)")

@@ -269,7 +269,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                          f"{list(input.shape)}")
     if input.numel() == 0:              # torch: an empty batch gives an empty result, running stats untouched
         return input * 1
-    mean, var = run(BATCH_NORM_STATS, [input], {})
+    # (float16/bfloat16: the statistics in float32, as torch's CPU kernel; they are not rounded to the input's
+    # dtype before the running-stat update or the normalization)
+    stats_in = input.to(_dt.float32) if input._dtype in _dt.LOW_FLOATS else input
+    mean, var = run(BATCH_NORM_STATS, [stats_in], {})
     _update_running(running_mean, running_var, mean, var, cnt, momentum)
     return _affine_apply(input, mean, var, w, b, eps)
 
@@ -283,11 +286,17 @@ def _check_momentum(op, momentum):
 
 def _update_running(running_mean, running_var, mean, var, cnt, momentum):
     m = float(momentum)
+
+    def upd(run_stat, batch_stat):
+        # (float16/bfloat16 running stats: updated in float32 and rounded once, as torch's CPU kernel)
+        low = run_stat._dtype if run_stat._dtype in _dt.LOW_FLOATS else None
+        cdt = _dt.float32 if low is not None else run_stat._dtype
+        r = run_stat.to(cdt) * (1.0 - m) + batch_stat.to(cdt) * m
+        run_stat.copy_(r if low is None else r.to(low))
     if running_mean is not None:
-        running_mean.copy_(running_mean * (1.0 - m) + mean.to(running_mean._dtype) * m)
+        upd(running_mean, mean)
     if running_var is not None:
-        unbiased = var * (cnt / (cnt - 1)) if cnt > 1 else var
-        running_var.copy_(running_var * (1.0 - m) + unbiased.to(running_var._dtype) * m)
+        upd(running_var, var * (cnt / (cnt - 1)) if cnt > 1 else var)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,

@@ -503,6 +503,8 @@ def _arg(name, op, input, dim, keepdim):
     _check(input, name)
     if input._dtype is _dt.bool_:
         raise RuntimeError(f"{name}(): does not support bool input")
+    if input._dtype.category == 3:     # (torch checks the dtype before the sizes)
+        raise RuntimeError(f"{name}(): does not support complex input")
     if dim is None:
         if input.numel() == 0:
             raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -544,8 +546,7 @@ def aminmax(input, *, dim=None, keepdim=False):
         dims = (wrap_dim(dim, input.ndim, "aminmax"),) if input.ndim else ()
         for d in dims:
             if input.shape[d] == 0:
-                raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has "
-                                   "no identity.")
+                raise IndexError(f"aminmax: Expected reduction dim {d} to have non-zero size.")
     a = {"dims": dims, "keepdim": bool(keepdim), "odt": None}
     lo = run(AMIN, [input], a)[0]
     hi = run(AMAX, [input], a)[0]

@@ -324,7 +324,7 @@ def torch_aliases(fn):
 #: other op's out= must have the result's dtype exactly (measured on torch 2.13)
 _CASTING_OUT = frozenset({"digamma", "i0", "nansum", "nanmean", "erfinv", "logit", "sinc", "deg2rad", "rad2deg",
                           "diff", "polygamma", "mvlgamma", "xlogy", "ldexp", "hypot", "nextafter",
-                          "logaddexp", "logaddexp2", "igamma", "igammac"})
+                          "logaddexp", "logaddexp2", "igamma", "igammac", "angle"})
 
 
 def _write_result(r, out, name):

@@ -562,6 +562,11 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
             and input._dtype.category != 2:
         raise RuntimeError("pad: cannot fill an integer tensor with NaN")
     v = 0 if value is None else (value.item() if isinstance(value, Tensor) else value)
+    if mode == "constant" and input._dtype.category == 1 and not isinstance(v, bool):
+        # (torch: a RuntimeError, a negative value for an unsigned dtype included; numpy's fill: OverflowError)
+        _dt.check_scalar(v, input._dtype, "pad")
+        if not input._dtype.is_signed and v < 0:
+            raise RuntimeError(f"pad: value {v!r} cannot be converted to type {input._dtype.name} without overflow")
     if all(w == (0, 0) for w in widths):
         r = x.clone() if not crops else x
     else:

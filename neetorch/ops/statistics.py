@@ -387,7 +387,7 @@ def bincount(input, weights=None, minlength=0):
             raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs (got the value {lo})")
         size = builtins.max(size, hi + 1)
     from ..tensor.creation import ones, zeros
-    if weights is None:
+    if weights is None or not input.numel():    # (torch: an empty input counts in int64, weights or not)
         odt = _dt.int64
         src = ones((input.shape[0],), dtype=odt, device=input.device)
     else:

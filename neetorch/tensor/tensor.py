@@ -197,6 +197,11 @@ class Tensor:
 
     @property
     def mT(self) -> "Tensor":
+        if self.ndim == 0:    # (torch: deprecated on 0-d tensors, where it is the identity)
+            import warnings
+            warnings.warn("Tensor.mT is deprecated on 0-D tensors. This function is the identity in these cases.",
+                          UserWarning, stacklevel=2)
+            return self.view(())
         if self.ndim < 2:
             raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.ndim}-D tensor.")
         return self.transpose(-2, -1)
