@@ -2040,7 +2040,9 @@ def _maxpool_with_indices(x, res, idx, KH, KW, sh, sw, ph, pw, dh, dw) -> None:
 
 
 @njit(**_NOGIL)
-def _adaptive(x, out, idx, H, W, OH, OW, is_max, want_idx, p0, p1):
+def _adaptive(x, out, idx, H, W, OH, OW, is_max, want_idx, p0, p1, zero):
+    """Adaptive max / average pooling of planes [p0, p1); ``zero``: a one-element array of x's dtype holding 0 (the
+    sums start from it: ``x[0] * 0`` made one NaN / inf anywhere in the input every output's)."""
     for p in range(p0, p1):
         xb = p * H * W
         ob = p * OH * OW
@@ -2065,7 +2067,7 @@ def _adaptive(x, out, idx, H, W, OH, OW, is_max, want_idx, p0, p1):
                     if want_idx:
                         idx[ob + oh * OW + ow] = bi
                 else:
-                    acc = x[0] * 0
+                    acc = zero[0]
                     for ih in range(h0, h1):
                         for iw in range(w0, w1):
                             acc += x[xb + ih * W + iw]
@@ -2128,7 +2130,8 @@ def adaptive_pool2d_kernel(backend, outs, ins, attrs):
     idx = outs[1].reshape(-1) if want else _DUMMY_IDX
     res = _work_out(out)
     xf, of = x.reshape(-1), res.reshape(-1)
-    _par(lambda p0, p1: _adaptive(xf, of, idx, H, W, OH, OW, is_max, want, p0, p1), P, x.size)
+    zero = np.zeros(1, xf.dtype)
+    _par(lambda p0, p1: _adaptive(xf, of, idx, H, W, OH, OW, is_max, want, p0, p1, zero), P, x.size)
     _finish(out, res)
 
 
