@@ -307,16 +307,22 @@ def fuse_reduction_prologues(g: Graph) -> Graph:
         if not ok:
             continue
         op = ReductionPrologue(grp, red, ext + list(red.outputs))
-        node = Node(op, op.inputs, {}, op.outputs)
-        placed[red] = node
-        dropped.add(p)
-        index[node] = ri
-        for o in node.outputs:
-            o.producer = node
-        _rewire_users(users, node, (p, red))
+        index[_place(users, placed, dropped, op, red, p)] = ri
     if placed or dropped:
         _rebuild(g, placed, dropped)
     return g.validate()
+
+
+def _place(users: dict, placed: dict, dropped: set, op, at: Node, absorbed: Node) -> Node:
+    """The node of composite ``op`` taking ``at``'s place (``placed``), ``absorbed`` dropped, its outputs produced
+    by it and ``users`` rewired (the one placement of every fusion pass here)."""
+    node = Node(op, op.inputs, {}, op.outputs)
+    placed[at] = node
+    dropped.add(absorbed)
+    for o in node.outputs:
+        o.producer = node
+    _rewire_users(users, node, (absorbed, at))
+    return node
 
 
 def _rewire_users(users: dict, new: Node, gone) -> None:
@@ -369,13 +375,8 @@ def fuse_matmul_epilogues(g: Graph) -> Graph:
         if not _floats_only(vals + _members(e)) or not _same_device(vals):
             continue
         op = MatmulEpilogue(mm, e)
-        node = Node(op, op.inputs, {}, op.outputs)
-        at = us[0]    # a node of g.nodes (a product fused earlier in this pass is no group: never an ``e``)
-        placed[at] = node
-        dropped.add(mm)
-        for o in node.outputs:
-            o.producer = node
-        _rewire_users(users, node, (mm, at))
+        # at us[0]: a node of g.nodes (a product fused earlier in this pass is no group: never an ``e``)
+        _place(users, placed, dropped, op, us[0], mm)
     if placed or dropped:
         _rebuild(g, placed, dropped)
     return g.validate()
@@ -480,13 +481,7 @@ def fuse_conv_prologues(g: Graph) -> Graph:
         if not _floats_only(vals + _members(p)) or not _same_device(vals):
             continue
         op = ConvPrologue(p, n)
-        node = Node(op, op.inputs, {}, op.outputs)
-        placed[n] = node
-        dropped.add(p)
-        index[node] = index[n]
-        for o in node.outputs:
-            o.producer = node
-        _rewire_users(users, node, (p, n))
+        index[_place(users, placed, dropped, op, n, p)] = index[n]
     if placed or dropped:
         _rebuild(g, placed, dropped)
     return g.validate()
