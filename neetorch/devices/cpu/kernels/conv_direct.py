@@ -1406,12 +1406,7 @@ def _replay(lay, prep, x, wp, bias, res, e):
             steps.append((fn, (x[n], xq, p), p, _F_CTR) if g is None else (g[0], g[1] + (x[n], xq, p), p, _F_CTR))
         y = res[n]
         p = prep.base.copy()
-        if prep.pix:
-            arrays = (xq, wp, y, bias, p)
-        elif prep.res:
-            arrays = (xq, wp, y, bias, p, y, e[n])
-        else:
-            arrays = (xq, wp, y, bias, p, y)
+        arrays = _kernel_args(prep, xq, wp, y, bias, p, y, e, n)
         g = None if native is None else getattr(native, "direct", None)
         if native is not None and g is None:
             return None
@@ -1503,12 +1498,7 @@ def _launch(lay, prep, x, wp, bias, res, e, relu):
         y = res[n]
         dst = y if lay.direct_out else (y if wide is None else wide)
         p = prep.base.copy()
-        if pix:
-            arrays = (xq, wp, dst, bias, p)
-        elif prep.res:
-            arrays = ((xbuf if dwise else xq), wp, dst, bias, p, y, e[n])
-        else:
-            arrays = ((xbuf if dwise else xq), wp, dst, bias, p, y)
+        arrays = _kernel_args(prep, xbuf if dwise else xq, wp, dst, bias, p, y, e, n)
         if native is not None:
             native(*arrays)
         elif par:
@@ -1527,6 +1517,16 @@ def _launch(lay, prep, x, wp, bias, res, e, relu):
     if prep.post:
         from .conv import _finish_epilogue
         _finish_epilogue(res, None, e, relu)
+
+
+def _kernel_args(prep, xq, wp, dst, bias, p, y, e, n) -> tuple:
+    """The micro-kernel's arguments for image ``n``: ("pix") its input, weights, output, bias and params; ("chan" /
+    "dw") also the output rows' destination ``y`` and with a residual its image of ``e``."""
+    if prep.pix:
+        return xq, wp, dst, bias, p
+    if prep.res:
+        return xq, wp, dst, bias, p, y, e[n]
+    return xq, wp, dst, bias, p, y
 
 
 # params of the fill kernel (_render_fill): 0 units (plane rows: C * phases * Hq), 1 Hq, 2 Wq, 3 S (plane
