@@ -27,6 +27,8 @@ NEE_CONV_PROLOGUE            1 (default) | 0: a jit per-channel mul/add/relu gro
 NEE_CONV_DIRECT_REPLAY       1 (default) | 0: a bound direct conv replays its native calls while its arrays are the
                              same objects (devices/cpu/kernels/conv_direct.py _replay).
 NEE_WINOGRAD_NATIVE          1 (default) | 0: Winograd convs (2+ threads, V and M up to 16 MB) as three native jobs.
+NEE_JIT_CHAIN                3 (default) | N | 0: from a thread's N-th call of a compiled graph, the native calls of
+                             its bound steps replay as one loop (jit/executable.py _chain_build); 0 off.
 NEE_JIT_CAT                  1 (default) | 0: the jit memory plan writes a cat's inputs straight into
                              their slices of its output and drops the copy (jit/executable.py plan_cats).
 NEE_ONNX_FOLD                1 (default) | 0: fold Conv/Gemm + BatchNorm/affine at ONNX load (onnx/optimize.py),

@@ -22,6 +22,7 @@ from operator import is_ as _is
 import numpy as np
 
 from .. import _env, profiler
+from ..devices.cpu import native_chain as _native_chain
 from ..devices import claim, get_backend
 from ..devices import device as _device
 from ..ops import registry
@@ -411,6 +412,29 @@ class Executable:
         if fast is None:
             fast = self._local.fast = self._build_fast(self._arena())
         template, in_slots, runners, out_slots = fast
+        ch = getattr(self._local, "chain", 0)
+        if not timing and ch is not None:
+            if ch.__class__ is _Chain:
+                if _native_chain.current(ch.epoch):
+                    if all(inputs[k]._data is a for k, a in ch.ins):
+                        env = ch.template.copy()
+                        for i, t in zip(in_slots, inputs):
+                            env[i] = t
+                        for item in ch.plan:
+                            if item.__class__ is list:
+                                for fn, args, ctr in item:
+                                    if ctr is not None:
+                                        ctr[0][ctr[1]] = 0
+                                    fn(*args)
+                            else:
+                                item(env)
+                        return [env[i] for i in out_slots]
+                else:
+                    self._local.chain = 0       # (the thread count changed: the steps bind anew, then chained)
+            elif ch < _CHAIN[0]:
+                self._local.chain = ch + 1
+            else:
+                return self._chain_build(fast, inputs)
         env = template.copy()
         for i, t in zip(in_slots, inputs):
             env[i] = t
@@ -453,6 +477,84 @@ class Executable:
             flops = profiler.op_flops(p.op.name, [v.shape for v in p.inputs], p.outputs[0].shape)
             rec(n.op.name, "kernel", dev.device if dev is not None else self.device, t0, dt, nbytes, flops,
                 detail=str(n.outputs[-1].shape if st[0] == "pattern" else n.outputs[0].shape))
+
+    # ---------------------------------------------------------------- the step chain
+    # A fast-path step bound to native kernels (``chain_calls``: devices/cpu/native_chain) whose inputs and
+    # outputs are the same arrays at every call (arena buffers, constants, views of them made once) does the
+    # same native calls at every call.  From the _CHAIN[0]-th call (the steps are bound by then), the calls of
+    # such consecutive steps are recorded, and later calls replay them as one loop, the other steps run
+    # between them as they were: a decoder step's Python between its kernels, ~15 us a kernel with its caches
+    # cold, is most of what separates it from its bandwidth floor.  A step reading a caller's input is chained
+    # while the input is the same array (checked at each call; else the call runs the steps); the thread
+    # count and the driver's state are checked too (native_chain.current).  The chain is checked once when
+    # made: replayed on an arena filled with NaN, it must give the step-by-step call's outputs (else the
+    # steps run, NEE_DEBUG names it).  NEE_JIT_CHAIN=0 turns it off.
+    def _chain_build(self, fast, inputs):
+        template, in_slots, runners, out_slots = fast
+        env = template.copy()
+        for i, t in zip(in_slots, inputs):
+            env[i] = t
+        ep = _native_chain.epoch()
+        known = {i for i, t in enumerate(template) if t is not None}   # constants, frozen views, fixed outputs
+        in_pos = {i: k for k, i in enumerate(in_slots)}
+        ctemplate = list(template)
+        plan, guards, chained = [], {}, 0
+        for run in runners:
+            run(env)
+            cc, made, sl = getattr(run, "chain_calls", None), getattr(run, "made", None), getattr(run, "slots", None)
+            calls = None
+            if cc is not None and made is not None and \
+                    all(i in known or (i in in_pos and type(env[i]._data) is np.ndarray) for i in sl[0]):
+                calls = cc(env)
+            fresh = [] if calls is None else [(sl_, mk) for sl_, mk in made if getattr(mk, "fixed", None) is None]
+            item = None if calls is None else _fresh_calls(fresh, calls, env) if fresh else calls
+            for sl_, mk in made or ():
+                if getattr(mk, "fixed", None) is not None:
+                    known.update(sl_)
+                    if item is not None:
+                        for i, t in zip(sl_, mk.fixed[0]):
+                            ctemplate[i] = t
+            if item is None:
+                plan.append(run)
+                continue
+            for i in sl[0]:
+                if i in in_pos:
+                    guards[in_pos[i]] = env[i]._data
+            chained += 1
+            if item.__class__ is not list:
+                plan.append(item)
+            elif plan and plan[-1].__class__ is list:
+                plan[-1].extend(item)
+            else:
+                plan.append(list(item))
+        outs = [env[i] for i in out_slots]
+        self._local.chain = None
+        if chained and _native_chain.current(ep):
+            ch = _Chain(ep, [(k, a) for k, a in guards.items()], ctemplate, plan)
+            if self._chain_check(ch, fast, inputs, outs):
+                self._local.chain = ch
+        return outs
+
+    def _chain_check(self, ch, fast, inputs, ref) -> bool:
+        """Whether chain ``ch`` replayed on this thread's arena filled with NaN (a missing call then shows in
+        the outputs) gives outputs equal to ``ref`` (the steps' own, on the same inputs)."""
+        self._arena().fill(0xFF)
+        self._local.chain = ch
+        try:
+            got = self(*inputs)
+        finally:
+            self._local.chain = None
+        for a, b in zip(ref, got):
+            x, y = getattr(a, "_data", a), getattr(b, "_data", b)
+            if type(x) is not np.ndarray or type(y) is not np.ndarray or x.shape != y.shape or x.dtype != y.dtype:
+                return False
+            if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
+                if _env.DEBUG >= 1:
+                    import warnings
+                    warnings.warn("jit: the step chain's check failed (its outputs differ from the steps'): "
+                                  "the steps run unchained", RuntimeWarning, stacklevel=3)
+                return False
+        return True
 
     # ---------------------------------------------------------------- the fast path
     # Built once per thread (the arena is per thread): values live in a list indexed by slot
@@ -685,7 +787,20 @@ class Executable:
             state[3] = None
             for r in originals:
                 r(env)
+
+        def chain_calls(env):
+            # (native_chain) the bound job's calls where the last call ran it on these inputs
+            f, last = state[0], state[3]
+            c = getattr(f, "calls", None)
+            kp, kn, vp, vn, q = (env[i_kp]._data, env[i_kn]._data, env[i_vp]._data, env[i_vn]._data,
+                                 env[i_q]._data)
+            if c is None or last is None or not (kp is last[0] and kn is last[1] and vp is last[2] and
+                                                 vn is last[3] and q is last[4]):
+                return None
+            return c(env[o_k]._data, kp, kn, env[o_v]._data, vp, vn, q, env[o_c]._data)
         run.step = step
+        run.chain_calls = chain_calls
+        run.slots, run.made = ([i_kp, i_kn, i_vp, i_vn, i_q], [o_k, o_v, o_c]), [([o_k], mk), ([o_v], mv), ([o_c], mc)]
         return run
 
     def _fuse_kv_scores(self, runners, slot, arena, where, k, st, vn, pat, dim):
@@ -1592,6 +1707,58 @@ _GENERIC_BIND = [os.environ.get("NEE_JIT_GENERIC_BIND", "1") not in ("0", "")]
 _PROFILE_FAST = [os.environ.get("NEE_PROFILE_FAST", "1") not in ("0", "")]
 
 
+# NEE_JIT_CHAIN=0: the fast path runs every step; else, from the N-th call of a thread (NEE_JIT_CHAIN=N, default
+# 3), the native calls of its bound steps are replayed as one loop (Executable._chain_build)
+_CHAIN = [int(os.environ.get("NEE_JIT_CHAIN", "3") or 0)]
+if _CHAIN[0] <= 0:
+    _CHAIN[0] = 1 << 62
+
+
+def _fresh_calls(fresh, calls, env):
+    """A step chain's item for a chained step with outputs made at each call (returned ones: ``fresh``, its
+    [(slots, make)]): ``run(env)`` making them, then the calls with those arrays where the recorded call had the
+    last ones (an argument that is a view of one: None, the step is not chained)."""
+    cur = [env[i]._data for sl, _ in fresh for i in sl]
+    where = {id(a): k for k, a in enumerate(cur)}
+    table = []
+    for fn, args, ctr in calls:
+        subs = []
+        for j, a in enumerate(args):
+            if type(a) is np.ndarray:
+                k = where.get(id(a))
+                if k is not None:
+                    subs.append((j, k))
+                elif any(np.may_share_memory(a, c) for c in cur):
+                    return None
+        table.append((fn, args, ctr, subs))
+
+    def run(env):
+        arrs = []
+        for sl, make in fresh:
+            ts, aa = make()
+            for i, t in zip(sl, ts):
+                env[i] = t
+            arrs.extend(aa)
+        for fn, args, ctr, subs in table:
+            if subs:
+                args = list(args)
+                for j, k in subs:
+                    args[j] = arrs[k]
+            if ctr is not None:
+                ctr[0][ctr[1]] = 0
+            fn(*args)
+    return run
+
+
+class _Chain:
+    """A thread's step chain: (native_chain.epoch at its making, [(input position, the array it was)], the
+    fast path's template with the chained steps' outputs set, [list of native calls | runner])."""
+    __slots__ = ("epoch", "ins", "template", "plan")
+
+    def __init__(self, epoch, ins, template, plan):
+        self.epoch, self.ins, self.template, self.plan = epoch, ins, template, plan
+
+
 def _nbytes_of(v) -> int:
     """Bytes of IR value ``v`` from its static shape and dtype (0 where a dim is symbolic)."""
     n = 1
@@ -1729,7 +1896,19 @@ def _bound_runner(prun, binder, make, ins, outs):
                     state[0], state[1], state[2], state[3] = f, xs, arrs0, (_layouts(xs), _layouts(arrs0))
             for i, t in pairs:
                 env[i] = t
-        return run or run_any
+
+        def chain_calls(env):
+            # the bound call's native calls (devices/cpu/native_chain), for the inputs it last ran on
+            f = state[0]
+            c = getattr(f, "calls", None)
+            if c is None:
+                return None
+            xs = [env[i]._data for i in ins]
+            return c(arrs0, xs) if all(map(_is, xs, state[1])) else None
+        run = run or run_any
+        run.chain_calls = chain_calls
+        run.slots, run.made = (ins, outs), [(outs, make)]
+        return run
     # outputs made by ``make`` at the step's static shapes: the same layouts every call (the fast path)
     same = getattr(make, "same_layout", False)
 
@@ -1756,6 +1935,17 @@ def _bound_runner(prun, binder, make, ins, outs):
                 state[0], state[1], state[2], state[3] = f, xs, arrs, (_layouts(xs), _layouts(arrs))
         for i, t in zip(outs, ts):
             env[i] = t
+
+    def chain_calls(env):
+        # (native_chain) the bound call's calls on the outputs and inputs of its last call
+        f = state[0]
+        c = getattr(f, "calls", None)
+        if c is None or not same:
+            return None
+        xs = [env[i]._data for i in ins]
+        return c([env[i]._data for i in outs], xs) if all(map(_is, xs, state[1])) else None
+    run.chain_calls = chain_calls
+    run.slots, run.made = (ins, outs), [(outs, make)]
     return run
 
 

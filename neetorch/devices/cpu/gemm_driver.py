@@ -1130,6 +1130,7 @@ def epilogue_caller(nops: int):
             n, _st["respawn"] = _st["respawn"], 0
             _ensure_workers(n)
         entry(_state[0], desc, a, b, out, *ops)
+    call.entry = entry      # (native_chain.driver: the call without this frame)
     return call
 
 

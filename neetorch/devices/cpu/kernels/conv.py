@@ -56,7 +56,7 @@ import threading
 import numpy as np
 from numba import njit
 
-from .. import kernel, threads
+from .. import kernel, native_chain, threads
 from . import conv1x1_packed, conv_direct, depthwise_native, pool_native, winograd
 
 _F16 = np.dtype(np.float16)
@@ -593,7 +593,11 @@ def bind_kernel(outs, ins, attrs):
     g = bind_into(outs[0], ins, attrs) if len(outs) == 1 else None
     if g is None:
         return None
-    return lambda outs, ins: g(outs[0], ins, None, None)
+    f = lambda outs, ins: g(outs[0], ins, None, None)  # noqa: E731
+    gc = getattr(g, "calls", None)
+    if gc is not None:
+        f.calls = lambda outs, ins: gc(outs[0], ins, None, None)
+    return f
 
 
 def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
@@ -648,6 +652,12 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
         if (cd.MODE[0], cd.FORCE[0], _WINO_FORCE[0]) != st0:
             return False
         return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e)
+
+    def calls(out, ins, b2, e):
+        if (cd.MODE[0], cd.FORCE[0], _WINO_FORCE[0]) != st0:
+            return None
+        return native_chain.calls_of(g, ins[0], ins[1], ins[2] if has_b else None, out, b2, e)
+    f.calls = calls
     return f
 
 

@@ -44,7 +44,7 @@ import threading
 
 import numpy as np
 
-from .. import threads
+from .. import native_chain, threads
 
 ON = [os.environ.get("NEE_CONV_PK1X1", "1") not in ("0", "")]
 FORCE = [None]              # tests: True takes every conv the path can, False none (None: the cost rule)
@@ -616,10 +616,11 @@ def _scratch(tag: str, n: int) -> np.ndarray:
 _KEEP_BYTES = 64 << 20
 
 
-def _run(p, x, w, bias, res, e, N: int, S=None) -> None:
-    """One call of plan ``p`` (``S``: the input prologue's operands where ``p`` has one)."""
+def _run(p, x, w, bias, res, e, N: int, S=None, into=None) -> None:
+    """One call of plan ``p`` (``S``: the input prologue's operands where ``p`` has one); with a list ``into``, its
+    calls ``(caller, args)`` are appended there instead of made (native_chain)."""
     if p.fused:
-        _frun(p, x, w, bias, res, e, N, S)
+        _frun(p, x, w, bias, res, e, N, S, into)
         return
     panels = _scratch("panels", p.pbuf)
     acc = _scratch("acc", p.sbuf) if p.sbuf else res
@@ -633,6 +634,9 @@ def _run(p, x, w, bias, res, e, N: int, S=None) -> None:
             ops[1] = res
         if p.pro:
             ops.append(S)
+        if into is not None:
+            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
+            return
         call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
         return
     for n in range(N):
@@ -645,7 +649,10 @@ def _run(p, x, w, bias, res, e, N: int, S=None) -> None:
         ops.append(x[n])
         if p.pro:
             ops.append(S)
-        call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
+        if into is not None:
+            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
+        else:
+            call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
 
 
 _DUMMY = np.zeros(1, np.int64)
@@ -744,13 +751,18 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre=N
     b0, b20 = b, b2
     summed = [None]
 
-    def f(x, w, b, res, b2, e, S=None) -> bool:
+    def takes(b, res, b2, e, S) -> bool:
         if threads.NUM_THREADS != nt or MODE[0] != mode or _fused_for(res.shape, stride) != fused or not ON[0] or \
                 (b is None) != (b0 is None) or \
                 (b2 is None) != (b20 is None) or (e is not None) != has_e:
             return False
         if pro and (S is None or S.shape != sshape or S.dtype != np.float32 or not S.flags.c_contiguous or
                     np.may_share_memory(S, res)):
+            return False
+        return e is None or not np.may_share_memory(e, res)
+
+    def f(x, w, b, res, b2, e, S=None) -> bool:
+        if not takes(b, res, b2, e, S):
             return False
         if b2 is None:
             bias = b
@@ -764,10 +776,19 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre=N
                 from . import winograd
                 if winograd.is_frozen(b) and winograd.is_frozen(b2):
                     summed[0] = bias
-        if e is not None and np.may_share_memory(e, res):
-            return False
         _run(p, x, w, bias, res, e, N, S)
         return True
+
+    def calls(x, w, b, res, b2, e, S=None):
+        # (native_chain) f's calls where its bias is an operand or the kept sum of frozen ones
+        bias = b if b2 is None else b2 if b is None else \
+            summed[0] if b is b0 and b2 is b20 and summed[0] is not None else None
+        if not takes(b, res, b2, e, S) or (bias is None and (b is not None or b2 is not None)):
+            return None
+        into = []
+        _run(p, x, w, bias, res, e, N, S, into)
+        return [native_chain.lower(c, a) for c, a in into]
+    f.calls = calls
     return f
 
 
@@ -791,6 +812,12 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
         if cd.MODE[0] != "" or (ON[0], FORCE[0], MODE[0]) != st0:
             return False
         return g(ins[0], ins[1], ins[2] if has_b else None, out, b2, e, S)
+
+    def calls(out, ins, b2, e, S=None):
+        if cd.MODE[0] != "" or (ON[0], FORCE[0], MODE[0]) != st0:
+            return None
+        return native_chain.calls_of(g, ins[0], ins[1], ins[2] if has_b else None, out, b2, e, S)
+    f.calls = calls
     return f
 
 
@@ -1326,7 +1353,7 @@ def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, rel
     return p
 
 
-def _frun(p, x, w, bias, res, e, N: int, S=None) -> None:
+def _frun(p, x, w, bias, res, e, N: int, S=None, into=None) -> None:
     panels = _scratch("panels", p.pbuf)
     call, d, ext = p.call, p.d, p.ext
     for n in range(N):
@@ -1338,4 +1365,7 @@ def _frun(p, x, w, bias, res, e, N: int, S=None) -> None:
         ops.append(x[n])
         if p.pro:
             ops.append(S)
-        call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
+        if into is not None:
+            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
+        else:
+            call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)

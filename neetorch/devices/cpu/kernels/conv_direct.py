@@ -60,7 +60,7 @@ import weakref
 
 import numpy as np
 
-from .. import threads
+from .. import native_chain, threads
 from . import conv1x1_packed, winograd
 
 VERSION = "1"
@@ -1361,6 +1361,17 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
             p[slot] = 0         # (the claim counter: the rest of the params is never written)
             fn(*args)
         return True
+
+    def calls(x, w, b, res, b2, e):
+        # (native_chain) the replayed calls, where f's last call replayed or recorded them for these arrays
+        m = memo[0]
+        if m is None or threads.NUM_THREADS != nt or not wfrozen or w is not w0 or not bfrozen or b is not b0 or \
+                b2 is not b20 or m[0] is not x or m[1] is not res or m[2] is not e or \
+                m[3] is not (b if bias0 is None else bias0) or m[4] is not wp0 or \
+                (not bare and _scratch_base() is not m[6]) or not REPLAY[0]:
+            return None
+        return [native_chain.lower(fn, args, (p, slot)) for fn, args, p, slot in m[5]]
+    f.calls = calls
     return f
 
 

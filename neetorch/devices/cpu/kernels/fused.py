@@ -60,6 +60,7 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
 """
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import threading
@@ -67,7 +68,7 @@ from operator import is_ as _is
 
 import numpy as np
 
-from .. import codegen, kernel, layout, threads
+from .. import codegen, kernel, layout, native_chain, threads
 from .. import elementwise as ew
 from .linalg import matmul_into
 from .nn import _merge
@@ -420,6 +421,12 @@ def _single_pass_ir(op, mode, safe, dt, pieces):
             else:
                 threads.run_parallel(lambda tm: k(*args, tm[0], tm[1]), launches)
             return True
+        if len(launches) == 1:
+            def calls(outs, ins):
+                if len(outs) != nout or len(ins) != nin:
+                    return None
+                return [(k, (*pick([*outs, *ins, *own]), *launches[0]), None)]
+            f.calls = calls
         return f
     run.bind = bind
 
@@ -635,9 +642,7 @@ def compile_matmul_epilogue(backend, op):
             tiled = _packed_bind(outs, ins, tiles=True)
             f = native.bind_packed(outs, ins, tiled) if tiled is not None else None
             if f is not None:
-                def fn(outs, ins):
-                    return threads.NUM_THREADS == nt and f(outs, ins)
-                return fn
+                return _nt_guard(f, nt)
         if packed is not None and native is not None and PACKED_IN_TASK[0] and \
                 getattr(packed, "pk", None) is not None:
             if type(native) is _InBlockEpilogue:
@@ -645,24 +650,18 @@ def compile_matmul_epilogue(backend, op):
             else:       # a row kernel: the tasks hold whole rows
                 f = native.bind_packed(outs, ins, _packed_bind(outs, ins, rows_only=True))
             if f is not None:
-                def fn(outs, ins):
-                    return threads.NUM_THREADS == nt and f(outs, ins)
-                return fn
+                return _nt_guard(f, nt)
         if native is not None and packed is None and b.ndim > 2 and type(native) is _InBlockRows and \
                 PACKED_IN_TASK[0]:
             # a batch of small products (attention's scores) and softmax: linalg's batched kernel, the row
             # kernel on each matrix right after it
             f = native.bind_batched(outs, ins)
             if f is not None:
-                def fn(outs, ins):
-                    return threads.NUM_THREADS == nt and f(outs, ins)
-                return fn
+                return _nt_guard(f, nt)
         if native is not None and packed is None:
             f = native.bind(outs, ins)
             if f is not None:
-                def fn(outs, ins):
-                    return threads.NUM_THREADS == nt and f(outs, ins)
-                return fn
+                return _nt_guard(f, nt)
         if b.ndim == 2:
             mshape = a.shape[:-1] + (b.shape[-1],)
         else:
@@ -686,6 +685,10 @@ def compile_matmul_epilogue(backend, op):
                 return False
             prod(ins[0], ins[1])
             return epi(outs, [buf if j is None else ins[j] for j in eidx])
+        pc, ec = getattr(prod, "calls", None), getattr(epi, "calls", None)
+        if pc is not None and ec is not None:
+            f.calls = lambda outs, ins: native_chain.join(pc(ins[0], ins[1]),
+                                                          ec(outs, [buf if j is None else ins[j] for j in eidx]))
         return f
 
     def bind_epilogue(outs, ins):
@@ -713,6 +716,16 @@ def compile_matmul_epilogue(backend, op):
     if op.matmul.name == "matmul":
         run.bind_epilogue = bind_epilogue
     return run, sources
+
+
+def _nt_guard(f, nt):
+    """``f(outs, ins)`` while the thread count is ``nt`` (False after), with ``f``'s calls (native_chain)."""
+    def fn(outs, ins):
+        return threads.NUM_THREADS == nt and f(outs, ins)
+    c = getattr(f, "calls", None)
+    if c is not None:
+        fn.calls = c
+    return fn
 
 
 def _packed_bind(outs, ins, rows_only=False, tiles=False):
@@ -746,7 +759,11 @@ def _late_bound(run_epi, epi_bind):
 def _bind_product(buf, a, b):
     """``f(a, b)``: ``matmul_into(buf, a, b)`` for operands of these layouts (see _product_caller)."""
     g = _product_caller(buf, a, b)
-    return lambda a, b: g(buf, a, b)
+    f = lambda a, b: g(buf, a, b)  # noqa: E731
+    gc = getattr(g, "calls", None)
+    if gc is not None:
+        f.calls = lambda a, b: gc(buf, a, b)
+    return f
 
 
 def _product_caller(out, a, b):
@@ -782,6 +799,9 @@ def bind_kernel(op, outs, ins, attrs=None):
                 return False
             g(outs[0], ins[0], ins[1])
             return True
+        gc = getattr(g, "calls", None)
+        if gc is not None:
+            f.calls = lambda outs, ins: gc(outs[0], ins[0], ins[1])
         return f
     if op.kind == "elementwise" and "py" in op.expr:
         from ....ops.registry import OPS
@@ -846,6 +866,15 @@ def _bind_norm(name, attrs, out, ins):
         else:
             threads.run_parallel(lambda m: k(x, o, w, b, tmp, m), metas)
         return True
+    if len(metas) == 1 or nat:
+        def calls(outs, ins):
+            w = w0 if w0 is not None else ins[pw]
+            b = b0 if b0 is not None else ins[pb]
+            if len(metas) == 1:
+                return [(k, (ins[0], outs[0], w, b, tmp, metas[0]), None)]
+            desc, caller, stacked, dummy = nat
+            return [native_chain.driver(caller, desc, dummy, dummy, dummy, ins[0], outs[0], w, b, tmp, stacked)]
+        f.calls = calls
     return f
 
 
@@ -878,6 +907,7 @@ def _bind_strided(kern, outs, ins):
                 return False
             call(*outs, *ins, meta)
             return True
+        f.calls = lambda outs, ins: [(call, (*outs, *ins, meta), None)]
     else:
         nat = ew._native_chunks(kern, metas)     # the chunks on gemm_driver's native workers
         if nat:
@@ -888,6 +918,7 @@ def _bind_strided(kern, outs, ins):
                     return False
                 caller(desc, dummy, dummy, dummy, *outs, *ins, stacked)
                 return True
+            f.calls = lambda outs, ins: [native_chain.driver(caller, desc, dummy, dummy, dummy, *outs, *ins, stacked)]
         else:
             def f(outs, ins):
                 if th.NUM_THREADS != nt0:
@@ -942,14 +973,26 @@ class _InBlockEpilogue:
         self.ok = True
 
     def __call__(self, outs, ins) -> bool:
+        c = self._call(outs, ins)
+        if c is None:
+            return False
+        c[0](*c[1])
+        return True
+
+    def _call(self, outs, ins):
+        """(the driver's caller, its arguments) for these arrays, or None (no plan)."""
         p = self._lookup(outs, ins)
         if p is False:
-            return False
+            return None
         desc, _keep, call, mshape = p
         buf = self.scratch(mshape)
         k = 2 + self.apos - len(outs)
-        call(desc, ins[0], ins[1], buf, *outs, *ins[2:k], buf, *ins[k:])
-        return True
+        return call, (desc, ins[0], ins[1], buf, *outs, *ins[2:k], buf, *ins[k:])
+
+    def calls(self, outs, ins):
+        """(native_chain) this call's driver call, or None."""
+        c = self._call(outs, ins)
+        return None if c is None else [native_chain.driver(c[0], *c[1])]
 
     def _lookup(self, outs, ins):
         """The plan for these arrays' layouts (False: none).  The last call's arrays and plan are
@@ -975,7 +1018,9 @@ class _InBlockEpilogue:
         ``bind``): this call, False where there is no plan."""
         if self._lookup(outs, ins) is False:
             return None
-        return self.__call__
+        f = functools.partial(type(self).__call__, self)
+        f.calls = self.calls
+        return f
 
     @staticmethod
     def _view3(x, mshape, nb, M, N):
@@ -1073,6 +1118,8 @@ class _InBlockEpilogue:
 
         def f(outs, ins):
             return h(ins[0], ins[1], [*outs, *ins[2:kk], buf, *ins[kk:]])
+        if getattr(h, "calls", None) is not None:
+            f.calls = lambda outs, ins: h.calls(ins[0], ins[1], [*outs, *ins[2:kk], buf, *ins[kk:]])
         return f
 
     def _make(self, outs, a, b, eins):
@@ -1131,18 +1178,17 @@ class _InBlockRows(_InBlockEpilogue):
         self._last = None
         self.ok = True
 
-    def __call__(self, outs, ins) -> bool:
+    def _call(self, outs, ins):
         p = self._lookup(outs, ins)
         if p is False:
-            return False
+            return None
         desc, (prog, _keep), call, mshape = p
         buf = self.scratch(mshape)
         k = self.apos - len(outs)
         eins = ins[2:]
         full = list(eins[:k]) + [buf] + list(eins[k:])
         # prog: (0, j) output j, (1, i) the epilogue's input i (the product: the scratch), (2, array)
-        call(desc, ins[0], ins[1], buf, *[outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
-        return True
+        return call, (desc, ins[0], ins[1], buf, *[outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
 
     @staticmethod
     def _rows_plan(desc, buf, a, b):
@@ -1245,6 +1291,12 @@ class _InBlockRows(_InBlockEpilogue):
         def f(outs, ins):
             full = [*ins[2:kk], buf, *ins[kk:]]
             return h(ins[0], ins[1], [outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
+
+        def calls(outs, ins):
+            full = [*ins[2:kk], buf, *ins[kk:]]
+            return h.calls(ins[0], ins[1], [outs[i] if w == 0 else full[i] if w == 1 else i for w, i in prog])
+        if getattr(h, "calls", None) is not None:
+            f.calls = calls
         f.keep = keep
         return f
 

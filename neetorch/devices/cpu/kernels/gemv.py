@@ -365,7 +365,7 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
 
         def g0(out, a, b):
             fnt(out, a, wt, dtl)
-        return _guard(g0, wb, (wp, dtl, tail), matmul_into)
+        return _guard(g0, wb, (wp, dtl, tail), matmul_into, calls=lambda out, a: [(fnt, (out, a, wt, dtl), None)])
     fn, addr = _kernel(dt, P)
     desc = np.zeros(_D_WORDS, np.int64)
     desc[:_D_J1 + 1] = (K, npan * P if Pt else N, 0, npan)
@@ -379,6 +379,9 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
     if tail is None:
         def g0(out, a, b):
             fn(out, a, wp, top)
+
+        def calls(out, a):
+            return [(fn, (out, a, wp, top), None)]
         if wb is not None:
             # the guard and the call in one closure (a decoder step makes 24 of these calls: each Python
             # frame on the way is paid per step)
@@ -389,14 +392,15 @@ def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):
                     fn(out, a, wp, top)
                 else:
                     matmul_into(out, a, b)
-            return _guard(g0, None, (wp, top, tail), matmul_into, g)
-    else:
-        fnt, wt, dtl = tail
+            return _guard(g0, None, (wp, top, tail), matmul_into, g, calls, wb)
+        return _guard(g0, wb, (wp, top, tail), matmul_into, calls=calls)
+    fnt, wt, dtl = tail
 
-        def g0(out, a, b):
-            fn(out, a, wp, top)
-            fnt(out, a, wt, dtl)
-    return _guard(g0, wb, (wp, top, tail), matmul_into)
+    def g0(out, a, b):
+        fn(out, a, wp, top)
+        fnt(out, a, wt, dtl)
+    return _guard(g0, wb, (wp, top, tail), matmul_into,
+                  calls=lambda out, a: [(fn, (out, a, wp, top), None), (fnt, (out, a, wt, dtl), None)])
 
 
 def _wkey(wb):
@@ -416,12 +420,18 @@ def weight_guard(g0, wb, other):
     return g
 
 
-def _guard(g0, wb, info, other, g=None):
+def _guard(g0, wb, info, other, g=None, calls=None, gwb=None):
     """g0 for the weight ``wb`` packed, ``other`` (linalg.matmul_into) for another ``b`` (None: every ``b``);
-    ``g``: that guard already made."""
+    ``g``: that guard already made (for the weight ``gwb``).  ``calls(out, a)``: g0's native calls (``g.calls(out,
+    a, b)``, native_chain: for ``b`` the bound weight array itself)."""
     stats["calls_bound"] += 1
     if g is None:
         g = g0 if wb is None else weight_guard(g0, wb, other)
+    else:
+        wb = gwb
     g.gemv = info      # (the tests read the packed weight and the split: (packed, top descriptor, tail))
+    if calls is not None:
+        g.calls = (lambda out, a, b: calls(out, a)) if wb is None else \
+            (lambda out, a, b: calls(out, a) if b is wb else None)
     return g
 

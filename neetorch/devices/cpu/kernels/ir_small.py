@@ -305,7 +305,9 @@ def bind_rows(kind: str, xbuf, obuf, m):
     nt = threads.NUM_THREADS
     if no * nr < reduction._PAR_MIN or nt == 1:
         prm = np.array((nr, 0, no, xso, xoff, oso, ooff), np.int64)
-        return lambda xb, ob: kern(xb, ob, prm)
+        f = lambda xb, ob: kern(xb, ob, prm)  # noqa: E731
+        f.calls = lambda xb, ob: [(kern, (xb, ob, prm), None)]      # (native_chain)
+        return f
     if no < nt:
         return None
     prms = [np.array((nr, a, b, xso, xoff, oso, ooff), np.int64) for a, b in threads.split(no, nt)]

@@ -40,7 +40,7 @@ import os
 import numpy as np
 
 from .. import gemm_driver as _gemm_driver
-from .. import kernel, threads
+from .. import kernel, native_chain, threads
 from . import gemv as _gemv
 
 # numpy's OpenBLAS runs its Haswell kernels on AMD Zen 4, where they beat the SkylakeX ones it picks for
@@ -664,13 +664,22 @@ def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     if run is None and not (nbytes and nt > 1 and nbytes >= par_bytes):
         # (one matrix of the size split across threads that this kernel does not split: gemm_driver's
         # gemv blocks from DRV_GEMV_BYTES, the pool's from PAR_BYTES)
-        if swap:
-            def run(out, a, b):
-                fn(out, b, a, desc)
-        else:
-            def run(out, a, b):
-                fn(out, a, b, desc)
+        run = _rows_run(fn, desc, swap)
     return fn, desc, swap, nbytes, run
+
+
+def _rows_run(fn, d, swap: bool):
+    """``run(out, a, b)``: the few-row kernel ``fn`` on descriptor ``d`` (``swap``: the operands exchanged),
+    with its ``calls`` (native_chain)."""
+    if swap:
+        def run(out, a, b):
+            fn(out, b, a, d)
+        run.calls = lambda out, a, b: [(fn, (out, b, a, d), None)]
+    else:
+        def run(out, a, b):
+            fn(out, a, b, d)
+        run.calls = lambda out, a, b: [(fn, (out, a, b, d), None)]
+    return run
 
 
 # ---- the few-row kernel on several threads
@@ -731,12 +740,7 @@ def _rows_threaded(dti: int, desc: np.ndarray, nt: int, swap: bool):
     if job is None:
         return None
     top, tasks = job
-    if swap:
-        def run(out, a, b):
-            fn(out, b, a, top)
-    else:
-        def run(out, a, b):
-            fn(out, a, b, top)
+    run = _rows_run(fn, top, swap)
     run.tasks = tasks        # (tests read the split)
     return run
 
@@ -1281,6 +1285,9 @@ def _pk_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool = 
         return None
     wb = b
     g = _gemv.weight_guard(g0, wb, matmul_into)
+    c0 = getattr(g0, "calls", None)
+    if c0 is not None:
+        g.calls = lambda out, a, b: c0(out, a, b) if b is wb else None
     g.tasks = g0.tasks
     g.pk = getattr(g0, "pk", None)
     g.wb = wb
@@ -1421,6 +1428,9 @@ def _pk_epi_call(g, addr, ext, nops):
             a = pad
         call(d, dummy, dummy, dummy, a, panels, *ops, ext)
         return True
+    if pad is None:
+        h.calls = lambda a, b, ops: [native_chain.driver(call, d, dummy, dummy, dummy, a, panels, *ops, ext)] \
+            if b is wb else None
     h.keep = ext
     h.tasks = ntasks
     return h
@@ -1507,6 +1517,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
             else:
                 def g(out, a, b):
                     call(d, dummy, dummy, dummy, a, panels, out, desc)
+                g.calls = lambda out, a, b: [native_chain.driver(call, d, dummy, dummy, dummy, a, panels, out, desc)]
             g.tasks = ntasks
             g.pk = (panels, desc, pad, padk if pad is not None else None, R, K,
                     min(nt, ntasks) if R * K * N >= DRV_MNK else 1)
@@ -1531,6 +1542,8 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     else:
         def g(out, a, b):
             fn(a, panels, out, d0)
+    if pad is None:
+        g.calls = lambda out, a, b: [(fn, (a, panels, out, d), None) for d in ds]
     g.tasks = 1
     return g
 
@@ -1867,6 +1880,7 @@ def _bpk_call(fn, addr, desc, nargs):
 
             def h(*arrays):
                 call(d, dummy, dummy, dummy, *arrays, desc)
+            h.calls = lambda *arrays: [native_chain.driver(call, d, dummy, dummy, dummy, *arrays, desc)]
             return h
         end = desc[-1, 1]
         desc = desc[:1].copy()
@@ -1875,6 +1889,7 @@ def _bpk_call(fn, addr, desc, nargs):
 
     def h(*arrays):
         fn(*arrays, d0)
+    h.calls = lambda *arrays: [(fn, (*arrays, d0), None)]
     return h
 
 
@@ -1889,6 +1904,7 @@ def _bpk_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
 
     def g(out, a, b):
         h(a, b, out)
+    g.calls = lambda out, a, b: h.calls(a, b, out)
     return g
 
 
@@ -1917,6 +1933,7 @@ def bpk_with_row_epilogue(out: np.ndarray, a: np.ndarray, b: np.ndarray, row_add
     def h(a, b, ops):
         h0(a, b, *ops)
         return True
+    h.calls = lambda a, b, ops: h0.calls(a, b, *ops)
     h.keep = ext
     return h
 

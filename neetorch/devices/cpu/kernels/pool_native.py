@@ -42,7 +42,7 @@ import os
 
 import numpy as np
 
-from .. import threads
+from .. import native_chain, threads
 from .conv_direct import builtin, claim_ir, source_key
 
 VERSION = "1"
@@ -716,14 +716,25 @@ def _runner(xs, rs, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, rdt):
         from . import conv_direct
         g = conv_direct._native_parallel(f, 4, pl.est)
         if g is not None:
-            return lambda x, res: g(x, res, dv, base.copy())
+            run = lambda x, res: g(x, res, dv, base.copy())  # noqa: E731
+            run.calls = lambda x, res: _calls(g.direct[0], g.direct[1] + (x, res, dv), base)
+            return run
         n = pl.est
 
         def pooled(x, res):
             p = base.copy()
             threads.run_parallel(lambda _: f(x, res, dv, p), [None] * n)
         return pooled
-    return lambda x, res: f(x, res, dv, base.copy())
+    run = lambda x, res: f(x, res, dv, base.copy())  # noqa: E731
+    run.calls = lambda x, res: _calls(f, (x, res, dv), base)
+    return run
+
+
+def _calls(fn, args, base):
+    """(native_chain) a runner's call ``fn(*args, params)`` on a params copy of its own, its claim counter reset
+    before each replay (the kernel writes no other word of it)."""
+    p = base.copy()
+    return [native_chain.lower(fn, args + (p,), (p, _P_CTR))]
 
 
 def bind_pool(is_max, attrs, out, ins):
@@ -765,6 +776,7 @@ def bind_pool(is_max, attrs, out, ins):
                     return False
                 g(ins[0].reshape(-1), outs[0].reshape(-1), n, is_max, dv, 0, P)
                 return True
+            f.calls = lambda outs, ins: [(g, (ins[0].reshape(-1), outs[0].reshape(-1), n, is_max, dv, 0, P), None)]
             return f
         chunks = threads.split(P, 2 * nt0)
 
@@ -787,4 +799,7 @@ def bind_pool(is_max, attrs, out, ins):
             return False
         run(ins[0], outs[0])
         return True
+    rc = getattr(run, "calls", None)
+    if rc is not None:
+        f.calls = lambda outs, ins: rc(ins[0], outs[0]) if MODE[0] == mode0 else None
     return f

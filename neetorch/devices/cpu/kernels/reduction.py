@@ -468,6 +468,8 @@ def bind_reduce(name, attrs, out, ins):
                 return False
             g(ins[0].reshape(-1), outs[0].reshape(-1))
             return True
+        if getattr(g, "calls", None) is not None:
+            f.calls = lambda outs, ins: g.calls(ins[0].reshape(-1), outs[0].reshape(-1))
         return f
     kern = _get(kind, x.dtype, out.dtype)[0]
     no, nr, ni = m[0], m[1], m[2]

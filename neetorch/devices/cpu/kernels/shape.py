@@ -13,7 +13,7 @@ import platform
 
 import numpy as np
 
-from .. import kernel, threads
+from .. import kernel, native_chain, threads
 
 
 @kernel("cat")
@@ -1021,6 +1021,8 @@ def bind_kv_attention(ko, kp, kn, vo, vp, vn, q, ctx, scale: float):
                 return False
             call(desc, ko, ko, ko, ko, kp, kn, vo, vp, vn, q, ctx, scratch, meta)
             return True
+        f.calls = lambda ko, kp, kn, vo, vp, vn, q, ctx: [
+            native_chain.driver(call, desc, ko, ko, ko, ko, kp, kn, vo, vp, vn, q, ctx, scratch, meta)]
     else:
         def f(ko, kp, kn, vo, vp, vn, q, ctx):
             if threads.NUM_THREADS != nt:
