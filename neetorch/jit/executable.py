@@ -1709,9 +1709,16 @@ _PROFILE_FAST = [os.environ.get("NEE_PROFILE_FAST", "1") not in ("0", "")]
 
 # NEE_JIT_CHAIN=0: the fast path runs every step; else, from the N-th call of a thread (NEE_JIT_CHAIN=N, default
 # 3), the native calls of its bound steps are replayed as one loop (Executable._chain_build)
-_CHAIN = [int(os.environ.get("NEE_JIT_CHAIN", "3") or 0)]
-if _CHAIN[0] <= 0:
-    _CHAIN[0] = 1 << 62
+def _chain_after() -> int:
+    v = os.environ.get("NEE_JIT_CHAIN", "3").strip()
+    try:
+        n = int(v or 0)
+    except ValueError:
+        raise ValueError(f"NEE_JIT_CHAIN must be a call count (0: off), got {v!r}") from None
+    return n if n > 0 else 1 << 62
+
+
+_CHAIN = [_chain_after()]
 
 
 def _fresh_calls(fresh, calls, env):

@@ -384,6 +384,11 @@ def _log_softmax_low_lastdim(x: np.ndarray, out: np.ndarray) -> None:
 
 
 def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bool = False) -> None:
+    nd = max(x.ndim, 1)
+    if not -nd <= dim < nd or x.shape != out.shape:
+        raise ValueError(f"{'log_softmax' if log else 'softmax'}: dim {dim} out of range for input {x.shape} "
+                         f"{x.dtype}, or output {out.shape} {out.dtype} of another shape")
+    dim %= nd       # (a negative dim read the groups' strides past the shape: a wrong answer and a heap overrun)
     if out.size == 0:
         return
     if log and _dtypes.is_low_np(out.dtype) and x.ndim and dim in (-1, x.ndim - 1):
@@ -403,7 +408,13 @@ def softmax_launch(x: np.ndarray, out: np.ndarray, dim: int, log: bool, safe: bo
         fx, xoff, xst = layout.flat(x)
         g = _abn(xst, x.shape, dim)
     fo, ooff, ost = layout.flat(out)
-    A, B, n, xsa, xsb, xsn, osa, osb, osn, nt = _softmax_loops(g, _abn(ost, out.shape, dim))
+    go = _abn(ost, out.shape, dim)
+    if go is None:      # an output whose dims around ``dim`` do not merge into one stride each: through a copy
+        tmp = np.empty(out.shape, out.dtype)
+        softmax_launch(x, tmp, dim, log, safe)
+        np.copyto(out, tmp)
+        return
+    A, B, n, xsa, xsb, xsn, osa, osb, osn, nt = _softmax_loops(g, go)
     if xsn == 1 and osn == 1:
         k = ir_rows("log_softmax" if log else "softmax", x.dtype.name, safe)
         if k is not None:
