@@ -223,3 +223,27 @@ def test_native_chain_current_follows_threads_and_driver():
         nee.set_num_threads(n0)
     assert native_chain.current(ep)
     assert native_chain.join([1], None) is None and native_chain.join([1], [2]) == [1, 2]
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_chained_bn_relu_prologue_conv(chain_on, freeze):
+    # DenseNet's BatchNorm + ReLU folded into the packed 1x1 conv's packing (jit/fusion ConvPrologue): chained
+    # where its per-channel operands are frozen constants (their packed rows are then kept)
+    rng = np.random.default_rng(6)
+    C, O, H = 64, 96, 28
+    a, b, c, d = (nee.from_numpy(_t(rng, C, 1, 1)) for _ in range(4))
+    w, cb = nee.from_numpy(_t(rng, O, C, 1, 1) / 8), nee.from_numpy(_t(rng, O))
+
+    def fn(x):      # (the conv output an intermediate: the fused 1x1 kernel writes a returned one through views)
+        return F.max_pool2d(F.relu(F.conv2d(F.relu((x * a + b) * c + d), w, cb)), 2)
+    f = nee.jit(fn, freeze=freeze)
+    xa = _t(rng, 1, C, H, H)
+    x = nee.from_numpy(xa)
+    for _ in range(4):
+        f(x)
+    for k in range(3):
+        xa[...] = _t(rng, 1, C, H, H)
+        np.testing.assert_allclose(f(x).numpy(), fn(nee.from_numpy(xa.copy())).numpy(), rtol=1e-4, atol=1e-4)
+    ch = _chain(f)
+    if freeze:
+        assert isinstance(ch, E._Chain) and _chained_calls(ch) >= 1

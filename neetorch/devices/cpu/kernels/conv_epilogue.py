@@ -30,8 +30,11 @@ packed 1x1 kernel as it packs the conv's input (kernels/conv1x1_packed.py PRO_ST
 from __future__ import annotations
 
 import os
+from operator import is_ as _is
 
 import numpy as np
+
+from .. import native_chain
 
 _FLOATS = ("float32", "float64")
 # (numpy's dtype.name is computed in Python: ~3 us, per conv call)
@@ -304,6 +307,11 @@ def compile_conv_prologue(backend, op):
             _conv[0] = conv
         S0 = operands(ins)
         nins = [x] + list(ins[ng:])
+
+        def kept(ins):
+            # (native_chain) S where it is kept (made from frozen operands: the same S every call), else None
+            hit, xs = last[0], [ins[j] for j in opos]
+            return hit[1] if hit is not None and len(hit[0]) == len(xs) and all(map(_is, hit[0], xs)) else None
         if inner is not None:
             g = inner.bind(outs, nins, pre=(kinds, S0))
             if g is None:
@@ -311,6 +319,11 @@ def compile_conv_prologue(backend, op):
 
             def f(outs, ins) -> bool:
                 return g(outs, [ins[di]] + list(ins[ng:]), operands(ins))
+
+            def calls(outs, ins):
+                S = kept(ins)
+                return None if S is None else native_chain.calls_of(g, outs, [ins[di]] + list(ins[ng:]), S)
+            f.calls = calls
             return f
         g = conv.bind_into(out, nins, attrs, None, None, False, pre=(kinds, S0))
         if g is None:
@@ -318,6 +331,11 @@ def compile_conv_prologue(backend, op):
 
         def f(outs, ins) -> bool:
             return g(outs[0], [ins[di]] + list(ins[ng:]), None, None, operands(ins))
+
+        def calls(outs, ins):
+            S = kept(ins)
+            return None if S is None else native_chain.calls_of(g, outs[0], [ins[di]] + list(ins[ng:]), None, None, S)
+        f.calls = calls
         return f
 
     run.bind = bind
