@@ -417,18 +417,7 @@ class Executable:
             if ch.__class__ is _Chain:
                 if _native_chain.current(ch.epoch):
                     if all(inputs[k]._data is a for k, a in ch.ins):
-                        env = ch.template.copy()
-                        for i, t in zip(in_slots, inputs):
-                            env[i] = t
-                        for item in ch.plan:
-                            if item.__class__ is list:
-                                for fn, args, ctr in item:
-                                    if ctr is not None:
-                                        ctr[0][ctr[1]] = 0
-                                    fn(*args)
-                            else:
-                                item(env)
-                        return [env[i] for i in out_slots]
+                        return _chain_run(ch, in_slots, inputs, out_slots)
                 else:
                     self._local.chain = 0       # (the thread count changed: the steps bind anew, then chained)
             elif ch < _CHAIN[0]:
@@ -539,11 +528,7 @@ class Executable:
         """Whether chain ``ch`` replayed on this thread's arena filled with NaN (a missing call then shows in
         the outputs) gives outputs equal to ``ref`` (the steps' own, on the same inputs)."""
         self._arena().fill(0xFF)
-        self._local.chain = ch
-        try:
-            got = self(*inputs)
-        finally:
-            self._local.chain = None
+        got = _chain_run(ch, fast[1], inputs, fast[3])
         for a, b in zip(ref, got):
             x, y = getattr(a, "_data", a), getattr(b, "_data", b)
             if type(x) is not np.ndarray or type(y) is not np.ndarray or x.shape != y.shape or x.dtype != y.dtype:
@@ -1755,6 +1740,22 @@ def _fresh_calls(fresh, calls, env):
                 ctr[0][ctr[1]] = 0
             fn(*args)
     return run
+
+
+def _chain_run(ch, in_slots, inputs, out_slots):
+    """One call through step chain ``ch`` (its guards checked by the caller)."""
+    env = ch.template.copy()
+    for i, t in zip(in_slots, inputs):
+        env[i] = t
+    for item in ch.plan:
+        if item.__class__ is list:
+            for fn, args, ctr in item:
+                if ctr is not None:
+                    ctr[0][ctr[1]] = 0
+                fn(*args)
+        else:
+            item(env)
+    return [env[i] for i in out_slots]
 
 
 class _Chain:
