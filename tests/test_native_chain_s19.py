@@ -247,3 +247,27 @@ def test_chained_bn_relu_prologue_conv(chain_on, freeze):
     ch = _chain(f)
     if freeze:
         assert isinstance(ch, E._Chain) and _chained_calls(ch) >= 1
+
+
+@pytest.mark.parametrize("N", [1, 3])
+def test_chained_conv_writing_a_returned_output_through_views(chain_on, N):
+    # the direct conv writes each image of a returned output through a view of it: the view is made anew on
+    # each call's output (_fresh_calls / _view_of)
+    rng = np.random.default_rng(8)
+    w, b = nee.from_numpy(_t(rng, 32, 16, 3, 3) * 0.2), nee.from_numpy(_t(rng, 32))
+
+    def fn(x):
+        return F.relu(F.conv2d(x, w, b, padding=1))
+    f = nee.jit(fn, freeze=True)    # (frozen weights: their packed copy is kept, the conv's calls replayable)
+    xa = _t(rng, N, 16, 20, 17)
+    x = nee.from_numpy(xa)
+    outs = []
+    for k in range(6):
+        xa[...] = _t(rng, N, 16, 20, 17)
+        got = f(x)
+        outs.append((got, fn(nee.from_numpy(xa.copy())).numpy()))
+    for got, want in outs:          # every returned output its own, and right
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    ch = _chain(f)
+    assert isinstance(ch, E._Chain)
+    assert any(not isinstance(x, list) and not hasattr(x, "step") for x in ch.plan)

@@ -1719,9 +1719,15 @@ def _fresh_calls(fresh, calls, env):
             if type(a) is np.ndarray:
                 k = where.get(id(a))
                 if k is not None:
-                    subs.append((j, k))
-                elif any(np.may_share_memory(a, c) for c in cur):
-                    return None
+                    subs.append((j, k, None))
+                    continue
+                for k, c in enumerate(cur):
+                    if np.may_share_memory(a, c):
+                        v = _view_of(a, c)
+                        if v is None:
+                            return None
+                        subs.append((j, k, v))
+                        break
         table.append((fn, args, ctr, subs))
 
     def run(env):
@@ -1734,12 +1740,28 @@ def _fresh_calls(fresh, calls, env):
         for fn, args, ctr, subs in table:
             if subs:
                 args = list(args)
-                for j, k in subs:
-                    args[j] = arrs[k]
+                for j, k, v in subs:
+                    args[j] = arrs[k] if v is None else np.ndarray(v[0], v[1], arrs[k], v[2], v[3])
             if ctr is not None:
                 ctr[0][ctr[1]] = 0
             fn(*args)
     return run
+
+
+def _view_of(a, c):
+    """(shape, dtype, byte offset, strides) of view ``a`` into C-contiguous array ``c`` (every element of ``a``
+    inside ``c``), to make the same view of another array like ``c``; None otherwise."""
+    if not c.flags.c_contiguous:
+        return None
+    off = a.__array_interface__["data"][0] - c.__array_interface__["data"][0]
+    lo = hi = off
+    for n, st in zip(a.shape, a.strides):
+        if n == 0:
+            return None
+        lo, hi = (lo + (n - 1) * st, hi) if st < 0 else (lo, hi + (n - 1) * st)
+    if lo < 0 or hi + a.itemsize > c.nbytes:
+        return None
+    return a.shape, a.dtype, off, a.strides
 
 
 def _chain_run(ch, in_slots, inputs, out_slots):
