@@ -476,7 +476,7 @@ class Executable:
     # cold, is most of what separates it from its bandwidth floor.  A step reading a caller's input is chained
     # while the input is the same array (checked at each call; else the call runs the steps); the thread
     # count and the driver's state are checked too (native_chain.current).  The chain is checked once when
-    # made: replayed on an arena filled with NaN, it must give the step-by-step call's outputs (else the
+    # made: replayed twice on an arena filled with NaN, it must give the step-by-step call's outputs (else the
     # steps run, NEE_DEBUG names it).  NEE_JIT_CHAIN=0 turns it off.
     def _chain_build(self, fast, inputs):
         template, in_slots, runners, out_slots = fast
@@ -525,20 +525,23 @@ class Executable:
         return outs
 
     def _chain_check(self, ch, fast, inputs, ref) -> bool:
-        """Whether chain ``ch`` replayed on this thread's arena filled with NaN (a missing call then shows in
-        the outputs) gives outputs equal to ``ref`` (the steps' own, on the same inputs)."""
-        self._arena().fill(0xFF)
-        got = _chain_run(ch, fast[1], inputs, fast[3])
-        for a, b in zip(ref, got):
-            x, y = getattr(a, "_data", a), getattr(b, "_data", b)
-            if type(x) is not np.ndarray or type(y) is not np.ndarray or x.shape != y.shape or x.dtype != y.dtype:
-                return False
-            if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
-                if _env.DEBUG >= 1:
-                    import warnings
-                    warnings.warn("jit: the step chain's check failed (its outputs differ from the steps'): "
-                                  "the steps run unchained", RuntimeWarning, stacklevel=3)
-                return False
+        """Whether chain ``ch`` replayed twice on this thread's arena filled with NaN (a missing call then shows
+        in the outputs; the second replay, state a replay leaves behind, such as a claim counter not reset) gives
+        outputs equal to ``ref`` (the steps' own, on the same inputs)."""
+        for _ in range(2):
+            self._arena().fill(0xFF)
+            got = _chain_run(ch, fast[1], inputs, fast[3])
+            for a, b in zip(ref, got):
+                x, y = getattr(a, "_data", a), getattr(b, "_data", b)
+                if type(x) is not np.ndarray or type(y) is not np.ndarray or x.shape != y.shape or \
+                        x.dtype != y.dtype:
+                    return False
+                if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
+                    if _env.DEBUG >= 1:
+                        import warnings
+                        warnings.warn("jit: the step chain's check failed (its outputs differ from the steps'): "
+                                      "the steps run unchained", RuntimeWarning, stacklevel=3)
+                    return False
         return True
 
     # ---------------------------------------------------------------- the fast path
