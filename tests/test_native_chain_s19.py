@@ -300,3 +300,25 @@ def test_a_chain_not_resetting_claim_counters_fails_its_check(chain_on, monkeypa
     assert hits, "no call with a claim counter in this graph"
     assert _chain(f) is None
     np.testing.assert_allclose(got, fn(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_captured_weights_written_between_calls_are_followed(chain_on):
+    # default-mode jit: products read re-laid-out copies of captured weights, made again when the weight is
+    # written (jit/passes.py WeightMemo swaps the constant's storage): a chain made on the old copy must not run
+    rng = np.random.default_rng(10)
+    nee.manual_seed(10)
+    W1, W2 = nee.randn(48, 64) * 0.1, nee.randn(32, 48) * 0.1      # (neetorch's own storage: copies re-laid out)
+
+    def fn(x):
+        return F.linear(F.gelu(F.linear(x, W1)), W2)
+    f = nee.jit(fn)
+    x = nee.from_numpy(_t(rng, 1, 64))
+    built = 0
+    for k in range(40):
+        if k % 7 == 6:
+            W1.sub_(0.05 * nee.from_numpy(_t(rng, 48, 64)))
+        if k == 25:
+            W2.numpy()[3:9] = 0.5          # (through an exported array)
+        np.testing.assert_allclose(f(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-5)
+        built += isinstance(_chain(f), E._Chain)
+    assert built >= 10

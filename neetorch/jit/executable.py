@@ -13,6 +13,7 @@ step at all, the others copy only the rest.  Nested cats (DenseNet) share one bu
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -415,11 +416,19 @@ class Executable:
         ch = getattr(self._local, "chain", 0)
         if not timing and ch is not None:
             if ch.__class__ is _Chain:
-                if _native_chain.current(ch.epoch):
-                    if all(inputs[k]._data is a for k, a in ch.ins):
-                        return _chain_run(ch, in_slots, inputs, out_slots)
-                else:
+                if not _native_chain.current(ch.epoch):
                     self._local.chain = 0       # (the thread count changed: the steps bind anew, then chained)
+                elif not all(map(_is, map(_DATA, ch.ctens), ch.carrs)):
+                    # a constant's storage replaced (a captured weight written: a new re-laid-out copy): chained
+                    # again after a wait that doubles while chains serve few calls before the next write (weights
+                    # written every call: the steps run, a rebuild now and then)
+                    w = getattr(self._local, "chain_wait", 1)
+                    w = 1 if ch.calls >= 4 * w else min(2 * w, 1 << 20)
+                    self._local.chain_wait = w
+                    self._local.chain = -w
+                elif all(inputs[k]._data is a for k, a in ch.ins):
+                    ch.calls += 1
+                    return _chain_run(ch, in_slots, inputs, out_slots)
             elif ch < _CHAIN[0]:
                 self._local.chain = ch + 1
             else:
@@ -487,7 +496,8 @@ class Executable:
         known = {i for i, t in enumerate(template) if t is not None}   # constants, frozen views, fixed outputs
         in_pos = {i: k for k, i in enumerate(in_slots)}
         ctemplate = list(template)
-        plan, guards, chained = [], {}, 0
+        plan, guards, cguards, chained = [], {}, {}, 0
+        nconst = len(self.graph.consts)
         for run in runners:
             run(env)
             cc, made, sl = getattr(run, "chain_calls", None), getattr(run, "made", None), getattr(run, "slots", None)
@@ -509,6 +519,8 @@ class Executable:
             for i in sl[0]:
                 if i in in_pos:
                     guards[in_pos[i]] = env[i]._data
+                elif i < nconst:
+                    cguards[i] = env[i]    # (a constant's storage can be replaced: jit/passes.py WeightMemo)
             chained += 1
             if item.__class__ is not list:
                 plan.append(item)
@@ -519,7 +531,8 @@ class Executable:
         outs = [env[i] for i in out_slots]
         self._local.chain = None
         if chained and _native_chain.current(ep):
-            ch = _Chain(ep, [(k, a) for k, a in guards.items()], ctemplate, plan)
+            ctens = tuple(cguards.values())
+            ch = _Chain(ep, [(k, a) for k, a in guards.items()], ctemplate, plan, ctens, tuple(t._data for t in ctens))
             if self._chain_check(ch, fast, inputs, outs):
                 self._local.chain = ch
         return outs
@@ -1785,11 +1798,18 @@ def _chain_run(ch, in_slots, inputs, out_slots):
 
 class _Chain:
     """A thread's step chain: (native_chain.epoch at its making, [(input position, the array it was)], the
-    fast path's template with the chained steps' outputs set, [list of native calls | runner])."""
-    __slots__ = ("epoch", "ins", "template", "plan")
+    fast path's template with the chained steps' outputs set, [list of native calls | runner], the constants'
+    Tensors its calls read and their arrays then: a constant's storage replaced (a captured weight's re-laid-out
+    copy made again, jit/passes.py WeightMemo) runs the steps)."""
+    __slots__ = ("epoch", "ins", "template", "plan", "ctens", "carrs", "calls")
 
-    def __init__(self, epoch, ins, template, plan):
+    def __init__(self, epoch, ins, template, plan, ctens, carrs):
         self.epoch, self.ins, self.template, self.plan = epoch, ins, template, plan
+        self.ctens, self.carrs = ctens, carrs
+        self.calls = 0
+
+
+_DATA = operator.attrgetter("_data")
 
 
 def _nbytes_of(v) -> int:
