@@ -322,3 +322,23 @@ def test_captured_weights_written_between_calls_are_followed(chain_on):
         np.testing.assert_allclose(f(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-5)
         built += isinstance(_chain(f), E._Chain)
     assert built >= 10
+
+
+def test_new_input_arrays_kept_are_chained_again(chain_on):
+    rng = np.random.default_rng(11)
+    fn = _mlp(rng)
+    f = nee.jit(fn)
+    x1 = nee.from_numpy(_t(rng, 1, 64))
+    for _ in range(5):
+        f(x1)
+    ch1 = _chain(f)
+    assert isinstance(ch1, E._Chain)
+    x2 = nee.from_numpy(_t(rng, 1, 64))     # another input array, then kept: the chain is made again on it
+    for _ in range(8):
+        np.testing.assert_allclose(f(x2).numpy(), fn(x2).numpy(), rtol=1e-4, atol=1e-5)
+    ch2 = _chain(f)
+    assert isinstance(ch2, E._Chain) and ch2 is not ch1
+    xs = [nee.from_numpy(_t(rng, 1, 64)) for _ in range(6)]     # a new array every call: the steps run
+    for x in xs:
+        np.testing.assert_allclose(f(x).numpy(), fn(x).numpy(), rtol=1e-4, atol=1e-5)
+    assert _chain(f) is ch2

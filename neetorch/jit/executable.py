@@ -429,6 +429,13 @@ class Executable:
                 elif all(inputs[k]._data is a for k, a in ch.ins):
                     ch.calls += 1
                     return _chain_run(ch, in_slots, inputs, out_slots)
+                else:
+                    # other input arrays: the steps run; the same other arrays twice in a row (a parameter's
+                    # storage replaced once, ``p.data = ...``): chained again on them
+                    now = [inputs[k]._data for k, _ in ch.ins]
+                    if ch.miss is not None and all(map(_is, now, ch.miss)):
+                        self._local.chain = 0
+                    ch.miss = now
             elif ch < _CHAIN[0]:
                 self._local.chain = ch + 1
             else:
@@ -1801,12 +1808,12 @@ class _Chain:
     fast path's template with the chained steps' outputs set, [list of native calls | runner], the constants'
     Tensors its calls read and their arrays then: a constant's storage replaced (a captured weight's re-laid-out
     copy made again, jit/passes.py WeightMemo) runs the steps)."""
-    __slots__ = ("epoch", "ins", "template", "plan", "ctens", "carrs", "calls")
+    __slots__ = ("epoch", "ins", "template", "plan", "ctens", "carrs", "calls", "miss")
 
     def __init__(self, epoch, ins, template, plan, ctens, carrs):
         self.epoch, self.ins, self.template, self.plan = epoch, ins, template, plan
         self.ctens, self.carrs = ctens, carrs
-        self.calls = 0
+        self.calls, self.miss = 0, None
 
 
 _DATA = operator.attrgetter("_data")
