@@ -20,7 +20,9 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
   (_depthwise_fused), else a direct row loop; 3x3 stride 1 where the cost rule (_winograd_rule) picks
   it -> Winograd F(2x2 or 4x4, 3x3) (kernels/winograd.py: transformed weights cached per weight
   buffer, input tiles transformed, alpha^2 GEMMs per block of output channels, each block's output
-  transformed at once); otherwise, where it pays (_wide_pays: stride-1
+  transformed at once; a call whose input holds an inf / NaN, found by the input transform, and weights
+  whose transform is not finite take the GEMM paths: torch's locality, see _conv_winograd); otherwise,
+  where it pays (_wide_pays: stride-1
   kernels of few output channels per padded column, the 7x7 stride-2 stem), "padded rows": the
   input zero-padded (split into its stride phases), each (channel, tap) column row ONE contiguous
   copy, the GEMM over padded-width output rows, compacted (+ bias) per tile (_conv_wide); else
@@ -857,9 +859,10 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None) -> None:
         _finish_epilogue(res, None, e, relu)
         _finish(out, res)
         return
-    elif wu is not None:
-        # 3x3 stride 1 where the cost rule picks Winograd F(m x m, 3 x 3) (kernels/winograd.py)
-        _conv_winograd(x, wu[1], b, res, wu[0], pt, pl, act[0])
+    elif wu is not None and _conv_winograd(x, wu[1], b, res, wu[0], pt, pl, act[0]):
+        # 3x3 stride 1 where the cost rule picks Winograd F(m x m, 3 x 3) (kernels/winograd.py); an inf / NaN
+        # input (found by its input transform) goes on to the GEMM paths below (torch's locality: only the outputs
+        # whose window holds it), as do non-finite weights (_winograd_u: None)
         _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
@@ -965,7 +968,8 @@ _WINO_FORCE = [os.environ.get("NEE_CONV_WINOGRAD", "")]     # "" (cost rule), "0
 
 
 def _winograd_u(x, w, G, attrs, OH, OW, kept=True):
-    """(m, U: the transformed weights) when this convolution takes the Winograd path, else None.  ``kept``:
+    """(m, U: the transformed weights) when this convolution takes the Winograd path, else None (also for weights
+    whose U is not finite: winograd.weights).  ``kept``:
     w is the caller's array, not a copy made for this call (a copy, e.g. float16 weights widened, would be
     transformed again on every call: the GEMM paths then, unless NEE_CONV_WINOGRAD forces a tile size)."""
     N, C, H, W = x.shape
@@ -1098,13 +1102,15 @@ _WINO_BAND_BYTES = 1 << 20
 _WINO_BANDS = [None]          # None: the fewer bytes; True / False: bands whenever V is over budget / never
 
 
-def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
+def _conv_winograd(x, U, b, res, m, pt, pl, relu=False) -> bool:
     """Convolution by Winograd F(m x m, 3 x 3) with the transformed weights U (alpha^2, O, C).  Images whose
     transformed tiles fit _WINO_BAND_BYTES (all images at once): the input tiles transformed over the
     planes (V: alpha^2, C, tiles), then per block of output channels the alpha^2 GEMMs U[xi, block] @ V[xi]
     and at once the block's output transform (+ bias), both phases split over the pool in chunks the
     threads claim.  Larger images: bands of tile rows, each thread taking whole bands (no join between
-    the phases).  Serial BLAS throughout."""
+    the phases).  Serial BLAS throughout.  True when done; False when the input transform read an inf / NaN
+    (winograd.input_tiles' flag; res then partly written, to be overwritten): the transforms would spread it
+    over whole output tiles, so the caller computes this call on another path."""
     N, C, H, W = x.shape
     O = U.shape[1]
     OH, OW = res.shape[2], res.shape[3]
@@ -1115,9 +1121,10 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     nt = threads.NUM_THREADS
     par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
     want = nt * _BLOCKS_PER_THREAD if par else 1
-    if par and _WINO_NATIVE[0] and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES and \
-            _wino_native(x, U, b, res, m, pt, pl, relu):
-        return
+    if par and _WINO_NATIVE[0] and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES:
+        done = _wino_native(x, U, b, res, m, pt, pl, relu)
+        if done is not None:
+            return done
     bias = b if b is not None else _NO_BIAS[dt]
     # blocks of output channels: multiples of 16 rows, enough for every thread to claim a few
     nb = max(-(-O // _WINO_BLOCK), min(want, -(-O // 16)))
@@ -1135,15 +1142,20 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     # memory passes: every band reads all of U, every block of output channels all of V
     u_bytes, v_bytes = U.nbytes, a2 * C * N * th * tw * dt.itemsize
     fewer = len(bands) * u_bytes + v_bytes < u_bytes + len(blocks) * v_bytes
+    bad = []            # an inf / NaN input seen (the input transform's flag)
     if band < th and (fewer if _WINO_BANDS[0] is None else _WINO_BANDS[0]):
 
         def run_band(c):
             for n, t0, t1 in bands[c[0]:c[1]]:
+                if bad:
+                    return
                 nb = (t1 - t0) * tw
                 V = _buffer(a2 * C * nb, dt, "wino_v")
-                winograd.input_tiles(xf, V, _buffer(((t1 - t0) * m + 2) * (tw * m + 2), dt, "wino_xp"),
-                                     _buffer(a2 * nb, dt, "wino_t"), m, C, H, W, pt, pl, t0, t1 - t0, tw, nb, 0,
-                                     n * C, (n + 1) * C)
+                if winograd.input_tiles(xf, V, _buffer(((t1 - t0) * m + 2) * (tw * m + 2), dt, "wino_xp"),
+                                        _buffer(a2 * nb, dt, "wino_t"), m, C, H, W, pt, pl, t0, t1 - t0, tw, nb, 0,
+                                        n * C, (n + 1) * C):
+                    bad.append(1)
+                    return
                 Mb = _buffer(a2 * O * nb, dt, "wino_m")
                 np.matmul(U, V.reshape(a2, C, nb), out=Mb.reshape(a2, O, nb))
                 winograd.output_tiles(Mb, rf[n * O * OH * OW:], _buffer(m * (m + 2) * nb, dt, "wino_t"), bias,
@@ -1153,14 +1165,15 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
                 threads.run_parallel(run_band, [(i, i + 1) for i in range(len(bands))])
             else:
                 run_band((0, len(bands)))
-        return
+        return not bad
     NT = N * th * tw
     V = _buffer(a2 * C * NT, dt, "wino_v")
     plane = (th * m + 2) * (tw * m + 2)
 
     def inp(c):
-        winograd.input_tiles(xf, V, _buffer(plane, dt, "wino_xp"), _buffer(a2 * th * tw, dt, "wino_t"), m, C, H, W,
-                             pt, pl, 0, th, tw, NT, th * tw, c[0], c[1])
+        if winograd.input_tiles(xf, V, _buffer(plane, dt, "wino_xp"), _buffer(a2 * th * tw, dt, "wino_t"), m, C, H,
+                                W, pt, pl, 0, th, tw, NT, th * tw, c[0], c[1]):
+            bad.append(1)
     V3 = V.reshape(a2, C, NT)
 
     def outp(c):
@@ -1173,10 +1186,15 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False):
     with threads.serial_blas():
         if not par:
             inp((0, N * C))
+            if bad:
+                return False
             outp((0, len(blocks)))
-            return
+            return True
         threads.run_parallel(inp, threads.split(N * C, want))
+        if bad:
+            return False
         threads.run_parallel(outp, [(i, i + 1) for i in range(len(blocks))])
+    return True
 
 
 # Winograd on gemm_driver's native workers (_wino_native) where all the products M (alpha^2, O, tiles) and the
@@ -1219,10 +1237,11 @@ def _wino_job(phase, dt, planes, nt, per_task):
     return job
 
 
-def _wino_native(x, U, b, res, m, pt, pl, relu) -> bool:
+def _wino_native(x, U, b, res, m, pt, pl, relu):
     """_conv_winograd's blocks path as three native jobs: the input transform (tasks over the input planes), the
     alpha^2 GEMMs as one batched gemm_driver product, the output transform (tasks over the output planes; + bias,
-    relu).  False (nothing written) when the driver cannot run them."""
+    relu).  True when done; None (nothing written) when the driver cannot run them; False (res not written) when
+    the input transform read an inf / NaN (its tasks' _M_FLAGS words: see _conv_winograd)."""
     N, C, H, W = x.shape
     O = U.shape[1]
     OH, OW = res.shape[2], res.shape[3]
@@ -1236,7 +1255,7 @@ def _wino_native(x, U, b, res, m, pt, pl, relu) -> bool:
     jin = _wino_job("in", dt, N * C, nt, per_in)
     jout = _wino_job("out", dt, N * O, nt, per_out)
     if not jin or not jout:
-        return False
+        return None
     V = _buffer(a2 * C * NT, dt, "wino_v")
     M = _buffer(a2 * O * NT, dt, "wino_m")
     V3, M3 = V.reshape(a2, C, NT), M.reshape(a2, O, NT)
@@ -1246,6 +1265,8 @@ def _wino_native(x, U, b, res, m, pt, pl, relu) -> bool:
     sin = _buffer(len(mt) * per_in, dt, "wino_xp")
     xf = x.reshape(-1)
     call(d, mt, mt, mt, xf, V, sin, mt)
+    if mt[:, winograd._M_FLAGS].any():
+        return False
     # the products in row blocks of at most _WINO_BLOCK output channels (OpenBLAS runs (256 x C) @ (C x 16) at ~60%
     # of the speed of its four (64 x C) blocks: 1 thread, 36 of them 2.5 vs 1.4 ms)
     key = ("gemm", M3.shape, M3.strides, U.shape, U.strides, V3.strides, dt.char, nt)

@@ -11,7 +11,14 @@ and 1/4 for F(4,4)), and the products are transformed back (A^T M A) into the ou
   cache keeps a copy and compares it bitwise on every call: a pass over 2x the 3x3 weights, against
   the GEMMs' reads of U, 16/9 or 4x them); an entry goes when the memory of its weights is freed, or
   least recently used past _CACHE_BYTES; weights found changed on two calls in a row (being trained)
-  are marked and left to the GEMM paths (``weights`` returns None).
+  are marked and left to the GEMM paths (``weights`` returns None).  So are weights whose U is not all finite
+  (an inf / NaN weight: checked once per transform, kept in the entry), see below.
+* non-finite values: the transforms mix every value of a tile into every output of it (inf - inf = NaN), where
+  the direct sum (torch) spreads an inf / NaN input only to the outputs whose 3x3 window holds it.  The input
+  transform therefore reports whether an input value it read is inf / NaN (``input_tiles``' result; the tasks'
+  meta word _M_FLAGS; integer tests on the exponent bits of each zero-padded plane while it is in cache, _EXP:
+  ~2-6% of the input transform's time, ~0.5% of a conv's), and conv.py then runs that call on a GEMM path;
+  weights whose U is not finite are never taken (``weights``).
 * input tiles: each input plane (or band of tile rows of it) is zero-padded into a scratch plane
   holding every tile whole, then per tile row the rows are transformed (B^T along the width, over the
   tiles of the row) and then the columns, all tiles of the plane at once, written to V[xi, c, tile]
@@ -74,10 +81,12 @@ def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
     a = m + 2
     O, C = w.shape[0], w.shape[1]
     n = O * C
-    # two GEMMs with K = 3 (an einsum took ~20x as long: 1.2 s for 512x512 filters)
-    t = (g @ w.reshape(n, 3, 3).astype(np.float64).transpose(1, 0, 2).reshape(3, n * 3)).reshape(a * n, 3)
-    u = (t @ g.T).reshape(a, n, a)                           # u[i, filter, l]
-    return np.ascontiguousarray(u.transpose(0, 2, 1).reshape(a * a, O, C), dtype=w.dtype)
+    # two GEMMs with K = 3 (an einsum took ~20x as long: 1.2 s for 512x512 filters); an inf / NaN weight gives a U
+    # that is not finite (weights() then keeps it off Winograd): no warning for it
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = (g @ w.reshape(n, 3, 3).astype(np.float64).transpose(1, 0, 2).reshape(3, n * 3)).reshape(a * n, 3)
+        u = (t @ g.T).reshape(a, n, a)                           # u[i, filter, l]
+        return np.ascontiguousarray(u.transpose(0, 2, 1).reshape(a * a, O, C), dtype=w.dtype)
 
 
 @njit(**_NOGIL)
@@ -132,9 +141,11 @@ def is_frozen(a: np.ndarray) -> bool:
 def weights(w: np.ndarray, m, transform=None):
     """The cached U of w (C-contiguous (O, C, 3, 3)) for F(m, 3), recomputed when w's contents changed; None
     once they have changed on _VOLATILE calls in a row (weights being trained: each call would transform
-    them again; the caller takes the GEMM path for this buffer).  ``transform(w, m)``: another packing of w
-    cached the same way (kernels/conv_direct.py; ``m`` then a hashable tag naming it).  Buffers marked by
-    :func:`freeze` are not compared (nor copied)."""
+    them again; the caller takes the GEMM path for this buffer), and None while U is not all finite (an inf /
+    NaN weight, or one overflowing in G g G^T: the transforms would spread it over whole output tiles; checked
+    once per transform).  ``transform(w, m)``: another packing of w cached the same way (kernels/conv_direct.py;
+    ``m`` then a hashable tag naming it; not checked for finiteness).  Buffers marked by :func:`freeze` are not
+    compared (nor copied)."""
     addr = w.__array_interface__["data"][0]
     key = (addr, w.shape, w.dtype.char, m)
     with _cache_lock:
@@ -149,13 +160,16 @@ def weights(w: np.ndarray, m, transform=None):
         if frozen or (hit[0] is not None and _same(_bits(hit[0]), _bits(w))):
             if hit[2]:
                 hit[2] = 0
-            return hit[1]
+            u = hit[1]
+            return None if u is _NONFINITE else u
         misses = hit[2] + 1
     if misses >= _VOLATILE:
         ent = [None, None, misses]
         u = None
     else:
         u = (transform or transform_weights)(w, m)
+        if transform is None and not _all_finite(u):
+            u = _NONFINITE
         ent = [None if frozen else w.copy(), u, misses]
     with _cache_lock:
         old = _cache.pop(key, None)
@@ -171,7 +185,21 @@ def weights(w: np.ndarray, m, transform=None):
         owner = _owner(w)
         if owner is not None:
             weakref.finalize(owner, _drop, key)
-    return u
+    return None if u is _NONFINITE else u
+
+
+# an entry's U when the weights' U is not all finite (kept, compared as any: the weights may be mended in place)
+_NONFINITE = np.empty(0, np.float32)
+
+
+def _all_finite(u: np.ndarray) -> bool:
+    """No inf / NaN in u (in slices: no temporary the size of u)."""
+    f = u.reshape(-1)
+    step = 1 << 16
+    for s in range(0, f.size, step):
+        if not np.isfinite(f[s:s + step]).all():
+            return False
+    return True
 
 
 def _owner(w: np.ndarray):
@@ -323,7 +351,9 @@ def _input2(xp, V, Wp, th, tw, CNT, base, tmp):
 def input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1):
     """V (alpha^2, C, NT) flat: the transformed tiles of tile rows [ti0, ti0 + th) of planes [p0, p1) of x
     (N*C, H, W) flat (plane p = image p // C, channel p % C; image n's tiles at columns n*tstride ...).
-    xp: a scratch plane of (th*m + 2) * (tw*m + 2) elements, tmp: alpha^2 * th * tw."""
+    xp: a scratch plane of (th*m + 2) * (tw*m + 2) elements, tmp: alpha^2 * th * tw.  Returns True when an
+    input value read (copied into xp) is inf or NaN; xp[0] is left 1 then, else 0 (the IR kernels' flag)."""
+    bad = False
     Hp = th * m + 2
     Wp = tw * m + 2
     r0 = ti0 * m - ph                  # the input row of the scratch plane's first row
@@ -348,7 +378,9 @@ def input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, 
                 drow[j] = 0
             dst = drow[pw:pw + ww]
             for j in range(ww):
-                dst[j] = src[j]
+                v = src[j]
+                dst[j] = v
+                bad = bad | ((v - v) != 0)      # inf - inf, NaN - NaN: NaN
             rest = drow[pw + ww:]
             for j in range(Wp - pw - ww):
                 rest[j] = 0
@@ -356,6 +388,8 @@ def input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, 
             _input4(xp, V, Wp, th, tw, C * NT, c * NT + n * tstride, tmp)
         else:
             _input2(xp, V, Wp, th, tw, C * NT, c * NT + n * tstride, tmp)
+    xp[0] = 1 if bad else 0
+    return bad
 
 
 # ---------------------------------------------------------------- output transform
@@ -500,7 +534,8 @@ META = 16
 
 def _in_task_py(x, V, s, meta):
     """Input transform of planes [p0, p1): V (alpha^2, C, NT) from x (N*C, H, W); meta words as ``_M_*``
-    (output: C = input channels)."""
+    (output: C = input channels); sets the meta word _M_FLAGS to 1 when an input value read is inf / NaN, else
+    0."""
     mt = carray(meta, (META,))
     m, C, H, W, ph, pw, th, tw, NT = mt[0], mt[1], mt[2], mt[3], mt[4], mt[5], mt[6], mt[7], mt[8]
     xa = carray(x, (mt[9],))
@@ -508,8 +543,9 @@ def _in_task_py(x, V, s, meta):
     sa = carray(s, (mt[11],))
     plane = (th * m + 2) * (tw * m + 2)
     so = mt[14]
-    input_tiles_nb(xa, Va, sa[so:so + plane], sa[so + plane:so + plane + (m + 2) * (m + 2) * th * tw], m, C, H,
-                   W, ph, pw, 0, th, tw, NT, th * tw, mt[12], mt[13])
+    bad = input_tiles_nb(xa, Va, sa[so:so + plane], sa[so + plane:so + plane + (m + 2) * (m + 2) * th * tw], m, C,
+                         H, W, ph, pw, 0, th, tw, NT, th * tw, mt[12], mt[13])
+    mt[_M_FLAGS] = 1 if bad else 0
 
 
 def _out_task_py(M, out, s, meta):
@@ -562,7 +598,7 @@ def task_addr(phase: str, dt) -> int:
 # bitwise against the Numba kernels: tests/test_winograd_ir_s15.py).  m (2 or 4) is a compile-time constant of
 # each loop nest (the tile strides constant); one kernel per phase and dtype holds both.
 # NEE_WINO_IR=0 (or MODE[0] = "0": tests, benchmarks) keeps the Numba kernels.
-VERSION = "1"
+VERSION = "2"
 MODE = [os.environ.get("NEE_WINO_IR", "1")]
 
 
@@ -739,14 +775,36 @@ _IN_ARGS = ("C", "H", "W", "ph", "pw", "ti0", "th", "tw", "NT", "tstride", "p0",
 _OUT_ARGS = ("O", "Oall", "o0", "OH", "OW", "ti0", "th", "tw", "NT", "tstride", "q0", "q1")
 
 
+# The input transform's check for inf / NaN (its result, input_tiles_nb's): after each plane's zero-padded copy is
+# made, one pass over it (in L1 / L2 cache, contiguous: explicit 256-bit vectors, four accumulators) of integer ops
+# on the bits.  float: the max of |bits| (and, umax), >= the all-ones exponent 0x7F800000 iff inf / NaN; double (no
+# 64-bit umax on AVX2): the or of (bits & EXP) + LOW, whose sign bit is set iff the exponent is all ones (the scalar
+# tail does this for both).  Folding the test into the row copies instead cost the short rows most (14 wide: the
+# copies' vector loop plus a scalar tail and a reduction per row, +15-20% of the transform vs ~5% for this pass).
+_EXP = {"float": ("i32", 0x7F800000, 0x00800000), "double": ("i64", 0x7FF0000000000000, 0x0010000000000000)}
+
+
 def _render_in_body(t: str, m: int) -> list:
-    """input_tiles for tile size m: internal function @"kernel.in<m>"(x, V, xp, tmp, <_IN_ARGS>)."""
+    """input_tiles for tile size m: internal function i1 @"kernel.in<m>"(x, V, xp, tmp, <_IN_ARGS>): true when an
+    input value read is inf / NaN; xp[0] is left 1 then, else 0 (as input_tiles_nb)."""
     b = _Ir(t)
     a = m + 2
+    it, em, el = _EXP[t]
+    VL = 8 if it == "i32" else 4
+    vt = f"<{VL} x {it}>"
     C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1 = (f"%{n}" for n in _IN_ARGS)
-    b.L.append(f'define internal void @"kernel.in{m}"({t}* noalias %x, {t}* noalias %V, {t}* noalias %xp, '
+    b.L.append(f'define internal i1 @"kernel.in{m}"({t}* noalias %x, {t}* noalias %V, {t}* noalias %xp, '
                f'{t}* noalias %tmp, ' + ", ".join(f"i64 %{n}" for n in _IN_ARGS) + ") {")
     b.block("entry")
+    # the check's accumulators (allocas: promoted to registers)
+    b.ins(f"%acc = alloca {it}")
+    b.ins(f"store {it} 0, {it}* %acc")
+    for u in range(4):
+        b.ins(f"%vacc{u} = alloca {vt}")
+        b.ins(f"store {vt} zeroinitializer, {vt}* %vacc{u}")
+
+    def splat(c):
+        return "<" + ", ".join([f"{it} {c}"] * VL) + ">"
     Hp = b.add(b.mul(th, m), 2)
     Wp = b.add(b.mul(tw, m), 2)
     r0 = b.sub(b.mul(ti0, m), ph)
@@ -760,6 +818,8 @@ def _render_in_body(t: str, m: int) -> list:
     bot0 = b.mul(h1, Wp)
     nbot = b.mul(b.sub(Hp, h1), Wp)
     nrest = b.sub(b.sub(Wp, pw), ww)
+    HpWp = b.mul(Hp, Wp)
+    nv = b.sdiv(HpWp, 4 * VL)                          # the check's vector iterations (4 vectors each)
 
     def plane(p):
         n = b.sdiv(p, C)
@@ -777,6 +837,29 @@ def _render_in_body(t: str, m: int) -> list:
             dr = b.add(dp, ww)
             b.loop(0, nrest, lambda j: b.zero("%xp", b.add(dr, j)))
         b.loop(h0, h1, row)
+
+        # inf / NaN in the padded plane (see _EXP)
+        def vchk(k):
+            i0 = b.mul(k, 4 * VL)
+            for u in range(4):
+                pv = b.op(f"bitcast {t}* {b.ptr('%xp', b.add(i0, u * VL) if u else i0)} to {vt}*")
+                v = b.op(f"load {vt}, {vt}* {pv}, align 4")
+                old = b.op(f"load {vt}, {vt}* %vacc{u}")
+                if it == "i32":
+                    e = b.op(f"and {vt} {v}, {splat(0x7FFFFFFF)}")
+                    new = b.op(f"select <{VL} x i1> {b.op(f'icmp ugt {vt} {e}, {old}')}, {vt} {e}, {vt} {old}")
+                else:
+                    e = b.op(f"add {vt} {b.op(f'and {vt} {v}, {splat(em)}')}, {splat(el)}")
+                    new = b.op(f"or {vt} {e}, {old}")
+                b.ins(f"store {vt} {new}, {vt}* %vacc{u}")
+        b.loop(0, nv, vchk)
+
+        def chk(j):
+            v = b.load("%xp", j)
+            e = b.op(f"and {it} {b.op(f'bitcast {t} {v[0]} to {it}')}, {em}")
+            acc = b.op(f"or {it} {b.op(f'load {it}, {it}* %acc')}, {b.op(f'add {it} {e}, {el}')}")
+            b.ins(f"store {it} {acc}, {it}* %acc")
+        b.loop(b.mul(nv, 4 * VL), HpWp, chk)
         base = b.add(b.mul(c, NT), b.mul(n, tstride))
 
         # B^T along the width of each tile row's input rows, all its tiles at once -> tmp[r, k, tile]
@@ -807,7 +890,16 @@ def _render_in_body(t: str, m: int) -> list:
             b.loop(0, T, tt)
         b.loop(0, a, kk)
     b.loop(p0, p1, plane)
-    b.ins("ret void")
+    bads = [b.op(f"icmp slt {it} {b.op(f'load {it}, {it}* %acc')}, 0")]
+    for u in range(4):
+        va = b.op(f"load {vt}, {vt}* %vacc{u}")
+        cm = b.op(f"icmp uge {vt} {va}, {splat(em)}" if it == "i32" else f"icmp slt {vt} {va}, zeroinitializer")
+        bads.append(b.op(f"icmp ne i{VL} {b.op(f'bitcast <{VL} x i1> {cm} to i{VL}')}, 0"))
+    bad = bads[0]
+    for o in bads[1:]:
+        bad = b.op(f"or i1 {bad}, {o}")
+    b.store((b.op(f"select i1 {bad}, {t} 1.0, {t} 0.0"), "F"), "%xp", 0)
+    b.ins(f"ret i1 {bad}")
     b.L.append("}")
     return b.L
 
@@ -961,7 +1053,15 @@ def _render(phase: str, t: str, task: bool) -> str:
     b.ins(f"br i1 {is4}, label %m4, label %m2")
     for mm in (4, 2):
         b.block(f"m{mm}")
-        b.ins(f'call void @"kernel.{phase}{mm}"({ptrs}, {rest})')
+        if phase == "in":
+            # the input transform's flag (inf / NaN read): the task's meta word _M_FLAGS (the direct kernel's is
+            # xp[0], left by the body)
+            bad = b.op(f'call i1 @"kernel.in{mm}"({ptrs}, {rest})')
+            if task:
+                fp = b.op(f"getelementptr i64, i64* %mt, i64 {_M_FLAGS}")
+                b.ins(f"store i64 {b.op(f'zext i1 {bad} to i64')}, i64* {fp}")
+        else:
+            b.ins(f'call void @"kernel.{phase}{mm}"({ptrs}, {rest})')
         b.ins("ret void")
     b.L.append("}")
     return "\n".join(L + b.L) + "\n"
@@ -1063,17 +1163,18 @@ def _direct_kernel(phase: str, dt):
     return f
 
 
-def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1):
+def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1) -> bool:
     """input_tiles_nb (see there) on the IR kernel (float32 / float64 1-D C-contiguous arrays of one dtype, every
     index checked against the arrays' sizes first: IndexError where one is past them); the Numba kernel for other
-    arrays or with NEE_WINO_IR=0."""
+    arrays or with NEE_WINO_IR=0.  True when an input value read is inf / NaN (V then unfit for the products: the
+    caller takes another path)."""
     dt = x.dtype
     f = (_direct.get(("in", dt)) or _direct_kernel("in", dt)) if MODE[0] != "0" else False
     if (f and (m == 4 or m == 2) and V.dtype is dt and xp.dtype is dt and tmp.dtype is dt and x.ndim == 1
             and V.ndim == 1 and xp.ndim == 1 and tmp.ndim == 1 and x.flags.c_contiguous and V.flags.c_contiguous
             and xp.flags.c_contiguous and tmp.flags.c_contiguous):
         if p0 >= p1:
-            return
+            return False
         if (C | H | W | ph | pw | ti0 | th | tw | NT | tstride | p0) < 0 or C == 0:
             raise ValueError(f"winograd input_tiles: bad sizes {(m, C, H, W, ph, pw, ti0, th, tw, NT, tstride)}, "
                              f"planes [{p0}, {p1})")
@@ -1086,8 +1187,8 @@ def input_tiles(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0,
                              f"{m} (NT {NT}, stride {tstride}) past x {x.shape[0]}, V {V.shape[0]}, scratch "
                              f"{xp.shape[0]} / {tmp.shape[0]} elements (or not writeable)")
         f(x, V, xp, tmp, _prm((m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1)))
-        return
-    input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1)
+        return xp[0] != 0
+    return bool(input_tiles_nb(x, V, xp, tmp, m, C, H, W, ph, pw, ti0, th, tw, NT, tstride, p0, p1))
 
 
 def output_tiles(M, out, tmp, bias, has_bias, m, O, Oall, o0, OH, OW, ti0, th, tw, NT, tstride, q0, q1, relu=False):
