@@ -467,15 +467,17 @@ def sort_topk_match_cpu(dev, dn, ks=(1, 5, 60), long_sort=False, nonzero=False):
     for xc in (dev(x), dev(x.t().contiguous()).t()):
         for d in (0, 1):
             for desc in (False, True):
-                g, w = nee.sort(xc, d, desc), nee.sort(x, d, desc)
+                # (the devices' sorts are stable; the CPU's default stable=False puts ties in torch's CPU order)
+                g, w = nee.sort(xc, dim=d, descending=desc, stable=True), nee.sort(x, dim=d, descending=desc, stable=True)
                 dev.check(g[0], w[0], exact=True, msg=f"sort {d} {desc}")
                 dev.check(g[1], w[1], msg=f"sort indices {d} {desc}")
+                dev.check(nee.sort(xc, d, desc)[0], w[0], exact=True, msg=f"sort stable=False values {d} {desc}")
         if nonzero:
             dev.check(nee.nonzero(xc), nee.nonzero(x), msg="nonzero")
     if long_sort:
         long = rnd(rng, (1000,), dn)                      # many merge passes, one column
         for desc in (False, True):
-            g, w = nee.sort(dev(long), 0, desc), nee.sort(long, 0, desc)
+            g, w = nee.sort(dev(long), dim=0, descending=desc, stable=True), nee.sort(long, dim=0, descending=desc, stable=True)
             dev.check(g[0], w[0], exact=True, msg="long sort")
             if dn != "bool":
                 dev.check(g[1], w[1], msg="long sort indices")
@@ -496,7 +498,11 @@ def sort_topk_match_cpu(dev, dn, ks=(1, 5, 60), long_sort=False, nonzero=False):
                 dev.check(g[1], w[1], msg=f"topk indices {k} {largest}")
         g, w = nee.topk(pc, 3, 0), nee.topk(p, 3, 0)
         dev.check(g[0], w[0], exact=True)
-        dev.check(g[1], w[1])
+        # (along dim 0 the columns hold equal values: which of them each device keeps is its own order; the
+        # CPU's is torch's) the indices point at the values, each once
+        gi = g[1].cpu().numpy()
+        np.testing.assert_array_equal(np.take_along_axis(p.numpy(), gi, 0), g[0].cpu().numpy())
+        assert all(len(set(gi[:, j])) == gi.shape[0] for j in range(gi.shape[1]))
 
 
 def einsum_matches_cpu(dev, dn, more=False):

@@ -388,7 +388,15 @@ def test_unique_matches_cpu(clean, dn):
             x = nee.tensor(a)
         want = nee.unique(x, return_inverse=True, return_counts=True)
         got = nee.unique(cl(x), return_inverse=True, return_counts=True)
+        nan = np.isnan(x.numpy()) if dn == "float32" else np.zeros(shape, bool)
         for g, w, what in zip(got, want, ("values", "inverse", "counts")):
+            if what == "inverse" and nan.any():
+                # which NaN takes which of the NaN slots follows each device's sort order among equal keys (the
+                # CPU's is torch's unstable one, the device's stable): the same slots, the rest exact
+                gi, wi = g.cpu().numpy(), w.numpy()
+                np.testing.assert_array_equal(gi[~nan], wi[~nan], err_msg=f"unique inverse {shape}")
+                assert sorted(gi[nan]) == sorted(wi[nan]), (gi[nan], wi[nan])
+                continue
             check(g, w, exact=True, msg=f"unique {what} {shape}")
     # along a dim (rows compared lexicographically; no NaN: numpy's order of NaN rows is its own)
     x = nee.tensor(rng.integers(0, 2, (5, 3, 4)).astype(dn)) if dn != "bool" else rnd(rng, (5, 3, 4), dn)

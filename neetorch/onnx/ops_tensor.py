@@ -363,7 +363,8 @@ def _topk(ctx, node, x, k):
     axis = node.get("axis", -1) % x.ndim
     kk = int(ctx.scalar(k))
     largest = bool(node.get("largest", 1))
-    v, i = nee.topk(x, kk, axis, largest=largest, sorted=True)
+    from ..ops.indexing import _topk     # (ONNX: equal values in index order, not torch's)
+    v, i = _topk(x, kk, axis, largest, True, "index")
     return v, i.to(nee.int64)
 
 

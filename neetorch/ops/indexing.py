@@ -1001,13 +1001,17 @@ _NOARG = object()
 @export
 def sort(input: Tensor, *args, dim=_NOARG, descending=_NOARG, stable=_NOARG, out=None):
     """(values, indices) sorted along ``dim`` (``torch.sort(input, dim=-1, descending=False)`` or
-    ``torch.sort(input, *, stable, dim=-1, descending=False)``; always stable here)."""
+    ``torch.sort(input, *, stable, dim=-1, descending=False)``; on the CPU, ``stable=False`` (the default) puts
+    equal values in the order of torch's CPU std::sort: kernels/indexing.py)."""
     dim, descending = _sort_args("sort", args, dim, descending, stable)
     if isinstance(dim, bool):  # sort(x, True) style calls are not torch's API; refuse clearly
         raise TypeError("sort(): dim must be an int")
     d = wrap_dim(dim, input.ndim, "sort")
     x = _nd1(input)
-    v, i = run(SORT, [x], {"dim": d, "descending": bool(descending)})
+    attrs = {"dim": d, "descending": bool(descending)}
+    if stable is _NOARG or not stable:      # (torch's default: stable=False)
+        attrs["stable"] = False
+    v, i = run(SORT, [x], attrs)
     if input.ndim == 0:
         v, i = v.reshape(()), i.reshape(())
     if out is not None:
@@ -1025,7 +1029,7 @@ def argsort(input: Tensor, *args, dim=_NOARG, descending=_NOARG, stable=_NOARG, 
         raise TypeError("argsort(): out= is only accepted with stable= (torch.argsort(input, *, stable, dim, "
                         "descending, out))")
     dim, descending = _sort_args("argsort", args, dim, descending, stable)
-    r = sort(input, dim=dim, descending=descending).indices
+    r = sort(input, dim=dim, descending=descending, stable=stable).indices
     if out is not None:
         from .reduction import _write_out
         return _write_out(r, out, "argsort")
@@ -1050,7 +1054,14 @@ TOPK = register(OpDef("topk", infer=_infer_topk, nout=2))
 
 @export
 def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
-    """The ``k`` largest (or smallest) entries along ``dim`` and their indices (``torch.topk``)."""
+    """The ``k`` largest (or smallest) entries along ``dim`` and their indices (``torch.topk``; on the CPU equal
+    values in torch's CPU order: kernels/indexing.py)."""
+    return _topk(input, k, dim, largest, sorted, "torch")
+
+
+def _topk(input, k, dim, largest, sorted, ties):
+    """topk; ``ties`` "torch": equal values in torch's CPU order (kernels/indexing.py), else in index order (ONNX
+    TopK's rule)."""
     d = wrap_dim(dim, input.ndim, "topk")
     n = (tuple(input.shape) or (1,))[d]
     k = int_arg("topk", "k", k)
@@ -1058,7 +1069,11 @@ def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: boo
         raise RuntimeError(f"topk(): selected index k out of range (k={k}, size {n} along dim {d})")
     if input._dtype is _dt.bool_:
         raise RuntimeError("topk(): does not support bool inputs (like torch on the CPU)")
-    v, i = run(TOPK, [_nd1(input)], {"k": k, "dim": d, "largest": bool(largest)})
+    attrs = {"k": k, "dim": d, "largest": bool(largest)}
+    if ties == "torch":
+        attrs["ties"] = "torch"
+        attrs["sorted"] = bool(sorted)
+    v, i = run(TOPK, [_nd1(input)], attrs)
     if input.ndim == 0:
         v, i = v.reshape(()), i.reshape(())
     return TopkResult(v, i)
@@ -1076,7 +1091,15 @@ def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False):
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d} (k={k}, size {n})")
     if input._dtype is _dt.bool_:
         raise NotImplementedError("kthvalue(): not implemented for bool inputs")
-    v, i = sort(input, d)
+    if input._dtype.category == 3:
+        raise NotImplementedError(f"kthvalue(): not implemented for complex tensors (got {input._dtype.name})")
+    if input.ndim and input._device.type == "cpu":
+        # the index torch's CPU quickselect picks among equal values (topk's kernel, kernels/indexing.py)
+        v, i = run(TOPK, [input], {"k": 1, "dim": d, "largest": False, "select": ("kth", k)})
+        if not keepdim:
+            v, i = v.squeeze(d), i.squeeze(d)
+        return KthResult(v.contiguous(), i.contiguous())
+    v, i = sort(input, dim=d, stable=True)
     if input.ndim == 0:
         return KthResult(v, i)
     v, i = v.narrow(d, k - 1, 1), i.narrow(d, k - 1, 1)

@@ -1,15 +1,16 @@
 """Order statistics, counting and scans written as compositions of existing ops.
 
-``nanmedian``, ``quantile``/``nanquantile``, ``mode`` (a stable ``sort``, then ``gather`` at computed ranks),
+``nanmedian``, ``quantile``/``nanquantile``, ``mode`` (CPU: topk's kernel's torch-order selection; other
+devices: a stable ``sort``, then ``gather`` at computed ranks),
 ``logcumsumexp`` (a log-space doubling scan of ``logaddexp``), ``diff``, ``histc`` and ``bincount``
 (``scatter_add`` of a computed bin index).  Being compositions they run on every device that runs their parts
 and trace as those parts; ``bincount`` (its length is ``max(input) + 1``) and ``histc`` without an explicit range
 read values to size their result, so under ``@nee.jit`` they raise ``TraceError`` like any data-dependent shape.
 
 Tie rules are PyTorch's: ``median``/``nanmedian`` return the lower median and the index of the element a stable
-sort puts there; ``mode`` returns the smallest of the most frequent values and the index of its last occurrence
-(PyTorch's CPU kernel does so for rows of up to 16 elements; for longer rows its index is whichever occurrence
-its unstable sort leaves last: any index neetorch returns points at an occurrence of the mode).
+sort puts there; ``mode`` returns the smallest of the most frequent values and, on the CPU, the index torch's CPU
+kernel returns (the last occurrence in its std::sort's order: kernels/indexing.py, ops/_stl_order.py; other devices:
+the last occurrence).
 """
 from __future__ import annotations
 
@@ -189,7 +190,7 @@ def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
 @export
 def mode(input, dim=-1, keepdim=False):
     """``torch.mode``: the most frequent value along ``dim`` (the smallest one on ties) and the index of an
-    occurrence of it (the last one, like PyTorch on rows of up to 16 elements); a ``(values, indices)``
+    occurrence of it (on the CPU the one torch's CPU kernel returns: kernels/indexing.py); a ``(values, indices)``
     namedtuple."""
     _check(input, "mode")
     d = wrap_dim(dim, input.ndim, "mode")
@@ -199,6 +200,17 @@ def mode(input, dim=-1, keepdim=False):
     n = input.shape[d]
     if n == 0:
         raise IndexError(f"mode(): Expected reduction dim {d} to have non-zero size.")
+    if input._dtype.category == 3:
+        raise NotImplementedError(f"mode(): not implemented for complex tensors (got {input._dtype.name})")
+    if input._device.type == "cpu":
+        # the index torch's CPU std::sort of (value, index) pairs leaves last in the first longest run (topk's
+        # kernel, kernels/indexing.py; with NaNs the value can differ from the stable sort's too)
+        from .indexing import TOPK
+        from .registry import run
+        v, i = run(TOPK, [input], {"k": 1, "dim": d, "largest": False, "select": ("mode", 0)})
+        if not keepdim:
+            v, i = v.squeeze(d), i.squeeze(d)
+        return _rt("mode")(v.contiguous(), i.contiguous())
     from ..tensor.creation import ones_like
     s, idx = _E("sort")(input, dim=d, stable=True)
     pos = _arange_along(n, d, input.ndim, input.device)

@@ -310,15 +310,118 @@ def _argsort(x, d, descending):
     return (x.shape[d] - 1) - idx
 
 
+# torch's CPU order among equal values (ops/_stl_order.py): sort(stable=False) is std::sort's (except the 1-D
+# ascending integer sorts from GRAIN_SIZE elements, fbgemm's stable radix sort), topk std::partial_sort's or
+# std::nth_element's (+ std::sort of the first k - 1), kthvalue TH's quickselect's, mode std::sort's.  Rows without
+# ties have one order whatever the algorithm: small sorts and topk check numpy's result for ties and run the
+# emulation on tied rows only (its plain Python form compiles nothing); large sorts, kthvalue and mode run it on
+# every row (compiled: faster than numpy's stable argsort).
+_RADIX_KINDS = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.int16, np.int32, np.int64))
+_GRAIN = 32768
+
+
+def _tied(sv):
+    """Rows (2-D, sorted along the last axis) with two neighbours equal under torch's comparators (NaN == NaN)."""
+    eq = sv[:, 1:] == sv[:, :-1]
+    if sv.dtype.kind == "f" or sv.dtype.name == "bfloat16":
+        nan = np.isnan(sv)
+        eq |= nan[:, 1:] & nan[:, :-1]
+    return eq.any(axis=1)
+
+
+def _rows2(a, d):
+    """``a`` with axis ``d`` last, as 2-D rows (a view where it can)."""
+    a = np.moveaxis(a, d, -1)
+    return a.reshape(-1, a.shape[-1])
+
+
+def _torch_rows(x, d, idx, tied, op, k, descending):
+    """``idx`` (rows with ``d`` last, 2-D) with its ``tied`` rows replaced by torch's order (ops/_stl_order)."""
+    from ....ops import _stl_order as S
+    rows = np.flatnonzero(tied)
+    if rows.size:
+        idx = np.array(idx, copy=True)
+        x2 = _rows2(x, d)
+        keys = S.keys_of(x2 if rows.size == x2.shape[0] else x2[rows], descending)
+        idx[rows] = S.run_rows(keys, op, k)
+    return idx
+
+
+def _from_rows(idx2, shape, d):
+    """The inverse of :func:`_rows2` (``shape``: the result's shape with ``d`` in place)."""
+    sh = list(shape)
+    sh.append(sh.pop(d))
+    return np.moveaxis(idx2.reshape(sh), -1, d)
+
+
 @kernel("sort")
 def sort_kernel(backend, outs, ins, attrs):
     x = ins[0]
     if x.size == 0:
         return
-    d = attrs["dim"]
-    idx = _argsort(x, d, attrs["descending"])
+    d, desc = attrs["dim"], attrs["descending"]
+    if (attrs.get("stable", True) or x.shape[d] < 2 or x.strides[d] == 0
+            or (x.ndim == 1 and x.dtype in _RADIX_KINDS and x.size >= _GRAIN and not desc)):
+        # (torch: an expanded dim (stride 0) keeps 0, 1, 2, ...; the radix sort is stable)
+        idx = _argsort(x, d, desc)
+    else:
+        from ....ops import _stl_order as S
+        x2 = _rows2(x, d)
+        if not S.small(*x2.shape):     # (the compiled emulation: faster than numpy's stable sort)
+            idx = _from_rows(S.run_rows(S.keys_of(x2, desc), S.SORT), x.shape, d)
+        else:
+            idx = _argsort(x, d, desc)
+            i2 = _rows2(idx, d)
+            tied = _tied(np.take_along_axis(x2, i2, 1))
+            if tied.any():
+                idx = _from_rows(_torch_rows(x, d, i2, tied, S.SORT, 0, desc), x.shape, d)
     outs[1][...] = idx
     outs[0][...] = np.take_along_axis(x, idx, d)
+
+
+def _topk_np(x, k, d, largest):
+    """Indices of the ``k`` first along ``d`` (numpy's selection: the right values, equal ones in no set order)."""
+    n = x.shape[d]
+    if 4 * k < n and x.dtype != np.bool_:
+        # partial selection first, then a stable sort of the k survivors
+        part = np.argpartition(x, n - k if largest else k - 1, axis=d)
+        sel = part.take(np.arange(n - k, n) if largest else np.arange(k), axis=d)
+        sel = np.sort(sel, axis=d)
+        vals = np.take_along_axis(x, sel, d)
+        o = _argsort(vals, d, largest)
+        return np.take_along_axis(sel, o, d)
+    return _argsort(x, d, largest).take(np.arange(k), axis=d)
+
+
+def _topk_rows(x, k, d, largest):
+    """Indices (2-D rows, ``d`` last) of the ``k`` first of ``x`` along ``d`` in (value, index) order: equal values
+    by index (ONNX TopK's rule, onnxruntime's too), NaN largest."""
+    from ....ops import _stl_order as S
+    n = x.shape[d]
+    keys = S.keys_of(_rows2(x, d), largest)     # (smaller key: earlier)
+    if not 4 * k < n:
+        return np.argsort(keys, axis=1, kind="stable")[:, :k]
+    # partial selection first: every key below the k-th, then the first equal ones by index; a stable sort of those
+    thr = np.take_along_axis(keys, np.argpartition(keys, k - 1, axis=1)[:, k - 1:k], 1)
+    better, eq = keys < thr, keys == thr
+    sel = better | (eq & (np.cumsum(eq, axis=1) <= k - better.sum(axis=1, keepdims=True)))
+    cols = np.nonzero(sel)[1].reshape(-1, k)
+    return np.take_along_axis(cols, np.argsort(np.take_along_axis(keys, cols, 1), axis=1, kind="stable"), 1)
+
+
+def _select(x, d, attrs):
+    """topk's kernel's other uses (CPU only, ops/indexing.kthvalue and ops/statistics.mode): ``attrs["select"]``
+    ("kth", k): the index of the k-th smallest (TH's quickselect's among equal values); ("mode", 0): the index of
+    torch's mode (std::sort by value, the last of the first longest run)."""
+    from ....ops import _stl_order as S
+    what, k = attrs["select"]
+    x2 = _rows2(x, d)
+    if what == "kth":
+        return S.run_rows(S.keys_of(x2), S.KTH, k)
+    if (x.dtype.kind == "f" or x.dtype.name == "bfloat16") and np.isnan(x2).any():
+        # (mode's comparator is a plain <: a NaN is equal to everything, unlike in the keys' order)
+        return S.run_rows(x2.astype(np.float64), S.MODE)
+    return S.run_rows(S.keys_of(x2), S.MODE)
 
 
 @kernel("topk")
@@ -327,17 +430,28 @@ def topk_kernel(backend, outs, ins, attrs):
     k, d, largest = attrs["k"], attrs["dim"], attrs["largest"]
     if outs[0].size == 0:
         return
-    n = x.shape[d]
-    if 4 * k < n and x.dtype != np.bool_:
-        # partial selection first, then a stable sort of the k survivors
-        part = np.argpartition(x, n - k if largest else k - 1, axis=d)
-        sel = part.take(np.arange(n - k, n) if largest else np.arange(k), axis=d)
-        sel = np.sort(sel, axis=d)  # keep original order among ties
-        vals = np.take_along_axis(x, sel, d)
-        o = _argsort(vals, d, largest)
-        idx = np.take_along_axis(sel, o, d)
+    if "select" in attrs:
+        idx = _from_rows(_select(x, d, attrs), outs[1].shape, d)
+    elif attrs.get("ties") != "torch":     # (ONNX TopK: equal values in index order)
+        idx = _from_rows(_topk_rows(x, k, d, largest), outs[1].shape, d)
     else:
-        idx = _argsort(x, d, largest).take(np.arange(k), axis=d)
+        from ....ops import _stl_order as S
+        n = x.shape[d]
+        if k * 64 <= n:
+            op = S.TOPK_PARTIAL
+        else:
+            op = S.TOPK_NTH_SORTED if attrs.get("sorted", True) else S.TOPK_NTH
+        if op == S.TOPK_NTH and k > 1:      # (nth_element's arrangement: every row)
+            tied = np.ones(x.size // n, bool)
+            i2 = np.zeros((tied.size, k), np.int64)
+        else:   # one order unless two of the k + 1 first are equal
+            k1 = min(k + 1, n)
+            i2 = _rows2(_topk_np(x, k1, d, largest), d)
+            tied = _tied(np.take_along_axis(_rows2(x, d), i2, 1)) if k1 > 1 else np.zeros(i2.shape[0], bool)
+            i2 = i2[:, :k]
+        if tied.any():
+            i2 = _torch_rows(x, d, i2, tied, op, k, largest)
+        idx = _from_rows(np.ascontiguousarray(i2), outs[1].shape, d)
     outs[1][...] = idx
     outs[0][...] = np.take_along_axis(x, idx, d)
 
