@@ -1957,16 +1957,8 @@ def _bound_runner(prun, binder, make, ins, outs):
             for i, t in pairs:
                 env[i] = t
 
-        def chain_calls(env):
-            # the bound call's native calls (devices/cpu/native_chain), for the inputs it last ran on
-            f = state[0]
-            c = getattr(f, "calls", None)
-            if c is None:
-                return None
-            xs = [env[i]._data for i in ins]
-            return c(arrs0, xs) if all(map(_is, xs, state[1])) else None
         run = run or run_any
-        run.chain_calls = chain_calls
+        run.chain_calls = _bound_calls(state, ins, outs, arrs0)
         run.slots, run.made = (ins, outs), [(outs, make)]
         return run
     # outputs made by ``make`` at the step's static shapes: the same layouts every call (the fast path)
@@ -1996,17 +1988,24 @@ def _bound_runner(prun, binder, make, ins, outs):
         for i, t in zip(outs, ts):
             env[i] = t
 
-    def chain_calls(env):
-        # (native_chain) the bound call's calls on the outputs and inputs of its last call
-        f = state[0]
-        c = getattr(f, "calls", None)
-        if c is None or not same:
-            return None
-        xs = [env[i]._data for i in ins]
-        return c([env[i]._data for i in outs], xs) if all(map(_is, xs, state[1])) else None
-    run.chain_calls = chain_calls
+    if same:
+        run.chain_calls = _bound_calls(state, ins, outs, None)
     run.slots, run.made = (ins, outs), [(outs, make)]
     return run
+
+
+def _bound_calls(state, ins, outs, arrs):
+    """A _bound_runner's ``chain_calls(env)``: its bound function's native calls (devices/cpu/native_chain) on the
+    inputs its last bound call ran on, and the output arrays ``arrs`` (None: the step's current ones in ``env``)."""
+    def chain_calls(env):
+        c = getattr(state[0], "calls", None)
+        if c is None:
+            return None
+        xs = [env[i]._data for i in ins]
+        if not all(map(_is, xs, state[1])):
+            return None
+        return c(arrs if arrs is not None else [env[i]._data for i in outs], xs)
+    return chain_calls
 
 
 def _reshape_copier(src, rs):

@@ -7,7 +7,8 @@ of native calls that ``f(outs, ins)`` makes now, each ``(fn, args, counter)``: `
 claim counter its kernel counts up and the launch sets to 0 before the call.  None where ``f`` would do
 anything else (a Numba or numpy pass, the Python pool, a copy) or its path is not known yet.
 
-Replaying the list (:func:`replay`) does what ``f`` does for as long as
+Replaying the list (resetting each counter, then the call: jit/executable.py ``_chain_run``) does what ``f``
+does for as long as
 
 * the arrays are the same objects, holding what they held (a compiled graph's arena buffers, its frozen
   constants and what is derived from them: packed weights, metas, scratches, all kept alive by the list),
@@ -66,11 +67,3 @@ def calls_of(f, *args):
     """``f.calls(*args)``, or None when ``f`` has none."""
     c = getattr(f, "calls", None)
     return None if c is None else c(*args)
-
-
-def replay(calls) -> None:
-    """Run a list of calls (see the module's doc)."""
-    for fn, args, ctr in calls:
-        if ctr is not None:
-            ctr[0][ctr[1]] = 0
-        fn(*args)

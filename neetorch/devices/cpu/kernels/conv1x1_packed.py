@@ -626,7 +626,6 @@ def _run(p, x, w, bias, res, e, N: int, S=None, into=None) -> None:
     acc = _scratch("acc", p.sbuf) if p.sbuf else res
     if p.use_b and bias is None:
         bias = _zeros(res.shape[1])
-    call, d, ext = p.call, p.d, p.ext
     if N == 1:
         ops = [res, acc, bias, e, x] if p.use_b and p.has_e else [res, acc, bias, x] if p.use_b else \
             [res, acc, e, x] if p.has_e else [res, acc, x]
@@ -634,25 +633,31 @@ def _run(p, x, w, bias, res, e, N: int, S=None, into=None) -> None:
             ops[1] = res
         if p.pro:
             ops.append(S)
-        if into is not None:
-            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
-            return
-        call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
+        _issue(p, w, panels, ops, into)
         return
     for n in range(N):
         rn = res[n]
-        ops = [rn, acc if p.sbuf else rn]
-        if p.use_b:
-            ops.append(bias)
-        if p.has_e:
-            ops.append(e[n])
-        ops.append(x[n])
-        if p.pro:
-            ops.append(S)
-        if into is not None:
-            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
-        else:
-            call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
+        _issue(p, w, panels, [rn, acc if p.sbuf else rn] + _image_ops(p, bias, e, x, S, n), into)
+
+
+def _image_ops(p, bias, e, x, S, n: int) -> list:
+    """Image ``n``'s operands after its output (and accumulator): bias, residual, input, prologue operands."""
+    ops = [bias] if p.use_b else []
+    if p.has_e:
+        ops.append(e[n])
+    ops.append(x[n])
+    if p.pro:
+        ops.append(S)
+    return ops
+
+
+def _issue(p, w, panels, ops, into) -> None:
+    """Plan ``p``'s driver call on these operands, or its ``(caller, args)`` appended to the list ``into``."""
+    args = (p.d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, p.ext)
+    if into is None:
+        p.call(*args)
+    else:
+        into.append((p.call, args))
 
 
 _DUMMY = np.zeros(1, np.int64)
@@ -1355,17 +1360,5 @@ def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, rel
 
 def _frun(p, x, w, bias, res, e, N: int, S=None, into=None) -> None:
     panels = _scratch("panels", p.pbuf)
-    call, d, ext = p.call, p.d, p.ext
     for n in range(N):
-        ops = [res[n]]
-        if p.use_b:
-            ops.append(bias)
-        if p.has_e:
-            ops.append(e[n])
-        ops.append(x[n])
-        if p.pro:
-            ops.append(S)
-        if into is not None:
-            into.append((call, (d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)))
-        else:
-            call(d, _DUMMY, _DUMMY, _DUMMY, w, panels, *ops, ext)
+        _issue(p, w, panels, [res[n]] + _image_ops(p, bias, e, x, S, n), into)
