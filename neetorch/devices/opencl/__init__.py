@@ -2,7 +2,10 @@
 
 Registered under the ``neetorch.devices`` entry-point group as ``opencl``
 (``opencl = "neetorch.devices.opencl:OpenCLBackend"``); ``nee.device("opencl:N")``
-is the N-th device of all OpenCL platforms, in platform order.
+is the N-th usable device of all OpenCL platforms, in platform order.  Usable: the device
+builds a one-line program (checked once per process).  A device whose compiler cannot is left
+out and ``nee.devices()`` says why; e.g. PoCL 3.0 (``pocl-binary-distribution``, LLVM 14) on
+CPUs its LLVM does not know (AMD Zen 5): "unknown target CPU 'generic'" for every program.
 
 * storage: :class:`CLArray` (a ``cl.Buffer`` shared by views + shape, element
   strides, element offset, numpy dtype); bool is stored as ``uchar`` 0/1;
@@ -45,6 +48,47 @@ def _all_devices():
         except cl.Error:  # a platform without devices raises CL_DEVICE_NOT_FOUND
             pass
     return out
+
+
+_PROBE_SRC = "__kernel void nee_probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+_usable: list = [None]       # once per process: ([(device, context)], [why each other device is left out])
+_usable_lock = threading.Lock()
+
+
+def _build_error(e) -> str:
+    """The compiler's first error line of a failed build (the whole message when it has none)."""
+    text = str(e)
+    for line in text.splitlines():
+        if line.strip().startswith("error:"):
+            return line.strip()
+    return " ".join(text.split())[:300]
+
+
+def _usable_devices():
+    """The devices that build a one-line program here, each with the context it was built in, and
+    the reasons for the devices left out.  Probed once per process (PoCL caches the build on disk)."""
+    with _usable_lock:
+        if _usable[0] is not None:
+            return _usable[0]
+        import warnings
+        cl = _cl()
+        ok, bad = [], []
+        for d in _all_devices():
+            what = f"{d.name.strip()} ({d.platform.name.strip()}, {d.version.strip()})"
+            try:
+                ctx = cl.Context([d])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")    # (build-log warnings)
+                    cl.Program(ctx, _PROBE_SRC).build()
+            except Exception as e:  # noqa: BLE001 - any failure to build means the device cannot run kernels
+                why = _build_error(e)
+                if "unknown target CPU" in why:
+                    why += " (the OpenCL compiler's LLVM does not know this CPU model)"
+                bad.append(f"{what} cannot build OpenCL programs: {why}")
+            else:
+                ok.append((d, ctx))
+        _usable[0] = (ok, bad)
+        return _usable[0]
 
 
 # ---------------------------------------------------------------- storage
@@ -163,15 +207,17 @@ class OpenCLBackend(Backend):
             return 0, f"no OpenCL platform ({type(e).__name__}: {e})"
         if not devs:
             return 0, "no OpenCL device on any platform"
-        return len(devs), None
+        ok, bad = _usable_devices()
+        if not ok:
+            return 0, "; ".join(bad)
+        return len(ok), None
 
     def __init__(self, index: int = 0):
         super().__init__(index)
         cl = _cl()
         self.cl = cl
-        self.cl_device = _all_devices()[index]
+        self.cl_device, self.ctx = _usable_devices()[0][index]
         d = self.cl_device
-        self.ctx = cl.Context([d])
         self.queue = cl.CommandQueue(self.ctx)     # in-order
         ext = d.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
