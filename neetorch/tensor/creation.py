@@ -706,10 +706,18 @@ def _logspace_real(start, end, steps, base, dt):
     first = (i < steps // 2) | (steps == 1)
     with np.errstate(over="ignore", invalid="ignore"):
         x = np.where(first, float(s0) + step * cnt, float(e0) - step * k)
-        r = np.power(base, x)
+        r = _libm_pow(base, x)
         if dt.category == 1:
             r = np.trunc(r)
         return _dt.astype_low(r, T)
+
+
+def _libm_pow(base: float, x: np.ndarray) -> np.ndarray:
+    """``base ** x`` for a float64 array as C's ``pow`` gives it (torch's CPU kernels call libm): through the CPU
+    backend's pow kernel, which calls libm.  Not ``np.power``: on AVX-512 hosts numpy runs SVML's pow, which
+    differs from libm's in the last bit for some inputs (seen on AMD Zen 5: 1 of 13 of a logspace)."""
+    from ..ops.elementwise import pow as _pow
+    return _pow(float(base), from_numpy(np.ascontiguousarray(x, np.float64))).numpy()
 
 
 def eye(n, m=None, *, out=None, dtype=None, device=None, requires_grad=False) -> Tensor:
