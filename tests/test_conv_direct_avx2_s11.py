@@ -9,6 +9,7 @@ inputs through the op, bitwise-equal channels under equal weights (every output 
 property ONNX's constant-weight light models need), the kernel cache keys carrying the width, and the AVX2 cost rule.
 """
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -155,9 +156,10 @@ def test_kernel_cache_keys_carry_the_width():
     # an 8-lane caller (nor the reverse); the rendered IR is 8-lane
     f = D.kernel("chan", 2, 6, True)
     assert ("chan", 2, 6, True, False, 8) in D._kernels and D._kernels[("chan", 2, 6, True, False, 8)] is f
-    keys = [k for k in llvm_render._addresses if k.startswith("convdirect")]
-    assert "convdirectchan2x6rv8" in {k.rsplit("_", 1)[0] for k in keys}
-    assert keys and all(k.rsplit("_", 1)[0].endswith("v8") for k in keys), keys
+    names = {k.rsplit("_", 1)[0] for k in llvm_render._addresses if k.startswith("convdirect")}
+    assert "convdirectchan2x6rv8" in names
+    # (on an AVX-512 host the process may also hold the 16-lane kernels other tests compiled: named v16)
+    assert all(re.search(r"v(8|16)$", n) for n in names), names
     ir = D._render_c(2, 6, True)
     assert "<8 x float>" in ir and "<16 x float>" not in ir
     ir = D._render(6, 2)
