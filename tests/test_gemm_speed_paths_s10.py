@@ -2,7 +2,7 @@
 
 On AMD Zen 4 numpy's DYNAMIC_ARCH OpenBLAS picks its SkylakeX (AVX-512) kernels; neetorch switches it to
 its Haswell (AVX2) ones when the CPU backend's matmul kernels load (faster float32 products there, see
-gemm_driver).  These tests pin that the switch happens where it should (and nowhere else), that the
+gemm_driver).  On Zen 5 (full-width AVX-512) OpenBLAS picks Haswell; neetorch switches it to SkylakeX.  These tests pin that the switch happens where it should (and nowhere else), that the
 opt-outs work, that a bad core name is refused clearly, and that products after a switch are right
 (against a reference that does not go through BLAS: np.einsum without optimize, in float64), on one and
 two threads (the driver's split products), odd shapes, transposed / strided operands and broadcast
@@ -44,17 +44,26 @@ before = gd.blas_core()
 import neetorch as nee
 x = nee.ones(8, 8)
 (x @ x).numpy()
-print(before, gd.blas_core(), gd._zen4())
+print(before, gd.blas_core(), gd._amd_avx512_family())
 """
 
 
 @needs_core
-def test_switch_taken_on_zen4_only():
-    before, after, zen4 = _run(_PROBE).split()
-    if zen4 == "True" and before.lower() in gd._AVX512_CORES:
+def test_switch_taken_on_zen4_and_zen5_only():
+    before, after, fam = _run(_PROBE).split()
+    fam = int(fam)
+    if fam == 25 and before.lower() in gd._AVX512_CORES:
         assert after == "Haswell"
+    elif fam >= 26 and before.lower() in ("haswell", "zen"):
+        assert after == "SkylakeX"
     else:
         assert after == before
+    # the rule itself, for every host
+    assert gd.preferred_core("SkylakeX") == ("Haswell" if fam == 25 else None)
+    assert gd.preferred_core("Haswell") == ("SkylakeX" if fam >= 26 else None)
+    # a user's OPENBLAS_CORETYPE is kept
+    before, after, _ = _run(_PROBE, OPENBLAS_CORETYPE="Sandybridge").split()
+    assert after == before == "Sandybridge"
 
 
 @pytest.fixture
@@ -73,7 +82,7 @@ def fresh_choice(monkeypatch):
 @needs_core
 def test_opt_outs_and_forced_core(fresh_choice, monkeypatch):
     # NEE_OPENBLAS_CORE=keep, a user's OPENBLAS_CORETYPE: left alone; NEE_OPENBLAS_CORE=<core>: forced
-    gd.set_blas_core("SkylakeX" if gd._zen4() else fresh_choice)
+    gd.set_blas_core("SkylakeX" if gd._zen4() else ("Haswell" if gd._amd_avx512_family() >= 26 else fresh_choice))
     before = gd.blas_core()
     monkeypatch.setenv("NEE_OPENBLAS_CORE", "keep")
     assert gd.choose_blas_core() is None and gd.blas_core() == before

@@ -700,7 +700,7 @@ _state = [None]          # the state array of this process
 _st: dict = {"threads": [], "respawn": 0}
 
 
-# ---- OpenBLAS's kernel set on AMD Zen 4
+# ---- OpenBLAS's kernel set on AMD Zen 4 and Zen 5
 # numpy's OpenBLAS (DYNAMIC_ARCH) picks its SkylakeX (AVX-512) kernels on Zen 4, which runs 512-bit
 # operations as two 256-bit halves; its Haswell (AVX2) kernels ("Zen" in OpenBLAS's names) are faster there
 # for float32 products.  Measured on this box's Zen 4 (EPYC, family 0x19), one thread, the two kernel sets
@@ -712,9 +712,17 @@ _st: dict = {"threads": [], "respawn": 0}
 # alternating: the bench_jit transformer block 0.915, ONNX MLP 0.84, ONNX BERT b1 0.93.  So on Zen 4
 # (where OpenBLAS chose SkylakeX / Cooperlake / SapphireRapids) neetorch switches numpy's OpenBLAS to
 # its Haswell kernels when the CPU backend loads (a process-wide setting: numpy's own products in this
-# process use them too; results differ from SkylakeX's only in rounding).  NEE_OPENBLAS_CORE=keep leaves
-# OpenBLAS as it chose; NEE_OPENBLAS_CORE=<name> (an OpenBLAS core name) forces one; an
-# OPENBLAS_CORETYPE set by the user is never overridden.
+# process use them too; results differ from SkylakeX's only in rounding).
+# Zen 5 (family 0x1A: full-width 512-bit units) is the reverse: OpenBLAS 0.3.31 does not know the family and
+# picks Haswell, whose kernels run there at about half SkylakeX's speed.  Measured on an EPYC Zen 5 (2 vCPUs),
+# one thread, alternating in one process, min of 3 rounds (/tmp/lead20/blascore.py), SkylakeX / Haswell time:
+# 128x256x256 0.55, with a transposed weight 0.66, 128x384x1536 0.56, 64x1024x1024^T 0.80, 1024x384x384 0.52,
+# 512x512x512 0.53, 128x32x128 0.50, 37x111x203 0.47, 8x768x768 0.91; even or slower only on 32x1024x1024^T
+# 1.07 and the gemv 1x384x1536 1.09.  ONNX models, 2 threads, fresh processes (bench/onnx_vs_ort.py --alone):
+# ResNet-50 31.5 -> 26.7 ms, Inception v2 15.3 -> 12.3, VGG-19 92.7 -> 68.7, ZFNet-512 21.0 -> 16.7.  So on
+# AMD family 0x1A and later with AVX-512F, where OpenBLAS chose a non-AVX-512 core, neetorch switches it to
+# SkylakeX.  NEE_OPENBLAS_CORE=keep leaves OpenBLAS as it chose; NEE_OPENBLAS_CORE=<name> (an OpenBLAS core
+# name) forces one; an OPENBLAS_CORETYPE set by the user is never overridden.
 _AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 _KNOWN_CORES = ("haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "sandybridge", "nehalem",
                 "prescott")
@@ -786,19 +794,39 @@ def _select_core(lib, name: str) -> None:
             os.environ["OPENBLAS_CORETYPE"] = saved
 
 
-def _zen4() -> bool:
-    """AMD family 0x19 (Zen 3 / Zen 4) with AVX-512 (Zen 4), from /proc/cpuinfo."""
+def _amd_avx512_family() -> int:
+    """The CPU family of an AMD CPU with AVX-512F (25: Zen 4, 26: Zen 5, ...) from /proc/cpuinfo, else 0."""
     try:
         with open("/proc/cpuinfo") as f:
             head = f.read(1 << 14)
     except OSError:
-        return False
+        return 0
     info = {}
     for line in head.split("\n\n")[0].splitlines():
         k, _, v = line.partition(":")
         info[k.strip()] = v.strip()
-    return info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "25" and \
-        "avx512f" in info.get("flags", "").split()
+    if info.get("vendor_id") != "AuthenticAMD" or "avx512f" not in info.get("flags", "").split():
+        return 0
+    try:
+        return int(info.get("cpu family", "0"))
+    except ValueError:
+        return 0
+
+
+def _zen4() -> bool:
+    """AMD family 0x19 (Zen 3 / Zen 4) with AVX-512 (Zen 4), from /proc/cpuinfo."""
+    return _amd_avx512_family() == 25
+
+
+def preferred_core(core: str) -> str | None:
+    """The kernel set neetorch prefers on this CPU over OpenBLAS's choice ``core`` (see above), or None to keep it."""
+    fam = _amd_avx512_family()
+    avx512 = core.lower() in _AVX512_CORES
+    if fam == 25 and avx512:
+        return "Haswell"
+    if fam >= 26 and not avx512 and core.lower() in ("haswell", "zen"):
+        return "SkylakeX"
+    return None
 
 
 def choose_blas_core() -> str | None:
@@ -811,12 +839,12 @@ def choose_blas_core() -> str | None:
     if want.lower() in ("keep", "0", "off") or (not want and os.environ.get("OPENBLAS_CORETYPE")):
         return None
     if not want:
-        if sys.platform != "linux" or os.uname().machine != "x86_64" or not _zen4():
+        if sys.platform != "linux" or os.uname().machine != "x86_64":
             return None
         core = blas_core()
-        if core is None or core.lower() not in _AVX512_CORES:
+        want = None if core is None else preferred_core(core)
+        if want is None:
             return None
-        want = "Haswell"
     elif _openblas_lib() is None:
         return None
     cur = blas_core()

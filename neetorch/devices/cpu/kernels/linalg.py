@@ -44,7 +44,8 @@ from .. import kernel, native_chain, threads
 from . import gemv as _gemv
 
 # numpy's OpenBLAS runs its Haswell kernels on AMD Zen 4, where they beat the SkylakeX ones it picks for
-# float32 products by 5-38% (gemm_driver.choose_blas_core; NEE_OPENBLAS_CORE=keep: OpenBLAS's own choice).
+# float32 products by 5-38%, and its SkylakeX ones on Zen 5, where they beat the Haswell ones it picks by up to
+# 2x (gemm_driver.choose_blas_core; NEE_OPENBLAS_CORE=keep: OpenBLAS's own choice; a user's OPENBLAS_CORETYPE kept).
 # Here, at the CPU backend's import, before any neetorch thread runs a product
 _gemm_driver.choose_blas_core()
 
