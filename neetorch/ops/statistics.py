@@ -1,16 +1,17 @@
 """Order statistics, counting and scans written as compositions of existing ops.
 
-``nanmedian``, ``quantile``/``nanquantile``, ``mode`` (CPU: topk's kernel's torch-order selection; other
-devices: a stable ``sort``, then ``gather`` at computed ranks),
+``nanmedian`` (CPU: median's kernel), ``quantile``/``nanquantile``, ``mode`` (CPU: topk's kernel's torch-order
+selection; other devices: a stable ``sort``, then ``gather`` at computed ranks),
 ``logcumsumexp`` (a log-space doubling scan of ``logaddexp``), ``diff``, ``histc`` and ``bincount``
 (``scatter_add`` of a computed bin index).  Being compositions they run on every device that runs their parts
 and trace as those parts; ``bincount`` (its length is ``max(input) + 1``) and ``histc`` without an explicit range
 read values to size their result, so under ``@nee.jit`` they raise ``TraceError`` like any data-dependent shape.
 
 Tie rules are PyTorch's: ``median``/``nanmedian`` return the lower median and the index of the element a stable
-sort puts there; ``mode`` returns the smallest of the most frequent values and, on the CPU, the index torch's CPU
-kernel returns (the last occurrence in its std::sort's order: kernels/indexing.py, ops/_stl_order.py; other devices:
-the last occurrence).
+sort puts there (on the CPU torch's CPU kernel's: the same but for nanmedian's all-NaN rows, kernels/reduction.py);
+``mode`` returns the smallest of the most frequent values and, on the CPU, the index torch's CPU kernel returns
+(the last occurrence in its std::sort's order: kernels/indexing.py, ops/_stl_order.py; other devices: the last
+occurrence).
 """
 from __future__ import annotations
 
@@ -66,6 +67,15 @@ def nanmedian(input, dim=_red._NODIM, keepdim=_red._NOKD):
                          f"non-zero size.")     # (torch checks this before the dtype, with median's name)
     if input._dtype is _dt.bool_:
         raise NotImplementedError("nanmedian: not implemented for bool tensors")
+    if input._device.type == "cpu" and (dim is None or input.ndim):
+        # median's CPU kernel (kernels/reduction.py): torch's CPU index (std::nth_element's) for all-NaN rows,
+        # and without a dim the zero sign / NaN torch's nth_element on the values leaves at the median
+        from .registry import run
+        if dim is None:
+            return run(_red.MEDIAN, [input], {"dim": None, "keepdim": False, "ignore_nan": True})[0]
+        d = wrap_dim(dim, input.ndim, "nanmedian")
+        return _rt("nanmedian")(*run(_red.MEDIAN, [input], {"dim": d, "keepdim": bool(keepdim),
+                                                            "ignore_nan": True}))
     sort = _E("sort")
     if dim is None:
         s = sort(input.reshape(-1), stable=True).values
