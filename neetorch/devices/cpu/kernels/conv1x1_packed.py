@@ -833,7 +833,8 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
 # + e (loaded, masked past the plane's end), relu, stored straight into res (masked past the end: no scratch);
 # the same sums in the same order as the pass's (relu((acc + bias) + e)), so the output is bitwise the unfused one.
 # Strided 1x1s (ResNet's downsamples) take it too, their panels gathered (@packs).  Taken on outputs of _FUSED_MIN_L
-# pixels and more (NEE_CONV_PK1X1_FUSED=0: never; smaller outputs: the tasks above).
+# pixels and more, on hosts running the 8-lane (AVX2) kernels, where it was measured (NEE_CONV_PK1X1_FUSED=1: on
+# every host, 0: never; smaller outputs: the tasks above).
 # Measured (session 15, AVX2 EPYC, load 8-11 from other sessions: ratios only).  Alone, 1 thread, process CPU time,
 # min of 30-40 alternating calls, conv + bias (+ residual) + relu, us fused / unfused packed / unfused direct: 64 ->
 # 256 on 56x56 + residual 1373 / 1577 / 1868 (without the prefetches of C and e below 2121-4526: the panel loop
@@ -847,7 +848,15 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
 # path lost on small planes (DenseNet's 1x1s on 14x14 / 7x7 1.04-1.19, in one session with the switch toggled),
 # ResNet's 14x14 1x1s against OpenBLAS 1.04-1.09: hence _FUSED_MIN_L.  SqueezeNet's squeezes (64 -> 16 on 55x55)
 # on it lost to conv_direct's "chan" kernel in the model (175 / 151 us, 223 / 185): the squeeze rule stays.
-FUSED = [os.environ.get("NEE_CONV_PK1X1_FUSED", "1") not in ("0", "")]
+# Not on the 16-lane (AVX-512) kernels: on an AMD Zen 5 (EPYC, 2 vCPUs, 1 MiB L2 each) it lost to the unfused
+# tasks and to conv_direct's kernel on every ResNet-50 1x1 of 784+ pixels (conv2d_into + bias + relu, in-process
+# alternating, min of 7 rounds, /tmp/lead20/paths.py; us fused / unfused tasks / direct): one thread 256 -> 64 on
+# 56x56 775 / 449 / 464, 64 -> 256 768 / 475 / 540, 512 -> 128 on 28x28 728 / 429 / 443, 128 -> 512 740 / 448 /
+# 471; two threads 470 / 251 / 260, 532 / 277 / 307, 505 / 275 / 249, 632 / 399 / 271; the whole model (ONNX, 2
+# threads, fresh processes, bench/onnx_vs_ort.py --alone) 39.8 / 39.5 -> 28.2 / 26.0 ms with it off.  The big
+# products it would take then fall to the rule's other paths (conv_direct's kernel there).
+_FUSED_ENV = os.environ.get("NEE_CONV_PK1X1_FUSED", "")
+FUSED = [None if _FUSED_ENV == "" else _FUSED_ENV != "0"]    # None: by the host (8-lane kernels only)
 _U8 = 4                     # the 8-lane tile's K loop unrolled (linalg.PK_UNROLL8's)
 _FW = 24                    # int64 words per fused task row
 # the fused path on outputs of at least this many pixels (smaller planes: the unfused tasks above; see FUSED)
@@ -857,7 +866,11 @@ _FUSED_MIN_L = [int(os.environ.get("NEE_PK1X1_FUSED_MIN_L", "784"))]
 def _fused_for(rs, stride) -> bool:
     """Whether a conv with output shape ``rs`` (N, O, OH, OW) and ``stride`` runs the fused path (strided ones only
     there)."""
-    return FUSED[0] and rs[2] * rs[3] >= _FUSED_MIN_L[0]
+    f = FUSED[0]
+    if f is None:
+        from . import linalg
+        f = available() and linalg.PK_VEC == 8
+    return bool(f) and rs[2] * rs[3] >= _FUSED_MIN_L[0]
 
 
 _SMALL_SCRATCH = [os.environ.get("NEE_PK1X1_SMALL", "1") != "0"]
