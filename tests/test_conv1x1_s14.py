@@ -113,8 +113,11 @@ def test_op_routes_unpadded_stride1_1x1(nthreads, monkeypatch):
              ((1, 64, 55, 55), (16, 64, 1, 1), 1, 0, 1, False),
              # fewer than _MIN_K inputs per group (ShuffleNet's first grouped 1x1): conv_direct's "pix" kernel
              ((1, 24, 28, 28), (112, 6, 1, 1), 1, 0, 4, False),
-             # strided, padded, a 2x2 plane (4 of 16 columns used), per-channel: not taken
-             ((1, 32, 14, 14), (64, 32, 1, 1), 2, 0, 1, False), ((1, 32, 9, 9), (64, 32, 1, 1), 1, 1, 1, False),
+             # strided (session 20: the stride-1 conv of the subsampled 7x7 input, conv._strided_1x1: taken as that
+             # conv is), padded, a 2x2 plane (4 of 16 columns used), per-channel: not taken
+             ((1, 32, 14, 14), (64, 32, 1, 1), 2, 0, 1,
+              P.pays((1, 32, 7, 7), (64, 32, 1, 1), (1, 64, 7, 7), 1, 1, 0, 0, 0, 0, 1)),
+             ((1, 32, 9, 9), (64, 32, 1, 1), 1, 1, 1, False),
              ((1, 64, 2, 2), (64, 64, 1, 1), 1, 0, 1, False), ((1, 32, 9, 9), (32, 1, 1, 1), 1, 0, 32, False)]
     for xs, ws, s, p, g, taken in cases:
         x = RNG.standard_normal(xs).astype(np.float32)
@@ -129,7 +132,7 @@ def test_op_routes_unpadded_stride1_1x1(nthreads, monkeypatch):
         OH, OW = want.shape[2:]
         if taken:
             # conv_direct's rule leaves them (conv.bind_into binds the direct kernel where it says yes)
-            assert not D.pays(xs, ws, want.shape, s, s, p, p, p, p, 1, 1, g), xs
+            assert s != 1 or not D.pays(xs, ws, want.shape, s, s, p, p, p, p, 1, 1, g), xs
             assert ran[0] == ("direct" if OH * OW >= P._DIRECT_MIN_L else "packed")
 
 

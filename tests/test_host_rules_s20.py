@@ -45,3 +45,25 @@ def test_resnet_1x1_right_whichever_path(fused, monkeypatch):
         want = np.einsum("chw,oc->ohw", x[0, :, ::s, ::s].astype(np.float64), w[:, :, 0, 0].astype(np.float64))
         want = np.maximum(want + b[:, None, None] + e[0], 0)
         np.testing.assert_allclose(out[0], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("sub", [True, False])
+@pytest.mark.parametrize("N,C,O,H,W,G,st", [(1, 256, 512, 56, 56, 1, (2, 2)), (2, 24, 40, 13, 11, 2, (2, 3)),
+                                            (1, 33, 17, 9, 9, 1, (3, 1)), (1, 16, 64, 1, 1, 1, (2, 2))])
+def test_strided_1x1_subsampled_matches_torch(sub, N, C, O, H, W, G, st, monkeypatch):
+    # strided unpadded 1x1 convs run as the stride-1 conv of the subsampled input (conv._strided_1x1) unless the
+    # packed path takes them strided; NEE_CONV_SUB1X1=0 (False): the GEMM path.  Bias, a second bias, residual, relu
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(CV, "_SUB1X1", [sub])
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = (rng.standard_normal((O, C // G, 1, 1)) / np.sqrt(C)).astype(np.float32)
+    b, b2 = rng.standard_normal(O).astype(np.float32), rng.standard_normal(O).astype(np.float32)
+    OH, OW = (H - 1) // st[0] + 1, (W - 1) // st[1] + 1
+    e = rng.standard_normal((N, O, OH, OW)).astype(np.float32)
+    t = lambda a: torch.from_numpy(a.astype(np.float64))
+    want = torch.relu(torch.nn.functional.conv2d(t(x), t(w), t(b + 0.0) + t(b2), st, groups=G) + t(e)).numpy()
+    out = np.full((N, O, OH, OW), np.nan, np.float32)
+    CV.conv2d_into(out, [x, w, b], dict(stride=st, padding=(0, 0, 0, 0), dilation=(1, 1), groups=G), b2=b2, e=e,
+                   relu=True)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

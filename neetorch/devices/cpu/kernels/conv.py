@@ -765,6 +765,31 @@ def apply_prologue(x: np.ndarray, pre) -> np.ndarray:
     return y
 
 
+# Strided unpadded 1x1 convs (ResNet's downsamples) of float32 that the packed 1x1 path does not take strided (its
+# fused variant only: conv1x1_packed._fused_for): the subsampled input copied once into a scratch, then the stride-1
+# conv through the same dispatch (packed / direct kernels, which take stride-1 1x1s; the GEMM below subsampled the
+# same way but ran OpenBLAS).  Measured on AMD Zen 5 (2 threads, conv2d_into + bias + relu, in-process, min of 7
+# rounds, /tmp/lead20/paths.py), us before (OpenBLAS, Haswell kernels) -> after (the direct kernel): 256 -> 512
+# from 56x56 /2 1004 -> 560, 512 -> 1024 from 28x28 /2 944 -> 517, 1024 -> 2048 from 14x14 /2 1086 -> 613.
+# NEE_CONV_SUB1X1=0: the GEMM path as before.
+_SUB1X1 = [os.environ.get("NEE_CONV_SUB1X1", "1") not in ("0", "")]
+
+
+def _strided_1x1(out, ins, attrs, b2, e, relu, pre) -> bool:
+    w = ins[1]
+    sh, sw = attrs["stride"]
+    if (sh, sw) == (1, 1) or not _SUB1X1[0] or w.ndim != 4 or w.shape[2:] != (1, 1) or any(attrs["padding"]) or \
+            out.dtype != _F32 or ins[0].dtype != _F32 or conv1x1_packed._fused_for(out.shape, (sh, sw)):
+        return False
+    x = ins[0]
+    OH, OW = out.shape[2], out.shape[3]
+    xs = x[:, :, :(OH - 1) * sh + 1:sh, :(OW - 1) * sw + 1:sw]
+    xb = _buffer(xs.size, _F32, "sub1x1").reshape(xs.shape)
+    np.copyto(xb, xs)
+    conv2d_into(out, [xb] + list(ins[1:]), dict(attrs, stride=(1, 1)), b2, e, relu, pre)
+    return True
+
+
 def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None) -> None:
     """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
     relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
@@ -772,6 +797,8 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None) -> None:
     ``pre`` = (steps, S): an input prologue (kernels/conv_epilogue.py's conv_prologue): the conv of
     :func:`apply_prologue` (x, pre), applied as the packed 1x1 kernel packs x where that path runs, else first."""
     if out.size == 0:
+        return
+    if _strided_1x1(out, ins, attrs, b2, e, relu, pre):
         return
     if pre is not None:
         x = _c(ins[0])
