@@ -76,8 +76,7 @@ def test_winograd_rule_against_the_direct_kernel(monkeypatch):
         assert K._winograd_rule(*args, direct=True) == 2
     # float32 convs ask for the direct kernel's rule where the kernel runs (AVX-512F), others the GEMM paths'
     geo = (1, 128, 14, 14, 128, 1, 3, 3, 1, 1, 1, 1, 14, 14, np.dtype(np.float32))
-    # (one thread only on AVX-512 hosts: on more, F(4) on the native workers beat the direct kernel there; on AVX2
-    # hosts on any thread count, K._WINO_DIRECT_MT: "0" / "1" force either)
+    # (on any thread count by default since session 20; K._WINO_DIRECT_MT: "0" (one thread only) / "1" force either)
     for avail, nt, mt, m in ((True, 1, "0", 0), (False, 1, "0", 4), (True, 2, "0", 4), (True, 2, "1", 0),
                              (False, 2, "1", 4)):
         monkeypatch.setattr(conv_direct, "available", lambda: avail)

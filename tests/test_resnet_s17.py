@@ -101,7 +101,8 @@ def test_moved_convs_take_f2_and_match_float64(shape, has_b, has_e, relu, nt, se
         if relu:
             assert (out >= 0).all()
     # the rule weighs Winograd against the direct kernel at one thread, and on 2+ threads where _direct_term_mt
-    # (AVX2 hosts): F(2) there; else (AVX-512, 2 threads) the rule without the direct term (F(4) on these shapes)
+    # (every host by default since session 20): F(2) there; else (NEE_CONV_WINO_DIRECT_MT=0, 2 threads) the rule
+    # without the direct term (F(4) on these shapes)
     want_m = 2 if nt == 1 or CV._direct_term_mt() else CV._winograd_rule(N, C, O, H, W, 4, False)
     assert want_m in (2, 4) and seen == [want_m, want_m]
 

@@ -1034,14 +1034,20 @@ def _winograd_m(N, C, H, W, O, G, KH, KW, sh, sw, dh, dw, OH, OW, dt) -> int:
 # 128 -> 160 1.17 -> 0.64, 160 -> 160 1.12 -> 0.76, 128 -> 192 1.18 -> 0.68, 192 -> 192 1.59 -> 1.01, SqueezeNet's
 # 32 -> 128 0.83-1.05 -> 0.62-0.75; Inception v2 whole, fresh processes alternated, min 45.6 / 51.0 / 46.4 ->
 # 42.9 / 42.8 / 44.0 ms (the box loaded: 5-8).  Warm in isolation (weights in cache) F(4) can still come out
-# ahead.  AVX-512 hosts keep the one-thread-only rule (measured there warm: F(4) ahead, see above).
+# ahead.  AVX-512 hosts kept the one-thread-only rule (measured on Zen 4 warm, in isolation: F(4) ahead) until an
+# AMD Zen 5 (AVX-512, 2 vCPUs) showed the same as the AVX2 box in the models: 2 threads, ONNX sessions in fresh
+# processes alternating (bench/onnx_vs_ort.py --alone, two rounds each), one-thread rule / direct term on 2 threads
+# too: Inception v2 14.7 / 13.9 -> 11.9 / 13.1 ms, SqueezeNet 2.36 / 2.26 -> 2.08 / 2.14, ResNet-50 26.8 / 27.4 ->
+# 29.4 / 23.8, VGG-19 92.9 / 90.2 -> 91.3 / 97.6, DenseNet-121 21.2 / 20.4 -> 20.6 / 18.7 (onnxruntime's ratios
+# 1.49 / 1.50 -> 1.25 / 1.31, 1.36 / 1.34 -> 1.25 / 1.23); warm in isolation the direct kernel already won there on
+# 256 -> 256 at 14x14 (533 vs F(4) 619 us, /tmp/lead20/paths3.py).  So now every host weighs the direct term.
 _WINO_DIRECT_MT = os.environ.get("NEE_CONV_WINO_DIRECT_MT", "")
 
 
 def _direct_term_mt() -> bool:
     if _WINO_DIRECT_MT in ("0", "1"):
         return _WINO_DIRECT_MT == "1"
-    return conv_direct.VEC == 8
+    return True
 
 
 # The cost rule: single-thread time estimates (both paths split over threads alike): the GEMMs' multiply-adds
