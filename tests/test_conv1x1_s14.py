@@ -17,6 +17,7 @@ import neetorch as nee
 from neetorch.devices.cpu import threads
 from neetorch.devices.cpu.kernels import conv1x1_packed as P
 from neetorch.devices.cpu.kernels import conv_direct as D
+from neetorch.devices.cpu.kernels import linalg as L
 from neetorch.ops import conv as C
 
 torch = pytest.importorskip("torch")
@@ -109,8 +110,10 @@ def test_op_routes_unpadded_stride1_1x1(nthreads, monkeypatch):
     monkeypatch.setattr(P, "_run", lambda p, *a: (ran.append(p.kind), real(p, *a)))
     cases = [((1, 48, 55, 55), (32, 48, 1, 1), 1, 0, 1, True), ((1, 136, 14, 14), (136, 34, 1, 1), 1, 0, 4, True),
              ((2, 48, 13, 13), (192, 48, 1, 1), 1, 0, 1, True),
-             # a "squeeze" (16 outputs from 64 inputs): conv_direct's "chan" kernel
-             ((1, 64, 55, 55), (16, 64, 1, 1), 1, 0, 1, False),
+             # a "squeeze" (16 outputs from 64 inputs): conv_direct's "chan" kernel with the 8-lane kernels, the
+             # packed tasks with the 16-lane ones on planes of 729+ pixels (session 20), the chan kernel below
+             ((1, 64, 55, 55), (16, 64, 1, 1), 1, 0, 1, P.available() and L.PK_VEC == 16),
+             ((1, 64, 13, 13), (16, 64, 1, 1), 1, 0, 1, False),
              # fewer than _MIN_K inputs per group (ShuffleNet's first grouped 1x1): conv_direct's "pix" kernel
              ((1, 24, 28, 28), (112, 6, 1, 1), 1, 0, 4, False),
              # strided (session 20: the stride-1 conv of the subsampled 7x7 input, conv._strided_1x1: taken as that

@@ -692,6 +692,12 @@ _BIG_FLOPS = 50e6
 # one into 28x28 included; see FUSED below)
 _SQUEEZE_MAX_O = 48
 _SQUEEZE_RATIO = 4
+# ... on the 8-lane (AVX2) kernels; on the 16-lane (AVX-512) ones only on planes under _SQUEEZE16_MIN_L pixels: on an
+# AMD Zen 5 the packed tasks ran the large-plane squeezes twice as fast as the path they went to (conv2d_into + bias
+# + relu, in-process alternating, min of 7 rounds, /tmp/lead20/paths.py, us packed / before): 2 threads 96 -> 16 on
+# 55x55 31 / 64, 128 -> 16 39 / 93, 256 -> 32 on 27x27 36 / 40; 1 thread 51 / 114, 68 / 174; on 13x13 the direct
+# kernel stayed ahead (384 -> 48: 24 vs 30)
+_SQUEEZE16_MIN_L = 729
 
 
 def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
@@ -715,8 +721,10 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
                 from . import linalg
                 L = rs[2] * rs[3]
                 Og, Cg = ws[0] // max(G, 1), ws[1]
+                squeeze = Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og and \
+                    (linalg.PK_VEC == 8 or L < _SQUEEZE16_MIN_L)
                 r = (L > 0 and L >= _MIN_LANE_USE * (-(-L // linalg.PK_NR) * linalg.PK_NR) and Cg >= _MIN_K
-                     and not (Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og)
+                     and not squeeze
                      and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS
                               and not _fused_for(rs, (sh, sw))))
         if len(_pays) > 4096:
