@@ -66,6 +66,8 @@ def _torch_ceil_out(n, k, s, d, p):
 def test_winograd_rule_against_the_direct_kernel(monkeypatch):
     # without a column matrix to build (conv_direct's kernel) the direct side loses the im2col term: F(4) only
     # where it won in the models (see conv.py), not on the 14x14 planes of 128-192 channels nor 32->128 on 27x27
+    # (the 8-lane kernel's rule; the 16-lane one's below)
+    monkeypatch.setattr(conv_direct, "VEC", 8)
     for args in ((1, 128, 128, 14, 14), (1, 160, 160, 14, 14), (1, 128, 192, 14, 14), (1, 32, 128, 27, 27)):
         assert K._winograd_rule(*args) == 4                     # the GEMM paths' rule (float64, no AVX-512F)
         assert K._winograd_rule(*args, direct=True) == 0
@@ -74,6 +76,14 @@ def test_winograd_rule_against_the_direct_kernel(monkeypatch):
     # F(2) on 14x14 planes where F(4)'s 16-column products lost (session 17, conv._WINO_FEW_COLS)
     for args in ((1, 192, 256, 14, 14), (1, 256, 256, 14, 14)):
         assert K._winograd_rule(*args, direct=True) == 2
+    # 16 lanes (AVX-512: the direct kernel 1.2x the rate, session 20 on Zen 5): direct on 14x14 and smaller, F(4) on
+    # the larger planes where it won there
+    monkeypatch.setattr(conv_direct, "VEC", 16)
+    for args in ((1, 192, 256, 14, 14), (1, 256, 256, 14, 14), (1, 512, 512, 12, 12), (1, 512, 512, 7, 7)):
+        assert K._winograd_rule(*args, direct=True) == 0
+    for args in ((1, 64, 192, 56, 56), (1, 96, 96, 28, 28), (1, 128, 128, 28, 28)):
+        assert K._winograd_rule(*args, direct=True) == 4
+    monkeypatch.undo()
     # float32 convs ask for the direct kernel's rule where the kernel runs (AVX-512F), others the GEMM paths'
     geo = (1, 128, 14, 14, 128, 1, 3, 3, 1, 1, 1, 1, 14, 14, np.dtype(np.float32))
     # (on any thread count by default since session 20; K._WINO_DIRECT_MT: "0" (one thread only) / "1" force either)

@@ -16,6 +16,13 @@ from neetorch.devices.cpu.kernels import conv_direct as CD
 from neetorch.devices.cpu.kernels import winograd as WG
 
 
+@pytest.fixture(autouse=True)
+def _rule_as_fitted(monkeypatch):
+    # the Winograd rule as fitted on the AVX2 box (8-lane direct kernel); the 16-lane direct kernel's rate (session
+    # 20, conv._DIRECT16_RATE) moves these 14x14 / 12x12 convs to it: tests/test_cnn_speed_paths_pool_wino.py
+    monkeypatch.setattr(CV, "_DIRECT16_RATE", 1.0)
+
+
 @pytest.fixture
 def settings_restored():
     n = nee.get_num_threads()

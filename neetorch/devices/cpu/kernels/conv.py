@@ -1079,10 +1079,20 @@ _WINO_MARGIN = 0.95
 # the machine was too loaded for in-model two-thread figures: the rule there is left as it was.
 
 
+# The direct kernel's rate against the rule's fit (AVX2 box) where it runs 16 lanes: on an AMD Zen 5 (AVX-512, 2
+# threads, warm, in-process alternating, min of 7 rounds, /tmp/lead20/paths3s.py, us F(2) / F(4) / direct) it won
+# the 14x14 and smaller planes the fit gave Winograd (256 -> 256 on 14x14 638 / 619 / 533, 192 -> 256 465 / 445 /
+# 393, ZFNet's 512 -> 512 on 12x12 1944 / 2570 / 1476) and tied F(4) on 64 -> 64 at 56x56 (624 / 537 / 522) and 96 ->
+# 96 at 28x28 (356 / 304 / 302), F(4) ahead on 128 -> 128 at 28x28 (608 / 477 / 536) and 64 -> 192 at 56x56 (1670 /
+# 1245 / 1495): a 1.2x rate gives those picks (1.0: F(2) on the 14x14s; 1.4: direct on 96 -> 96 at 28x28 too)
+_DIRECT16_RATE = 1.2
+
+
 def _winograd_rule(N, C, O, OH, OW, isz=4, direct=False) -> int:
     L = N * OH * OW
     w = O * C
-    best = 2.0 * w * 9 * L / _GEMM_FLOPS + 9 * w * isz / _MEM_BW + (0.0 if direct else C * 9 * L * _IM2COL_NS)
+    rate = _GEMM_FLOPS * (_DIRECT16_RATE if direct and conv_direct.VEC == 16 else 1.0)
+    best = 2.0 * w * 9 * L / rate + 9 * w * isz / _MEM_BW + (0.0 if direct else C * 9 * L * _IM2COL_NS)
     pick = 0
     ts = {}
     for m in (2, 4):
