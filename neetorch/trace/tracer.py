@@ -20,6 +20,7 @@ again eagerly (``stats["eager_retraces"]``), so results never depend on placehol
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import traceback
@@ -175,9 +176,14 @@ def alias(src, new) -> None:
             tr.bind(new, e[0])
 
 
+# the package's own folder: frames under it are neetorch's (not "/neetorch/" anywhere in the path: a user's project
+# folder or a clone named neetorch would hide the user's own frames)
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _user_frame() -> str:
     for fr in reversed(traceback.extract_stack()[:-1]):
-        if "/neetorch/" not in fr.filename.replace("\\", "/"):
+        if not os.path.abspath(fr.filename).startswith(_PKG_DIR):
             return f'{fr.filename}:{fr.lineno} ("{(fr.line or "").strip()}")'
     return "<unknown>"
 
