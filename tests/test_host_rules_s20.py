@@ -67,3 +67,24 @@ def test_strided_1x1_subsampled_matches_torch(sub, N, C, O, H, W, G, st, monkeyp
     CV.conv2d_into(out, [x, w, b], dict(stride=st, padding=(0, 0, 0, 0), dilation=(1, 1), groups=G), b2=b2, e=e,
                    relu=True)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_small_plane_big_k_1x1_goes_direct_on_16_lanes_unless_a_prologue(monkeypatch):
+    # conv1x1_packed._PK16_MIN_L / _PK16_MIN_K: on 16 lanes the 14x14 / 7x7 1x1s of 256+ input channels that
+    # conv_direct's rule takes run there; with an input prologue (fused only into the packed kernel) they stay packed
+    from neetorch.devices.cpu.kernels import conv_direct as D
+    if not P.available():
+        pytest.skip("no packed 1x1 kernel on this host")
+    monkeypatch.setattr(P, "_pays", {})
+    monkeypatch.setattr(P, "FUSED", [False])
+    xs, ws, rs = (1, 576, 14, 14), (192, 576, 1, 1), (1, 192, 14, 14)     # (Inception v2's)
+    args = (xs, ws, rs, 1, 1, 0, 0, 0, 0, 1)
+    monkeypatch.setattr(L, "PK_VEC", 8)
+    assert P.pays(*args) and P.pays(*args, True)
+    monkeypatch.setattr(L, "PK_VEC", 16)
+    monkeypatch.setattr(P, "_pays", {})
+    assert P.pays(*args) == (not D.takes_1x1(xs, ws, rs, 1, 1, 1))
+    assert P.pays(*args, True)
+    # under 256 input channels (the direct kernel's small 1x1s are not all chained): packed
+    small = ((1, 192, 14, 14), (192, 192, 1, 1), (1, 192, 14, 14), 1, 1, 0, 0, 0, 0, 1)
+    assert P.pays(*small)

@@ -615,7 +615,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     if pre is not None:
         x, w = ins[0], ins[1]
         if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous or \
-                conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+                conv_direct.route(x, w, out, attrs, True, True) != "pk1x1":
             return None
         return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu, pre)
     x, w = ins[0], ins[1]
@@ -916,7 +916,7 @@ def _prologue_packed(out, x, ins, attrs, b2, e, relu, pre) -> bool:
     shapes and the kernel takes the operands), the epilogue as try_conv2d gives it; False: nothing written."""
     w = _c(ins[1], x.dtype)
     if x.dtype != _F32 or not out.flags.c_contiguous or out.dtype != _F32 or \
-            conv_direct.route(x, w, out, attrs, w is ins[1]) != "pk1x1":
+            conv_direct.route(x, w, out, attrs, w is ins[1], True) != "pk1x1":
         return False
     b = _c(ins[2], x.dtype) if len(ins) > 2 else None
     if b2 is not None:

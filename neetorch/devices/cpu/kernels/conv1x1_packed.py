@@ -698,9 +698,27 @@ _SQUEEZE_RATIO = 4
 # 55x55 31 / 64, 128 -> 16 39 / 93, 256 -> 32 on 27x27 36 / 40; 1 thread 51 / 114, 68 / 174; on 13x13 the direct
 # kernel stayed ahead (384 -> 48: 24 vs 30)
 _SQUEEZE16_MIN_L = 729
+# ... nor, on the 16-lane kernels, planes under _PK16_MIN_L pixels (14x14 and smaller) that conv_direct's rule takes
+# (conv_direct.takes_1x1; else the GEMM would run them), but for convs with an input prologue (DenseNet's
+# bn-relu-conv: fused only into this kernel): there conv_direct's kernel ran every 1x1 of the models faster on the
+# Zen 5 (conv2d_into + bias + relu, in-process alternating, min of 7 rounds, /tmp/lead20/paths.py, us packed /
+# direct): 2 threads 576 -> 192 on 14x14 150 / 115, 576 -> 128 95 / 78, 576 -> 64 51 / 41, 1024 -> 256 359 / 264,
+# 256 -> 1024 366 / 253, 1024 -> 192 on 7x7 65 / 56, 1024 -> 128 44 / 38, 2048 -> 512 611 / 510, 512 -> 2048 299 /
+# 250; 1 thread 1024 -> 256 on 14x14 496 / 457, 2048 -> 512 on 7x7 553 / 455; on 28x28 even (256 -> 64: 70 / 71),
+# on 27x27 this kernel ahead (256 -> 32: 36 / 41).  Without the prologue exception DenseNet-121 lost (min of 4 fresh
+# processes 18.8 -> 21.8 ms): its prologues then ran as separate passes.  Only from _PK16_MIN_K input channels
+# (the measured convs; the direct kernel's small 1x1s are not all bound into the step chain: a jitted CNN's
+# 16 -> 24 on 8x8 lost its chained call).
+_PK16_MIN_L = 400
+_PK16_MIN_K = 256
 
 
-def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
+def _direct_takes(xs, ws, rs, sh, sw, G) -> bool:
+    from . import conv_direct
+    return conv_direct.takes_1x1(xs, ws, rs, sh, sw, G)
+
+
+def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False) -> bool:
     """The cost rule (shapes only; the operands' dtypes and layouts are :func:`applies`'): the unpadded stride-1
     1x1 convs on a host with the kernel, with NEE_CONV_PK1X1 on, whose planes fill at least _MIN_LANE_USE of their
     panels' columns, of _MIN_K input channels per group or more, but the "squeezes" (_SQUEEZE_MAX_O) and the big
@@ -709,7 +727,7 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
     Measured against the paths it replaces (conv_direct's kernels, OpenBLAS with the epilogue in gemm_driver's
     blocks, numpy's batched group GEMMs): see _DIRECT_MIN_L and _MIN_K."""
     key = (rs[2], rs[3], ws[0], ws[1], ws[2], ws[3], sh, sw, pt, pb, pl, pr, G, ON[0], FORCE[0], FUSED[0],
-           _FUSED_MIN_L[0])
+           _FUSED_MIN_L[0], bool(pre), threads.NUM_THREADS)
     r = _pays.get(key)
     if r is None:
         r = False
@@ -724,7 +742,8 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int) -> bool:
                 squeeze = Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og and \
                     (linalg.PK_VEC == 8 or L < _SQUEEZE16_MIN_L)
                 r = (L > 0 and L >= _MIN_LANE_USE * (-(-L // linalg.PK_NR) * linalg.PK_NR) and Cg >= _MIN_K
-                     and not squeeze
+                     and not squeeze and (linalg.PK_VEC == 8 or L >= _PK16_MIN_L or pre or _fused_for(rs, (sh, sw))
+                                          or Cg < _PK16_MIN_K or not _direct_takes(xs, ws, rs, sh, sw, G))
                      and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS
                               and not _fused_for(rs, (sh, sw))))
         if len(_pays) > 4096:

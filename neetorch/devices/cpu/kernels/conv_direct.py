@@ -1860,23 +1860,23 @@ def applies(x, w, res, G) -> bool:
             and res.flags.c_contiguous and w.shape[1] > 0 and available())
 
 
-def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G) -> bool:
+def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre=False) -> bool:
     """Whether kernels/conv1x1_packed.py takes this conv (its cost rule; not the per-channel 1x1s of depthwise
-    shape)."""
-    return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G)
+    shape); ``pre``: the conv has an input prologue (fused only into that kernel)."""
+    return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre)
 
 
-def route(x, w, res, attrs, kept: bool):
+def route(x, w, res, attrs, kept: bool, pre: bool = False):
     """The float32 path conv2d_kernel takes after the depthwise one (``conv.conv2d_into`` and a compiled graph's
     bound step, ``conv.bind_into``, both ask here): "pk1x1" (NEE_CONV_DIRECT unset and the unpadded 1x1 convs
     kernels/conv1x1_packed.py's rule takes), "direct" (this module's kernel: NEE_CONV_DIRECT=1, or the cost
     rule with ``kept`` weights: the caller's array, its packing cached across calls), or None (conv.py's GEMM /
-    Winograd paths)."""
+    Winograd paths).  ``pre``: asked for a conv with an input prologue (the packed kernel's rule then differs)."""
     mode = MODE[0]
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     if mode == "" and w.ndim == 4 and w.shape[2] == w.shape[3] == 1 and _pk1x1_takes(
-            x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, attrs["groups"]):
+            x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, attrs["groups"], pre):
         return "pk1x1"
     if mode == "0" or not applies(x, w, res, attrs["groups"]):
         return None
@@ -1933,6 +1933,13 @@ _pays: dict = {}
 _conv_mod = [None]      # kernels/conv.py (imported on the first call: it imports this module)
 
 
+def takes_1x1(xs, ws, rs, sh, sw, G) -> bool:
+    """Whether this module's rule takes the unpadded 1x1 conv were the packed 1x1 kernel not asked first (that
+    kernel's rule on 16 lanes leaves the small planes to this kernel where it does)."""
+    return (G == 1 or ws[1] > 1 or ws[0] == xs[1]) and ws[1] > 0 and available() and \
+        _pays_rule(xs, ws, rs, sh, sw, 0, 0, 0, 0, 1, 1, G, threads.NUM_THREADS, pk=False)
+
+
 def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
     """The cost rule (cached per shape): every float32 convolution but the unpadded 1x1 ones of _SHORT_K or more
     input channels per group that the "chan" kernel does not take with _CHAN_1X1_USE of its lanes (one GEMM per
@@ -1948,9 +1955,9 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
     if c is None:
         from . import conv as c
         _conv_mod[0] = c
-    # (conv.py's NEE_CONV_WINOGRAD setting in the key: the 3x3s' answer is its Winograd rule's)
-    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0], conv1x1_packed.ON[0],
-           conv1x1_packed.FORCE[0])
+    # (conv.py's Winograd settings in the key: the 3x3s' answer is its Winograd rule's)
+    key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0], c._WINO_DIRECT_MT, c._DIRECT16_RATE,
+           conv1x1_packed.ON[0], conv1x1_packed.FORCE[0], conv1x1_packed.FUSED[0])
     r = _pays.get(key)
     if r is None:
         if len(_pays) > 4096:
@@ -1969,7 +1976,7 @@ _DW_MIN_C = 512
 _DW_PLANE_BIG = 196
 
 
-def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1) -> bool:
+def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1, pk=True) -> bool:
     N, C, H, W = xs
     O, Cg, KH, KW = ws
     if Cg == 1 and G > 1:
@@ -1977,7 +1984,7 @@ def _pays_rule(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt=1) -> bool:
             return H * W <= _DW_PLANE_BIG
         return H * W <= _DW_PLANE_3X3 and C >= _DW_MIN_C
     if KH == 1 and KW == 1 and pt == pb == pl == pr == 0:
-        if MODE[0] == "" and _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G):
+        if pk and MODE[0] == "" and _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G):
             return False        # kernels/conv1x1_packed.py's (try_conv2d runs it before this rule)
         if Cg < _SHORT_K:
             return True

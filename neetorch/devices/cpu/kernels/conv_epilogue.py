@@ -266,7 +266,7 @@ def compile_conv_prologue(backend, op):
             _conv[0] = conv
         w = ins[ng]
         if not isinstance(w, np.ndarray) or w.dtype != np.float32 or \
-                conv.conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+                conv.conv_direct.route(x, w, out, attrs, True, True) != "pk1x1":
             return False
         for a in ins:
             if isinstance(a, np.ndarray) and np.may_share_memory(out, a):
@@ -352,7 +352,7 @@ def _may_pack(op, cv) -> bool:
     if not all(isinstance(d, int) for s in shapes for d in s):
         return True
     from . import conv1x1_packed
-    return conv1x1_packed.pays(shapes[0], shapes[1], shapes[2], 1, 1, 0, 0, 0, 0, 1)
+    return conv1x1_packed.pays(shapes[0], shapes[1], shapes[2], 1, 1, 0, 0, 0, 0, 1, True)
 
 
 def _register():
