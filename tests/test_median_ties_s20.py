@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import neetorch as nee  # noqa: E402
 from neetorch.devices.cpu.kernels import reduction as _R  # noqa: E402
 from neetorch.ops import _stl_order as S  # noqa: E402
+from test_tie_order_s19 import force_stl_path  # noqa: E402
 
 _FUNCS = ("median", "nanmedian")
 
@@ -21,12 +22,7 @@ _FUNCS = ("median", "nanmedian")
 @pytest.fixture(params=["python", "kernel"])
 def path(request, monkeypatch):
     """Both implementations of the emulation: plain Python (small problems) and the compiled kernel (forced)."""
-    if request.param == "kernel":
-        if S._kernel("i64") is None:
-            pytest.skip("no LLVM native target")
-        monkeypatch.setattr(S, "_PY_WORK", -1)
-    else:
-        monkeypatch.setattr(S, "_PY_WORK", 1 << 62)
+    force_stl_path(request.param, monkeypatch)
     monkeypatch.setattr(_R, "_NTH_EQ", {}, raising=False)     # (nanmedian's all-NaN index, cached per row length)
     return request.param
 

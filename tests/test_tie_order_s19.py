@@ -11,15 +11,21 @@ import neetorch as nee  # noqa: E402
 from neetorch.ops import _stl_order as S  # noqa: E402
 
 
-@pytest.fixture(params=["python", "kernel"])
-def path(request, monkeypatch):
-    """Both implementations: the plain Python one (small problems) and the compiled kernel (forced)."""
-    if request.param == "kernel":
+def force_stl_path(kind, monkeypatch):
+    """One of the emulation's implementations: "python" (the plain one, small problems) or "kernel" (compiled,
+    forced; skipped where llvmlite has no native target)."""
+    if kind == "kernel":
         if S._kernel("i64") is None:
             pytest.skip("no LLVM native target")
         monkeypatch.setattr(S, "_PY_WORK", -1)
     else:
         monkeypatch.setattr(S, "_PY_WORK", 1 << 62)
+
+
+@pytest.fixture(params=["python", "kernel"])
+def path(request, monkeypatch):
+    """Both implementations: the plain Python one (small problems) and the compiled kernel (forced)."""
+    force_stl_path(request.param, monkeypatch)
     return request.param
 
 

@@ -735,31 +735,14 @@ _NTH_EQ: dict = {}
 
 
 def _clone_axes(x):
-    """The axes (slowest first) of torch's ``x.clone()`` memory order: empty_like's preserve_format keeps a dense
-    input's strides and gives any other strided one ``infer_dense_strides`` (TensorIterator's permutation: dims by
-    increasing stride, a stride-0 dim staying where it is, by this insertion sort)."""
-    st = [s // x.itemsize for s in x.strides]
-    sh = x.shape
-    perm = list(range(x.ndim - 1, -1, -1))      # (fastest first)
-
-    def should_swap(d0, d1):
-        s0, s1 = st[d0], st[d1]
-        if s0 == 0 or s1 == 0:
-            return 0
-        if s0 != s1:
-            return -1 if s0 < s1 else 1
-        return 1 if sh[d0] > sh[d1] else 0
-    for i in range(1, x.ndim):
-        d1 = i
-        for j in range(1, i + 1):
-            d0 = i - j
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
-    return perm[::-1]
+    """The axes (slowest first) of torch's ``x.clone()`` memory order: empty_like's preserve_format strides
+    (tensor/_layout.like_strides: a dense input's own, else infer_dense_strides'); size-1 dims' places do not
+    change the order."""
+    from ....tensor import _layout
+    st = _layout.like_strides(x.shape, [s // x.itemsize for s in x.strides])
+    if st is None:
+        return list(range(x.ndim))
+    return sorted(range(x.ndim), key=lambda d: -st[d])
 
 
 def _median_all(x, a, ignore_nan):
