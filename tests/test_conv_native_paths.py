@@ -92,12 +92,17 @@ def test_winograd_native_matches_torch(two_threads, native_spy, monkeypatch, m, 
         got = _run(x, w, b, pads, e, relu)
         scale = max(1.0, np.abs(want).max())
         np.testing.assert_allclose(got / scale, want / scale, rtol=0, atol=tol, err_msg=str((xs, o, pads, m)))
-        # the same values through the pool's path (the switch off)
+        # the same values through the pool's path (the switch off), both with OpenBLAS's products (float32's
+        # default products on the native path, conv_direct's kernel, sum in another order: checked against torch
+        # above)
+        monkeypatch.setattr(K, "_WINO_GEMM", ["blas"])
+        got = _run(x, w, b, pads, e, relu)
         monkeypatch.setattr(K, "_WINO_NATIVE", [False])
         np.testing.assert_allclose(_run(x, w, b, pads, e, relu), got, rtol=1e-6 if dt == np.float32 else 1e-13,
                                    atol=1e-6 if dt == np.float32 else 1e-13)
         monkeypatch.setattr(K, "_WINO_NATIVE", [True])
-    assert native_spy == [True] * len(WINO_CASES)
+        monkeypatch.setattr(K, "_WINO_GEMM", [""])
+    assert native_spy == [True] * 2 * len(WINO_CASES)
 
 
 def test_winograd_native_not_on_one_thread_nor_large(native_spy, monkeypatch):

@@ -1280,6 +1280,30 @@ def _wino_job(phase, dt, planes, nt, per_task):
     return job
 
 
+# the alpha^2 products of _wino_native: "" (default) conv_direct's kernel where it runs (float32, AVX-512F or AVX2 + FMA):
+# the products U[xi] (O x C) @ V[xi] (C x tiles) are a 1x1 convolution of alpha^2 groups on a 1 x tiles plane, one
+# launch over the threads (_wino_products_direct); "blas": OpenBLAS through gemm_driver's batched product.  Measured on
+# an AMD Zen 5 (AVX-512, 2 threads; OPENBLAS_CORETYPE=Haswell, the machine's setting; in-process alternating, warm,
+# min of 7 rounds, /tmp/lead21/wg.py, us OpenBLAS / conv_direct products, whole conv): F(4) 64 -> 64 on 56x56 615 /
+# 492, 128 -> 128 on 28x28 620 / 416, 96 -> 96 on 28x28 532 / 390, 64 -> 192 on 56x56 2195 / 1648; F(2) 256 -> 256
+# on 14x14 831 / 497, 512 -> 512 on 14x14 2891 / 1506; one thread about even (F(4) 64 -> 64 1031 / 1013, 128 -> 128
+# 959 / 966: the transforms' time there).  Whole models, 2 threads, fresh processes alternated (min of 5-6 each):
+# VGG-19 0.76x, Inception v2 0.92x, ResNet-50 0.94x, SqueezeNet 1.00x (no Winograd conv there).  The products' packed
+# operand is a second copy of U (conv_direct.packed_weights of U's buffer, frozen: U never changes in place)
+_WINO_GEMM = [os.environ.get("NEE_WINOGRAD_GEMM", "")]
+
+
+def _wino_products_direct(U, V, M, a2, C, O, NT) -> bool:
+    """M (alpha^2, O, NT) = U (alpha^2, O, C) @ V (alpha^2, C, NT) (flat buffers) on conv_direct's kernel as a grouped
+    1x1 convolution (see _WINO_GEMM); False (nothing written) where it does not run."""
+    if _WINO_GEMM[0] == "blas" or U.dtype != _F32 or not conv_direct.available() or not U.flags.c_contiguous:
+        return False
+    if not winograd.is_frozen(U) and not winograd.freeze(U):
+        return False        # (U is the weights cache's own array: it is replaced, never written, when w changes)
+    return conv_direct.conv2d(V.reshape(1, a2 * C, 1, NT), U.reshape(a2 * O, C, 1, 1), None,
+                              M.reshape(1, a2 * O, 1, NT), 1, 1, 0, 0, 0, 0, 1, 1)
+
+
 def _wino_native(x, U, b, res, m, pt, pl, relu):
     """_conv_winograd's blocks path as three native jobs: the input transform (tasks over the input planes), the
     alpha^2 GEMMs as one batched gemm_driver product, the output transform (tasks over the output planes; + bias,
@@ -1310,18 +1334,19 @@ def _wino_native(x, U, b, res, m, pt, pl, relu):
     call(d, mt, mt, mt, xf, V, sin, mt)
     if mt[:, winograd._M_FLAGS].any():
         return False
-    # the products in row blocks of at most _WINO_BLOCK output channels (OpenBLAS runs (256 x C) @ (C x 16) at ~60%
-    # of the speed of its four (64 x C) blocks: 1 thread, 36 of them 2.5 vs 1.4 ms)
-    key = ("gemm", M3.shape, M3.strides, U.shape, U.strides, V3.strides, dt.char, nt)
-    gd = _wino_jobs.get(key)
-    if gd is None:
-        gd = _driver().plan(M3, U, V3, nt, -(-O // _WINO_BLOCK), 0, 1, 16)
-        gd = _wino_jobs[key] = False if gd is None else gd
-    if gd is False:
-        with threads.serial_blas():
-            np.matmul(U, V3, out=M3)
-    else:
-        _driver().run(gd, U, V3, M3)
+    if not _wino_products_direct(U, V, M, a2, C, O, NT):
+        # the products in row blocks of at most _WINO_BLOCK output channels (OpenBLAS runs (256 x C) @ (C x 16) at
+        # ~60% of the speed of its four (64 x C) blocks: 1 thread, 36 of them 2.5 vs 1.4 ms)
+        key = ("gemm", M3.shape, M3.strides, U.shape, U.strides, V3.strides, dt.char, nt)
+        gd = _wino_jobs.get(key)
+        if gd is None:
+            gd = _driver().plan(M3, U, V3, nt, -(-O // _WINO_BLOCK), 0, 1, 16)
+            gd = _wino_jobs[key] = False if gd is None else gd
+        if gd is False:
+            with threads.serial_blas():
+                np.matmul(U, V3, out=M3)
+        else:
+            _driver().run(gd, U, V3, M3)
     d, call, metas = jout
     mt = metas.copy()
     has_bias = b is not None
