@@ -757,7 +757,7 @@ def _template(obj, tensors: list):
         tensors.append(obj)
         return _Slot(len(tensors) - 1)
     if isinstance(obj, tuple):
-        return tuple(_template(x, tensors) for x in obj)
+        return _same_tuple(obj, [_template(x, tensors) for x in obj])
     if isinstance(obj, list):
         return [_template(x, tensors) for x in obj]
     if isinstance(obj, dict):
@@ -765,11 +765,20 @@ def _template(obj, tensors: list):
     return obj
 
 
+def _same_tuple(obj: tuple, items: list) -> tuple:
+    """``items`` as a tuple of ``obj``'s type where that is a named tuple (``max(dim)``'s (values, indices), a user's
+    namedtuple: a compiled function returns what the eager one does, as torch.compile keeps torch.return_types), else
+    a plain tuple."""
+    if type(obj) is not tuple and hasattr(type(obj), "_make"):
+        return type(obj)._make(items)
+    return tuple(items)
+
+
 def _fill(obj, tensors: list):
     if isinstance(obj, _Slot):
         return tensors[obj.i]
     if isinstance(obj, tuple):
-        return tuple(_fill(x, tensors) for x in obj)
+        return _same_tuple(obj, [_fill(x, tensors) for x in obj])
     if isinstance(obj, list):
         return [_fill(x, tensors) for x in obj]
     if isinstance(obj, dict):
@@ -1181,7 +1190,7 @@ def _trace(fn, example_args, example_kwargs, name, meta, state=()) -> Graph:
     tr.graph.state = list(state)
     tr.graph.n_user_outputs = len(tr.graph.outputs) - len(wb)
     tr.graph._single = not isinstance(result, (tuple, list))
-    flat = isinstance(result, tuple) and all(isinstance(x, Tensor) for x in result)
+    flat = type(result) is tuple and all(isinstance(x, Tensor) for x in result)
     tr.graph._tree = None if isinstance(result, Tensor) or flat else tree
     return tr.graph.validate()
 
