@@ -191,5 +191,8 @@ def test_fused_rule_by_plane_size(monkeypatch):
     assert P.pays((1, 64, 56, 56), (256, 64, 1, 1), (1, 256, 56, 56), 1, 1, 0, 0, 0, 0, 1)
     assert not P.pays((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 14, 14), 1, 1, 0, 0, 0, 0, 1)
     monkeypatch.setattr(P, "FUSED", [False])
-    assert not P.pays((1, 64, 56, 56), (256, 64, 1, 1), (1, 256, 56, 56), 1, 1, 0, 0, 0, 0, 1)
+    # unfused: the GEMM's on the 8-lane kernels; the packed tasks' on the 16-lane ones, where K <= _BIG16_MAX_K
+    from neetorch.devices.cpu.kernels import linalg
+    assert P.pays((1, 64, 56, 56), (256, 64, 1, 1), (1, 256, 56, 56), 1, 1, 0, 0, 0, 0, 1) == (linalg.PK_VEC == 16)
+    assert not P.pays((1, 128, 56, 56), (256, 128, 1, 1), (1, 256, 56, 56), 1, 1, 0, 0, 0, 0, 1)
     assert not P.pays((1, 64, 56, 56), (40, 64, 1, 1), (1, 40, 28, 28), 2, 2, 0, 0, 0, 0, 1)

@@ -690,6 +690,12 @@ _BIG_MIN_L = 196
 _BIG_FLOPS = 50e6
 # ... but the fused path's (outputs of _FUSED_MIN_L pixels and more: ResNet-50's 56x56 and 28x28 1x1s, the stride-2
 # one into 28x28 included; see FUSED below)
+# ... on the 16-lane kernels (where the fused path is off: FUSED) only from more than _BIG16_MAX_K input channels per
+# group: ResNet-50's 64 -> 256 1x1s on 56x56 (K = 64: the direct kernel's tiles then spend as long in their
+# transposed stores as in their 64 FMA steps) ran faster here on an AMD Zen 5 (2 threads, in-process alternating, min
+# of 7 rounds, /tmp/lead21/paths_e.py, us packed / direct: + bias + residual + relu 341 / 430, + bias + relu 330 /
+# 382); from K = 128 even or the direct kernel ahead (128 -> 512 on 28x28 290 / 251, 256 -> 64 on 56x56 258 / 254)
+_BIG16_MAX_K = 64
 _SQUEEZE_MAX_O = 48
 _SQUEEZE_RATIO = 4
 # ... on the 8-lane (AVX2) kernels; on the 16-lane (AVX-512) ones only on planes under _SQUEEZE16_MIN_L pixels: on an
@@ -745,7 +751,7 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False) -> bool:
                      and not squeeze and (linalg.PK_VEC == 8 or L >= _PK16_MIN_L or pre or _fused_for(rs, (sh, sw))
                                           or Cg < _PK16_MIN_K or not _direct_takes(xs, ws, rs, sh, sw, G))
                      and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS
-                              and not _fused_for(rs, (sh, sw))))
+                              and not _fused_for(rs, (sh, sw)) and not (linalg.PK_VEC == 16 and Cg <= _BIG16_MAX_K)))
         if len(_pays) > 4096:
             _pays.clear()
         _pays[key] = r
