@@ -1957,6 +1957,7 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G=1) -> bool:
         _conv_mod[0] = c
     # (conv.py's Winograd settings in the key: the 3x3s' answer is its Winograd rule's)
     key = (xs, ws, rs, sh, sw, pt, pb, pl, pr, dh, dw, G, nt, c._WINO_FORCE[0], c._WINO_DIRECT_MT, c._DIRECT16_RATE,
+           c._WINO_GEMM[0], c._WINO_RATE16[0],
            conv1x1_packed.ON[0], conv1x1_packed.FORCE[0], conv1x1_packed.FUSED[0])
     r = _pays.get(key)
     if r is None:
