@@ -39,8 +39,9 @@ def lanes8():
 
 
 # sha256 of the 16-lane "pix" (6x4, 12x2; relu or not) and "chan" (not "dw"; 4x6, 2x8, 3x8, 2x7, 1x1, 1x5; relu,
-# residual or not) kernels' IR text, concatenated, before session 14 (git b3ca721)
-IR16_SHA256 = "b2b2b05f8db70692377bf6f63957899f4f81cc148f623df03440274a7ae37fea"
+# residual or not) kernels' IR text, concatenated, before session 14 (git b3ca721); changed on purpose in session 21
+# (the "chan" kernel's weight prefetch, conv_direct.WPF)
+IR16_SHA256 = "b2617d7b379131f924ab7e867a1bedf6130438ca228965aa4f0593c541fc18b5"
 
 
 def test_avx512_ir_unchanged():

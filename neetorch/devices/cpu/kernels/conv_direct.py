@@ -650,7 +650,9 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
     _params_and_claim(a, ("K", "LP", "KC", "NPT", "G", "T1", "O", "L", "NBG", "XG", "OGR"), _C_CTR, _C_OFF,
                       ['  %qtab = getelementptr i64, i64* %offs, i64 %K', f'  %KCW = mul i64 %K, {CW}',
                        f'  %PF.p = getelementptr i64, i64* %p, i64 {_C_PF}', '  %PF = load i64, i64* %PF.p',
-                       '  %pfon = icmp ne i64 %PF, 0'], "chunk")
+                       '  %pfon = icmp ne i64 %PF, 0',
+                       f'  %WPF.p = getelementptr i64, i64* %p, i64 {_C_WPF}', '  %WPF = load i64, i64* %WPF.p'],
+                      "chunk")
     a('chunk:')
     a('  %kc0 = phi i64 [ 0, %grp ], [ %kc1, %chunk_end ]')
     a('  %kcn = add i64 %kc0, %KC')
@@ -725,6 +727,13 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
         a(f'  %wp{j}.f = getelementptr float, float* %wk, i64 {j * VEC}')
         a(f'  %wp{j} = bitcast float* %wp{j}.f to {vp}')
         a(f'  %wv{j} = load {v}, {vp} %wp{j}, align 4')
+    if not dw:
+        # the weights' lines %WPF floats ahead (params word _C_WPF; 0: the pair's own lines, a no-op)
+        a('  %wpfk = getelementptr float, float* %wk, i64 %WPF')
+        for j in range(NB):
+            a(f'  %wpf{j}.f = getelementptr float, float* %wpfk, i64 {j * VEC}')
+            a(f'  %wpf{j} = bitcast float* %wpf{j}.f to i8*')
+            a(f'  call void @llvm.prefetch.p0i8(i8* %wpf{j}, i32 0, i32 3, i32 1)')
     for r in range(R):
         a(f'  %xp{r} = getelementptr float, float* %xr{r}, i64 %off')
         if dw:      # each channel its own input: 16 channels of one pixel, one vector load per block
@@ -824,7 +833,13 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
 # 6 O, 7 L (output channels, pixels), 8 channel blocks per group, 9 input elements per group (xq), 10 output
 # channels per group, 11 the claim counter, 12 prefetch the output rows ahead (0 / 1); then K offsets, then LP
 # wide input positions of the compact pixels (tail entries repeat the last pixel)
-_C_G, _C_CTR, _C_PF, _C_OFF = 4, 11, 12, 13
+_C_G, _C_CTR, _C_PF, _C_WPF, _C_OFF = 4, 11, 12, 13, 14
+# the "chan" kernel prefetches each pair's weight lines this many floats ahead (params word _C_WPF; 0: none): a model's
+# weights come from memory at every run (ResNet-50's ~100 MB), the first tile of each chunk streaming them.  On an AMD
+# Zen 5 (2 threads unless said, both settings in one process, run by run alternating, the replayed launches' params
+# switched, /tmp/lead21/wpf.py, whole-run median 512 / 0): ResNet-50 0.96-0.98 (1 thread 0.97), Inception v2 0.97 /
+# 0.99 (256: 1.01, 1024: 1.00), SqueezeNet 1.00, ZFNet-512 1.02 (min 0.94)
+WPF = [512]
 # the output rows' lines this many floats ahead of a tile's stores are prefetched for writing (4 cache lines: ~10
 # tiles of 6 pixels) where an image's output is at least _PF_MIN_BYTES: an output that large comes back from memory
 # in a model (not in cache from the last run), each store's read-for-ownership a miss on 64 rows at once (1 thread,
@@ -1214,7 +1229,7 @@ class _Layout:
             base = np.empty(_C_OFF + K + LP, np.int64)
             KC = K if depthwise else max(1, _CHUNK_BYTES // (4 * CW))
             pf = int(not depthwise and O * L * 4 >= _PF_MIN_BYTES)
-            base[:_C_OFF] = (K, LP, KC, npt, 1, nob * npt, O, L, nbg, XG, Og, 0, pf)
+            base[:_C_OFF] = (K, LP, KC, npt, 1, nob * npt, O, L, nbg, XG, Og, 0, pf, 0 if depthwise else WPF[0])
             base[_C_OFF:_C_OFF + K] = offs
             base[_C_OFF + K:] = q
             self.t0, self.t1 = _C_G, _C_CTR
