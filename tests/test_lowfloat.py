@@ -487,7 +487,14 @@ def test_reductions_softmax_norms_fast_conversions(dt, tdt):
         assert_bits(a, r, f"case {i}")
     # (values within +-60: fastmath's exp gives 0 where torch's gives a subnormal, exp(-88) and below)
     fx = nee.tensor(np.clip(np.nan_to_num(x.float().numpy(), nan=0.0), -60, 60)).to(dt)
-    assert_torch(F.softmax(fx, -1), torch.softmax(tt(fx), -1), "softmax vs torch")
+    # within one unit in the last place of the low float: torch's float32 sum of the exps is a vectorized
+    # reduction in its ISA's lane order (its AVX2 and AVX-512 builds differ from each other), so a sum's last bit,
+    # and rarely the rounded result, differs (~2e-5 of random softmax outputs against either: session 21, Zen 5)
+    a = F.softmax(fx, -1).float().numpy().view(np.int32)
+    b = torch.softmax(tt(fx), -1).float().numpy().view(np.int32)
+    ulp = 1 << (23 - (7 if dt == nee.bfloat16 else 10))
+    assert np.abs(a - b).max() <= ulp, "softmax vs torch"
+    assert (a != b).mean() < 1e-3, "softmax vs torch"
 
 
 def test_jit_low_float_members_unfused_where_backend_does_not_round():
