@@ -696,6 +696,11 @@ _BIG_FLOPS = 50e6
 # of 7 rounds, /tmp/lead21/paths_e.py, us packed / direct: + bias + residual + relu 341 / 430, + bias + relu 330 /
 # 382); from K = 128 even or the direct kernel ahead (128 -> 512 on 28x28 290 / 251, 256 -> 64 on 56x56 258 / 254)
 _BIG16_MAX_K = 64
+# ... nor (16 lanes) with an input prologue: DenseNet's bn-relu-conv 1x1s of 128 outputs on 56x56 and 28x28 (77-205
+# MFLOP) then ran the GEMM path after a separate bn-relu pass over the concatenated features (70-139 us each at 2
+# threads); fused here DenseNet-121 ran 0.92x (2 threads, both rules' sessions in one process alternating,
+# /tmp/lead21/abset.py, whole-run median and min, two runs) and 0.96x on one thread.  Not measured on the 8-lane
+# kernels, where these products ran 1.06-1.29x slower here than on OpenBLAS without a prologue
 _SQUEEZE_MAX_O = 48
 _SQUEEZE_RATIO = 4
 # ... on the 8-lane (AVX2) kernels; on the 16-lane (AVX-512) ones only on planes under _SQUEEZE16_MIN_L pixels: on an
@@ -751,7 +756,8 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False) -> bool:
                      and not squeeze and (linalg.PK_VEC == 8 or L >= _PK16_MIN_L or pre or _fused_for(rs, (sh, sw))
                                           or Cg < _PK16_MIN_K or not _direct_takes(xs, ws, rs, sh, sw, G))
                      and not (L >= _BIG_MIN_L and 2.0 * ws[0] * Cg * L >= _BIG_FLOPS
-                              and not _fused_for(rs, (sh, sw)) and not (linalg.PK_VEC == 16 and Cg <= _BIG16_MAX_K)))
+                              and not _fused_for(rs, (sh, sw)) and not (linalg.PK_VEC == 16 and Cg <= _BIG16_MAX_K)
+                              and not (pre and linalg.PK_VEC == 16)))
         if len(_pays) > 4096:
             _pays.clear()
         _pays[key] = r
