@@ -78,25 +78,29 @@ def test_winograd_rule_against_the_direct_kernel(monkeypatch):
         assert K._winograd_rule(*args, direct=True) == 2
     # 16 lanes (AVX-512: the direct kernel 1.2x the rate, session 20 on Zen 5): direct on 14x14 and smaller, F(4) on
     # the larger planes where it won there
-    # (one thread, or two with the products on OpenBLAS: NEE_WINOGRAD_GEMM=blas)
+    # (the products on OpenBLAS: NEE_WINOGRAD_GEMM=blas)
     monkeypatch.setattr(conv_direct, "VEC", 16)
-    for nt, gemm in ((1, ""), (2, "blas")):
+    for nt, gemm in ((1, "blas"), (2, "blas")):
         monkeypatch.setattr(threads, "NUM_THREADS", nt)
         monkeypatch.setattr(K, "_WINO_GEMM", [gemm])
         for args in ((1, 192, 256, 14, 14), (1, 256, 256, 14, 14), (1, 512, 512, 12, 12), (1, 512, 512, 7, 7)):
             assert K._winograd_rule(*args, direct=True) == 0
         for args in ((1, 64, 192, 56, 56), (1, 96, 96, 28, 28), (1, 128, 128, 28, 28)):
             assert K._winograd_rule(*args, direct=True) == 4
-    # two threads, the products on the direct kernel (session 21, conv._wino_rate: at its rate): F(2) on the 14x14 /
-    # 12x12 planes of 256+ channels, F(4) on 64 -> 64 at 56x56 too; still direct on 7x7 and Inception's 14x14s
-    monkeypatch.setattr(threads, "NUM_THREADS", 2)
+    # the products on the direct kernel (session 21, conv._wino_rate: at its rate; one thread or two): F(2) on the
+    # 14x14 / 12x12 planes of 256+ channels, F(4) on 64 -> 64 at 56x56 too; still direct on 7x7 and Inception's 14x14s;
+    # past _WINO_NATIVE_BYTES (the bands' OpenBLAS products) the OpenBLAS fit
     monkeypatch.setattr(K, "_WINO_GEMM", [""])
-    for args in ((1, 256, 256, 14, 14), (1, 512, 512, 14, 14), (1, 512, 512, 12, 12), (1, 256, 512, 12, 12)):
-        assert K._winograd_rule(*args, direct=True) == 2
-    for args in ((1, 512, 512, 7, 7), (1, 128, 128, 14, 14), (1, 192, 256, 14, 14), (1, 32, 128, 27, 27)):
-        assert K._winograd_rule(*args, direct=True) == 0
-    for args in ((1, 64, 192, 56, 56), (1, 64, 64, 56, 56), (1, 96, 96, 28, 28), (1, 128, 128, 28, 28)):
-        assert K._winograd_rule(*args, direct=True) == 4
+    for nt in (1, 2):
+        monkeypatch.setattr(threads, "NUM_THREADS", nt)
+        for args in ((1, 256, 256, 14, 14), (1, 512, 512, 14, 14), (1, 512, 512, 12, 12), (1, 256, 512, 12, 12)):
+            assert K._winograd_rule(*args, direct=True) == 2
+        for args in ((1, 512, 512, 7, 7), (1, 128, 128, 14, 14), (1, 192, 256, 14, 14), (1, 32, 128, 27, 27)):
+            assert K._winograd_rule(*args, direct=True) == 0
+        for args in ((1, 64, 192, 56, 56), (1, 64, 64, 56, 56), (1, 96, 96, 28, 28), (1, 128, 128, 28, 28)):
+            assert K._winograd_rule(*args, direct=True) == 4
+        assert K._wino_rate(True, K._WINO_NATIVE_BYTES) > K._wino_rate(True, K._WINO_NATIVE_BYTES + 1) == \
+            K._WINO_FLOPS
     monkeypatch.undo()
     # float32 convs ask for the direct kernel's rule where the kernel runs (AVX-512F), others the GEMM paths'
     geo = (1, 128, 14, 14, 128, 1, 3, 3, 1, 1, 1, 1, 14, 14, np.dtype(np.float32))

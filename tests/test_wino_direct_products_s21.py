@@ -1,6 +1,7 @@
 """Winograd's alpha^2 products on conv_direct's kernel (conv._wino_products_direct, session 21).
 
-On the native-workers path (conv._wino_native) float32 Winograd runs its products U[xi] (O x C) @ V[xi] (C x tiles)
+On the native-workers path (conv._wino_native, 2+ threads) and on one thread (conv._wino_serial_direct) float32
+Winograd runs its products U[xi] (O x C) @ V[xi] (C x tiles)
 as one grouped 1x1 convolution (alpha^2 groups on a 1 x tiles plane) through conv_direct's kernel, not OpenBLAS.
 Checked against torch in float64 (odd channel counts, batches, asymmetric pads, bias / residual / relu), against
 the OpenBLAS products (NEE_WINOGRAD_GEMM=blas), that the kernel really ran (a spy), and that weights changed in place
@@ -21,11 +22,12 @@ pytestmark = pytest.mark.skipif(not conv_direct.available(), reason="conv_direct
 RNG = np.random.default_rng(21)
 
 
-@pytest.fixture
-def native2(monkeypatch):
-    """Two threads, Winograd on the native workers for these small convs, the products' kernel calls recorded."""
+@pytest.fixture(params=[2, 1])
+def native2(monkeypatch, request):
+    """Two threads, Winograd on the native workers for these small convs (_wino_native), or one thread
+    (_wino_serial_direct); the products' kernel calls recorded."""
     old = threads.NUM_THREADS
-    threads.set_num_threads(2)
+    threads.set_num_threads(request.param)
     monkeypatch.setattr(K, "_PAR_FLOPS", 0)
     monkeypatch.setattr(K.conv_direct, "MODE", ["0"])      # the 3x3s not on the direct kernel themselves
     seen = []

@@ -55,8 +55,9 @@ def forced(monkeypatch):
 
 # paths of _conv_winograd: (threads, settings to patch)
 PATHS = {
-    "blocks1": (1, {}),
-    "bands1": (1, {"_WINO_BANDS": [True], "_WINO_BAND_BYTES": 1}),
+    "serial1": (1, {}),       # (float32: the products on conv_direct's kernel, _wino_serial_direct; session 21)
+    "blocks1": (1, {"_WINO_GEMM": ["blas"]}),
+    "bands1": (1, {"_WINO_BANDS": [True], "_WINO_BAND_BYTES": 1, "_WINO_GEMM": ["blas"]}),
     "native2": (2, {"_PAR_FLOPS": 0}),
     "pool2": (2, {"_PAR_FLOPS": 0, "_WINO_NATIVE": [False]}),
     "bands2": (2, {"_PAR_FLOPS": 0, "_WINO_NATIVE": [False], "_WINO_BANDS": [True], "_WINO_BAND_BYTES": 1}),

@@ -1095,11 +1095,10 @@ def _winograd_rule(N, C, O, OH, OW, isz=4, direct=False) -> int:
     best = 2.0 * w * 9 * L / rate + 9 * w * isz / _MEM_BW + (0.0 if direct else C * 9 * L * _IM2COL_NS)
     pick = 0
     ts = {}
-    wrate = _wino_rate(direct)
     for m in (2, 4):
         a2 = (m + 2) * (m + 2)
         nt = N * -(-OH // m) * -(-OW // m)
-        gemm = 2.0 * a2 * w * nt / wrate
+        gemm = 2.0 * a2 * w * nt / _wino_rate(direct, a2 * max(C, O) * nt * isz)
         t = gemm + (a2 + 18) * w * isz / _MEM_BW + a2 * (C + O) * nt * _WINO_TR_NS
         ts[m] = (t, gemm, nt)
         if t < best * _WINO_MARGIN:
@@ -1112,10 +1111,12 @@ def _winograd_rule(N, C, O, OH, OW, isz=4, direct=False) -> int:
     return pick
 
 
-def _wino_rate(direct: bool) -> float:
+def _wino_rate(direct: bool, nbytes: float) -> float:
     """The rule's rate of the Winograd products: the direct kernel's (16 lanes) where they run on it
-    (_wino_products_direct: 2+ threads, the native path), else the OpenBLAS fit."""
-    if direct and _WINO_RATE16[0] and conv_direct.VEC == 16 and threads.NUM_THREADS > 1 and _WINO_GEMM[0] != "blas":
+    (_wino_products_direct: the native path on 2+ threads, _wino_serial_direct on one; transformed inputs and
+    products of up to _WINO_NATIVE_BYTES), else the OpenBLAS fit."""
+    if direct and _WINO_RATE16[0] and conv_direct.VEC == 16 and _WINO_GEMM[0] != "blas" and \
+            nbytes <= _WINO_NATIVE_BYTES and (threads.NUM_THREADS == 1 or _WINO_NATIVE[0]):
         return _GEMM_FLOPS * _DIRECT16_RATE
     return _WINO_FLOPS
 
@@ -1183,6 +1184,10 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False) -> bool:
     want = nt * _BLOCKS_PER_THREAD if par else 1
     if par and _WINO_NATIVE[0] and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES:
         done = _wino_native(x, U, b, res, m, pt, pl, relu)
+        if done is not None:
+            return done
+    if not par and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES:
+        done = _wino_serial_direct(x, U, b, res, m, pt, pl, relu)
         if done is not None:
             return done
     bias = b if b is not None else _NO_BIAS[dt]
@@ -1319,6 +1324,39 @@ def _wino_products_direct(U, V, M, a2, C, O, NT) -> bool:
         return False        # (U is the weights cache's own array: it is replaced, never written, when w changes)
     return conv_direct.conv2d(V.reshape(1, a2 * C, 1, NT), U.reshape(a2 * O, C, 1, 1), None,
                               M.reshape(1, a2 * O, 1, NT), 1, 1, 0, 0, 0, 0, 1, 1)
+
+
+def _wino_serial_direct(x, U, b, res, m, pt, pl, relu):
+    """_conv_winograd on the calling thread with its products on conv_direct's kernel (_wino_products_direct): the
+    input transform of every plane, the products, the output transform (one block of all output channels).  True
+    done, False an inf / NaN input (res not written), None where the products do not run there (nothing written:
+    the blocks path follows).  On one thread OpenBLAS spent a third of its products' time packing their operands
+    (AMD Zen 5, F(2) 256 -> 256 on 14x14: sgemm 52%, its packing 29% of the conv's samples).  Warm, in-process
+    alternating, min of 7 (/tmp/lead21/wg.py, us blocks path / this): F(4) 64 -> 64 on 56x56 1082 / 751, 128 -> 128
+    on 28x28 965 / 578, 64 -> 192 on 56x56 2676 / 1834; F(2) 256 -> 256 on 14x14 1473 / 633 (direct kernel 1025).
+    Whole models on one thread with the rule at the kernel's rate (both sessions in one process alternating,
+    /tmp/lead21/abset1.py, median / min): VGG-19 0.69 / 0.66, Inception v2 0.89 / 0.95, ResNet-50 0.95 / 0.98."""
+    N, C, H, W = x.shape
+    O = U.shape[1]
+    OH, OW = res.shape[2], res.shape[3]
+    dt = x.dtype
+    a2 = (m + 2) * (m + 2)
+    th, tw = -(-OH // m), -(-OW // m)
+    NT = N * th * tw
+    if dt != _F32 or _WINO_GEMM[0] == "blas" or not conv_direct.available():
+        return None
+    V = _buffer(a2 * C * NT, dt, "wino_v")
+    if winograd.input_tiles(x.reshape(-1), V, _buffer((th * m + 2) * (tw * m + 2), dt, "wino_xp"),
+                            _buffer(a2 * th * tw, dt, "wino_t"), m, C, H, W, pt, pl, 0, th, tw, NT, th * tw, 0, N * C):
+        return False
+    M = _buffer(a2 * O * NT, dt, "wino_m")
+    if not _wino_products_direct(U, V, M, a2, C, O, NT):
+        with threads.serial_blas():
+            np.matmul(U, V.reshape(a2, C, NT), out=M.reshape(a2, O, NT))
+    bias = b if b is not None else _NO_BIAS[dt]
+    winograd.output_tiles(M, res.reshape(-1), _buffer(m * (m + 2) * th * tw, dt, "wino_t"), bias, b is not None, m,
+                          O, O, 0, OH, OW, 0, th, tw, NT, th * tw, 0, N * O, relu)
+    return True
 
 
 def _wino_native(x, U, b, res, m, pt, pl, relu):
