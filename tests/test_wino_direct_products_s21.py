@@ -89,7 +89,9 @@ def test_products_on_direct_kernel_match_torch(native2, monkeypatch, m):
         # the products ran on the kernel: one grouped 1x1 of alpha^2 groups over the images' tiles
         th = -(-want.shape[2] // m)
         tw = -(-want.shape[3] // m)
-        assert native2 == [((1, a2 * xs[1], 1, xs[0] * th * tw), (a2 * o, xs[1], 1, 1), True)], (xs, o, native2)
+        # (16-lane kernels only: on the 8-lane ones OpenBLAS's products, see conv._WINO_GEMM)
+        want = [((1, a2 * xs[1], 1, xs[0] * th * tw), (a2 * o, xs[1], 1, 1), True)] if conv_direct.VEC == 16 else []
+        assert native2 == want, (xs, o, native2)
         # OpenBLAS's products: the same conv within the transforms' rounding
         monkeypatch.setattr(K, "_WINO_GEMM", ["blas"])
         del native2[:]
@@ -124,7 +126,7 @@ def test_frozen_u_released_with_weights(native2, monkeypatch):
     _run(x, w, None, (1, 1, 1, 1))
     U = winograd.weights(w, 2)
     key = (U.__array_interface__["data"][0], U.nbytes)
-    assert winograd.is_frozen(U)
+    assert winograd.is_frozen(U) == (conv_direct.VEC == 16)
     del U, w
     import gc
     gc.collect()

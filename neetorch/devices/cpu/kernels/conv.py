@@ -1311,14 +1311,17 @@ def _wino_job(phase, dt, planes, nt, per_task):
 # on 14x14 831 / 497, 512 -> 512 on 14x14 2891 / 1506; one thread about even (F(4) 64 -> 64 1031 / 1013, 128 -> 128
 # 959 / 966: the transforms' time there).  Whole models, 2 threads, fresh processes alternated (min of 5-6 each):
 # VGG-19 0.76x, Inception v2 0.92x, ResNet-50 0.94x, SqueezeNet 1.00x (no Winograd conv there).  The products' packed
-# operand is a second copy of U (conv_direct.packed_weights of U's buffer, frozen: U never changes in place)
+# operand is a second copy of U (conv_direct.packed_weights of U's buffer, frozen: U never changes in place).  16-lane
+# kernels only: the 8-lane ones (NEE_CONV_DIRECT_VEC=8 on the Zen 5, against OpenBLAS's Haswell kernels) were mixed on
+# two threads (F(4) 64 -> 64 on 56x56 902 vs 727 us, 96 -> 96 on 28x28 486 vs 455; 128 -> 128 on 28x28 591 vs 699)
 _WINO_GEMM = [os.environ.get("NEE_WINOGRAD_GEMM", "")]
 
 
 def _wino_products_direct(U, V, M, a2, C, O, NT) -> bool:
     """M (alpha^2, O, NT) = U (alpha^2, O, C) @ V (alpha^2, C, NT) (flat buffers) on conv_direct's kernel as a grouped
     1x1 convolution (see _WINO_GEMM); False (nothing written) where it does not run."""
-    if _WINO_GEMM[0] == "blas" or U.dtype != _F32 or not conv_direct.available() or not U.flags.c_contiguous:
+    if _WINO_GEMM[0] == "blas" or U.dtype != _F32 or not conv_direct.available() or conv_direct.VEC != 16 or \
+            not U.flags.c_contiguous:
         return False
     if not winograd.is_frozen(U) and not winograd.freeze(U):
         return False        # (U is the weights cache's own array: it is replaced, never written, when w changes)
@@ -1343,7 +1346,7 @@ def _wino_serial_direct(x, U, b, res, m, pt, pl, relu):
     a2 = (m + 2) * (m + 2)
     th, tw = -(-OH // m), -(-OW // m)
     NT = N * th * tw
-    if dt != _F32 or _WINO_GEMM[0] == "blas" or not conv_direct.available():
+    if dt != _F32 or _WINO_GEMM[0] == "blas" or not conv_direct.available() or conv_direct.VEC != 16:
         return None
     V = _buffer(a2 * C * NT, dt, "wino_v")
     if winograd.input_tiles(x.reshape(-1), V, _buffer((th * m + 2) * (tw * m + 2), dt, "wino_xp"),
