@@ -79,6 +79,20 @@ def _compute_stride(oldshape, oldstride, newshape):
     return newstride
 
 
+def _contiguous_reshape(t: Tensor, new):
+    """numpy's reshape of t's (C-contiguous) array where it gives torch's strides, else None (make_view with
+    _compute_stride's).  They differ only in the strides of size-1 dims (numpy's own rule for them; torch's from the
+    input's strides, size-1 ones included: ``x.t().reshape(1, 3, 1)`` of an x of shape (1, 3))"""
+    r = t._data.reshape(new)
+    if 1 not in new:
+        return Tensor._make(r, t._device, t._dtype)
+    st = _compute_stride(tuple(t.shape), _strides(t), new)
+    isz = t._dtype.itemsize
+    if st is None or any(a != b * isz for a, b in zip(r.strides, st)):
+        return None
+    return Tensor._make(r, t._device, t._dtype)
+
+
 def _contig_strides(shape):
     st = [1] * len(shape)
     for i in range(len(shape) - 2, -1, -1):
@@ -106,7 +120,9 @@ def view(t: Tensor, *shape, **kw) -> Tensor:
         return _view_dtype(t, to_dtype(shape[0]))
     new = _infer_size(shape, t.numel(), "view")
     if t._device.type == "cpu" and t._data.flags.c_contiguous:
-        return Tensor._make(t._data.reshape(new), t._device, t._dtype)
+        r = _contiguous_reshape(t, new)
+        if r is not None:
+            return r
     st = _compute_stride(tuple(t.shape), _strides(t), new)
     if st is None:
         raise RuntimeError(f"view size is not compatible with input tensor's size and stride (at least one dimension "
@@ -152,7 +168,9 @@ def reshape(t: Tensor, *shape, **kw) -> Tensor:
         shape = _kw_sizes("reshape", shape, kw, "shape")
     new = _infer_size(shape, t.numel(), "reshape")
     if t._device.type == "cpu" and t._data.flags.c_contiguous:
-        return Tensor._make(t._data.reshape(new), t._device, t._dtype)
+        r = _contiguous_reshape(t, new)
+        if r is not None:
+            return r
     st = _compute_stride(tuple(t.shape), _strides(t), new)
     if st is not None:
         return make_view(t, new, st)
@@ -249,15 +267,18 @@ def squeeze(t: Tensor, dim=None) -> Tensor:
 def unsqueeze(t: Tensor, dim: int) -> Tensor:
     nd = t.ndim
     d = wrap_dim(dim, nd + 1, "unsqueeze")
-    if t._device.type == "cpu":
-        sh = list(t._data.shape)
-        sh.insert(d, 1)
-        if t._data.flags.c_contiguous:
-            return Tensor._make(t._data.reshape(sh), t._device, t._dtype)
     sh, st = list(t.shape), _strides(t)
+    # torch's stride for the new dim: the next dim's extent (size x stride), 1 at the end; the other dims' strides
+    # kept, size-1 ones included (numpy's reshape of a C-contiguous array rewrites those: only where it gives the
+    # same strides is it the fast path)
     new_st = st[d] * sh[d] if d < nd else 1
     sh.insert(d, 1)
     st.insert(d, new_st)
+    if t._device.type == "cpu" and t._data.flags.c_contiguous:
+        r = t._data.reshape(sh)
+        isz = t._dtype.itemsize
+        if all(a == b * isz for a, b in zip(r.strides, st)):
+            return Tensor._make(r, t._device, t._dtype)
     return make_view(t, sh, st)
 
 
