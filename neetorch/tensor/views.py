@@ -83,12 +83,17 @@ def _contiguous_reshape(t: Tensor, new):
     """numpy's reshape of t's (C-contiguous) array where it gives torch's strides, else None (make_view with
     _compute_stride's).  They differ only in the strides of size-1 dims (numpy's own rule for them; torch's from the
     input's strides, size-1 ones included: ``x.t().reshape(1, 3, 1)`` of an x of shape (1, 3))"""
-    r = t._data.reshape(new)
     if 1 not in new:
-        return Tensor._make(r, t._device, t._dtype)
+        return Tensor._make(t._data.reshape(new), t._device, t._dtype)
     st = _compute_stride(tuple(t.shape), _strides(t), new)
+    return None if st is None else _reshaped_as(t, new, st)
+
+
+def _reshaped_as(t: Tensor, shape, strides):
+    """numpy's reshape of t's C-contiguous array to ``shape`` where it has these (element) strides, else None."""
+    r = t._data.reshape(shape)
     isz = t._dtype.itemsize
-    if st is None or any(a != b * isz for a, b in zip(r.strides, st)):
+    if any(a != b * isz for a, b in zip(r.strides, strides)):
         return None
     return Tensor._make(r, t._device, t._dtype)
 
@@ -275,10 +280,9 @@ def unsqueeze(t: Tensor, dim: int) -> Tensor:
     sh.insert(d, 1)
     st.insert(d, new_st)
     if t._device.type == "cpu" and t._data.flags.c_contiguous:
-        r = t._data.reshape(sh)
-        isz = t._dtype.itemsize
-        if all(a == b * isz for a, b in zip(r.strides, st)):
-            return Tensor._make(r, t._device, t._dtype)
+        r = _reshaped_as(t, sh, st)
+        if r is not None:
+            return r
     return make_view(t, sh, st)
 
 

@@ -1115,8 +1115,8 @@ def _wino_rate(direct: bool, nbytes: float) -> float:
     """The rule's rate of the Winograd products: the direct kernel's (16 lanes) where they run on it
     (_wino_products_direct: the native path on 2+ threads, _wino_serial_direct on one; transformed inputs and
     products of up to _WINO_NATIVE_BYTES), else the OpenBLAS fit."""
-    if direct and _WINO_RATE16[0] and conv_direct.VEC == 16 and _WINO_GEMM[0] != "blas" and \
-            nbytes <= _WINO_NATIVE_BYTES and (threads.NUM_THREADS == 1 or _WINO_NATIVE[0]):
+    if direct and _WINO_RATE16[0] and _products_direct() and nbytes <= _WINO_NATIVE_BYTES and \
+            (threads.NUM_THREADS == 1 or _WINO_NATIVE[0]):
         return _GEMM_FLOPS * _DIRECT16_RATE
     return _WINO_FLOPS
 
@@ -1317,11 +1317,24 @@ def _wino_job(phase, dt, planes, nt, per_task):
 _WINO_GEMM = [os.environ.get("NEE_WINOGRAD_GEMM", "")]
 
 
+def _products_direct() -> bool:
+    """Whether float32 Winograd products go to conv_direct's kernel on this host (its width fixed by
+    conv_direct.available(), which the callers ask first): 16 lanes, NEE_WINOGRAD_GEMM not "blas"."""
+    return _WINO_GEMM[0] != "blas" and conv_direct.VEC == 16
+
+
+def _wino_geometry(x, U, res, m):
+    """(N, C, H, W, O, OH, OW, alpha^2, tile rows, tile columns, tiles) of a Winograd F(m, 3) call."""
+    N, C, H, W = x.shape
+    OH, OW = res.shape[2], res.shape[3]
+    th, tw = -(-OH // m), -(-OW // m)
+    return N, C, H, W, U.shape[1], OH, OW, (m + 2) * (m + 2), th, tw, N * th * tw
+
+
 def _wino_products_direct(U, V, M, a2, C, O, NT) -> bool:
     """M (alpha^2, O, NT) = U (alpha^2, O, C) @ V (alpha^2, C, NT) (flat buffers) on conv_direct's kernel as a grouped
     1x1 convolution (see _WINO_GEMM); False (nothing written) where it does not run."""
-    if _WINO_GEMM[0] == "blas" or U.dtype != _F32 or not conv_direct.available() or conv_direct.VEC != 16 or \
-            not U.flags.c_contiguous:
+    if U.dtype != _F32 or not U.flags.c_contiguous or not conv_direct.available() or not _products_direct():
         return False
     if not winograd.is_frozen(U) and not winograd.freeze(U):
         return False        # (U is the weights cache's own array: it is replaced, never written, when w changes)
@@ -1339,14 +1352,9 @@ def _wino_serial_direct(x, U, b, res, m, pt, pl, relu):
     on 28x28 965 / 578, 64 -> 192 on 56x56 2676 / 1834; F(2) 256 -> 256 on 14x14 1473 / 633 (direct kernel 1025).
     Whole models on one thread with the rule at the kernel's rate (both sessions in one process alternating,
     /tmp/lead21/abset1.py, median / min): VGG-19 0.69 / 0.66, Inception v2 0.89 / 0.95, ResNet-50 0.95 / 0.98."""
-    N, C, H, W = x.shape
-    O = U.shape[1]
-    OH, OW = res.shape[2], res.shape[3]
+    N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, res, m)
     dt = x.dtype
-    a2 = (m + 2) * (m + 2)
-    th, tw = -(-OH // m), -(-OW // m)
-    NT = N * th * tw
-    if dt != _F32 or _WINO_GEMM[0] == "blas" or not conv_direct.available() or conv_direct.VEC != 16:
+    if dt != _F32 or not conv_direct.available() or not _products_direct():
         return None
     V = _buffer(a2 * C * NT, dt, "wino_v")
     if winograd.input_tiles(x.reshape(-1), V, _buffer((th * m + 2) * (tw * m + 2), dt, "wino_xp"),
@@ -1367,13 +1375,8 @@ def _wino_native(x, U, b, res, m, pt, pl, relu):
     alpha^2 GEMMs as one batched gemm_driver product, the output transform (tasks over the output planes; + bias,
     relu).  True when done; None (nothing written) when the driver cannot run them; False (res not written) when
     the input transform read an inf / NaN (its tasks' _M_FLAGS words: see _conv_winograd)."""
-    N, C, H, W = x.shape
-    O = U.shape[1]
-    OH, OW = res.shape[2], res.shape[3]
+    N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, res, m)
     dt = x.dtype
-    a2 = (m + 2) * (m + 2)
-    th, tw = -(-OH // m), -(-OW // m)
-    NT = N * th * tw
     nt = threads.NUM_THREADS
     per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
     per_out = m * (m + 2) * th * tw
