@@ -1344,7 +1344,7 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
     # the last call's native calls (_replay), replayed while x, res, e, the bias and the packed weights are the
     # same arrays (a compiled graph's step: arena buffers and frozen constants)
     memo = [None]
-    bare = lay.bare
+    scr = _scratch_tags(lay)
 
     def f(x, w, b, res, b2, e) -> bool:
         if threads.NUM_THREADS != nt:
@@ -1363,12 +1363,12 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
             bias = _bias(lay, prep, b, b2)
         m = memo[0]
         if m is None or m[0] is not x or m[1] is not res or m[2] is not e or m[3] is not bias or m[4] is not wp or (
-                not bare and _scratch_base() is not m[6]) or not REPLAY[0]:
+                scr and not _scratch_same(scr, m[6])) or not REPLAY[0]:
             m = memo[0] = None
             if REPLAY[0]:
                 steps = _replay(lay, prep, x, wp, bias, res, e)
                 if steps is not None:
-                    m = memo[0] = (x, res, e, bias, wp, steps, None if bare else _scratch_base())
+                    m = memo[0] = (x, res, e, bias, wp, steps, _scratch_base(scr))
             if m is None:
                 _launch(lay, prep, x, wp, bias, res, e, relu)
                 return True
@@ -1383,7 +1383,7 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
         if m is None or threads.NUM_THREADS != nt or not wfrozen or w is not w0 or not bfrozen or b is not b0 or \
                 b2 is not b20 or m[0] is not x or m[1] is not res or m[2] is not e or \
                 m[3] is not (b if bias0 is None else bias0) or m[4] is not wp0 or \
-                (not bare and _scratch_base() is not m[6]) or not REPLAY[0]:
+                (scr and not _scratch_same(scr, m[6])) or not REPLAY[0]:
             return None
         return [native_chain.lower(fn, args, (p, slot)) for fn, args, p, slot in m[5]]
     f.calls = calls
@@ -1394,27 +1394,44 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
 REPLAY = [os.environ.get("NEE_CONV_DIRECT_REPLAY", "1") not in ("0", "")]
 
 
-def _scratch_base():
-    """The calling thread's "direct_x" scratch buffer (conv.py's ``_buffer``: reallocated when a larger one is
-    asked for), or None."""
+def _scratch_tags(lay) -> tuple:
+    """The per-thread scratch buffers (conv.py's ``_buffer`` tags) a launch of layout ``lay`` uses: the padded
+    input ("direct_x", unless the kernel reads x itself) and the chan kernel's partial sums ("direct_out", with
+    several chunks of (channel, tap) and the output not written directly)."""
+    return (() if lay.bare else ("direct_x",)) + (("direct_out",) if lay.multi and not lay.direct_out else ())
+
+
+def _scratch_base(tags) -> tuple:
+    """The calling thread's scratch buffers of ``tags`` (conv.py's ``_buffer``: reallocated when a larger one is
+    asked for; None where there is none yet)."""
     bufs = getattr(_conv_tls[0], "bufs", None)
-    return None if bufs is None else bufs.get(("f", "direct_x"))
+    return tuple(None if bufs is None else bufs.get(("f", t)) for t in tags)
+
+
+def _scratch_same(tags, ref) -> bool:
+    """Whether the calling thread's scratch buffers of ``tags`` are still the arrays ``ref`` (a replay's)."""
+    bufs = getattr(_conv_tls[0], "bufs", None)
+    if bufs is None:
+        return False
+    for t, r in zip(tags, ref):
+        if bufs.get(("f", t)) is not r:
+            return False
+    return True
 
 
 def _replay(lay, prep, x, wp, bias, res, e):
     """_launch's work as native calls ``[(fn, args, params, claim counter slot)]`` to repeat on these arrays (the
     fills and kernels of every image, views and params arrays made once: ~5-10 us of Python less per call of a
     compiled graph's conv), or None where a launch does more (depthwise channel-last fills, the "pix" rows'
-    compaction or epilogue pass, the Python pool).  The padded input's scratch (conv.py's per-thread "direct_x"
-    buffer) is checked to be the same buffer at each replay (``_scratch_base``)."""
+    compaction or epilogue pass, the Python pool).  The scratches it writes (conv.py's per-thread "direct_x" and
+    "direct_out" buffers: ``_scratch_tags``) are checked to be the same buffers at each replay
+    (``_scratch_same``)."""
     if prep.dwise or prep.post or (prep.pix and not lay.direct_out):
         return None
     from . import conv
     if 4 * lay.xlen > conv._KEEP_BYTES:
         return None             # (a scratch this large is not kept: each call allocates its own)
     _conv_tls[0] = conv._tls
-    if lay.multi and not lay.direct_out:
-        return None             # (the partial sums' scratch is shared)
     native = prep.native
     if native is None and prep.par:
         return None
@@ -1422,6 +1439,9 @@ def _replay(lay, prep, x, wp, bias, res, e):
     steps = []
     if not lay.bare:
         xq = _conv_buffer[0](lay.xlen, np.float32, "direct_x").reshape(x.shape[1], lay.nph, lay.S)
+    # the chan kernel's partial sums (several chunks of (channel, tap)): as _launch's
+    wide = _conv_buffer[0](int(np.prod(lay.oshape)), np.float32, "direct_out").reshape(lay.oshape) \
+        if lay.multi and not lay.direct_out else None
     for n in range(x.shape[0]):
         if lay.bare:
             xq = x[n]
@@ -1432,7 +1452,7 @@ def _replay(lay, prep, x, wp, bias, res, e):
             steps.append((fn, (x[n], xq, p), p, _F_CTR) if g is None else (g[0], g[1] + (x[n], xq, p), p, _F_CTR))
         y = res[n]
         p = prep.base.copy()
-        arrays = _kernel_args(prep, xq, wp, y, bias, p, y, e, n)
+        arrays = _kernel_args(prep, xq, wp, y if wide is None else wide, bias, p, y, e, n)
         g = None if native is None else getattr(native, "direct", None)
         if native is not None and g is None:
             return None
