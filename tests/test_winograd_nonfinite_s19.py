@@ -342,5 +342,7 @@ def test_onnx_conv(spy, forced):
         xx[pos] = val
         spy.clear()
         got = np.asarray(sess.run(None, {"x": xx})[0])
-        assert spy == [(2, False)], spy
+        # (the bound step declines, conv2d_into finds the inf / NaN; the step chain made at the session's fourth run
+        # replays the step twice more in its check: the same again)
+        assert spy and set(spy) == {(2, False)}, spy
         _assert_like_torch(got, xx, w, b, (1, 1, 1, 1), what=f"onnx {val} at {pos}")

@@ -643,7 +643,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     if r == "pk1x1":
         return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
     if r != "direct":
-        return None
+        return _bind_winograd(x, w, b, b2, e, out, attrs, relu) if r is None else None
     g = conv_direct.bind(x, w, b, out, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
     if g is None:
         return None
@@ -1419,6 +1419,98 @@ def _wino_native(x, U, b, res, m, pt, pl, relu):
     mt[:, winograd._M_FLAGS] = (1 if has_bias else 0) | (2 if relu else 0)
     call(d, mt, mt, mt, M, res.reshape(-1), sout, mt)
     return True
+
+
+def _bind_winograd(x, w, b, b2, e, out, attrs, relu):
+    """bind_into's Winograd step: ``f(out, ins, b2, e) -> bool`` for a float32 conv that conv2d_into runs by
+    _conv_winograd's native path (_wino_native: 2+ threads and enough work) or its serial one with the products on
+    conv_direct's kernel (_wino_serial_direct), bound once: the transforms' jobs and their metas, the products as
+    conv_direct's bound grouped 1x1 (its native calls replayed while the scratches are the same arrays).  The same
+    native calls on the same planes as those paths (the serial one: its input and output transforms as the jobs'
+    tasks on the calling thread), the bias (+ b2) summed as conv2d_into sums it: the same bits.  ``f`` returns
+    False (nothing written: the caller runs conv2d_into, which takes another path for it) when the input transform
+    reads an inf / NaN, a setting changed (thread count, the paths' switches), the weights are not the bound ones
+    or b2 / e are given where they were not.  None: weights not frozen (``winograd.freeze``: they could change in
+    place, U with them), a residual (conv2d_into's pass), the blocks / bands paths."""
+    if e is not None or not winograd.is_frozen(w) or not conv_direct.available() or not _products_direct():
+        return None
+    G = attrs["groups"]
+    OH, OW = out.shape[2], out.shape[3]
+    wu = _winograd_u(x, w, G, attrs, OH, OW)
+    if wu is None:
+        return None
+    m, U = wu
+    N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, out, m)
+    dt = x.dtype
+    nt = threads.NUM_THREADS
+    par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
+    if a2 * max(O, C) * NT * dt.itemsize > _WINO_NATIVE_BYTES or (par and not _WINO_NATIVE[0]) or \
+            not (winograd.is_frozen(U) or winograd.freeze(U)):
+        return None
+    pt, pl = attrs["padding"][0], attrs["padding"][2]
+    per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
+    per_out = m * (m + 2) * th * tw
+    # (the serial path's transforms: the jobs' tasks on the calling thread alone)
+    jin = _wino_job("in", dt, N * C, nt if par else 1, per_in)
+    jout = _wino_job("out", dt, N * O, nt if par else 1, per_out)
+    if not jin or not jout:
+        return None
+    U4 = U.reshape(a2 * O, C, 1, 1)
+    din, cin, mti = jin[0], jin[1], jin[2].copy()
+    mti[:, :winograd._M_P0] = (m, C, H, W, pt, pl, th, tw, NT, x.size, a2 * C * NT, len(mti) * per_in)
+    dout, cout, mto = jout[0], jout[1], jout[2].copy()
+    has_b, has_b2 = b is not None, b2 is not None
+    mto[:, :winograd._M_P0] = (m, O, OH, OW, 0, 0, th, tw, NT, a2 * O * NT, out.size, O + len(mto) * per_out)
+    mto[:, winograd._M_SOFF] += O
+    mto[:, winograd._M_FLAGS] = (1 if has_b or has_b2 else 0) | (2 if relu else 0)
+    st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0], _WINO_NATIVE[0], _WINO_GEMM[0], nt)
+    w0 = w
+    sc = [None]         # (the scratches' arrays, their views, the products' bound launch)
+
+    def scratches():
+        V = _buffer(a2 * C * NT, dt, "wino_v")
+        M = _buffer(a2 * O * NT, dt, "wino_m")
+        si = _buffer(len(mti) * per_in, dt, "wino_xp")
+        so = _buffer(O + len(mto) * per_out, dt, "wino_t")
+        c = sc[0]
+        if c is None or c[0] is not V.base or c[1] is not M.base:
+            V4, M4 = V.reshape(1, a2 * C, 1, NT), M.reshape(1, a2 * O, 1, NT)
+            g = conv_direct.bind(V4, U4, None, M4, 1, 1, 0, 0, 0, 0, 1, 1)
+            c = sc[0] = (V.base, M.base, V4, M4, g, V, M)
+        return c, si, so
+
+    def f(out, ins, b2, e) -> bool:
+        if (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0], _WINO_NATIVE[0], _WINO_GEMM[0],
+                threads.NUM_THREADS) != st0 or ins[1] is not w0 or (b2 is not None) != has_b2 or e is not None:
+            return False
+        c, si, so = scratches()
+        if c[4] is None:
+            return False
+        cin(din, mti, mti, mti, ins[0].reshape(-1), c[5], si, mti)
+        if mti[:, winograd._M_FLAGS].any():
+            return False
+        if not c[4](c[2], U4, None, c[3], None, None):
+            return False
+        if has_b:
+            so[:O] = ins[2]
+            if has_b2:
+                so[:O] += b2.reshape(-1)
+        elif has_b2:
+            so[:O] = b2.reshape(-1)
+        cout(dout, mto, mto, mto, c[6], out.reshape(-1), so, mto)
+        return True
+
+    def run(out, ins, b2):
+        if not f(out, ins, b2, None):
+            conv2d_into(out, ins, attrs, b2, None, relu)
+
+    def calls(out, ins, b2, e):
+        # (native_chain) the step as one call of the chain: the input transform's inf / NaN flag picks what follows
+        if e is not None or (b2 is not None) != has_b2 or ins[1] is not w0:
+            return None
+        return [(run, (out, ins, b2), None)]
+    f.calls = calls
+    return f
 
 
 # ---------------------------------------------------------------- convolution over padded rows
