@@ -771,7 +771,11 @@ def apply_prologue(x: np.ndarray, pre) -> np.ndarray:
 # same way but ran OpenBLAS).  Measured on AMD Zen 5 (2 threads, conv2d_into + bias + relu, in-process, min of 7
 # rounds, /tmp/lead20/paths.py), us before (OpenBLAS, Haswell kernels) -> after (the direct kernel): 256 -> 512
 # from 56x56 /2 1004 -> 560, 512 -> 1024 from 28x28 /2 944 -> 517, 1024 -> 2048 from 14x14 /2 1086 -> 613.
-# NEE_CONV_SUB1X1=0: the GEMM path as before.
+# Where the direct kernel takes the subsampled conv (conv_direct.route rules a strided unpadded 1x1 on it), the kernel
+# runs the strided conv itself, its fill subsampling into its phase plane on the threads (the same sums: the same
+# bits), and a compiled graph binds and chains it; the copy was ~150 us on the calling thread (session 22, 2 threads,
+# bound, us copy + conv / direct: 256 -> 512 from 56x56 776 / 685, 512 -> 1024 from 28x28 740 / 676, 1024 -> 2048
+# from 14x14 808 / 754).  NEE_CONV_SUB1X1=0: the GEMM path as before.
 _SUB1X1 = [os.environ.get("NEE_CONV_SUB1X1", "1") not in ("0", "")]
 
 
@@ -782,6 +786,8 @@ def _strided_1x1(out, ins, attrs, b2, e, relu, pre) -> bool:
             out.dtype != _F32 or ins[0].dtype != _F32 or conv1x1_packed._fused_for(out.shape, (sh, sw)):
         return False
     x = ins[0]
+    if pre is None and conv_direct.route(x, w, out, attrs, True) == "direct":
+        return False            # (the direct kernel subsamples as it fills: conv2d_into's try_conv2d takes it)
     OH, OW = out.shape[2], out.shape[3]
     xs = x[:, :, :(OH - 1) * sh + 1:sh, :(OW - 1) * sw + 1:sw]
     xb = _buffer(xs.size, _F32, "sub1x1").reshape(xs.shape)

@@ -1916,10 +1916,20 @@ def route(x, w, res, attrs, kept: bool, pre: bool = False):
     if mode == "0" or not applies(x, w, res, attrs["groups"]):
         return None
     dh, dw = attrs["dilation"]
-    if mode != "1" and not (kept and pays(x.shape, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw,
-                                          attrs["groups"])):
+    xs = x.shape
+    if (sh, sw) != (1, 1) and w.shape[2:] == (1, 1) and not (pt or pb or pl or pr) and not pre and _sub1x1():
+        # a strided unpadded 1x1 (ResNet's downsamples): ruled as the stride-1 conv of its subsampled input, which
+        # the kernel's fill makes as it fills its phase plane (conv.py's _strided_1x1 copies it otherwise: numpy's
+        # strided copy on the calling thread, then the stride-1 conv, the same sums in the same order)
+        xs, sh, sw = (xs[0], xs[1], res.shape[2], res.shape[3]), 1, 1
+    if mode != "1" and not (kept and pays(xs, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw, attrs["groups"])):
         return None
     return "direct"
+
+
+def _sub1x1() -> bool:
+    from . import conv
+    return conv._SUB1X1[0]
 
 
 def try_conv2d(x, w, b, res, attrs, kept: bool, relu=False, b2=None, e=None) -> bool:

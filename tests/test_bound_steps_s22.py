@@ -1,4 +1,4 @@
-"""Winograd convs as bound steps, and the direct kernel's partial-sum launches replayed (session 22).
+"""Bound and chained conv steps (session 22): Winograd convs, the direct kernel's partial-sum launches, strided 1x1s.
 
 A compiled graph's float32 Winograd conv (frozen weights: ONNX initializers, the JIT's frozen constants) is bound once
 (kernels/conv.py ``_bind_winograd``: the transforms' jobs, their metas and the products' bound launch made once)
@@ -7,6 +7,8 @@ partial sums in a per-thread scratch) are replayed like the others (``_replay``)
 conv2d_into's bits (both thread counts, F(2) / F(4), batches, bias, a second bias, relu), an inf / NaN input falls
 back to the other paths (torch's NaN locality), settings and weights changed give False, unfrozen weights are not
 bound, and a compiled CNN's chain holds its Winograd steps and matches torch, its input rewritten between calls.
+Strided unpadded 1x1s (ResNet's downsamples) that the direct kernel takes subsampled run on it strided (its fill
+subsampling; conv.py's _strided_1x1 copied the input on the calling thread first): the copy path's bits, bound.
 """
 import numpy as np
 import pytest
@@ -21,8 +23,10 @@ from neetorch.jit import executable as E
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
-pytestmark = pytest.mark.skipif(not (D.available() and K._products_direct()),
-                                reason="Winograd's products on conv_direct's kernel need its 16-lane (AVX-512F) kernels")
+pytestmark = pytest.mark.skipif(not D.available(), reason="conv_direct's kernel needs AVX-512F or AVX2+FMA")
+# (after available(): the kernels' width is fixed)
+wino16 = pytest.mark.skipif(not (D.available() and K._products_direct()),
+                            reason="Winograd's products on conv_direct's kernel: its 16-lane (AVX-512F) kernels only")
 
 RNG = np.random.default_rng(22)
 
@@ -57,6 +61,7 @@ def _ref(x, w, b, b2=None, relu=False, p=1):
 SHAPES = [(1, 64, 64, 28, 28, "4"), (2, 24, 40, 17, 13, "4"), (1, 96, 80, 14, 14, "2"), (1, 48, 33, 11, 9, "2")]
 
 
+@wino16
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("epi", ["", "b", "b2+relu", "b+b2+relu"])
 def test_bound_winograd_gives_conv2d_intos_bits(monkeypatch, nt, shape, epi):
@@ -86,6 +91,7 @@ def test_bound_winograd_gives_conv2d_intos_bits(monkeypatch, nt, shape, epi):
     np.testing.assert_array_equal(out, want)
 
 
+@wino16
 def test_bound_winograd_falls_back_on_inf_and_nan(monkeypatch, nt):
     monkeypatch.setattr(K, "_WINO_FORCE", ["4"])
     monkeypatch.setattr(D, "MODE", ["0"])
@@ -109,6 +115,7 @@ def test_bound_winograd_falls_back_on_inf_and_nan(monkeypatch, nt):
     np.testing.assert_allclose(out, _ref(x, w, b, relu=True), rtol=1e-4, atol=1e-4)
 
 
+@wino16
 def test_bound_winograd_declines_what_changed(monkeypatch, nt):
     monkeypatch.setattr(K, "_WINO_FORCE", ["2"])
     monkeypatch.setattr(D, "MODE", ["0"])
@@ -166,6 +173,7 @@ def test_partial_sum_launches_are_replayed():
         threads.set_num_threads(old)
 
 
+@wino16
 @pytest.mark.parametrize("threads_", [2, 1])
 def test_compiled_cnn_with_winograd_convs_is_one_chain(monkeypatch, threads_):
     monkeypatch.setattr(E, "_CHAIN", [3])
@@ -206,3 +214,40 @@ def test_compiled_cnn_with_winograd_convs_is_one_chain(monkeypatch, threads_):
             np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4 * np.abs(want[fin]).max())
     finally:
         nee.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 96, 20, 20), (2, 48, 40, 13, 11), (1, 128, 160, 14, 14)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("res", [False, True])
+def test_strided_1x1_on_the_direct_kernel(monkeypatch, nt, shape, res):
+    """ResNet's downsamples (unpadded 1x1, stride 2): where the direct kernel takes the subsampled stride-1 conv,
+    it runs the strided one itself (no copy on the calling thread), bound like any direct conv, with the copy's
+    bits."""
+    N, C, O, H, W = shape
+    monkeypatch.setattr(D, "MODE", ["1"])          # (the direct kernel for the subsampled conv, whatever the rule)
+    monkeypatch.setattr(D, "_pk1x1_takes", lambda *a, **k: False)
+    x = RNG.standard_normal((N, C, H, W)).astype(np.float32)
+    w = _frozen(RNG.standard_normal((O, C, 1, 1)) * 0.1)
+    b = _frozen(RNG.standard_normal(O))
+    OH, OW = (H - 1) // 2 + 1, (W - 1) // 2 + 1
+    e = RNG.standard_normal((N, O, OH, OW)).astype(np.float32) if res else None
+    attrs = {"stride": (2, 2), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
+    assert D.route(x, w, np.zeros((N, O, OH, OW), np.float32), attrs, True) == "direct"
+    want = np.full((N, O, OH, OW), np.nan, np.float32)
+    K.conv2d_into(want, [x, w, b], attrs, None, e, True)
+    # the copy path's bits: the subsampled input's stride-1 conv
+    xs = np.ascontiguousarray(x[:, :, ::2, ::2])
+    sub = np.full_like(want, np.nan)
+    K.conv2d_into(sub, [xs, w, b], dict(attrs, stride=(1, 1)), None, e, True)
+    np.testing.assert_array_equal(want, sub)
+    ref = TF.conv2d(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)),
+                    torch.from_numpy(b.astype(np.float64)), stride=2)
+    if res:
+        ref = ref + torch.from_numpy(e.astype(np.float64))
+    np.testing.assert_allclose(want, TF.relu(ref).numpy(), rtol=1e-4, atol=1e-4)
+    out = np.full_like(want, np.nan)
+    f = K.bind_into(out, [x, w, b], attrs, None, e, True)
+    assert f is not None and f(out, [x, w, b], None, e)
+    np.testing.assert_array_equal(out, want)
+    calls = f.calls(out, [x, w, b], None, e)
+    assert calls                                    # (replayed: chainable)
