@@ -1186,14 +1186,11 @@ def _conv_winograd(x, U, b, res, m, pt, pl, relu=False) -> bool:
     th, tw = -(-OH // m), -(-OW // m)
     xf, rf = x.reshape(-1), res.reshape(-1)
     nt = threads.NUM_THREADS
-    par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
+    par = _wino_par(a2, O, C, N * th * tw)
     want = nt * _BLOCKS_PER_THREAD if par else 1
-    if par and _WINO_NATIVE[0] and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES:
-        done = _wino_native(x, U, b, res, m, pt, pl, relu)
-        if done is not None:
-            return done
-    if not par and a2 * max(O, C) * N * th * tw * dt.itemsize <= _WINO_NATIVE_BYTES:
-        done = _wino_serial_direct(x, U, b, res, m, pt, pl, relu)
+    path = _wino_path(a2, O, C, N * th * tw, dt.itemsize)
+    if path:
+        done = (_wino_native if path == "native" else _wino_serial_direct)(x, U, b, res, m, pt, pl, relu)
         if done is not None:
             return done
     bias = b if b is not None else _NO_BIAS[dt]
@@ -1282,6 +1279,41 @@ _WINO_NATIVE_BYTES = 16 << 20
 _WINO_NATIVE = [os.environ.get("NEE_WINOGRAD_NATIVE", "1") not in ("0", "")]
 _wino_jobs: dict = {}
 _WINO_TASKS_PER_THREAD = 4
+
+
+def _wino_par(a2, O, C, NT) -> bool:
+    """Whether a Winograd call of NT tiles is split over the threads (enough work for 2+)."""
+    return threads.NUM_THREADS > 1 and 2.0 * a2 * O * C * NT >= _PAR_FLOPS
+
+
+def _wino_path(a2, O, C, NT, isz) -> str:
+    """The path _conv_winograd tries first: "native" (_wino_native: split over the threads, the transformed data
+    within _WINO_NATIVE_BYTES), "serial" (_wino_serial_direct: on the calling thread, as small), "" (the blocks /
+    bands)."""
+    if a2 * max(O, C) * NT * isz > _WINO_NATIVE_BYTES:
+        return ""
+    if _wino_par(a2, O, C, NT):
+        return "native" if _WINO_NATIVE[0] else ""
+    return "serial"
+
+
+def _wino_jobs_for(x, U, res, m, pt, pl, relu, has_bias, nt):
+    """The input and output transforms of a Winograd F(m, 3) call as gemm_driver jobs on ``nt`` threads, their
+    metas filled (copies: the input tasks write their flags there): ((desc, caller, metas, scratch elements) of the
+    input transform, the same of the output one: its scratch's first O elements the bias), or None (no driver)."""
+    N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, res, m)
+    per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
+    per_out = m * (m + 2) * th * tw
+    jin = _wino_job("in", x.dtype, N * C, nt, per_in)
+    jout = _wino_job("out", x.dtype, N * O, nt, per_out)
+    if not jin or not jout:
+        return None
+    mi, mo = jin[2].copy(), jout[2].copy()
+    mi[:, :winograd._M_P0] = (m, C, H, W, pt, pl, th, tw, NT, x.size, a2 * C * NT, len(mi) * per_in)
+    mo[:, :winograd._M_P0] = (m, O, OH, OW, 0, 0, th, tw, NT, a2 * O * NT, res.size, O + len(mo) * per_out)
+    mo[:, winograd._M_SOFF] += O
+    mo[:, winograd._M_FLAGS] = (1 if has_bias else 0) | (2 if relu else 0)
+    return (jin[0], jin[1], mi, len(mi) * per_in), (jout[0], jout[1], mo, O + len(mo) * per_out)
 
 
 def _wino_job(phase, dt, planes, nt, per_task):
@@ -1384,21 +1416,14 @@ def _wino_native(x, U, b, res, m, pt, pl, relu):
     N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, res, m)
     dt = x.dtype
     nt = threads.NUM_THREADS
-    per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
-    per_out = m * (m + 2) * th * tw
-    jin = _wino_job("in", dt, N * C, nt, per_in)
-    jout = _wino_job("out", dt, N * O, nt, per_out)
-    if not jin or not jout:
+    jobs = _wino_jobs_for(x, U, res, m, pt, pl, relu, b is not None, nt)
+    if jobs is None:
         return None
+    (d, call, mt, nin), (dout, cout, mto, nout) = jobs
     V = _buffer(a2 * C * NT, dt, "wino_v")
     M = _buffer(a2 * O * NT, dt, "wino_m")
     V3, M3 = V.reshape(a2, C, NT), M.reshape(a2, O, NT)
-    d, call, metas = jin
-    mt = metas.copy()
-    mt[:, :winograd._M_P0] = (m, C, H, W, pt, pl, th, tw, NT, x.size, V.size, len(mt) * per_in)
-    sin = _buffer(len(mt) * per_in, dt, "wino_xp")
-    xf = x.reshape(-1)
-    call(d, mt, mt, mt, xf, V, sin, mt)
+    call(d, mt, mt, mt, x.reshape(-1), V, _buffer(nin, dt, "wino_xp"), mt)
     if mt[:, winograd._M_FLAGS].any():
         return False
     if not _wino_products_direct(U, V, M, a2, C, O, NT):
@@ -1414,16 +1439,10 @@ def _wino_native(x, U, b, res, m, pt, pl, relu):
                 np.matmul(U, V3, out=M3)
         else:
             _driver().run(gd, U, V3, M3)
-    d, call, metas = jout
-    mt = metas.copy()
-    has_bias = b is not None
-    sout = _buffer(O + len(mt) * per_out, dt, "wino_t")
-    if has_bias:
+    sout = _buffer(nout, dt, "wino_t")
+    if b is not None:
         sout[:O] = b
-    mt[:, :winograd._M_P0] = (m, O, OH, OW, 0, 0, th, tw, NT, M.size, res.size, sout.size)
-    mt[:, winograd._M_SOFF] += O
-    mt[:, winograd._M_FLAGS] = (1 if has_bias else 0) | (2 if relu else 0)
-    call(d, mt, mt, mt, M, res.reshape(-1), sout, mt)
+    cout(dout, mto, mto, mto, M, res.reshape(-1), sout, mto)
     return True
 
 
@@ -1449,26 +1468,17 @@ def _bind_winograd(x, w, b, b2, e, out, attrs, relu):
     N, C, H, W, O, OH, OW, a2, th, tw, NT = _wino_geometry(x, U, out, m)
     dt = x.dtype
     nt = threads.NUM_THREADS
-    par = nt > 1 and 2.0 * a2 * O * C * N * th * tw >= _PAR_FLOPS
-    if a2 * max(O, C) * NT * dt.itemsize > _WINO_NATIVE_BYTES or (par and not _WINO_NATIVE[0]) or \
-            not (winograd.is_frozen(U) or winograd.freeze(U)):
+    path = _wino_path(a2, O, C, NT, dt.itemsize)
+    if not path or not (winograd.is_frozen(U) or winograd.freeze(U)):
         return None
-    pt, pl = attrs["padding"][0], attrs["padding"][2]
-    per_in = (th * m + 2) * (tw * m + 2) + a2 * th * tw
-    per_out = m * (m + 2) * th * tw
-    # (the serial path's transforms: the jobs' tasks on the calling thread alone)
-    jin = _wino_job("in", dt, N * C, nt if par else 1, per_in)
-    jout = _wino_job("out", dt, N * O, nt if par else 1, per_out)
-    if not jin or not jout:
-        return None
-    U4 = U.reshape(a2 * O, C, 1, 1)
-    din, cin, mti = jin[0], jin[1], jin[2].copy()
-    mti[:, :winograd._M_P0] = (m, C, H, W, pt, pl, th, tw, NT, x.size, a2 * C * NT, len(mti) * per_in)
-    dout, cout, mto = jout[0], jout[1], jout[2].copy()
     has_b, has_b2 = b is not None, b2 is not None
-    mto[:, :winograd._M_P0] = (m, O, OH, OW, 0, 0, th, tw, NT, a2 * O * NT, out.size, O + len(mto) * per_out)
-    mto[:, winograd._M_SOFF] += O
-    mto[:, winograd._M_FLAGS] = (1 if has_b or has_b2 else 0) | (2 if relu else 0)
+    # (the serial path's transforms: the jobs' tasks on the calling thread alone)
+    jobs = _wino_jobs_for(x, U, out, m, attrs["padding"][0], attrs["padding"][2], relu, has_b or has_b2,
+                          nt if path == "native" else 1)
+    if jobs is None:
+        return None
+    (din, cin, mti, nin), (dout, cout, mto, nout) = jobs
+    U4 = U.reshape(a2 * O, C, 1, 1)
     st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0], _WINO_NATIVE[0], _WINO_GEMM[0], nt)
     w0 = w
     sc = [None]         # (the scratches' arrays, their views, the products' bound launch)
@@ -1476,8 +1486,8 @@ def _bind_winograd(x, w, b, b2, e, out, attrs, relu):
     def scratches():
         V = _buffer(a2 * C * NT, dt, "wino_v")
         M = _buffer(a2 * O * NT, dt, "wino_m")
-        si = _buffer(len(mti) * per_in, dt, "wino_xp")
-        so = _buffer(O + len(mto) * per_out, dt, "wino_t")
+        si = _buffer(nin, dt, "wino_xp")
+        so = _buffer(nout, dt, "wino_t")
         c = sc[0]
         if c is None or c[0] is not V.base or c[1] is not M.base:
             V4, M4 = V.reshape(1, a2 * C, 1, NT), M.reshape(1, a2 * O, 1, NT)
