@@ -9,6 +9,7 @@ back to the other paths (torch's NaN locality), settings and weights changed giv
 bound, and a compiled CNN's chain holds its Winograd steps and matches torch, its input rewritten between calls.
 Strided unpadded 1x1s (ResNet's downsamples) that the direct kernel takes subsampled run on it strided (its fill
 subsampling; conv.py's _strided_1x1 copied the input on the calling thread first): the copy path's bits, bound.
+Products matmul_into runs on gemm_driver (2+ threads) are bound with its descriptor and chainable, its bits.
 """
 import numpy as np
 import pytest
@@ -251,3 +252,44 @@ def test_strided_1x1_on_the_direct_kernel(monkeypatch, nt, shape, res):
     np.testing.assert_array_equal(out, want)
     calls = f.calls(out, [x, w, b], None, e)
     assert calls                                    # (replayed: chainable)
+
+
+@pytest.mark.parametrize("shape", [((1, 12, 128, 128), (1, 12, 128, 32), True), ((3, 96, 80), (80, 112), False),
+                                   ((200, 300), (300, 72), False)], ids=["heads_pv", "batched", "plain"])
+def test_products_on_the_gemm_driver_are_bound(shape):
+    """A compiled graph's matmul that matmul_into runs through gemm_driver (2+ threads, large enough; BERT's
+    attention p @ v on a permuted v) is bound (fused.bind_kernel: the driver's descriptor looked up once) and its
+    call chainable, with matmul_into's bits."""
+    from neetorch.devices.cpu import gemm_driver
+    from neetorch.devices.cpu.kernels import fused
+    from neetorch.devices.cpu.kernels import linalg as L
+    from neetorch.ops.registry import OPS
+    if not gemm_driver.available():
+        pytest.skip("no gemm_driver on this host")
+    old = threads.NUM_THREADS
+    threads.set_num_threads(2)
+    try:
+        sa, sb, permuted = shape
+        a = RNG.standard_normal(sa).astype(np.float32)
+        if permuted:      # (v as attention reads it: (B, S, H, dh) transposed to (B, H, S, dh))
+            b = np.ascontiguousarray(RNG.standard_normal((sb[0], sb[2], sb[1], sb[3])).astype(np.float32)) \
+                .transpose(0, 2, 1, 3)
+        else:
+            b = RNG.standard_normal(sb).astype(np.float32)
+        out = np.full(np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1]), np.nan, np.float32)
+        want = np.full_like(out, np.nan)
+        L.matmul_into(want, a, b)
+        np.testing.assert_allclose(want, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-4, atol=1e-4)
+        assert L._drv_desc(out, a, b) is not None, "matmul_into does not take the driver here"
+        f = fused.bind_kernel(OPS["matmul"], [out], [a, b])
+        assert f is not None and f([out], [a, b]) is True
+        np.testing.assert_array_equal(out, want)
+        (fn, args, ctr), = f.calls([out], [a, b])
+        out[...] = np.nan
+        fn(*args)
+        np.testing.assert_array_equal(out, want)
+        threads.set_num_threads(1)
+        assert f([out], [a, b]) is False                    # the thread count changed
+        assert L._drv_caller(out, a, b) is None            # (one thread: not the driver's)
+    finally:
+        threads.set_num_threads(old)

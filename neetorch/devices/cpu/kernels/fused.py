@@ -772,7 +772,8 @@ def _product_caller(out, a, b):
     product the few-row kernel takes (linalg._rows_product's conditions, checked here once) calls
     the kernel with its plan directly; anything else goes through matmul_into."""
     from . import linalg as L
-    return L._rows_caller(out, a, b) or L._pk_caller(out, a, b) or L._bpk_caller(out, a, b) or matmul_into
+    return L._rows_caller(out, a, b) or L._pk_caller(out, a, b) or L._bpk_caller(out, a, b) or \
+        L._drv_caller(out, a, b) or matmul_into
 
 
 def bind_kernel(op, outs, ins, attrs=None):

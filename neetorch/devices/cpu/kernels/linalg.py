@@ -125,17 +125,11 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
             g(out, a, b)
             return
     mnk = out.size * k
-    if mnk >= DRV_MNK and threads.NUM_THREADS > 1 and _drv_ok[0] is not False and \
-            (out.shape[-1] > 1 and out.shape[-2] > 1 or mnk * out.itemsize >= DRV_GEMV_BYTES):
-        key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
-               threads.NUM_THREADS)
-        desc = _plans.get(key)
-        if desc is None:
-            desc = _plan(out, a, b, key)
-        # an output over an input: BLAS writes as it reads, numpy's path copies
-        if desc is not False and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
-            _drv_run(desc, a, b, out)
-            return
+    desc = _drv_desc(out, a, b)
+    # an output over an input: BLAS writes as it reads, numpy's path copies
+    if desc is not None and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
+        _drv_run(desc, a, b, out)
+        return
     if b.ndim == 2 and out.dtype != _F16:
         # the common product, (..., n, k) activations @ a (k, m) weight, all contiguous and below
         # the split thresholds: straight to one BLAS call, without _matmul_into's general layout
@@ -764,6 +758,40 @@ _DRV_DT = (_F32, np.dtype(np.float64))
 _drv_ok = [None]         # None: not tried yet; False: off (NEE_MATMUL_DRIVER=0) or unavailable
 _plans: dict = {}        # layout key -> the driver's descriptor, or False (not driven)
 _drv_run = None
+
+
+def _drv_desc(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """matmul_into's gemm_driver descriptor for these layouts (2+ threads, products large enough to split), or
+    None: another path."""
+    mnk = out.size * a.shape[-1]
+    if mnk < DRV_MNK or threads.NUM_THREADS <= 1 or _drv_ok[0] is False or \
+            not (out.shape[-1] > 1 and out.shape[-2] > 1 or mnk * out.itemsize >= DRV_GEMV_BYTES):
+        return None
+    key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
+           threads.NUM_THREADS)
+    desc = _plans.get(key)
+    if desc is None:
+        desc = _plan(out, a, b, key)
+    return None if desc is False else desc
+
+
+def _drv_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """``g(out, a, b)``: matmul_into's gemm_driver run for arrays of these layouts and this thread count (the
+    descriptor looked up once; ``g.calls``: the driver's entry call, chainable), or None where matmul_into would take
+    another path first or not the driver's.  For callers whose ``out`` overlaps neither input and for which the
+    few-row and batched kernels were asked first (fused.py's _product_caller: matmul_into's order)."""
+    if out.size == 0 or a.shape[-1] == 0 or np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    desc = _drv_desc(out, a, b)
+    if desc is None:
+        return None
+    from .. import gemm_driver
+
+    def g(out, a, b):
+        _drv_run(desc, a, b, out)
+    # (gemm_driver.run without its frame: the chain checks the driver's state, native_chain.current)
+    g.calls = lambda out, a, b: [(gemm_driver._drv[0], (gemm_driver._state[0], desc, a, b, out), None)]
+    return g
 
 
 def _plan(out: np.ndarray, a: np.ndarray, b: np.ndarray, key) -> object:
