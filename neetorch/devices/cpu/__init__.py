@@ -251,6 +251,7 @@ _pool_bytes = [0]
 _pool_stats = {"hits": 0, "misses": 0}
 _pool_next: dict = {}       # size class -> where its next search starts
 _pool_lock = threading.Lock()
+_WINOGRAD = __name__ + ".kernels.winograd"
 
 
 def _size_class(n: int) -> int:
@@ -278,6 +279,9 @@ def _pool_take(n: int) -> np.ndarray:
                 _pool_stats["hits"] += 1
                 _pool_next[cap] = i
                 _storage.unexport(b)   # (no array of the block's previous tensor is alive: tensor/_storage.py)
+                wg = sys.modules.get(_WINOGRAD)
+                if wg is not None and id(b) in wg.marked_owners:
+                    wg.release(b)      # (its frozen marks and cached weight transforms were the old arrays')
                 return b[:n]
         _pool_stats["misses"] += 1
         b = np.empty(cap, np.uint8)

@@ -112,6 +112,11 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 # buffers whose owner promised they never change while they live (:func:`freeze`): (address, bytes) -> True
 _frozen: dict = {}
+# id() of the objects owning memory that has a frozen mark or a cached transform: a block of devices/cpu's buffer
+# pool lives on after the arrays carved from it die and is handed out again, so for its memory the marks and entries
+# go when it is (:func:`release`), not with the object (a jit graph's frozen copy made again in the same block, at the
+# same address and shape, found its predecessor's packed weights: wrong products)
+marked_owners: set = set()
 
 
 def freeze(a: np.ndarray) -> bool:
@@ -130,8 +135,23 @@ def freeze(a: np.ndarray) -> bool:
     key = (a.__array_interface__["data"][0], a.nbytes)
     if key not in _frozen:
         _frozen[key] = True
+        marked_owners.add(id(owner))
         weakref.finalize(owner, _frozen.pop, key, None)
     return True
+
+
+def release(block: np.ndarray) -> None:
+    """Forget the frozen marks and cached transforms of memory inside ``block`` (a pooled buffer handed out again:
+    the arrays they were made for are gone, though the block that owned their memory lives on)."""
+    lo = block.__array_interface__["data"][0]
+    hi = lo + block.nbytes
+    marked_owners.discard(id(block))
+    for k in [k for k in list(_frozen) if lo <= k[0] < hi]:
+        _frozen.pop(k, None)
+    with _cache_lock:
+        for k in [k for k in _cache if lo <= k[0] < hi]:
+            ent = _cache.pop(k)
+            _cache_bytes[0] -= _nbytes(ent)
 
 
 def is_frozen(a: np.ndarray) -> bool:
@@ -184,6 +204,7 @@ def weights(w: np.ndarray, m, transform=None):
         # the entry goes with the memory it describes (weights made anew each step leave no garbage behind)
         owner = _owner(w)
         if owner is not None:
+            marked_owners.add(id(owner))
             weakref.finalize(owner, _drop, key)
     return None if u is _NONFINITE else u
 
