@@ -293,3 +293,54 @@ def test_products_on_the_gemm_driver_are_bound(shape):
         assert L._drv_caller(out, a, b) is None            # (one thread: not the driver's)
     finally:
         threads.set_num_threads(old)
+
+
+@pytest.mark.parametrize("K", [1024, 1536])
+def test_packed_products_with_padded_rows_are_chainable(nt, K):
+    """linalg's packed product copies rows 2 KiB apart (K a multiple of 512) to a padded-stride scratch first
+    (numpy's copy); that copy is now a call of the chain too, so such products (BERT's FFN-down with its residual +
+    norm, the MLP's 1024 x 1024 linear) are chained: the calls give the bound call's bits."""
+    from neetorch.devices.cpu.kernels import linalg as L
+    a = RNG.standard_normal((64, K)).astype(np.float32)
+    w = _frozen(RNG.standard_normal((K, 256)) * 0.05)
+    out = np.full((64, 256), np.nan, np.float32)
+    g = L._pk_caller(out, a, w)
+    if g is None:
+        pytest.skip("the packed kernel does not take this product on this host")
+    g(out, a, w)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ w.astype(np.float64), rtol=1e-4, atol=1e-4)
+    want = out.copy()
+    calls = g.calls(out, a, w)
+    assert calls and calls[0][0] is np.copyto       # (64 rows 4 / 6 KiB apart: padded)
+    a[...] = RNG.standard_normal(a.shape)          # (the chain reads a's new values: the copy is in it)
+    g(want, a, w)
+    out[...] = np.nan
+    for fn, args, ctr in calls:
+        fn(*args)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_compiled_linear_with_padded_rows_is_chained(monkeypatch, nt):
+    monkeypatch.setattr(E, "_CHAIN", [3])
+    Fn = nee.nn.functional
+    W = nee.from_numpy(RNG.standard_normal((1024, 512)).astype(np.float32) * 0.03)
+    b = nee.from_numpy(RNG.standard_normal(512).astype(np.float32))
+    W2 = nee.from_numpy(RNG.standard_normal((512, 64)).astype(np.float32) * 0.05)
+
+    def fn(x):
+        return Fn.relu(x @ W + b) @ W2
+    f = nee.jit(fn, freeze=True)
+    xa = RNG.standard_normal((64, 1024)).astype(np.float32)
+    x = nee.from_numpy(xa)
+    for _ in range(4):
+        f(x)
+    ex = [e[0] for e in f._fast.values() if isinstance(e, tuple)][0]
+    ch = ex._local.chain
+    assert isinstance(ch, E._Chain)
+    if nt == 2:     # (one thread: the product + epilogue take another bound path)
+        assert any(c[0] is np.copyto for p in ch.plan if isinstance(p, list) for c in p), ch.plan
+    for _ in range(3):
+        xa[...] = RNG.standard_normal(xa.shape)
+        got = f(x).numpy()
+        ref = np.maximum(xa.astype(np.float64) @ W.numpy().astype(np.float64) + b.numpy(), 0) @ W2.numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

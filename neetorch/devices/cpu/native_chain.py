@@ -4,7 +4,8 @@ A bound CPU kernel (``f(outs, ins) -> bool`` of the binders in kernels/: a compi
 layout analysis, metas and machine-code callers resolved once) may carry ``f.calls(outs, ins)``: the list
 of native calls that ``f(outs, ins)`` makes now, each ``(fn, args, counter)``: ``fn`` an llvm_call builtin
 (or the ctypes caller; a Python function where the calls depend on a value made on the way: a bound Winograd
-conv, whose input transform's inf / NaN flag picks what follows), ``args`` the arrays it is called with, ``counter`` None or ``(params, index)``, a
+conv, whose input transform's inf / NaN flag picks what follows; numpy's copyto: a packed product's padded copy of
+its rows), ``args`` the arrays it is called with, ``counter`` None or ``(params, index)``, a
 claim counter its kernel counts up and the launch sets to 0 before the call.  None where ``f`` would do
 anything else (a Numba or numpy pass, the Python pool, a copy) or its path is not known yet.
 

@@ -1437,6 +1437,12 @@ def pk_with_row_epilogue(g, row_addr: int, meta: np.ndarray, nops: int, cpos: in
     return _pk_epi_call(g, addr, ext, nops)
 
 
+def _pad_calls(pad, padk, a, R, K) -> list:
+    """(native_chain) the copy of a's rows into the padded-stride scratch a packed product reads (rows 2 KiB apart:
+    see _pk_caller0) as a call of the chain (numpy's copy, as the unchained call makes it), or none."""
+    return [] if pad is None else [(np.copyto, (padk, a.reshape(R, K)), None)]
+
+
 def _pk_epi_call(g, addr, ext, nops):
     from .. import gemm_driver
     panels, _, pad, padk, R, K, nt = g.pk
@@ -1457,9 +1463,8 @@ def _pk_epi_call(g, addr, ext, nops):
             a = pad
         call(d, dummy, dummy, dummy, a, panels, *ops, ext)
         return True
-    if pad is None:
-        h.calls = lambda a, b, ops: [native_chain.driver(call, d, dummy, dummy, dummy, a, panels, *ops, ext)] \
-            if b is wb else None
+    h.calls = lambda a, b, ops: _pad_calls(pad, padk, a, R, K) + [native_chain.driver(
+        call, d, dummy, dummy, dummy, a if pad is None else pad, panels, *ops, ext)] if b is wb else None
     h.keep = ext
     h.tasks = ntasks
     return h
@@ -1497,7 +1502,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     fn, fn_addr = _pk_kernel()
     nt = threads.NUM_THREADS
     lda = a2.strides[0] // isz
-    pad = None
+    pad = padk = None
     if (lda * isz) % 2048 == 0 and R >= PK_MR:
         # rows 2 KiB apart (K = 512, 1024, ...) fall in a few L1 sets, and a tile reads 12 of them at once:
         # such rows are copied to a scratch with a padded stride (64x1024x1024: 0.98x BLAS's time -> see above)
@@ -1546,9 +1551,10 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
             else:
                 def g(out, a, b):
                     call(d, dummy, dummy, dummy, a, panels, out, desc)
-                g.calls = lambda out, a, b: [native_chain.driver(call, d, dummy, dummy, dummy, a, panels, out, desc)]
+            g.calls = lambda out, a, b: _pad_calls(pad, padk, a, R, K) + [native_chain.driver(
+                call, d, dummy, dummy, dummy, a if pad is None else pad, panels, out, desc)]
             g.tasks = ntasks
-            g.pk = (panels, desc, pad, padk if pad is not None else None, R, K,
+            g.pk = (panels, desc, pad, padk, R, K,
                     min(nt, ntasks) if R * K * N >= DRV_MNK else 1)
             return g
     if tiles:
@@ -1571,8 +1577,8 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     else:
         def g(out, a, b):
             fn(a, panels, out, d0)
-    if pad is None:
-        g.calls = lambda out, a, b: [(fn, (a, panels, out, d), None) for d in ds]
+    g.calls = lambda out, a, b: _pad_calls(pad, padk, a, R, K) + \
+        [(fn, (a if pad is None else pad, panels, out, d), None) for d in ds]
     g.tasks = 1
     return g
 
