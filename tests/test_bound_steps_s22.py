@@ -32,12 +32,18 @@ wino16 = pytest.mark.skipif(not (D.available() and K._products_direct()),
 RNG = np.random.default_rng(22)
 
 
-@pytest.fixture(params=[2, 1])
-def nt(request):
-    old = threads.NUM_THREADS
-    threads.set_num_threads(request.param)
-    yield request.param
-    threads.set_num_threads(old)
+
+def _chained(monkeypatch, fn, shape):
+    """(compiled fn (frozen constants), its input's array, the input, the step chain made from the third call)."""
+    monkeypatch.setattr(E, "_CHAIN", [3])
+    f = nee.jit(fn, freeze=True)
+    xa = RNG.standard_normal(shape).astype(np.float32)
+    x = nee.from_numpy(xa)
+    for _ in range(4):
+        f(x)
+    ch = [e[0] for e in f._fast.values() if isinstance(e, tuple)][0]._local.chain
+    assert isinstance(ch, E._Chain)
+    return f, xa, x, ch
 
 
 def _frozen(a):
@@ -65,7 +71,7 @@ SHAPES = [(1, 64, 64, 28, 28, "4"), (2, 24, 40, 17, 13, "4"), (1, 96, 80, 14, 14
 @wino16
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("epi", ["", "b", "b2+relu", "b+b2+relu"])
-def test_bound_winograd_gives_conv2d_intos_bits(monkeypatch, nt, shape, epi):
+def test_bound_winograd_gives_conv2d_intos_bits(monkeypatch, nthreads, shape, epi):
     N, C, O, H, W, m = shape
     monkeypatch.setattr(K, "_WINO_FORCE", [m])
     monkeypatch.setattr(D, "MODE", ["0"])          # (the 3x3 itself not on the direct kernel)
@@ -93,7 +99,7 @@ def test_bound_winograd_gives_conv2d_intos_bits(monkeypatch, nt, shape, epi):
 
 
 @wino16
-def test_bound_winograd_falls_back_on_inf_and_nan(monkeypatch, nt):
+def test_bound_winograd_falls_back_on_inf_and_nan(monkeypatch, nthreads):
     monkeypatch.setattr(K, "_WINO_FORCE", ["4"])
     monkeypatch.setattr(D, "MODE", ["0"])
     x = RNG.standard_normal((1, 32, 20, 20)).astype(np.float32)
@@ -117,7 +123,7 @@ def test_bound_winograd_falls_back_on_inf_and_nan(monkeypatch, nt):
 
 
 @wino16
-def test_bound_winograd_declines_what_changed(monkeypatch, nt):
+def test_bound_winograd_declines_what_changed(monkeypatch, nthreads):
     monkeypatch.setattr(K, "_WINO_FORCE", ["2"])
     monkeypatch.setattr(D, "MODE", ["0"])
     x = RNG.standard_normal((1, 16, 12, 12)).astype(np.float32)
@@ -133,11 +139,11 @@ def test_bound_winograd_declines_what_changed(monkeypatch, nt):
     monkeypatch.setattr(K, "_WINO_FORCE", ["4"])
     assert f(out, [x, w], None, None) is False                          # a switch changed
     monkeypatch.setattr(K, "_WINO_FORCE", ["2"])
-    threads.set_num_threads(3 - nt)
+    threads.set_num_threads(3 - nthreads)
     try:
         assert f(out, [x, w], None, None) is False                      # the thread count changed
     finally:
-        threads.set_num_threads(nt)
+        threads.set_num_threads(nthreads)
     assert f(out, [x, w], None, None) is True
 
 
@@ -175,52 +181,38 @@ def test_partial_sum_launches_are_replayed():
 
 
 @wino16
-@pytest.mark.parametrize("threads_", [2, 1])
-def test_compiled_cnn_with_winograd_convs_is_one_chain(monkeypatch, threads_):
-    monkeypatch.setattr(E, "_CHAIN", [3])
+def test_compiled_cnn_with_winograd_convs_is_one_chain(monkeypatch, nthreads):
     monkeypatch.setattr(K, "_WINO_FORCE", ["4"])
-    old = nee.get_num_threads()
-    nee.set_num_threads(threads_)
-    try:
-        Fn = nee.nn.functional
-        w1 = nee.from_numpy(RNG.standard_normal((32, 8, 3, 3)).astype(np.float32) * 0.2)
-        b1 = nee.from_numpy(RNG.standard_normal(32).astype(np.float32))
-        w2 = nee.from_numpy(RNG.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.1)
+    Fn = nee.nn.functional
+    w1 = nee.from_numpy(RNG.standard_normal((32, 8, 3, 3)).astype(np.float32) * 0.2)
+    b1 = nee.from_numpy(RNG.standard_normal(32).astype(np.float32))
+    w2 = nee.from_numpy(RNG.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.1)
 
-        def fn(x):
-            y = Fn.relu(Fn.conv2d(x, w1, b1, padding=1))
-            return Fn.relu(Fn.conv2d(y, w2, None, padding=1))
-        f = nee.jit(fn, freeze=True)
-        xa = RNG.standard_normal((1, 8, 24, 24)).astype(np.float32)
-        x = nee.from_numpy(xa)
-        for _ in range(4):
-            f(x)
-        ex = [e[0] for e in f._fast.values() if isinstance(e, tuple)][0]
-        ch = ex._local.chain
-        assert isinstance(ch, E._Chain)
-        # the first conv one call of a list; the second writes the returned output (new each call: _fresh_calls)
-        assert any(getattr(c[0], "__qualname__", "").startswith("_bind_winograd") for p in ch.plan
-                   if isinstance(p, list) for c in p), ch.plan
-        assert not any("_bound_runner" in getattr(p, "__qualname__", "") for p in ch.plan), ch.plan
-        tw = [torch.from_numpy(t.numpy().astype(np.float64)) for t in (w1, b1, w2)]
-        for k in range(3):
-            xa[...] = RNG.standard_normal(xa.shape)
-            if k == 1:
-                xa[0, 2, 4, 4] = np.nan
-            got = f(x).numpy()
-            y = TF.relu(TF.conv2d(torch.from_numpy(xa.astype(np.float64)), tw[0], tw[1], padding=1))
-            want = TF.relu(TF.conv2d(y, tw[2], None, padding=1)).numpy()
-            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-            fin = np.isfinite(want)
-            np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4 * np.abs(want[fin]).max())
-    finally:
-        nee.set_num_threads(old)
+    def fn(x):
+        y = Fn.relu(Fn.conv2d(x, w1, b1, padding=1))
+        return Fn.relu(Fn.conv2d(y, w2, None, padding=1))
+    f, xa, x, ch = _chained(monkeypatch, fn, (1, 8, 24, 24))
+    # the first conv one call of a list; the second writes the returned output (new each call: _fresh_calls)
+    assert any(getattr(c[0], "__qualname__", "").startswith("_bind_winograd") for p in ch.plan
+               if isinstance(p, list) for c in p), ch.plan
+    assert not any("_bound_runner" in getattr(p, "__qualname__", "") for p in ch.plan), ch.plan
+    tw = [torch.from_numpy(t.numpy().astype(np.float64)) for t in (w1, b1, w2)]
+    for k in range(3):
+        xa[...] = RNG.standard_normal(xa.shape)
+        if k == 1:
+            xa[0, 2, 4, 4] = np.nan
+        got = f(x).numpy()
+        y = TF.relu(TF.conv2d(torch.from_numpy(xa.astype(np.float64)), tw[0], tw[1], padding=1))
+        want = TF.relu(TF.conv2d(y, tw[2], None, padding=1)).numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        fin = np.isfinite(want)
+        np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4 * np.abs(want[fin]).max())
 
 
 @pytest.mark.parametrize("shape", [(1, 64, 96, 20, 20), (2, 48, 40, 13, 11), (1, 128, 160, 14, 14)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("res", [False, True])
-def test_strided_1x1_on_the_direct_kernel(monkeypatch, nt, shape, res):
+def test_strided_1x1_on_the_direct_kernel(monkeypatch, nthreads, shape, res):
     """ResNet's downsamples (unpadded 1x1, stride 2): where the direct kernel takes the subsampled stride-1 conv,
     it runs the strided one itself (no copy on the calling thread), bound like any direct conv, with the copy's
     bits."""
@@ -296,7 +288,7 @@ def test_products_on_the_gemm_driver_are_bound(shape):
 
 
 @pytest.mark.parametrize("K", [1024, 1536])
-def test_packed_products_with_padded_rows_are_chainable(nt, K):
+def test_packed_products_with_padded_rows_are_chainable(nthreads, K):
     """linalg's packed product copies rows 2 KiB apart (K a multiple of 512) to a padded-stride scratch first
     (numpy's copy); that copy is now a call of the chain too, so such products (BERT's FFN-down with its residual +
     norm, the MLP's 1024 x 1024 linear) are chained: the calls give the bound call's bits."""
@@ -320,8 +312,7 @@ def test_packed_products_with_padded_rows_are_chainable(nt, K):
     np.testing.assert_array_equal(out, want)
 
 
-def test_compiled_linear_with_padded_rows_is_chained(monkeypatch, nt):
-    monkeypatch.setattr(E, "_CHAIN", [3])
+def test_compiled_linear_with_padded_rows_is_chained(monkeypatch, nthreads):
     Fn = nee.nn.functional
     W = nee.from_numpy(RNG.standard_normal((1024, 512)).astype(np.float32) * 0.03)
     b = nee.from_numpy(RNG.standard_normal(512).astype(np.float32))
@@ -329,15 +320,8 @@ def test_compiled_linear_with_padded_rows_is_chained(monkeypatch, nt):
 
     def fn(x):
         return Fn.relu(x @ W + b) @ W2
-    f = nee.jit(fn, freeze=True)
-    xa = RNG.standard_normal((64, 1024)).astype(np.float32)
-    x = nee.from_numpy(xa)
-    for _ in range(4):
-        f(x)
-    ex = [e[0] for e in f._fast.values() if isinstance(e, tuple)][0]
-    ch = ex._local.chain
-    assert isinstance(ch, E._Chain)
-    if nt == 2:     # (one thread: the product + epilogue take another bound path)
+    f, xa, x, ch = _chained(monkeypatch, fn, (64, 1024))
+    if nthreads == 2:     # (one thread: the product + epilogue take another bound path)
         assert any(c[0] is np.copyto for p in ch.plan if isinstance(p, list) for c in p), ch.plan
     for _ in range(3):
         xa[...] = RNG.standard_normal(xa.shape)

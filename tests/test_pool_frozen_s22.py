@@ -14,18 +14,10 @@ import numpy as np
 import pytest
 
 import neetorch as nee
-from neetorch.devices.cpu import threads
 from neetorch.devices.cpu.kernels import winograd
 
 F = nee.nn.functional
 
-
-@pytest.fixture(params=[1, 2])
-def nt(request):
-    old = threads.NUM_THREADS
-    threads.set_num_threads(request.param)
-    yield request.param
-    threads.set_num_threads(old)
 
 
 def _graphs_in_turn(make, rounds=3, calls=4):
@@ -46,7 +38,7 @@ def _graphs_in_turn(make, rounds=3, calls=4):
         gc.collect()
 
 
-def test_products_of_successive_frozen_graphs(nt):
+def test_products_of_successive_frozen_graphs(nthreads):
     def make(rng):
         W = nee.from_numpy(rng.standard_normal((1000, 512)).astype(np.float32) * 0.03)
         b = nee.from_numpy(rng.standard_normal(512).astype(np.float32))
@@ -56,7 +48,7 @@ def test_products_of_successive_frozen_graphs(nt):
 
 
 @pytest.mark.parametrize("C,O,H", [(128, 128, 14), (96, 192, 28)])   # (weights of 256 KiB and up: pooled)
-def test_convs_of_successive_frozen_graphs(nt, C, O, H):
+def test_convs_of_successive_frozen_graphs(nthreads, C, O, H):
     torch = pytest.importorskip("torch")
 
     def make(rng):
