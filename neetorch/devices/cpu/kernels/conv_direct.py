@@ -1010,7 +1010,12 @@ def geometry(H, W, KH, KW, sh, sw, pt, pb, pl, pr, dh, dw):
 
 
 _PIX_SHAPES16 = ((6, 4), (12, 2))            # "pix": (R, P)
-_CHAN_SHAPES16 = ((4, 6), (2, 8), (3, 8), (2, 7))   # "chan": (NB, R)
+_CHAN_SHAPES16 = ((4, 6), (2, 8), (3, 7), (2, 7))   # "chan": (NB, R)
+# (3, 7), not (3, 8): LLVM's scheduler hoists a K step's R broadcasts above its FMAs, and 3 x 8 accumulators + 3
+# weight vectors + 8 broadcasts (35 zmm) spilled in the K loop (stack stores / reloads each step); 3 x 7 needs 31.
+# AMD Zen 5, 1 thread, conv + bias + relu, min of 60 calls, us 3x8 / 3x7: SqueezeNet's 256 -> 48 1x1 on 13x13 50 /
+# 29, 384 -> 48 71 / 39, 256 -> 48 on 28x28 200 / 109, 64 -> 48 3x3 on 28x28 428 / 214, 96 -> 96 3x3 1262 / 602
+# (/tmp/lead23/tile.py).  The sums' order does not depend on the tile: the same bits
 # AVX2 (16 ymm registers): "pix" R x P accumulators + P input vectors + a broadcast weight, "chan" NB x R
 # accumulators + NB weight vectors + a broadcast input (the 6 x 16 tile of AVX2 sgemm kernels and its kin)
 _PIX_SHAPES8 = ((6, 2), (12, 1), (4, 3))
