@@ -44,28 +44,34 @@ def _asm(ir: str) -> str:
     return tm.emit_assembly(mod)
 
 
-def _inner_fma_loop(asm: str) -> str:
-    """The innermost loop (label .. back-branch to it) with FMAs: the shortest such body."""
+def _fma_loops(asm: str) -> list:
+    """The innermost loops (label .. back-branch to it, no label between) with FMAs: their bodies."""
     bodies = []
     for m in re.finditer(r"\n(\.LBB\d+_\d+):", asm):
         e = re.search(r"\tj\w+\s+" + re.escape(m.group(1)) + r"\n", asm[m.end():])
         if e:
             body = asm[m.end():m.end() + e.end()]
-            if "vfmadd" in body:
+            if "vfmadd" in body and not re.search(r"\n\.LBB\d+_\d+:", body):
                 bodies.append(body)
     assert bodies, "no FMA loop found"
-    return min(bodies, key=len)
+    return bodies
+
+
+def _check_loops(asm: str, fmas: int, what) -> None:
+    """The widest FMA loop has ``fmas`` FMAs; no FMA loop stores / reloads a vector register on the stack (a
+    general-purpose register reloaded is one scalar load a step: 2x8 with the input prefetch does)."""
+    loops = _fma_loops(asm)
+    assert max(b.count("vfmadd") for b in loops) == fmas, what
+    for b in loops:
+        spills = [ln for ln in b.splitlines() if "(%rsp)" in ln and "mm" in ln]
+        assert not spills, f"{what}: vector registers spilled in the K loop: {spills}"
 
 
 @pytest.mark.parametrize("NB,R", list(D._CHAN_SHAPES16))
 @pytest.mark.parametrize("relu,dw,res,xpf", [(True, False, False, 0), (False, False, True, 0), (True, True, False, 0),
                                              (True, False, False, D._XPF_FLOATS)])
 def test_chan_tile_k_loop_has_no_spills(NB, R, relu, dw, res, xpf):
-    loop = _inner_fma_loop(_asm(D._render_c(NB, R, relu, dw, res, xpf)))
-    assert loop.count("vfmadd") == NB * R
-    # (a general-purpose register reloaded from the stack is one scalar load a step: 2x8 with the input prefetch)
-    spills = [ln for ln in loop.splitlines() if "(%rsp)" in ln and "mm" in ln]
-    assert not spills, f"{NB}x{R}: vector registers spilled in the K loop: {spills}"
+    _check_loops(_asm(D._render_c(NB, R, relu, dw, res, xpf)), NB * R, (NB, R))
 
 
 def test_rule_picks_3x7_for_48_channels():
@@ -105,3 +111,14 @@ def test_3x7_same_bits_as_4x6(nthreads, tile, xs, ws, pad):
     want = torch.relu(t + torch.from_numpy(e).double()).numpy()
     assert np.abs(outs[(3, 7)] - want).max() < 2e-5 * max(1.0, np.abs(want).max())
     assert threads.get_num_threads() == nthreads
+
+
+@pytest.mark.parametrize("has_e", [False, True])
+def test_pk1x1_fused_16_lane_tile_has_no_spills(has_e):
+    # conv1x1_packed's fused path on 16 lanes (NEE_CONV_PK1X1_FUSED=1 there): its 12 x 32 tile's K loop not unrolled
+    from neetorch.devices.cpu.kernels import conv1x1_packed as PK
+    from neetorch.devices.cpu.kernels import linalg
+    if linalg.PK_VEC != 16:
+        pytest.skip("linalg's packed kernel runs 8 lanes on this host")
+    _check_loops(_asm(PK._fused_ir(linalg.PK_NR, linalg.PK_VEC, linalg.PK_MR, True, has_e, True)),
+                 2 * linalg.PK_MR, "pk1x1 fused")

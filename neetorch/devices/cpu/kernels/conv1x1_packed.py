@@ -897,6 +897,12 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
 _FUSED_ENV = os.environ.get("NEE_CONV_PK1X1_FUSED", "")
 FUSED = [None if _FUSED_ENV == "" else _FUSED_ENV != "0"]    # None: by the host (8-lane kernels only)
 _U8 = 4                     # the 8-lane tile's K loop unrolled (linalg.PK_UNROLL8's)
+# (the 16-lane tile's not: 4 steps' loads hoisted above 96 FMAs spilled ~70 zmm stores / reloads a loop iteration; 2
+# steps 12; 1 none.  With it unrolled the fused path had lost to the unfused tasks by ~1.7x on the Zen 5 (below);
+# not unrolled it runs even with them on one thread (AMD Zen 5, conv + bias + relu, min of 25 alternating calls, us
+# unfused / fused, hot: 64 -> 256 on 56x56 517 / 515, + residual 605 / 610, 128 -> 512 on 28x28 515 / 471, 256 -> 64
+# on 56x56 506 / 528, 64 -> 64 136 / 163) and behind on two on the reducing ones (256 -> 64 261 / 297, 512 -> 256 on
+# 28x28 506 / 616; /tmp/lead23/fab.py): FUSED stays off there.  The same sums in the same order: the same bits)
 _FW = 24                    # int64 words per fused task row
 # the fused path on outputs of at least this many pixels (smaller planes: the unfused tasks above; see FUSED)
 _FUSED_MIN_L = [int(os.environ.get("NEE_PK1X1_FUSED_MIN_L", "784"))]
@@ -1234,7 +1240,7 @@ def _fused_ir(nr: int, w: int, mr: int, has_b: bool, has_e: bool, relu: bool, pr
     if pro:
         casts += "  %S = bitcast i8* %Sr to float*\n"
         sarg = ", float* %S"
-    return _pack_fn_ir(nr, pro) + _packs_ir(nr, w) + _epk_ir(w, mr, _U8, has_b, has_e, relu) + f"""
+    return _pack_fn_ir(nr, pro) + _packs_ir(nr, w) + _epk_ir(w, mr, _U8 if w == 8 else 1, has_b, has_e, relu) + f"""
 define internal void @packt(float* %X, i64 %ldx, float* %P, i64 %ncol, i64 %K) {{
 entry:
   br label %krow
