@@ -67,6 +67,9 @@ def _geo(H, W_, m, pads):
 IN_CASES = [  # (N, C, H, W, pads)
     (1, 3, 9, 11, (1, 1, 1, 1)), (2, 4, 7, 6, (0, 0, 0, 0)), (1, 5, 14, 14, (1, 1, 1, 1)),
     (3, 2, 13, 5, (0, 2, 1, 0)), (1, 1, 3, 3, (0, 0, 0, 0)), (2, 3, 17, 10, (2, 1, 0, 2)),
+    # tile rows of 8+ tiles (F(4): the row pass's 8-tile vectors, the last group overlapping) and of 4-7 (4-tile
+    # vectors), session 23
+    (1, 2, 6, 40, (1, 1, 1, 1)), (2, 2, 5, 34, (0, 0, 0, 0)), (1, 3, 9, 21, (1, 0, 2, 1)), (1, 2, 4, 66, (1, 1, 0, 0)),
 ]
 
 
@@ -108,6 +111,8 @@ def test_input_tiles_bits(m, dt, big):
 
 OUT_CASES = [  # (N, O, OH, OW)
     (1, 3, 7, 9), (2, 4, 8, 8), (1, 5, 13, 14), (3, 2, 5, 3), (1, 1, 1, 1), (2, 3, 6, 10), (1, 2, 11, 2),
+    # rows of 8+ whole tiles (F(4): the width pass's 8-tile vectors, interleaved stores) and of 4-7, session 23
+    (1, 2, 5, 37), (2, 2, 4, 32), (1, 3, 6, 19), (1, 2, 3, 30), (1, 2, 2, 66),
 ]
 
 

@@ -772,6 +772,106 @@ class _Ir:
         self.block(end)
 
 
+# The input transform's B^T along the width (the row pass: each tile's m + 2 inputs m apart, the hottest loop of the
+# transform) on _RVL[0] tiles at once (rows of fewer: _RVL[1]; fewer still: the scalar loop): one vector load of m *
+# VL inputs, each tap's lanes gathered by a shuffle (the last tile's two taps past it read as scalars: nothing past
+# the row's last input is read), the taps' arithmetic as the scalar loop's per lane (the same float64 steps: the
+# same bits), stored as vectors into tmp; the last group of a row moved back to end at its last tile (its overlap
+# recomputed, the same values).  LLVM had vectorized the scalar loop 4 tiles wide with gathers (see _WVF).  F(4)
+# only (F(2)'s loop as LLVM vectorized it ran as fast).  The output transform's A^T along the width the same way
+# (_VOps.store_interleaved: each tile's m outputs interleaved back into the row).  AMD Zen 5, 1 thread, process CPU
+# time, min of 40 calls alternating with the previous kernels in one process (/tmp/lead23/wab.py, wabo.py), us
+# before / after, the same bits: input F(4) 64 planes of 56x56 263 / 171, 128 of 28x28 168 / 122, 96 of 28x28 150 /
+# 117, 64 of 224x224 4467 / 3382; output 105 / 87, 64 / 57, 49 / 43 (224x224: even, memory-bound); F(2) unchanged.
+# Whole conv (bound step, conv + bias + relu, fresh processes alternating, min of 100): 64 -> 64 on 56x56 683-808 ->
+# 564-695 us, 128 -> 128 on 28x28 528-614 -> 482-595
+_RVL = (8, 4)
+
+
+class _VOps:
+    """_Ir's float arithmetic (f, k, narrow) on vectors of ``VL`` lanes of its element type (float64 where _Ir's
+    scalars are float64), lane by lane the same IEEE operations."""
+
+    def __init__(self, b: _Ir, VL: int):
+        self.b, self.VL = b, VL
+        self.vt = f"<{VL} x {b.t}>"
+        self.vd = f"<{VL} x double>"
+
+    def ext(self, v) -> str:
+        if v[1] == "D" or self.b.t == "double":
+            return v[0]
+        return self.b.op(f"fpext {self.vt} {v[0]} to {self.vd}")
+
+    def narrow(self, v) -> str:
+        if v[1] == "F" or self.b.t == "double":
+            return v[0]
+        return self.b.op(f"fptrunc {self.vd} {v[0]} to {self.vt}")
+
+    def f(self, opn: str, a, c):
+        if a[1] == "F" and c[1] == "F":
+            return (self.b.op(f"{opn} {self.vt} {a[0]}, {c[0]}"), "F")
+        return (self.b.op(f"{opn} {self.vd} {self.ext(a)}, {self.ext(c)}"), "D")
+
+    def k(self, c: int, v):
+        sp = "<" + ", ".join([f"double {float(c)!r}"] * self.VL) + ">"
+        return (self.b.op(f"fmul {self.vd} {sp}, {self.ext(v)}"), "D")
+
+    def store(self, v, base, idx) -> None:
+        b = self.b
+        p = b.op(f"bitcast {b.t}* {b.ptr(base, idx)} to {self.vt}*")
+        b.ins(f"store {self.vt} {self.narrow(v)}, {self.vt}* {p}, align 4")
+
+    def load(self, base, idx) -> str:
+        b = self.b
+        p = b.op(f"bitcast {b.t}* {b.ptr(base, idx)} to {self.vt}*")
+        return b.op(f"load {self.vt}, {self.vt}* {p}, align 4")
+
+    def splat_d(self, v):
+        """A float64 scalar ``v`` in every lane."""
+        b = self.b
+        i = b.op(f"insertelement {self.vd} undef, double {v[0]}, i32 0")
+        return (b.op(f"shufflevector {self.vd} {i}, {self.vd} undef, <{self.VL} x i32> zeroinitializer"), "D")
+
+    def store_interleaved(self, vals: list, base, idx) -> None:
+        """Store len(vals) (2 or 4) vectors interleaved, element i of vals[c] at base[idx + len(vals) * i + c]."""
+        b, VL, t = self.b, self.VL, self.b.t
+
+        def zip2(x, y, n):
+            mask = ", ".join(f"i32 {(i // 2) + (n if i % 2 else 0)}" for i in range(2 * n))
+            return b.op(f"shufflevector <{n} x {t}> {x}, <{n} x {t}> {y}, <{2 * n} x i32> <{mask}>")
+        if len(vals) == 2:
+            w, n = zip2(vals[0], vals[1], VL), 2 * VL
+        else:
+            ab, cd = zip2(vals[0], vals[1], VL), zip2(vals[2], vals[3], VL)
+            # lane 4i + c: ab[2i + c] (c < 2), cd[2i + c - 2]
+            mask = ", ".join(f"i32 {2 * (j // 4) + (j % 4) + (0 if j % 4 < 2 else 2 * VL - 2)}" for j in range(4 * VL))
+            w, n = b.op(f"shufflevector <{2 * VL} x {t}> {ab}, <{2 * VL} x {t}> {cd}, <{4 * VL} x i32> <{mask}>"), 4 * VL
+        p = b.op(f"bitcast {t}* {b.ptr(base, idx)} to <{n} x {t}>*")
+        b.ins(f"store <{n} x {t}> {w}, <{n} x {t}>* {p}, align 4")
+
+
+def _tile_lanes(b: _Ir, m: int, VL: int, base: str, at: str) -> list:
+    """The m + 2 taps of VL consecutive tiles (tile i's tap c: ``base[at + m * i + c]``) as vectors (lane i): one
+    load of m * VL elements, a shuffle per tap; the last lane of taps m and m + 1 (past that load) loaded as
+    scalars."""
+    t = b.t
+    wt = f"<{m * VL} x {t}>"
+    vt = f"<{VL} x {t}>"
+    p = b.op(f"bitcast {t}* {b.ptr(base, at)} to {wt}*")
+    w = b.op(f"load {wt}, {wt}* {p}, align 4")
+    out = []
+    for c in range(m + 2):
+        idx = [m * i + c for i in range(VL)]
+        past = idx[-1] >= m * VL
+        mask = ", ".join("i32 undef" if (past and i == VL - 1) else f"i32 {j}" for i, j in enumerate(idx))
+        v = b.op(f"shufflevector {wt} {w}, {wt} undef, <{VL} x i32> <{mask}>")
+        if past:
+            e = b.load(base, b.add(at, idx[-1]))[0]
+            v = b.op(f"insertelement {vt} {v}, {t} {e}, i32 {VL - 1}")
+        out.append((v, "F"))
+    return out
+
+
 def _bt(b: _Ir, m: int, s):
     """B^T d of one column (s: the m + 2 inputs), as _input4 / _input2 spell it."""
     if m == 4:
@@ -905,7 +1005,26 @@ def _render_in_body(t: str, m: int) -> list:
                     s = [b.load("%xp", b.add(col, k) if k else col) for k in range(a)]
                     for k, v in enumerate(_bt(b, m, s)):
                         b.store(v, "%tmp", b.add(offs[k], tj))
-                b.loop(0, tw, tj_, _WMD)
+
+                def vec(VL):
+                    def body(g):
+                        # VL tiles at once from t0 (the last group moved back to end at tw: its overlap recomputed)
+                        t0 = b.smin(b.mul(g, VL), b.sub(tw, VL))
+                        s = _tile_lanes(b, m, VL, "%xp", b.add(rowb, b.mul(t0, m)))
+                        vo = _VOps(b, VL)
+                        for k, v in enumerate(_bt(vo, m, s)):
+                            vo.store(v, "%tmp", b.add(offs[k], t0))
+                    return lambda: b.loop(0, b.sdiv(b.add(tw, VL - 1), VL), body)
+                if m != 4:
+                    b.loop(0, tw, tj_, _WMD)
+                    return
+                # the widest of _RVL the row's tiles fill, else the scalar loop
+                rest = "true"
+                for VL in _RVL:
+                    fits = b.op(f"icmp sge i64 {tw}, {VL}")
+                    b.if_(b.op(f"and i1 {rest}, {fits}"), vec(VL))
+                    rest = b.op(f"and i1 {rest}, {b.op(f'xor i1 {fits}, true')}")
+                b.if_(rest, lambda: b.loop(0, tw, tj_, _WMD))
             b.loop(0, a, rr)
         b.loop(0, th, tilerow)
 
@@ -995,7 +1114,26 @@ def _render_out_body(t: str, m: int) -> list:
                     col = b.add(ob, b.mul(tj, m))
                     for c, v in enumerate(_at(b, m, s, bv)):
                         b.store(v, "%out", b.add(col, c) if c else col)
-                b.loop(0, fw, tj_, _WMD)
+
+                def vec(VL):
+                    def body(g):
+                        # VL whole tiles at once from t0 (the last group moved back to end at fw)
+                        t0 = b.smin(b.mul(g, VL), b.sub(fw, VL))
+                        vo = _VOps(b, VL)
+                        s = [(vo.load("%tmp", b.add(jo[k], t0)), "F") for k in range(a)]
+                        vo.store_interleaved([vo.narrow(v) for v in _at(vo, m, s, vo.splat_d(bv))], "%out",
+                                             b.add(ob, b.mul(t0, m)))
+                    return lambda: b.loop(0, b.sdiv(b.add(fw, VL - 1), VL), body)
+                if m != 4:
+                    b.loop(0, fw, tj_, _WMD)
+                else:
+                    # the widest of _RVL the row's whole tiles fill, else the scalar loop
+                    rest = "true"
+                    for VL in _RVL:
+                        fits = b.op(f"icmp sge i64 {fw}, {VL}")
+                        b.if_(b.op(f"and i1 {rest}, {fits}"), vec(VL))
+                        rest = b.op(f"and i1 {rest}, {b.op(f'xor i1 {fits}, true')}")
+                    b.if_(rest, lambda: b.loop(0, fw, tj_, _WMD))
 
                 def tail():
                     if m == 4:
