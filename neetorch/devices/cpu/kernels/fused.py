@@ -1054,6 +1054,13 @@ class _InBlockEpilogue:
         if mshape[-2] <= getattr(linalg, "ROWS_MAX", 0) or mshape[-1] == 1:
             return None     # few-row products: matmul_into's own memory-order kernel (linalg)
         buf = self.scratch(mshape)
+        if (b.ndim == 2 and linalg._gemv_frozen(b) and linalg._pk_caller(buf, a, b) is not None) or \
+                (buf.ndim >= 3 and buf.dtype == np.float32 and linalg.BPK_ON[0] and
+                 linalg._bpk_caller(buf, a, b) is not None):
+            # a frozen weight the packed kernel takes, a batch of small products the batched one takes: matmul_into
+            # runs them (then the epilogue), as the bound step does (_product_caller's order), so a compiled
+            # graph's first call (its steps not bound yet) sums as its later calls do: the same bits
+            return None
         desc = linalg._make_plan(buf, a, b)
         if desc is None:
             return None

@@ -119,6 +119,14 @@ def matmul_into(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         return
     if (out.shape[-2] <= ROWS_MAX or out.shape[-1] == 1) and _rows_product(out, a, b):
         return
+    if b.ndim == 2 and out.dtype == _F32 and _gemv_frozen(b) and not np.may_share_memory(out, a) and \
+            not np.may_share_memory(out, b):
+        # a frozen weight: the packed kernel where a bound step takes it (fused._product_caller's order), so a
+        # compiled graph's first call (its steps not bound yet) sums as its later calls do: the same bits
+        g = _pk_caller(out, a, b)
+        if g is not None:
+            g(out, a, b)
+            return
     if out.ndim >= 3 and out.dtype == _F32 and BPK_ON[0]:
         g = _bpk_caller(out, a, b)       # a batch of small products: the batched packed kernel
         if g is not None and not np.may_share_memory(out, a) and not np.may_share_memory(out, b):
@@ -531,7 +539,14 @@ def _rows_kernel(dt_index: int):
 
 
 def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
-    """out = a @ b through the few-row kernel when the layout suits it; False: not taken."""
+    """out = a @ b through the few-row kernel when the layout suits it; False: not taken.  A one-row product
+    with a frozen weight runs gemv.py's kernel, as its bound step does (:func:`_rows_caller`): a compiled graph's
+    first call (its steps not bound yet) then sums as its later calls do, the same bits."""
+    if b.ndim == 2 and out.size == b.shape[1] and _gemv_frozen(b):
+        g = _gemv.caller(out, a, b)
+        if g is not None:
+            g(out, a, b)
+            return True
     if not _ROWS_ON:
         return False
     key = (out.shape, out.strides, a.shape, a.strides, b.shape, b.strides, out.dtype, a.dtype, b.dtype,
@@ -552,6 +567,11 @@ def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
         return False
     run(out, a, b)
     return True
+
+
+def _gemv_frozen(b: np.ndarray) -> bool:
+    from . import winograd
+    return winograd.is_frozen(b)
 
 
 def _rows_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
