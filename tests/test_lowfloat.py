@@ -13,6 +13,7 @@ function gives eager's bits.
 from __future__ import annotations
 
 import contextlib
+import zlib
 
 import numpy as np
 import pytest
@@ -28,6 +29,16 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 LOW = [(nee.float16, torch.float16), (nee.bfloat16, torch.bfloat16)]
 IDS = ["float16", "bfloat16"]
 RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def _seed_per_test(request):
+    """Each test's values from its own seed (its id): with one module generator the data a test drew depended
+    on which tests ran before it in its worker (xdist's order), and rare draws (a -0.0 / +0.0 tie, a softmax
+    row at a rounding boundary) came and went between runs of the same code."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+    yield
 
 # ties at both mantissa widths, subnormals of both, overflow of float16, specials
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 1.00048828125, 1.00146484375, 1.00390625, 1.01171875, 0.5, 2.5, -7.75,
@@ -83,15 +94,20 @@ def assert_bits(a, b, what="", nan_bits=False):
                           f"{a.numpy()[bad][:4]} vs {b.numpy()[bad][:4]}"
 
 
-def assert_torch(n, t, what=""):
+def assert_torch(n, t, what="", zero_ties=False):
     """neetorch ``n`` equals torch ``t`` bit for bit except NaN payloads (torch's vectorized bfloat16
-    rounding gives 0xffff for every NaN, its scalar one 0x7fc0; neetorch ml_dtypes' sign | 0x7fc0)."""
+    rounding gives 0xffff for every NaN, its scalar one 0x7fc0; neetorch ml_dtypes' sign | 0x7fc0).
+    ``zero_ties``: a zero of either sign matches a zero (the result of a max / min of -0.0 and +0.0: torch's
+    vector body returns the second operand, its scalar tail the first; see the notes before the fuzz test)."""
     assert n.dtype.name == str(t.dtype).split(".")[-1], f"{what}: {n.dtype} vs {t.dtype}"
     a = n.float().numpy() if n.dtype.is_floating_point else n.numpy()
     b = t.float().numpy() if t.is_floating_point() else t.numpy()
     if a.dtype.kind == "f":
         np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=what)
         m = ~np.isnan(a)
+        if zero_ties:
+            m &= ~((a == 0) & (b == 0))
+            np.testing.assert_array_equal(a == 0, b == 0, err_msg=what)
         np.testing.assert_array_equal(a[m].view(np.uint32), b[m].view(np.uint32), err_msg=what)
     else:
         np.testing.assert_array_equal(a, b, err_msg=what)
@@ -118,6 +134,9 @@ TORCH_EXACT = {"abs", "neg", "floor", "ceil", "trunc", "round", "sign", "relu", 
                "div", "maximum", "minimum", "fmax", "fmin", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
                "logical_or", "logical_xor", "copysign", "relu6", "hardsigmoid"}
 # (fmod / remainder by a subnormal divisor differ from torch's vectorized kernel: see the fuzz test's notes)
+# the sign of a zero these return on a -0.0 / +0.0 tie is torch's by position (see the fuzz test's notes): the
+# random values meet such ties now and then (session 23: 1 run in ~4 under xdist's test order)
+ZERO_TIES = {"maximum", "minimum", "fmax", "fmin"}
 
 
 def _unary(m, name):
@@ -173,8 +192,9 @@ def test_binary_native_vs_slow_and_torch(dt, tdt, name):
     a, b = run_both(lambda: f(x, y))
     assert_bits(a, b, name)
     tx, ty = tt(x), tt(y)
+    ties = name in ZERO_TIES
     if name in TORCH_EXACT:
-        assert_torch(a, getattr(torch, name)(tx, ty), name)
+        assert_torch(a, getattr(torch, name)(tx, ty), name, zero_ties=ties)
     if name not in LAYOUTS:
         return
     # broadcast: a column against a row, a transposed (non-contiguous) operand, a Python scalar
@@ -189,7 +209,7 @@ def test_binary_native_vs_slow_and_torch(dt, tdt, name):
     if name in TORCH_EXACT:
         a = f(xc, yr)
         t = getattr(torch, name)(tt(xc), tt(yr))
-        assert_torch(a, t, name + " bcast")
+        assert_torch(a, t, name + " bcast", zero_ties=ties)
 
 
 @pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
@@ -210,7 +230,9 @@ def test_ternary_and_alpha_forms(dt, tdt):
         a, b = run_both(fn)
         assert_bits(a, b, name)
         if tf is not None:
-            assert_torch(a, tf(), name)
+            # clamp with tensor bounds: a max then a min of the operands, whose ±0.0 ties torch resolves by
+            # position (vector body / scalar tail); the random values meet them at random (session 23: 1 run in ~8)
+            assert_torch(a, tf(), name, zero_ties=name == "clamp_t")
 
 
 @pytest.mark.parametrize("dt,tdt", LOW, ids=IDS)
@@ -666,8 +688,9 @@ def test_hardswish_overflows_like_torch(td, nd):
 # Left out of the fuzz below (torch's own inconsistencies or approximations, not fixed here):
 # - fmod / remainder by a subnormal divisor: torch's vectorized (Sleef) float kernel gives NaN, its scalar loop
 #   (strided, short tails) the exact remainder; neetorch is exact (also float32).
-# - the sign of a zero from maximum / minimum / fmax / fmin(-0.0, +0.0): torch's bfloat16/float16 vector body
-#   and scalar tail disagree.
+# - the sign of a zero from maximum / minimum / fmax / fmin(-0.0, +0.0) and from clamp with tensor bounds at a
+#   ±0.0 tie: torch's vector body (the second operand) and scalar tail (the first) disagree, every float dtype
+#   (neetorch: the first operand, as torch's scalar loop).
 # - rsqrt: torch's strided (scalar) low-float loop rounds sqrt to the storage dtype first; its contiguous one
 #   differs from 1/sqrt in ~3e-5 of inputs.  erf / sin / atan2 / pow / mish / silu / gelu: 1-ulp libm-level.
 # - sigmoid / silu of x < -88 (and softmax outputs below float32's smallest normal): torch gives 0 / a subnormal,

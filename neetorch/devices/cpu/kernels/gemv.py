@@ -319,11 +319,12 @@ def _layout_ok(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     return K, N
 
 
-def caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
+def caller(out: np.ndarray, a: np.ndarray, b: np.ndarray, count: bool = True):
     """``g(out, a, b)`` computing ``out = a @ b`` through the packed kernel for arrays of these layouts and
     this thread count, ``b`` this frozen weight (another ``b`` goes to linalg.matmul_into); None when the
     product is not one this kernel takes (see the module docs).  For callers whose ``out`` overlaps neither
-    input (a compiled graph's steps: linalg._rows_caller)."""
+    input (a compiled graph's steps: linalg._rows_caller; linalg._rows_product's unbound calls with ``count``
+    False: not a step's binding in ``stats``)."""
     if not _ON[0]:
         return None
     kn = _layout_ok(out, a, b)
@@ -339,7 +340,10 @@ def caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     wp = winograd.weights(b, ("gemv", P, b.strides), _pack_capped)
     if wp is None:
         return None
-    return _bind(wp, kn[0], kn[1], b)
+    g = _bind(wp, kn[0], kn[1], b)
+    if not count:
+        stats["calls_bound"] -= 1
+    return g
 
 
 def _bind(wp: np.ndarray, K: int, N: int, wb: np.ndarray | None):

@@ -543,7 +543,7 @@ def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
     with a frozen weight runs gemv.py's kernel, as its bound step does (:func:`_rows_caller`): a compiled graph's
     first call (its steps not bound yet) then sums as its later calls do, the same bits."""
     if b.ndim == 2 and out.size == b.shape[1] and _gemv_frozen(b):
-        g = _gemv.caller(out, a, b)
+        g = _gemv.caller(out, a, b, count=False)
         if g is not None:
             g(out, a, b)
             return True
