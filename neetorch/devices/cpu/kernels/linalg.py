@@ -570,8 +570,16 @@ def _rows_product(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _gemv_frozen(b: np.ndarray) -> bool:
-    from . import winograd
-    return winograd.is_frozen(b)
+    """Whether ``b``'s memory is frozen (winograd.freeze: a compiled graph's / an ONNX session's weight); the
+    eager products of a process that froze nothing pay one dict test."""
+    w = _wino_mod[0]
+    if w is None:
+        from . import winograd as w
+        _wino_mod[0] = w
+    return bool(w._frozen) and w.is_frozen(b)
+
+
+_wino_mod = [None]
 
 
 def _rows_caller(out: np.ndarray, a: np.ndarray, b: np.ndarray):
