@@ -8,7 +8,8 @@ K loop and ran ~2x slower than the other tiles on the convs of 48 (mod 64) outpu
   no vector register stored to or loaded from the stack inside the innermost loop that holds the FMAs;
 * the rule picks (3, 7) where (3, 8) was picked (48 output channels);
 * (3, 7) gives the same bits as (4, 6) (each output summed in the same order whatever the tile) and matches torch,
-  one and two threads.
+  one and two threads;
+* the 1x1 rule's lane-use bar keeps the small-plane 1x1 that (3, 8) had sent direct on the direct kernel.
 """
 import re
 
@@ -122,3 +123,14 @@ def test_pk1x1_fused_16_lane_tile_has_no_spills(has_e):
         pytest.skip("linalg's packed kernel runs 8 lanes on this host")
     _check_loops(_asm(PK._fused_ir(linalg.PK_NR, linalg.PK_VEC, linalg.PK_MR, True, has_e, True)),
                  2 * linalg.PK_MR, "pk1x1 fused")
+
+
+def test_lane_use_rule_keeps_small_plane_1x1_direct(nthreads):
+    # Inception v1's 832 -> 48 1x1 on 6x6: (3, 7) uses 36 of 42 pixel lanes (0.857; (3, 8) used 0.9): the 1x1 rule's
+    # lane-use bar (conv_direct._CHAN_1X1_USE) still sends it to the direct kernel (the GEMM took twice as long)
+    x = np.zeros((1, 832, 6, 6), np.float32)
+    w = np.zeros((48, 832, 1, 1), np.float32)
+    out = np.zeros((1, 48, 6, 6), np.float32)
+    attrs = dict(stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1)
+    D._pays.clear()
+    assert D.route(x, w, out, attrs, True) == "direct"

@@ -1962,7 +1962,11 @@ _SHORT_K = 32
 # 512 -> 64 on 13x13 120 vs 132, 256 -> 64 on 56x56 968 vs 1086, 512 -> 1000 on 13x13 1709 vs 1788, 2048 ->
 # 512 on 7x7 1135 vs 1163); at 16 output channels (blocks of 32 half used) 1.4x; with groups (68 channels
 # each) 1.25-1.3x: the GEMMs
-_CHAN_1X1_USE = 0.9
+_CHAN_1X1_USE = 0.85
+# (0.9 until session 23: the (3, 7) tile that replaced (3, 8) uses 36 of 42 pixel lanes on 6x6 planes, 0.857, where
+# (3, 8) used 36 of 40: Inception v1's 832 -> 48 1x1 on 6x6 then went to the GEMM, 42 vs 21 us on the direct
+# kernel (1 thread, conv2d_into + bias + relu, min of 300); no other conv of the light models has a lane use
+# between the two)
 # AVX2 (8 lanes, 16 registers: a tile of 2 x 8 channels x 6 pixels, 9 loads per 12 FMAs): OpenBLAS's Haswell
 # GEMMs (packed panels) beat the "chan" kernel on the larger one-group 1x1 convs: direct only below this many
 # flops (1 thread, relu, us direct / GEMM: 512 -> 64 on 13x13 (11 MFLOP) 170 / 167, 256 -> 32 on 27x27 198 / 225,
