@@ -872,6 +872,20 @@ def _tile_lanes(b: _Ir, m: int, VL: int, base: str, at: str) -> list:
     return out
 
 
+def _widest(b: _Ir, m: int, n: str, vec, scalar) -> None:
+    """A row pass over ``n`` tiles: F(4) on the widest of _RVL's vectors the row fills (``vec(VL)``: its loop's
+    emitter), else (and F(2)) the scalar loop ``scalar(tile)``."""
+    if m != 4:
+        b.loop(0, n, scalar, _WMD)
+        return
+    rest = "true"
+    for VL in _RVL:
+        fits = b.op(f"icmp sge i64 {n}, {VL}")
+        b.if_(b.op(f"and i1 {rest}, {fits}"), vec(VL))
+        rest = b.op(f"and i1 {rest}, {b.op(f'xor i1 {fits}, true')}")
+    b.if_(rest, lambda: b.loop(0, n, scalar, _WMD))
+
+
 def _bt(b: _Ir, m: int, s):
     """B^T d of one column (s: the m + 2 inputs), as _input4 / _input2 spell it."""
     if m == 4:
@@ -1015,16 +1029,7 @@ def _render_in_body(t: str, m: int) -> list:
                         for k, v in enumerate(_bt(vo, m, s)):
                             vo.store(v, "%tmp", b.add(offs[k], t0))
                     return lambda: b.loop(0, b.sdiv(b.add(tw, VL - 1), VL), body)
-                if m != 4:
-                    b.loop(0, tw, tj_, _WMD)
-                    return
-                # the widest of _RVL the row's tiles fill, else the scalar loop
-                rest = "true"
-                for VL in _RVL:
-                    fits = b.op(f"icmp sge i64 {tw}, {VL}")
-                    b.if_(b.op(f"and i1 {rest}, {fits}"), vec(VL))
-                    rest = b.op(f"and i1 {rest}, {b.op(f'xor i1 {fits}, true')}")
-                b.if_(rest, lambda: b.loop(0, tw, tj_, _WMD))
+                _widest(b, m, tw, vec, tj_)
             b.loop(0, a, rr)
         b.loop(0, th, tilerow)
 
@@ -1124,16 +1129,7 @@ def _render_out_body(t: str, m: int) -> list:
                         vo.store_interleaved([vo.narrow(v) for v in _at(vo, m, s, vo.splat_d(bv))], "%out",
                                              b.add(ob, b.mul(t0, m)))
                     return lambda: b.loop(0, b.sdiv(b.add(fw, VL - 1), VL), body)
-                if m != 4:
-                    b.loop(0, fw, tj_, _WMD)
-                else:
-                    # the widest of _RVL the row's whole tiles fill, else the scalar loop
-                    rest = "true"
-                    for VL in _RVL:
-                        fits = b.op(f"icmp sge i64 {fw}, {VL}")
-                        b.if_(b.op(f"and i1 {rest}, {fits}"), vec(VL))
-                        rest = b.op(f"and i1 {rest}, {b.op(f'xor i1 {fits}, true')}")
-                    b.if_(rest, lambda: b.loop(0, fw, tj_, _WMD))
+                _widest(b, m, fw, vec, tj_)
 
                 def tail():
                     if m == 4:
