@@ -29,20 +29,8 @@ RNG = np.random.default_rng(23)
 
 
 def _asm(ir: str) -> str:
-    """The kernel's assembly as llvm_render compiles it (its pipeline options) for this host."""
-    _, llvm = LR._init()
-    tm = LR._machine()
-    mod = llvm.parse_assembly(ir)
-    mod.triple = tm.triple
-    mod.data_layout = str(tm.target_data)
-    pto = llvm.create_pipeline_tuning_options(speed_level=2)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_interleaving = False
-    pto.loop_unrolling = False
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return tm.emit_assembly(mod)
+    """The kernel's assembly as llvm_render compiles it (its pass pipeline) for this host."""
+    return LR.assembly(ir)
 
 
 def _fma_loops(asm: str) -> list:

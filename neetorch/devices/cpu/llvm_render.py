@@ -1576,6 +1576,19 @@ def cache_dir() -> str:
 
 
 def _optimize_and_emit(ir_text: str, interleave: bool = False) -> bytes:
+    tm, mod = _optimized(ir_text, interleave)
+    return bytes(tm.emit_object(mod))
+
+
+def assembly(ir_text: str, interleave: bool = False) -> str:
+    """The host's assembly of ``ir_text`` as compiled for the kernel cache (the same passes): for tests and tools
+    reading the machine code (tests/test_conv_tiles_s23.py: register spills in the K loops)."""
+    tm, mod = _optimized(ir_text, interleave)
+    return tm.emit_assembly(mod)
+
+
+def _optimized(ir_text: str, interleave: bool):
+    """(target machine, module): ``ir_text`` parsed, verified and run through the kernels' pass pipeline."""
     _, llvm = _init()
     tm = _machine()
     mod = llvm.parse_assembly(ir_text)
@@ -1591,7 +1604,7 @@ def _optimize_and_emit(ir_text: str, interleave: bool = False) -> bytes:
     pto.loop_unrolling = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
-    return bytes(tm.emit_object(mod))
+    return tm, mod
 
 
 _HDR = 40  # sha1 hex of the object bytes, written before them
