@@ -165,6 +165,9 @@ def default_opset(model) -> int:
     return 1
 
 
+_SHAPELESS_IO = "Field 'shape' of 'type' is required but missing"
+
+
 def load_model(model, *, check: bool = True):
     """(ModelProto with shapes inferred, base folder or None, {initializer name: ndarray}, notes)."""
     import onnx
@@ -201,7 +204,16 @@ def load_model(model, *, check: bool = True):
                 onnx.checker.check_model(path)  # resolves external data against the model's folder
             else:
                 data = m.SerializeToString()
-                onnx.checker.check_model(data)
+                try:
+                    onnx.checker.check_model(data)
+                except onnx.checker.ValidationError as e:
+                    if _SHAPELESS_IO not in str(e):
+                        raise
+                    # a graph output declared without a shape (``make_tensor_value_info(name, type, None)``):
+                    # onnxruntime runs such models; the checker accepts them once shape inference has filled
+                    # the outputs' shapes in (an output whose rank cannot be inferred is still refused)
+                    onnx.checker.check_model(onnx.shape_inference.infer_shapes(data, check_type=False,
+                                                                                strict_mode=False))
         except Exception as e:  # noqa: BLE001
             raise ModelLoadError(f"ONNX checker rejected the model: {e}") from None
     # a model of ai.onnx.ml nodes only imports no default-domain opset: nothing to convert
