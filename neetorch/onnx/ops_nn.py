@@ -899,10 +899,14 @@ def _grid_sample(ctx, node, x, grid):
         g = grid.narrow(grid.ndim - 1, nsp - 1 - i, 1).squeeze(grid.ndim - 1).reshape(N, P)
         n = sp[i]
         c = ((g + 1) / 2) * (n - 1) if ac else ((g + 1) * n - 1) / 2
-        if pad == "border":
-            c = nee.clamp(c, 0.0, float(n - 1))
-        elif pad == "reflection":
-            c = reflect(c, n)
+        # linear / nearest: the coordinate itself is clamped / reflected (PyTorch's grid_sampler_compute_source_index);
+        # cubic: the coordinate is kept and each of its taps is clamped / reflected (fix below), as PyTorch's and
+        # onnxruntime's bicubic (a point past the border keeps its fractional weights)
+        if mode != "cubic":
+            if pad == "border":
+                c = nee.clamp(c, 0.0, float(n - 1))
+            elif pad == "reflection":
+                c = reflect(c, n)
         coords.append(c)
 
     def fix(i, n):
