@@ -448,8 +448,10 @@ def _reduce(kind, input_since=18):
                                          "logsum"):
             shp = [1 if i in dims else s for i, s in enumerate(x.shape)] if keep else \
                 [s for i, s in enumerate(x.shape) if i not in dims]
+            # the mean of nothing: 0, as onnxruntime (the spec leaves it undefined; PyTorch's embedding_bag "mean"
+            # of an empty bag, exported as a Loop of ReduceMean, is 0)
             val = {"max": -math.inf, "min": math.inf, "logsumexp": -math.inf, "logsum": -math.inf,
-                   "prod": 1, "mean": math.nan}.get(kind, 0)
+                   "prod": 1}.get(kind, 0)
             if x.dtype is nee.bool and kind in ("max", "min"):
                 val = kind == "min"
             elif not _isfloat(x) and kind in ("max", "min"):
