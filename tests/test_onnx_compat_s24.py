@@ -1,0 +1,145 @@
+"""ONNX import: behaviours where a model exported from PyTorch (or built the onnxruntime way) met another answer.
+
+* GridSample "cubic" with border / reflection padding: PyTorch and onnxruntime keep the point's coordinate and
+  clamp / reflect each of its 16 taps (a point past the border keeps its fractional weights); the lowering used
+  to clamp the coordinate first, as the linear and nearest modes do.
+* A graph output declared without a shape (``make_tensor_value_info(name, type, None)``): onnxruntime runs such
+  models, ONNX's checker refuses them until shape inference fills the shape in.
+* ReduceMean over an empty axis: 0 as onnxruntime (the spec leaves it undefined); PyTorch's embedding_bag "mean"
+  exported by the legacy exporter reduces each empty bag that way and expects 0.
+"""
+from __future__ import annotations
+
+import io
+import zlib
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from neetorch.onnx import InferenceSession  # noqa: E402
+
+
+def _grid_model(mode, pad, ac, xshape, gshape, opset=20):
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], mode=mode, padding_mode=pad, align_corners=ac)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape),
+                                        helper.make_tensor_value_info("grid", TensorProto.FLOAT, gshape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("xshape,gshape", [((1, 1, 4, 5), (1, 1, 5, 2)), ((2, 3, 6, 7), (2, 4, 9, 2)),
+                                           ((1, 2, 1, 3), (1, 3, 3, 2))])
+@pytest.mark.parametrize("pad", ["border", "reflection", "zeros"])
+@pytest.mark.parametrize("ac", [0, 1])
+@pytest.mark.parametrize("mode", ["cubic", "linear", "nearest"])
+def test_gridsample_matches_torch(mode, pad, ac, xshape, gshape):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(zlib.crc32(repr((mode, pad, ac, xshape)).encode()))
+    x = rng.standard_normal(xshape).astype(np.float32)
+    grid = (rng.standard_normal(gshape) * 1.5).astype(np.float32)   # a third of the points past the border
+    if mode == "nearest":
+        # away from the rounding ties of the unnormalized coordinate (x.5: which neighbour is a rounding question)
+        grid = np.round(grid * 8) / 8 + 1.0 / 64
+    got = InferenceSession(_grid_model(mode, pad, ac, xshape, gshape)).run(None, {"x": x, "grid": grid})[0]
+    tmode = {"cubic": "bicubic", "linear": "bilinear"}.get(mode, mode)
+    ref = torch.nn.functional.grid_sample(torch.from_numpy(x), torch.from_numpy(grid), mode=tmode, padding_mode=pad,
+                                          align_corners=bool(ac)).numpy()
+    assert got.shape == ref.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_gridsample_cubic_border_point_past_the_edge():
+    """One point past the bottom border, one past the left: the taps clamp, the weights keep the fraction."""
+    x = np.arange(20, dtype=np.float32).reshape(1, 1, 4, 5) ** 1.5
+    grid = np.array([[[[0.5, 1.1], [-1.25, -0.3]]]], np.float32)
+    got = InferenceSession(_grid_model("cubic", "border", 0, (1, 1, 4, 5), (1, 1, 2, 2))).run(
+        None, {"x": x, "grid": grid})[0].ravel()
+
+    def cubic(t):
+        A = -0.75
+        return np.array([((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A,
+                         ((A + 2) * t - (A + 3)) * t * t + 1,
+                         ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1,
+                         ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A])
+
+    def sample(gx, gy):
+        ix, iy = ((gx + 1) * 5 - 1) / 2, ((gy + 1) * 4 - 1) / 2     # align_corners 0, not clamped
+        x0, y0 = int(np.floor(ix)), int(np.floor(iy))
+        wx, wy = cubic(ix - x0), cubic(iy - y0)
+        v = 0.0
+        for a in range(4):
+            for b in range(4):
+                r = min(max(y0 - 1 + a, 0), 3)
+                c = min(max(x0 - 1 + b, 0), 4)
+                v += wy[a] * wx[b] * float(x[0, 0, r, c])
+        return v
+    np.testing.assert_allclose(got, [sample(0.5, 1.1), sample(-1.25, -0.3)], rtol=1e-5)
+
+
+def test_output_declared_without_shape_runs():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(m)          # the checker alone refuses it: what this test is about
+    s = InferenceSession(m)
+    x = np.array([[-1.0, 2.0, 0.5], [3.0, -4.0, 0.0]], np.float32)
+    np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(x, 0))
+    o = s.get_outputs()[0]
+    assert o.name == "y" and o.type == "tensor(float)"
+
+
+def test_checker_still_refuses_a_broken_model():
+    """The shapeless-output allowance is only that: a node reading an undefined value is still refused."""
+    node = helper.make_node("Add", ["x", "nowhere"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="checker rejected"):
+        InferenceSession(m)
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+@pytest.mark.parametrize("shape,axes", [((0, 3), [0]), ((2, 0, 4), [1]), ((0,), [0])])
+def test_reduce_mean_of_nothing_is_zero(shape, axes, keep):
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keep)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.zeros(shape, np.float32)
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, np.zeros(ref.shape, np.float32))
+
+
+def test_embedding_bag_mean_with_an_empty_bag():
+    torch = pytest.importorskip("torch")
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = torch.nn.EmbeddingBag(10, 4, mode="mean")
+
+        def forward(self, i, o):
+            return self.e(i, o)
+    torch.manual_seed(0)
+    m = M().eval()
+    i = torch.tensor([1, 2, 4, 5, 4, 3], dtype=torch.int64)
+    o = torch.tensor([0, 2, 2, 5], dtype=torch.int64)        # the second bag is empty
+    f = io.BytesIO()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (i, o), f, dynamo=False, opset_version=17, input_names=["i", "o"],
+                          dynamic_axes={"i": [0], "o": [0]})
+    got = InferenceSession(f.getvalue()).run(None, {"i": i.numpy(), "o": o.numpy()})[0]
+    ref = m(i, o).detach().numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert not np.isnan(got).any() and np.all(got[1] == 0)
