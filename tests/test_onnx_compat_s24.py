@@ -3,8 +3,8 @@
 * GridSample "cubic" with border / reflection padding: PyTorch and onnxruntime keep the point's coordinate and
   clamp / reflect each of its 16 taps (a point past the border keeps its fractional weights); the lowering used
   to clamp the coordinate first, as the linear and nearest modes do.
-* A graph output declared without a shape (``make_tensor_value_info(name, type, None)``): onnxruntime runs such
-  models, ONNX's checker refuses them until shape inference fills the shape in.
+* A graph input or output declared without a shape (``make_tensor_value_info(name, type, None)``: any rank):
+  onnxruntime runs such models (an input takes its feed's shape), ONNX's checker refuses them.
 * ReduceMean over an empty axis: 0 as onnxruntime (the spec leaves it undefined); PyTorch's embedding_bag "mean"
   exported by the legacy exporter reduces each empty bag that way and expects 0.
 """
@@ -91,6 +91,27 @@ def test_output_declared_without_shape_runs():
     np.testing.assert_array_equal(s.run(None, {"x": x})[0], np.maximum(x, 0))
     o = s.get_outputs()[0]
     assert o.name == "y" and o.type == "tensor(float)"
+
+
+@pytest.mark.parametrize("op,extra", [("Relu", []), ("Add", ["x"]), ("ReduceSum", []), ("Softmax", [])])
+def test_input_declared_without_shape_takes_any_rank(op, extra):
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node(op, ["x"] + extra, ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    s = InferenceSession(m)
+    o = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert s.get_inputs()[0].shape == o.get_inputs()[0].shape and s.get_inputs()[0].type == "tensor(float)"
+    rng = np.random.default_rng(3)
+    for shape in ((1, 2), (2, 3, 4), (5,), ()):
+        if op == "Softmax" and shape == ():
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = s.run(None, {"x": x})[0]
+        ref = o.run(None, {"x": x})[0]
+        assert got.shape == ref.shape and got.dtype == ref.dtype, (shape, got.shape, ref.shape)
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
 
 
 def test_checker_still_refuses_a_broken_model():

@@ -209,11 +209,17 @@ def load_model(model, *, check: bool = True):
                 except onnx.checker.ValidationError as e:
                     if _SHAPELESS_IO not in str(e):
                         raise
-                    # a graph output declared without a shape (``make_tensor_value_info(name, type, None)``):
-                    # onnxruntime runs such models; the checker accepts them once shape inference has filled
-                    # the outputs' shapes in (an output whose rank cannot be inferred is still refused)
-                    onnx.checker.check_model(onnx.shape_inference.infer_shapes(data, check_type=False,
-                                                                                strict_mode=False))
+                    # a graph input or output declared without a shape (``make_tensor_value_info(name, type,
+                    # None)``: any rank): onnxruntime runs such models, the checker requires the field.  The
+                    # structural check (no shape inference in it) runs on a copy that declares them rank 0;
+                    # the model itself keeps them unknown (inputs take their feed's shape)
+                    c = onnx.ModelProto()
+                    c.ParseFromString(data)
+                    for vi in list(c.graph.input) + list(c.graph.output):
+                        tt = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
+                        if tt is not None and not tt.HasField("shape"):
+                            tt.shape.SetInParent()
+                    onnx.checker.check_model(c)
         except Exception as e:  # noqa: BLE001
             raise ModelLoadError(f"ONNX checker rejected the model: {e}") from None
     # a model of ai.onnx.ml nodes only imports no default-domain opset: nothing to convert
