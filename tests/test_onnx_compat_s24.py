@@ -164,3 +164,48 @@ def test_embedding_bag_mean_with_an_empty_bag():
     ref = m(i, o).detach().numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert not np.isnan(got).any() and np.all(got[1] == 0)
+
+
+@pytest.mark.parametrize("scale", [0.6, 0.3, 0.7, 1.7, 2.5, 0.45, 1.3333])
+@pytest.mark.parametrize("hw", [(6, 9), (17, 23), (31, 10)])
+@pytest.mark.parametrize("ctm,nm", [("asymmetric", "floor"), ("half_pixel", "round_prefer_floor"),
+                                    ("half_pixel", "ceil"), ("pytorch_half_pixel", "floor")])
+def test_resize_nearest_by_scales_matches_onnxruntime(scale, hw, ctm, nm):
+    """Nearest picks by a coordinate computed in float32 (3 / 0.6f is 5.0 in float32, 4.9999998 in float64) and the
+    output size is floor(in * scale) in float32 (10 x 0.7f: 7): the indices onnxruntime (and PyTorch) take.
+    (align_corners by scales is left out: there the spec's resized length is in * scale, fractional, as ONNX's
+    reference and its conformance cases have it, and onnxruntime takes the integer output size.)"""
+    ort = pytest.importorskip("onnxruntime")
+    H, W = hw
+    sc = np.array([1, 1, scale, scale], np.float32)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest", coordinate_transformation_mode=ctm,
+                            nearest_mode=nm)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, H, W])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[onnx.numpy_helper.from_array(sc, "scales")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(2 * H * W, dtype=np.float32).reshape(1, 2, H, W)
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_resize_nearest_torch_export_float32_size_and_index():
+    torch = pytest.importorskip("torch")
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=0.7, mode="nearest")
+    x = torch.arange(310, dtype=torch.float32).reshape(1, 1, 31, 10)
+    f = io.BytesIO()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(M(), (x,), f, dynamo=False, opset_version=17, input_names=["x"])
+    got = InferenceSession(f.getvalue()).run(None, {"x": x.numpy()})[0]
+    ref = M()(x).numpy()
+    assert got.shape == ref.shape == (1, 1, 21, 7)
+    np.testing.assert_array_equal(got, ref)

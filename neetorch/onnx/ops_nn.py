@@ -484,8 +484,14 @@ def _lpn(ctx, node, x):
 
 
 # ---------------------------------------------------------------- resize
-def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0):
-    o = np.arange(out_n, dtype=np.float64)
+def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0, f32=False):
+    """The input coordinate of each output index along one axis.  ``f32``: in float32 arithmetic, as onnxruntime
+    and PyTorch compute the nearest mode's (a coordinate within rounding of an integer, 3 / 0.6 = 4.9999998 in
+    float64 and 5.0 in float32, picks another input; ONNX's reference computes in float64 and agrees with
+    both where its cases test)."""
+    if f32:
+        scale, roi_lo, roi_hi = np.float32(scale), np.float32(roi_lo), np.float32(roi_hi)
+    o = np.arange(out_n, dtype=np.float32 if f32 else np.float64)
     if mode == "half_pixel":
         return (o + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
@@ -497,7 +503,7 @@ def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0):
         return (o + 0.5) / scale - 0.5 if out_n > 1 else np.zeros(out_n)
     # the spec's length_resized is scale * length_original: fractional when it comes from scales
     w = scale * in_n
-    if abs(w - out_n) <= 1e-9 * max(w, 1.0):
+    if abs(w - out_n) <= (1e-6 if f32 else 1e-9) * max(w, 1.0):
         w = float(out_n)
     if mode == "align_corners":
         return o * (in_n - 1) / (w - 1) if w != 1 else np.zeros(out_n)
@@ -602,7 +608,9 @@ def _resize(ctx, node, x, roi=None, scales=None, sizes=None):
     elif sc is not None:
         for i, a in enumerate(axes):
             scale_full[a] = float(sc[i])
-            out_full[a] = int(math.floor(in_shape[a] * float(sc[i])))
+            # in float32, as onnxruntime and PyTorch (10 x 0.7f: 7, where float64 gives 6.99999988 and ONNX's shape
+            # inference 6)
+            out_full[a] = int(math.floor(np.float32(in_shape[a]) * np.float32(sc[i])))
     else:
         raise LoweringError("Resize needs scales or sizes")
     A = node.get("cubic_coeff_a", -0.75)
@@ -618,9 +626,9 @@ def _resize(ctx, node, x, roi=None, scales=None, sizes=None):
             k = axes.index(a) if a in axes else None
             nr = len(roi_v) // 2
             lo, hi = (roi_v[k], roi_v[k + nr]) if k is not None else (0.0, 1.0)
-            c = _coords(ctm, n_out, n_in, scale_full[a], lo, hi)
+            c = _coords(ctm, n_out, n_in, scale_full[a], lo, hi, f32=mode == "nearest")
         else:
-            c = _coords(ctm, n_out, n_in, scale_full[a])
+            c = _coords(ctm, n_out, n_in, scale_full[a], f32=mode == "nearest")
         outside = (c < 0) | (c > n_in - 1) if ctm == "tf_crop_and_resize" else None
         shape_w = [1] * nd
         shape_w[a] = n_out
