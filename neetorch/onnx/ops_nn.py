@@ -137,7 +137,11 @@ def _convt(ctx, node, x, w, b=None):
         pads = [0] * (2 * nsp)
         for i in range(nsp):
             total = full[i] + op_[i] - out_shape[i]
-            if ap == "SAME_UPPER":
+            if total < 0:
+                # an output_shape past the full result: zeros after it (onnxruntime clamps the total padding at
+                # 0; ONNX's reference places the result at the start too)
+                pads[i], pads[i + nsp] = 0, total
+            elif ap == "SAME_UPPER":
                 pads[i], pads[i + nsp] = total // 2, total - total // 2
             else:
                 pads[i], pads[i + nsp] = total - total // 2, total // 2
@@ -501,6 +505,8 @@ def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0, f32=False):
         return offset + (o + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
         return (o + 0.5) / scale - 0.5 if out_n > 1 else np.zeros(out_n)
+    if mode == "tf_half_pixel_for_nn":     # opsets 11-12 (tf2onnx's nearest with half-pixel centers)
+        return (o + 0.5) / scale
     # the spec's length_resized is scale * length_original: fractional when it comes from scales
     w = scale * in_n
     if abs(w - out_n) <= (1e-6 if f32 else 1e-9) * max(w, 1.0):
