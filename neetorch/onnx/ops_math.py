@@ -19,7 +19,7 @@ _UNARY = {
     "Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
     "Floor": "floor", "Ceil": "ceil", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos",
     "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
-    "Erf": "erf", "Sigmoid": "sigmoid", "Tanh": "tanh", "Sign": "sign", "Not": "logical_not", "IsNaN": "isnan",
+    "Erf": "erf", "Sigmoid": "sigmoid", "Tanh": "tanh", "Not": "logical_not", "IsNaN": "isnan",
     "BitwiseNot": "bitwise_not", "Softsign": "softsign",
 }
 
@@ -34,6 +34,13 @@ def _unary(name):
 
 for _k, _v in _UNARY.items():
     op(_k)(_unary(_v))
+
+
+@op("Sign")
+def _sign(ctx, node, x):
+    # NaN stays NaN (ONNX's reference, onnxruntime); torch.sign, which nee.sign follows, gives 0 there
+    s = nee.sign(x)
+    return nee.where(nee.isnan(x), x, s) if _isfloat(x) else s
 
 
 @op("Relu")
