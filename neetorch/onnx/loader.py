@@ -168,6 +168,75 @@ def default_opset(model) -> int:
 _SHAPELESS_IO = "Field 'shape' of 'type' is required but missing"
 
 
+def _graphs(g):
+    """``g`` and every subgraph inside it (If / Loop / Scan bodies), depth first."""
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("g"):
+                yield from _graphs(a.g)
+            for sub in a.graphs:
+                yield from _graphs(sub)
+
+
+def _dropped_semantics(m) -> dict:
+    """{output name: (op type, original node)} of the default-domain nodes whose meaning onnx.version_converter
+    loses on its way to MIN_OPSET: Upsample and Resize-10 (asymmetric coordinates, nearest = floor: its adapters
+    leave the opset-11 defaults, half_pixel and round_prefer_floor) and Hardmax before 13 (the input coerced to
+    2-D at ``axis``, default 1: its adapter keeps the node, which then means one maximum along ``axis`` alone,
+    default -1).  Softmax / LogSoftmax's adapters do rewrite theirs."""
+    op = default_opset(m)
+    olds = {}
+    for g in _graphs(m.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx") or not n.output:
+                continue
+            if n.op_type == "Upsample" or (n.op_type == "Resize" and op < 11) or (n.op_type == "Hardmax" and op < 13):
+                o = type(n)()
+                o.CopyFrom(n)
+                olds[n.output[0]] = (n.op_type, o)
+    return olds
+
+
+def _restore_semantics(m, olds: dict) -> None:
+    """In place in the converted model ``m``: the nodes of :func:`_dropped_semantics` given their old meaning back
+    (found by their output names, which the converter keeps)."""
+    if not olds:
+        return
+    from onnx import helper
+    for g in _graphs(m.graph):
+        nodes = list(g.node)
+        out = []
+        changed = False
+        for n in nodes:
+            hit = olds.get(n.output[0]) if n.output else None
+            if hit is None or n.domain not in ("", "ai.onnx"):
+                out.append(n)
+                continue
+            kind, orig = hit
+            if n.op_type == "Resize" and kind in ("Upsample", "Resize"):
+                have = {a.name for a in n.attribute}
+                if "coordinate_transformation_mode" not in have:
+                    n.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+                if "nearest_mode" not in have:
+                    n.attribute.append(helper.make_attribute("nearest_mode", "floor"))
+                out.append(n)
+            elif n.op_type == "Hardmax" and kind == "Hardmax":
+                axis = next((a.i for a in orig.attribute if a.name == "axis"), 1)
+                x, y = n.input[0], n.output[0]
+                t = f"{y}__hardmax2d"
+                out += [helper.make_node("Shape", [x], [t + "_shape"], name=t + "_shape"),
+                        helper.make_node("Flatten", [x], [t + "_flat"], axis=axis, name=t + "_flat"),
+                        helper.make_node("Hardmax", [t + "_flat"], [t], axis=1, name=n.name or t),
+                        helper.make_node("Reshape", [t, t + "_shape"], [y], name=t + "_reshape")]
+                changed = True
+            else:
+                out.append(n)
+        if changed:
+            del g.node[:]
+            g.node.extend(out)
+
+
 def load_model(model, *, check: bool = True):
     """(ModelProto with shapes inferred, base folder or None, {initializer name: ndarray}, notes)."""
     import onnx
@@ -226,7 +295,9 @@ def load_model(model, *, check: bool = True):
     if op < MIN_OPSET and any(o.domain in ("", "ai.onnx") for o in m.opset_import):
         try:
             from onnx import version_converter
+            olds = _dropped_semantics(m)
             m = version_converter.convert_version(m, MIN_OPSET)
+            _restore_semantics(m, olds)
             data = None
             notes.append(f"converted from opset {op} to {MIN_OPSET} with onnx.version_converter")
         except Exception as e:  # noqa: BLE001
