@@ -209,3 +209,103 @@ def test_resize_nearest_torch_export_float32_size_and_index():
     ref = M()(x).numpy()
     assert got.shape == ref.shape == (1, 1, 21, 7)
     np.testing.assert_array_equal(got, ref)
+
+
+def _ort_run(m, feed):
+    ort = pytest.importorskip("onnxruntime")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+@pytest.mark.parametrize("xs,ks,strides,out_shape", [
+    ((1, 1, 1, 3), (1, 1, 1, 2), [1, 3], [1, 10]),        # 2 past the full width: zeros after it
+    ((1, 1, 3, 3), (1, 2, 3, 3), [3, 2], [10, 8]),         # (ONNX's own case: 1 past)
+    ((1, 2, 4, 5), (2, 3, 3, 2), [3, 3], [14, 16]),        # 2 past each (less than a stride: onnxruntime's bound)
+    ((1, 2, 4, 5), (2, 3, 3, 2), [2, 2], [8, 9]),          # cropped: onnxruntime's split
+    ((2, 1, 5), (1, 2, 3), [3], [17]),                     # 1-D, 2 past
+])
+def test_convtranspose_output_shape_past_the_full_result(xs, ks, strides, out_shape):
+    rng = np.random.default_rng(len(xs) * 31 + out_shape[-1])
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ks).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=strides, output_shape=out_shape)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs),
+                                        helper.make_tensor_value_info("w", TensorProto.FLOAT, ks)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    got = InferenceSession(m).run(None, {"x": x, "w": w})[0]
+    ref = _ort_run(m, {"x": x, "w": w})[0]
+    assert got.shape == ref.shape == (xs[0], ks[1], *out_shape)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset,attrs", [(11, {"axis": 1}), (12, {"axis": -2}), (9, {}), (11, {"axis": 0}),
+                                         (11, {"axis": 2})])
+def test_hardmax_before_opset13_is_over_the_flattened_rows(opset, attrs):
+    """onnx.version_converter keeps an opset-11 Hardmax as it is; its old meaning (one 1 per row of the input
+    coerced to 2-D at ``axis``) is restored after conversion."""
+    x = np.random.default_rng(opset).standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node("Hardmax", ["x"], ["y"], **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    axis = attrs.get("axis", 1) % 3
+    rows = x.reshape(int(np.prod(x.shape[:axis])), -1)
+    want = np.zeros_like(rows)
+    want[np.arange(rows.shape[0]), rows.argmax(1)] = 1
+    np.testing.assert_array_equal(got, want.reshape(x.shape))
+    np.testing.assert_array_equal(got, _ort_run(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("op,opset", [("Upsample", 9), ("Upsample", 7), ("Resize", 10)])
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_old_upsample_and_resize10_keep_asymmetric_coordinates(op, opset, mode):
+    """Upsample / Resize-10 mean asymmetric coordinates and floor for nearest; the converter's Resize-11 left the
+    opset-11 defaults (half_pixel, round_prefer_floor)."""
+    x = np.arange(2 * 3 * 5, dtype=np.float32).reshape(1, 2, 3, 5) ** 1.3
+    sc = [1.0, 1.0, 1.7, 3.0] if mode == "nearest" else [1.0, 1.0, 2.0, 2.5]
+    if opset == 7:
+        node = helper.make_node(op, ["x"], ["y"], mode=mode, scales=sc)
+        inits = []
+    else:
+        node = helper.make_node(op, ["x", "s"], ["y"], mode=mode)
+        inits = [onnx.numpy_helper.from_array(np.array(sc, np.float32), "s")]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7 if opset > 7 else 3
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    ref = _ort_run(m, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-5)
+
+
+def test_sign_of_nan_is_nan():
+    x = np.array([np.nan, -np.nan, 1.5, -2.0, 0.0, np.inf, -np.inf], np.float32)
+    node = helper.make_node("Sign", ["x"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [7])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, [np.nan, np.nan, 1, -1, 0, 1, -1])
+    np.testing.assert_array_equal(got, _ort_run(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("nm", ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"])
+@pytest.mark.parametrize("sc", [[1, 1, 1.5, 0.5], [1, 1, 0.6, 1.7], [1, 1, 0.3, 2.5]])
+@pytest.mark.parametrize("opset", [11, 12])
+def test_resize_tf_half_pixel_for_nn(nm, sc, opset):
+    x = np.random.default_rng(opset).standard_normal((1, 2, 7, 9)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "roi", "s"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="tf_half_pixel_for_nn", nearest_mode=nm)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 7, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[onnx.numpy_helper.from_array(np.array([], np.float32), "roi"),
+                                       onnx.numpy_helper.from_array(np.array(sc, np.float32), "s")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    ref = _ort_run(m, {"x": x})[0]
+    assert got.shape == ref.shape
+    np.testing.assert_array_equal(got, ref)
