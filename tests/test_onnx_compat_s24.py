@@ -309,3 +309,36 @@ def test_resize_tf_half_pixel_for_nn(nm, sc, opset):
     ref = _ort_run(m, {"x": x})[0]
     assert got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("opset", [18, 20])
+def test_group_normalization_18_per_group_scale(opset):
+    """GroupNormalization-18 (scale / bias per group; deprecated by onnx, whose checker refuses it): onnxruntime
+    runs it, so does the session."""
+    rng = np.random.default_rng(opset)
+    feed = {"x": rng.standard_normal((2, 6, 3, 2)).astype(np.float32),
+            "s": rng.standard_normal(3).astype(np.float32), "b": rng.standard_normal(3).astype(np.float32)}
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-5)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 3, 2]),
+                                        helper.make_tensor_value_info("s", TensorProto.FLOAT, [3]),
+                                        helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 3, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    got = InferenceSession(m).run(None, feed)[0]
+    x = feed["x"].reshape(2, 3, -1).astype(np.float64)
+    y = (x - x.mean(2, keepdims=True)) / np.sqrt(x.var(2, keepdims=True) + 1e-5)
+    want = y.reshape(2, 3, 2, 3, 2) * feed["s"].reshape(1, 3, 1, 1, 1) + feed["b"].reshape(1, 3, 1, 1, 1)
+    np.testing.assert_allclose(got, want.reshape(2, 6, 3, 2), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, _ort_run(m, feed)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_output_declared_without_a_type_runs():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_value_info("y", onnx.TypeProto())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.array([-1.0, 0.0, 2.0], np.float32)
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [0, 0, 2])
+    np.testing.assert_array_equal(got, _ort_run(m, {"x": x})[0])

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -166,6 +167,56 @@ def default_opset(model) -> int:
 
 
 _SHAPELESS_IO = "Field 'shape' of 'type' is required but missing"
+_TYPELESS_IO = "Unrecognized type value case"
+_DEPRECATED = re.compile(r"Op registered for (\w+) is deprecated in domain_version of \d+")
+_UNCHECKED_DOMAIN = "neetorch.checked_by_lowering"
+
+
+def _check_as_onnxruntime_runs(onnx, data: bytes) -> None:
+    """ONNX's checker (structural: it infers no shapes) on the serialized model, but for what the checker refuses and
+    onnxruntime runs, each then checked on a copy with the refused part put in a checkable form:
+
+    * a graph input or output declared without a shape (``make_tensor_value_info(name, type, None)``: any rank)
+      or without a type (``make_value_info(name, TypeProto())``): declared rank-0 float in the copy; the model
+      keeps them unknown (inputs take their feed's shape and type);
+    * an op the installed onnx marks deprecated at the model's opset (GroupNormalization-18, whose per-group scale
+      the lowering implements): its nodes moved to a private domain in the copy, so the rest is still checked."""
+    try:
+        onnx.checker.check_model(data)
+        return
+    except onnx.checker.ValidationError as e:
+        err = e
+    c = onnx.ModelProto()
+    c.ParseFromString(data)
+    for _ in range(8):
+        msg = str(err)
+        dep = _DEPRECATED.search(msg)
+        if _SHAPELESS_IO in msg or _TYPELESS_IO in msg:
+            for vi in list(c.graph.input) + list(c.graph.output):
+                which = vi.type.WhichOneof("value")
+                if which is None:
+                    vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+                    which = "tensor_type"
+                tt = vi.type.tensor_type if which == "tensor_type" else None
+                if tt is not None and not tt.HasField("shape"):
+                    tt.shape.SetInParent()
+        elif dep:
+            for g in _graphs(c.graph):
+                for n in g.node:
+                    if n.op_type == dep.group(1) and n.domain in ("", "ai.onnx"):
+                        n.domain = _UNCHECKED_DOMAIN
+            if not any(o.domain == _UNCHECKED_DOMAIN for o in c.opset_import):
+                c.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+        else:
+            raise err
+        try:
+            onnx.checker.check_model(c)
+            return
+        except onnx.checker.ValidationError as e:
+            if str(e) == msg:
+                raise
+            err = e
+    raise err
 
 
 def _graphs(g):
@@ -273,22 +324,7 @@ def load_model(model, *, check: bool = True):
                 onnx.checker.check_model(path)  # resolves external data against the model's folder
             else:
                 data = m.SerializeToString()
-                try:
-                    onnx.checker.check_model(data)
-                except onnx.checker.ValidationError as e:
-                    if _SHAPELESS_IO not in str(e):
-                        raise
-                    # a graph input or output declared without a shape (``make_tensor_value_info(name, type,
-                    # None)``: any rank): onnxruntime runs such models, the checker requires the field.  The
-                    # structural check (no shape inference in it) runs on a copy that declares them rank 0;
-                    # the model itself keeps them unknown (inputs take their feed's shape)
-                    c = onnx.ModelProto()
-                    c.ParseFromString(data)
-                    for vi in list(c.graph.input) + list(c.graph.output):
-                        tt = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
-                        if tt is not None and not tt.HasField("shape"):
-                            tt.shape.SetInParent()
-                    onnx.checker.check_model(c)
+                _check_as_onnxruntime_runs(onnx, data)
         except Exception as e:  # noqa: BLE001
             raise ModelLoadError(f"ONNX checker rejected the model: {e}") from None
     # a model of ai.onnx.ml nodes only imports no default-domain opset: nothing to convert
