@@ -683,9 +683,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         for c, n in zip(idx, sizes):
             ok = (c >= 0) & (c <= n - 1)                # False for NaN too
             inb = ok if inb is None else inb & ok
-            cc = where(ok, c, 0.0)
+            cc = where(ok, c, 0.0).to(_dt.int64)       # (in int64: float16 holds whole numbers to 2048 only)
             lin = cc if lin is None else lin * n + cc
-        lin = lin.to(_dt.int64).reshape(N, 1, L)
+        lin = lin.reshape(N, 1, L)
         v = flat.gather(2, lin.expand(N, C, L)).reshape(N, C, *out_sp)
         return where(inb.unsqueeze(1), v, zero)
 
