@@ -744,8 +744,21 @@ def _scale_alpha(op, input, other, alpha):
     elif isinstance(alpha, (float, np.floating, complex, np.complexfloating)) and rt.category < 2:
         # (a complex result takes a float alpha; an integer one neither a float nor a complex alpha)
         raise RuntimeError(f"{op}: For integral input tensors, argument alpha must not be a floating point number.")
-    if rt.category == 2:
-        _dt.check_scalar(alpha, rt, op)   # (torch: alpha converts to the result dtype; float16 alpha=70000 raises)
+    if rt.category in (1, 2):
+        # torch: alpha converts to the result dtype (float16 alpha=70000, int8 alpha=1000 raise; uint8 alpha=-1
+        # wraps to 255, which scales as -1 does modulo 256)
+        if op == "sub" and rt.category == 1 and isinstance(alpha, (int, np.integer)) and \
+                not isinstance(alpha, (bool, np.bool_)):
+            # torch adds -alpha: it is -alpha that must fit (int8 alpha=-128 raises, int32 alpha=2**31 does not);
+            # alpha itself then taken modulo 2**bits (the product wraps the same)
+            _dt.check_scalar(-int(alpha), rt, op)
+            bits = 8 * rt.itemsize
+            alpha = int(alpha) % (1 << bits)
+            if rt.is_signed and alpha >= 1 << (bits - 1):
+                alpha -= 1 << bits
+            alpha = _dt.fit_scalar(alpha, rt, op)
+        else:
+            alpha = _dt.fit_scalar(alpha, rt, op)
     if isinstance(other, Tensor) and other._dtype is not rt:
         other = other.to(rt)  # torch scales in the result dtype: a promoted product must not re-promote the sum
     if not isinstance(other, Tensor):  # a Python scalar stays one (a 0-d product would join the promotion)

@@ -246,6 +246,8 @@ def index_reduce_dim_kernel(backend, outs, ins, attrs):
     mode = attrs["mode"]
     if mode == "add":
         alpha = attrs["alpha"]
+        if out.dtype.kind == "u" and isinstance(alpha, (int, np.integer)) and alpha < 0:
+            alpha = int(alpha) % (1 << (8 * out.dtype.itemsize))    # uint8 alpha=-1: 255 (wrapping, as torch)
         if out.dtype in _ADD_OK and idx.dtype == np.int64:
             d = attrs["dim"]
             o, n, i = _as3(out.shape, d)
