@@ -81,9 +81,11 @@ def matrix_norm(input, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, ou
     _tensor(input, "linalg.matrix_norm")
     if input.ndim < 2:
         raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
-    _floating(input, "linalg.matrix_norm")
     if ord not in _MATRIX_ORDS:
+        _floating(input, "linalg.matrix_norm")
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
+    # float16 / bfloat16: 'fro', 1, -1, inf, -inf (sums of entries, as torch); the singular-value norms refuse them
+    _floating(input, "linalg.matrix_norm", half=None if ord in ("nuc", 2, -2) else False)
     if dtype is not None:
         from .ops.lapack import _CAP
         from .tensor import dtypes as _dt

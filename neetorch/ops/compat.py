@@ -452,6 +452,8 @@ def gradient(input, *, spacing=1, dim=None, edge_order=1):
         raise RuntimeError(f"torch.gradient only supports edge_order=1 and edge_order=2 (got {edge_order})")
     dims = list(_range(input.ndim)) if dim is None else ([dim] if isinstance(dim, (_int, np.integer)) else list(dim))
     dims = [wrap_dim(d, input.ndim, "gradient") for d in dims]
+    if spacing is None:     # (torch: unspecified, a unit spacing)
+        spacing = 1
     if isinstance(spacing, (list, tuple)):
         if len(spacing) != len(dims):
             raise RuntimeError(f"torch.gradient expected spacing to be unspecified, a scalar or a list of length "
@@ -541,6 +543,8 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
         raise RuntimeError("cov(): bool dtype is not supported for input")
     x = input.reshape(1, -1) if input.ndim < 2 else input
     odt = x._dtype if x._dtype.category in (2, 3) else _dt.get_default_dtype()
+    if aweights is not None and odt.category == 2 and aweights._dtype.category == 2:
+        odt = _dt.promote_types(odt, aweights._dtype)   # float16 observations, float32 weights: float32 (torch)
     cplx = odt.category == 3
     wdt = (_dt.float64 if odt is _dt.complex128 else _dt.float32) if cplx else odt   # weights: real
     n_obs = x.shape[1]
@@ -946,6 +950,9 @@ def index_reduce(input, dim, index, source, reduce, *, include_self=True):
                 "maximum_cpu" if reduce == "amax" else "minimum_cpu")
         cname = "ComplexFloat" if input._dtype.name == "complex64" else "ComplexDouble"
         raise NotImplementedError(f'"{kern}" not implemented for \'{cname}\'')
+    if input.ndim == 0:     # a 0-d input is one element along dim 0 (torch)
+        return index_reduce(input.reshape(1), 0, index, source.reshape(-1), reduce,
+                            include_self=include_self).reshape(())
     n = index.numel()
     src = source.reshape((1,) * input.ndim) if source.ndim == 0 else source
     if src.ndim != input.ndim or src.shape[d] != n or any(src.shape[i] != input.shape[i]

@@ -921,15 +921,15 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:
         raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got "
                            f"{input._dtype.name} and {source._dtype.name}")
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_scatter")
-    if shape != tuple(input.shape):
-        raise RuntimeError(f"masked_scatter: mask of shape {_shape_list(mask.shape)} is not broadcastable to input "
-                           f"of shape {_shape_list(input.shape)}")
+    # (out of place, input and mask broadcast together, as torch; masked_scatter_ writes input's shape only: its
+    # in-place wrapper refuses a larger result)
+    x = input.expand(shape) if shape != tuple(input.shape) else input
     m = mask.expand(shape)
     count = int(np.count_nonzero(_host(m)))
     if source.numel() < count:
         raise RuntimeError(f"masked_scatter: Number of elements of source ({source.numel()}) < number of ones in "
                            f"mask ({count})")
-    return run(MASKED_SCATTER, [input, m, source], {"count": count})[0]
+    return run(MASKED_SCATTER, [x, m, source], {"count": count})[0]
 
 
 def _infer_nonzero(metas, attrs):

@@ -310,9 +310,9 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
                                        f"input except along the differencing dimension; input.size({j}) = "
                                        f"{input.shape[j]}, but got tensor.size({j}) = {t.shape[j]}")
         parts.append(t)
+    if n == 0:      # the input itself: prepend / append checked, not added (torch, numpy)
+        return input.clone()
     x = _E("cat")(parts, d) if len(parts) > 1 else input
-    if n == 0:
-        return x.clone() if x is input else x
     for _ in range(n):
         L = x.shape[d]
         if L == 0:
