@@ -342,3 +342,40 @@ def test_output_declared_without_a_type_runs():
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, [0, 0, 2])
     np.testing.assert_array_equal(got, _ort_run(m, {"x": x})[0])
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_split_outputs_do_not_alias_the_callers_input(axis):
+    """Split's outputs are views of its input inside the graph; the caller gets arrays of its own (writing one
+    must not change the input it fed, as onnxruntime)."""
+    g = helper.make_graph([helper.make_node("Split", ["X"], ["a", "b", "c"], axis=axis, num_outputs=3)], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3, 3])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    s = InferenceSession(m)
+    for _ in range(2):
+        x = np.arange(9, dtype=np.float32).reshape(3, 3)
+        outs = s.run(None, {"X": x})
+        for o in outs:
+            assert not np.shares_memory(o, x)
+            o += 100
+        np.testing.assert_array_equal(x, np.arange(9, dtype=np.float32).reshape(3, 3))
+
+
+def test_uint64_past_int64_refused_clearly_and_below_it_exact():
+    g = helper.make_graph([helper.make_node("Div", ["A", "B"], ["d"]), helper.make_node("Less", ["A", "B"], ["l"]),
+                           helper.make_node("Cast", ["A"], ["f"], to=TensorProto.DOUBLE)], "g",
+                          [helper.make_tensor_value_info(n, TensorProto.UINT64, [2]) for n in "AB"],
+                          [helper.make_tensor_value_info("d", TensorProto.UINT64, [2]),
+                           helper.make_tensor_value_info("l", TensorProto.BOOL, [2]),
+                           helper.make_tensor_value_info("f", TensorProto.DOUBLE, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    s = InferenceSession(m)
+    b = np.array([3, 7], np.uint64)
+    a = np.array([2**40 + 5, 2**63 - 1], np.uint64)
+    d, less, f = s.run(None, {"A": a, "B": b})
+    assert d.dtype == np.uint64 and d.tolist() == [(2**40 + 5) // 3, (2**63 - 1) // 7]
+    assert less.tolist() == [False, False] and f.tolist() == [float(2**40 + 5), float(2**63 - 1)]
+    from neetorch.onnx.ort_api import InvalidArgument
+    with pytest.raises(InvalidArgument, match=r"input 'A'.*2\*\*63"):
+        s.run(None, {"A": np.array([2**63 + 5, 1], np.uint64), "B": b})

@@ -20,7 +20,7 @@ from .loader import (
     load_model,
     tensor_to_numpy,
 )
-from .lowering import EMPTY, Program, carry_np, unsupported_nodes
+from .lowering import EMPTY, Program, carry_np, carry_overflow, unsupported_nodes
 from .optimize import fold_affine, fold_enabled
 from .ort_api import (
     InvalidArgument,
@@ -431,6 +431,10 @@ class InferenceSession(OrtSessionAPI):
         c = carry_np(arr.dtype)
         if c is None:
             raise InvalidArgument(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
+        if c is not arr.dtype and c != arr.dtype:
+            why = carry_overflow(arr)
+            if why:
+                raise InvalidArgument(f"input {a.name!r} holds {why}")
         if arr.dtype != c or not arr.flags.c_contiguous or not arr.flags.writeable:
             arr = np.array(arr, dtype=c, order="C", copy=True)
         t = _from_numpy(arr)
@@ -644,6 +648,12 @@ def _root_id(x):
     a = getattr(x, "_data", x)
     if not isinstance(a, np.ndarray):
         return None
-    while isinstance(a.base, np.ndarray):
-        a = a.base
+    while True:
+        b = a.base
+        if not isinstance(b, np.ndarray):
+            # the CPU backend's views over a byte span (devices/cpu _Span, ops/complex): the array it keeps
+            b = getattr(b, "_keep", None)
+            if not isinstance(b, np.ndarray):
+                break
+        a = b
     return id(a if a.base is None else a.base)
