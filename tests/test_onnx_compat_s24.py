@@ -379,3 +379,13 @@ def test_uint64_past_int64_refused_clearly_and_below_it_exact():
     from neetorch.onnx.ort_api import InvalidArgument
     with pytest.raises(InvalidArgument, match=r"input 'A'.*2\*\*63"):
         s.run(None, {"A": np.array([2**63 + 5, 1], np.uint64), "B": b})
+
+
+def test_regex_full_match_perl_classes_are_ascii_as_re2():
+    g = helper.make_graph([helper.make_node("RegexFullMatch", ["X"], ["Y"], pattern=r"\w+\d*")], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.STRING, ["n"])],
+                          [helper.make_tensor_value_info("Y", TensorProto.BOOL, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    x = np.array(["abc", "über", "café", "日本", "١٢٣", "a_1", "x٣"], dtype=object)
+    got = InferenceSession(m).run(None, {"X": x})[0]
+    assert got.tolist() == [True, False, False, False, False, True, False]

@@ -245,7 +245,8 @@ def _equal(ctx, node, x, y):
 
 @lru_cache(maxsize=256)
 def _regex(pattern):
-    return re.compile(pattern)
+    # RE2's Perl classes (\w \d \s \b) are ASCII-only, as onnxruntime matches them; Python's are Unicode
+    return re.compile(pattern, re.ASCII)
 
 
 @host_op("RegexFullMatch")
