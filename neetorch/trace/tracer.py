@@ -150,10 +150,16 @@ def traced_assign(dst, src) -> bool:
         r = r.to(dst._dtype)
     if r is dst:
         return True
-    if not tr.is_traced(r):
+    const = not tr.is_traced(r)
+    if const:
         r = r.clone()   # a constant source: materialize it as the new value (not an alias of the constant)
     tr.bind(dst, tr.value_of(r))
     tr.write_through(dst)
+    if const and not tr.is_fake(dst) and tr.values[id(dst)][0].kind == "const":
+        # dst is now a constant: ops reading it run eagerly on its data (constants fold as they are traced), so
+        # its data must hold the new value (``y = x * 2; y.zero_(); y + 1`` folded the stale x * 2 + 1); a
+        # constant fill is what the call writes anyway (inputs and state are written back the same values)
+        dst._backend().copy_(dst._data, r._data)
     return True
 
 
