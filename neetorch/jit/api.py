@@ -412,6 +412,8 @@ class JitFunction:
                 if self._stale(g):
                     return self(*args)
                 outs = exe(*args, *g.state) if g.state else exe(*args)
+                if _const_outputs(g):
+                    outs = _fresh_consts(g, outs)
                 if g.writebacks:
                     outs = _write_back(g, list(args) + list(g.state), outs)
                 if getattr(g, "_tree", None) is None:
@@ -422,6 +424,8 @@ class JitFunction:
             return self(*args, **kwargs)
         ins = list(tracer._tensors((args, kwargs))) + list(g.state)
         outs = exe(*ins)
+        if _const_outputs(g):
+            outs = _fresh_consts(g, outs)
         if g.writebacks:
             outs = _write_back(g, ins, outs)
         return tracer.pack_outputs(g, outs)
@@ -518,6 +522,31 @@ def _module_signature(root) -> tuple:
                     tuple((k, id(v)) for k, v in d.get("_buffers", {}).items()),
                     tuple((k, id(v)) for k, v in d.get("_modules", {}).items())))
     return tuple(sig)
+
+
+def _const_outputs(g) -> tuple:
+    """Positions of ``g``'s outputs that are a constant or a view of one (``nee.zeros(3)``, ``W * 2`` folded):
+    the same storage at every call, and read by the graph's other steps (cached on ``g``)."""
+    co = getattr(g, "_const_outs", None)
+    if co is None:
+        from ..trace.tracer import ViewOp
+        roots: dict = {}
+        for n in g.nodes:
+            if isinstance(n.op, ViewOp):
+                for o in n.outputs:
+                    roots[o] = roots.get(n.inputs[0], n.inputs[0])
+        co = g._const_outs = tuple(k for k, o in enumerate(g.outputs) if roots.get(o, o) in g.consts)
+    return co
+
+
+def _fresh_consts(g, outs) -> list:
+    """``outs`` with the constant ones (:func:`_const_outputs`) copied: each call returns tensors of its own, as
+    the eager function's factories and ops do (a caller accumulating into one must not change the next call's
+    results, nor the constant the graph reads)."""
+    outs = list(outs)
+    for k in g._const_outs:
+        outs[k] = outs[k].clone()
+    return outs
 
 
 def _write_back(g, ins, outs) -> list:
