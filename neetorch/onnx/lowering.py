@@ -50,19 +50,6 @@ _CARRY = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype
 _NEE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
 
 
-_U64_TOP = np.uint64(1 << 63)
-
-
-def carry_overflow(a: np.ndarray) -> str | None:
-    """Why ``a`` cannot be carried, or None: uint64 values of 2**63 and more have no int64 carrier that division,
-    comparison, max / min and casts read right (neetorch has no unsigned 64-bit dtype), so they are refused rather
-    than computed wrong; values below carry exactly (add / sub / mul / bitwise wrap the same bits either way)."""
-    if a.dtype == np.uint64 and a.size and a.max() >= _U64_TOP:
-        return (f"uint64 values of 2**63 or more (max {int(a.max())}), which neetorch carries in int64 (it has no "
-                f"unsigned 64-bit dtype): not supported")
-    return None
-
-
 def carry_np(dt: np.dtype) -> np.dtype | None:
     """The numpy dtype neetorch holds values of ``dt`` in, or None if it cannot."""
     dt = np.dtype(dt)
@@ -170,9 +157,6 @@ class Ctx:
         c = carry_np(a.dtype)
         if c is None:
             raise UnsupportedModelError(f"tensor type {a.dtype.name} is not supported by neetorch")
-        why = carry_overflow(a)
-        if why:
-            raise UnsupportedModelError(f"a model constant holds {why}")
         fresh = own and a.dtype == c and a.flags.c_contiguous and a.flags.writeable and a.flags.owndata
         t = nee.from_numpy(a if fresh else np.array(a, dtype=c, order="C", copy=True))
         if str(self.device) != "cpu":

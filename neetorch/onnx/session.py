@@ -20,9 +20,10 @@ from .loader import (
     load_model,
     tensor_to_numpy,
 )
-from .lowering import EMPTY, Program, carry_np, carry_overflow, unsupported_nodes
+from .lowering import EMPTY, LoweringError, Program, carry_np, unsupported_nodes
 from .optimize import fold_affine, fold_enabled
 from .ort_api import (
+    Fail,
     InvalidArgument,
     OrtSessionAPI,
     OrtValue,
@@ -376,7 +377,8 @@ class InferenceSession(OrtSessionAPI):
             if want is not None and arr.dtype != want:
                 raise InvalidArgument(f"input {a.name!r}: expected {a.type} (numpy {want.name}), got numpy "
                                       f"{arr.dtype.name}")
-            if rank is not None:
+            if rank is not None and not (rank == 0 and arr.size == 1):
+                # (a one-element array for a scalar input, [1] or [[1]]: onnxruntime takes it as fed)
                 if arr.ndim != rank:
                     raise InvalidArgument(f"input {a.name!r}: expected rank {rank} (shape {a.shape}), "
                                           f"got rank {arr.ndim} (shape {list(arr.shape)})")
@@ -431,10 +433,6 @@ class InferenceSession(OrtSessionAPI):
         c = carry_np(arr.dtype)
         if c is None:
             raise InvalidArgument(f"input {a.name!r}: numpy dtype {arr.dtype.name} is not supported")
-        if c is not arr.dtype and c != arr.dtype:
-            why = carry_overflow(arr)
-            if why:
-                raise InvalidArgument(f"input {a.name!r} holds {why}")
         if arr.dtype != c or not arr.flags.c_contiguous or not arr.flags.writeable:
             arr = np.array(arr, dtype=c, order="C", copy=True)
         t = _from_numpy(arr)
@@ -447,6 +445,16 @@ class InferenceSession(OrtSessionAPI):
                                         f"{e}") from None
 
     def _call(self, tensors):
+        try:
+            return self._call0(tensors)
+        except LoweringError as e:
+            # a node that cannot run on these inputs (shapes that do not broadcast or multiply, a bad reshape,
+            # an Expand / Split that does not fit): onnxruntime's Fail, still the LoweringError it was
+            if isinstance(e, Fail):
+                raise
+            raise _as_fail(e) from e
+
+    def _call0(self, tensors):
         if self._segments is not None:
             return self._run_segments(tensors)
         if self._jit is not None and all(isinstance(t, _Tensor) for t in tensors):
@@ -641,6 +649,18 @@ def _as_array(a, v, want):
 
 def _names(names, k=8):
     return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
+
+
+_fail_classes: dict = {}
+
+
+def _as_fail(err):
+    """``err`` (a LoweringError raised at run time) as an instance of onnxruntime's Fail and of its own class."""
+    base = type(err)
+    cls = _fail_classes.get(base)
+    if cls is None:
+        cls = _fail_classes[base] = type(base.__name__, (Fail, base), {"__module__": base.__module__})
+    return cls(str(err))
 
 
 def _root_id(x):
