@@ -469,6 +469,11 @@ def _reduce(kind, input_since=18):
             r = x
         elif kind == "sum":
             r = nee.sum(x, dims, keepdim=keep)
+        elif kind == "mean" and not _isfloat(x):
+            # integer ReduceMean (opset 18's int32 / int64 ...): the sum divided in the type, truncated as
+            # onnxruntime's (13 / 4 -> 3, -13 / 4 -> -3)
+            cnt = int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+            r = nee.div(nee.sum(x, dims, keepdim=keep), cnt, rounding_mode="trunc")
         elif kind == "mean":
             r = nee.mean(x, dims, keepdim=keep)
         elif kind == "max":

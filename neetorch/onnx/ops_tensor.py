@@ -133,6 +133,9 @@ def _split(ctx, node, x, split=None):
         sizes = [per] * (n // per) + ([n % per] if n % per else [])
         if len(sizes) < k:
             sizes += [0] * (k - len(sizes))
+    elif sum(sizes) != n or min(sizes) < 0:
+        raise LoweringError(f"Split: sizes {list(sizes)} do not add up to the input's dim {axis - x.ndim} of size {n} "
+                            f"(input shape {list(x.shape)})")
     outs, start = [], 0
     for s in sizes:
         outs.append(x.narrow(axis, start, s))
@@ -298,6 +301,10 @@ def _expand(ctx, node, x, shape):
     n = max(len(shp), x.ndim)
     xs = [1] * (n - x.ndim) + list(x.shape)
     ss = [1] * (n - len(shp)) + list(shp)
+    bad = [i for i, (a, b) in enumerate(zip(xs, ss)) if a != b and 1 not in (a, b)]
+    if bad:
+        raise LoweringError(f"Expand: input shape {list(x.shape)} does not broadcast to shape {list(shp)} "
+                            f"(dim {bad[0] - n}: {xs[bad[0]]} vs {ss[bad[0]]})")
     out = [max(a, b) if 1 in (a, b) else a for a, b in zip(xs, ss)]
     x = x.reshape(*xs) if xs else x
     return x.expand(*out).contiguous() if out else x
