@@ -15,7 +15,8 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 from .session import InferenceSession
 
-__all__ = ["NeeBackend", "NeeBackendRep", "prepare", "run_model", "run_node", "supports_device"]
+__all__ = ["NeeBackend", "NeeBackendRep", "is_compatible", "prepare", "run", "run_model", "run_node",
+           "supports_device"]
 
 
 def _nee_device(device) -> str:
@@ -85,7 +86,12 @@ class NeeBackend(Backend):
                 outs.append(helper.make_empty_tensor_value_info(name))
         g = helper.make_graph([node], "run_node", vis, outs)
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        imports = [helper.make_opsetid("", opset)]
+        if node.domain not in ("", "ai.onnx"):
+            # the node's own domain too: ai.onnx.ml at the newest opset neetorch takes, others (com.microsoft) 1
+            from .loader import ML_MAX_OPSET
+            imports.append(helper.make_opsetid(node.domain, ML_MAX_OPSET if node.domain == "ai.onnx.ml" else 1))
+        m = helper.make_model(g, opset_imports=imports)
         rep = cls.prepare(m, device, jit=kwargs.pop("jit", False), check=False)
         return rep.run(list(inputs))
 
@@ -103,7 +109,9 @@ class NeeBackend(Backend):
         return any(x.type == typ and x.available and int(idx or 0) < x.count for x in nee.devices())
 
 
+is_compatible = NeeBackend.is_compatible
 prepare = NeeBackend.prepare
+run = NeeBackend.run_model         # (onnxruntime.backend's module-level run: run_model's signature)
 run_model = NeeBackend.run_model
 run_node = NeeBackend.run_node
 supports_device = NeeBackend.supports_device
