@@ -362,25 +362,6 @@ def test_split_outputs_do_not_alias_the_callers_input(axis):
         np.testing.assert_array_equal(x, np.arange(9, dtype=np.float32).reshape(3, 3))
 
 
-def test_uint64_past_int64_refused_clearly_and_below_it_exact():
-    g = helper.make_graph([helper.make_node("Div", ["A", "B"], ["d"]), helper.make_node("Less", ["A", "B"], ["l"]),
-                           helper.make_node("Cast", ["A"], ["f"], to=TensorProto.DOUBLE)], "g",
-                          [helper.make_tensor_value_info(n, TensorProto.UINT64, [2]) for n in "AB"],
-                          [helper.make_tensor_value_info("d", TensorProto.UINT64, [2]),
-                           helper.make_tensor_value_info("l", TensorProto.BOOL, [2]),
-                           helper.make_tensor_value_info("f", TensorProto.DOUBLE, [2])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    s = InferenceSession(m)
-    b = np.array([3, 7], np.uint64)
-    a = np.array([2**40 + 5, 2**63 - 1], np.uint64)
-    d, less, f = s.run(None, {"A": a, "B": b})
-    assert d.dtype == np.uint64 and d.tolist() == [(2**40 + 5) // 3, (2**63 - 1) // 7]
-    assert less.tolist() == [False, False] and f.tolist() == [float(2**40 + 5), float(2**63 - 1)]
-    from neetorch.onnx.ort_api import InvalidArgument
-    with pytest.raises(InvalidArgument, match=r"input 'A'.*2\*\*63"):
-        s.run(None, {"A": np.array([2**63 + 5, 1], np.uint64), "B": b})
-
-
 def test_regex_full_match_perl_classes_are_ascii_as_re2():
     g = helper.make_graph([helper.make_node("RegexFullMatch", ["X"], ["Y"], pattern=r"\w+\d*")], "g",
                           [helper.make_tensor_value_info("X", TensorProto.STRING, ["n"])],
@@ -389,3 +370,101 @@ def test_regex_full_match_perl_classes_are_ascii_as_re2():
     x = np.array(["abc", "über", "café", "日本", "١٢٣", "a_1", "x٣"], dtype=object)
     got = InferenceSession(m).run(None, {"X": x})[0]
     assert got.tolist() == [True, False, False, False, False, True, False]
+
+
+def _one(node, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph([node] if not isinstance(node, list) else node, "g", inputs, outputs,
+                          initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("target", [[2, 4], [7, 2, 5], [3, 3]])
+def test_expand_to_a_shape_that_does_not_broadcast_fails(target):
+    from neetorch.onnx.ort_api import Fail
+    m = _one(helper.make_node("Expand", ["x", "s"], ["y"]),
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("s", TensorProto.INT64, [len(target)])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    s = InferenceSession(m)
+    with pytest.raises(Fail, match="Expand"):
+        s.run(None, {"x": np.ones((2, 3), np.float32), "s": np.array(target, np.int64)})
+    good = [2, 3] if len(target) == 2 else [4, 1, 3]
+    ok = s.run(None, {"x": np.ones((2, 3), np.float32), "s": np.array(good, np.int64)})[0]
+    assert ok.shape == ((2, 3) if len(target) == 2 else (4, 2, 3))
+
+
+def test_split_sizes_that_do_not_add_up_fail():
+    from neetorch.onnx.lowering import LoweringError
+    from neetorch.onnx.ort_api import Fail
+    m = _one(helper.make_node("Split", ["x", "sp"], ["a", "b"]),
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5]),
+              helper.make_tensor_value_info("sp", TensorProto.INT64, [2])],
+             [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "ab"])
+    s = InferenceSession(m)
+    with pytest.raises(Fail, match="do not add up") as ei:
+        s.run(None, {"x": np.arange(5, dtype=np.float32), "sp": np.array([2, 2], np.int64)})
+    assert isinstance(ei.value, LoweringError)          # (still the class it was)
+    a, b = s.run(None, {"x": np.arange(5, dtype=np.float32), "sp": np.array([2, 3], np.int64)})
+    assert a.tolist() == [0, 1] and b.tolist() == [2, 3, 4]
+
+
+def test_matmul_shape_mismatch_at_run_time_is_onnxruntimes_fail():
+    from neetorch.onnx.ort_api import Fail
+    vi = helper.make_tensor_value_info
+    m = _one(helper.make_node("MatMul", ["a", "b"], ["y"]), [vi("a", TensorProto.FLOAT, ["m", "k"]),
+                                                          vi("b", TensorProto.FLOAT, ["k2", "n"])],
+             [vi("y", TensorProto.FLOAT, None)])
+    with pytest.raises(Fail):
+        InferenceSession(m).run(None, {"a": np.ones((2, 5), np.float32), "b": np.ones((3, 2), np.float32)})
+
+
+@pytest.mark.parametrize("dt,npdt", [(TensorProto.INT32, np.int32), (TensorProto.INT64, np.int64)])
+@pytest.mark.parametrize("keep", [0, 1])
+def test_reduce_mean_of_integers_truncates(dt, npdt, keep):
+    m = _one(helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=keep),
+             [helper.make_tensor_value_info("x", dt, [2, 4])], [helper.make_tensor_value_info("y", dt, None)])
+    x = np.array([[1, 2, 4, 6], [-1, -2, -4, -6]], npdt)
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    assert got.dtype == npdt and got.reshape(-1).tolist() == [3, -3]
+    np.testing.assert_array_equal(got, _ort_run(m, {"x": x})[0])
+
+
+def test_one_element_array_for_a_scalar_input():
+    m = _one([helper.make_node("Mul", ["a", "b"], ["c"]), helper.make_node("Identity", ["a"], ["d"])],
+             [helper.make_tensor_value_info("a", TensorProto.FLOAT, []),
+              helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+             [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "cd"])
+    s = InferenceSession(m)
+    b = np.arange(3, dtype=np.float32)
+    for a in (np.array([2.0], np.float32), np.array([[2.0]], np.float32), np.array(2.0, np.float32)):
+        got = s.run(None, {"a": a, "b": b})
+        ref = _ort_run(m, {"a": a, "b": b})
+        for g_, r_ in zip(got, ref):
+            assert g_.shape == r_.shape
+            np.testing.assert_array_equal(g_, r_)
+    from neetorch.onnx.ort_api import InvalidArgument
+    with pytest.raises(InvalidArgument, match="rank 0"):
+        s.run(None, {"a": np.ones(2, np.float32), "b": b})
+
+
+def test_nodes_out_of_topological_order_are_sorted():
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Mul", ["t", "x"], ["y"]), helper.make_node("Relu", ["x"], ["t"])]
+    m = _one(nodes, [vi("x", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, None)])
+    before = m.SerializeToString()
+    x = np.array([-1.0, 2.0], np.float32)
+    got = InferenceSession(m).run(None, {"x": x})[0]
+    assert got.tolist() == [0.0, 4.0]
+    assert m.SerializeToString() == before           # the caller's ModelProto is not reordered
+
+
+def test_backend_run_node_in_the_ml_domain_and_module_functions():
+    from neetorch.onnx import backend
+    node = helper.make_node("Normalizer", ["x"], ["y"], norm="L1", domain="ai.onnx.ml")
+    (y,) = backend.run_node(node, [np.array([[1.0, 3.0]], np.float32)])
+    np.testing.assert_allclose(y, [[0.25, 0.75]])
+    m = _one(helper.make_node("Relu", ["X"], ["R"]), [helper.make_tensor_value_info("X", TensorProto.FLOAT, [3])],
+             [helper.make_tensor_value_info("R", TensorProto.FLOAT, [3])])
+    assert backend.is_compatible(m)
+    (r,) = backend.run(m, [np.array([-1, 0, 1], np.float32)])
+    assert r.tolist() == [0, 0, 1]
