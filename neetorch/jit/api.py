@@ -50,7 +50,7 @@ def _key_of(x):
     if isinstance(x, (list, tuple)):
         return (type(x).__name__,) + tuple(_key_of(v) for v in x)
     if isinstance(x, dict):
-        return ("dict",) + tuple((k, _key_of(v)) for k, v in sorted(x.items()))
+        return ("dict",) + tuple((k, _key_of(x[k])) for k in tracer._dict_keys(x))
     if isinstance(x, float):
         # -0.0 == 0.0 and hash alike, but a traced constant keeps its sign (x / -0.0); NaN != NaN would
         # never hit the cache: its bits are its key
@@ -216,6 +216,9 @@ class JitFunction:
             t = args[k] if isinstance(k, int) and k < len(args) else kwargs.get(k)
             if isinstance(t, Tensor):
                 for d in dims:
+                    if not -t.ndim <= d < t.ndim:
+                        raise IndexError(f"jit {self.name}: dynamic dim {d} of argument {k!r} is out of range for "
+                                         f"its shape {list(t.shape)} ({t.ndim} dims)")
                     out.append((k, d % max(t.ndim, 1), t.shape[d]))
         return out
 

@@ -767,8 +767,18 @@ def _template(obj, tensors: list):
     if isinstance(obj, list):
         return [_template(x, tensors) for x in obj]
     if isinstance(obj, dict):
-        return {k: _template(v, tensors) for k, v in obj.items()}
+        slots = {k: _template(obj[k], tensors) for k in _dict_keys(obj)}   # (visited in key order: _tensors')
+        return {k: slots[k] for k in obj}
     return obj
+
+
+def _dict_keys(d: dict) -> list:
+    """``d``'s keys in the order its tensors become graph inputs: sorted (the guard key sorts them too), so that
+    ``f(x, a=a, b=b)`` and ``f(x, b=b, a=a)`` feed each keyword's tensor to its own input."""
+    try:
+        return sorted(d)
+    except TypeError:
+        return sorted(d, key=repr)
 
 
 def _same_tuple(obj: tuple, items: list) -> tuple:
@@ -1292,8 +1302,8 @@ def _tensors(obj):
         for x in obj:
             yield from _tensors(x)
     elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _tensors(x)
+        for k in _dict_keys(obj):
+            yield from _tensors(obj[k])
 
 
 def run_graph(graph: Graph, *inputs):
