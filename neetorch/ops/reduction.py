@@ -15,7 +15,7 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
-from .registry import EXPORTS, Meta, OpDef, export, register
+from .registry import EXPORTS, Meta, OpDef, _trace_hook, export, register
 from .registry import run as _registry_run
 from .shape_rules import int_arg, numel, wrap_dim, wrap_dims
 
@@ -156,7 +156,8 @@ def _cast(x, dtype):
 
 def run(op, inputs, attrs, *args, **kw):
     x = inputs[0]
-    if 0 in x.shape:
+    if 0 in x.shape and _trace_hook[0] is None:
+        # (not while tracing: the node must read the traced input, its shape may follow a dynamic dim)
         # an empty view (of a stepped slice, ...) can carry strides the CPU kernel cannot plan: a fresh empty
         # tensor holds the same (no) values
         inputs = [x.new_empty(tuple(x.shape))] + list(inputs[1:])
