@@ -73,3 +73,48 @@ def test_returned_constant_is_not_the_graphs_operand():
         y, c = j(x)
         assert y.tolist() == [3., 3., 3.]
         c.zero_()
+
+
+def test_keyword_tensors_in_another_order_feed_their_own_inputs():
+    def f(x, *, a, b):
+        return x - a * 10 + b
+
+    j = nee.jit(f)
+    x, a, b = nee.zeros(2), nee.ones(2), nee.full((2,), 2.0)
+    assert j(x, a=a, b=b).tolist() == [-8.0, -8.0]
+    assert j(x, b=b, a=a).tolist() == [-8.0, -8.0]
+
+
+def test_dict_argument_in_another_order():
+    def f(d, x):
+        return d["a"] * 10 + d["b"] - x, {"q": d["b"], "p": x * 2}
+
+    j = nee.jit(f)
+    a, b, x = nee.ones(2), nee.full((2,), 2.0), nee.full((2,), 0.5)
+    for dd in ({"a": a, "b": b}, {"b": b, "a": a}):
+        r, e = j(dd, x), f(dd, x)
+        assert r[0].tolist() == e[0].tolist() == [11.5, 11.5]
+        assert list(r[1]) == ["q", "p"] and r[1]["q"].tolist() == [2.0, 2.0] and r[1]["p"].tolist() == [1.0, 1.0]
+
+
+_EMPTY_FNS = [lambda x: x[1:].sum(1), lambda x: x[::2][1:].sum(-1), lambda x: x.sum(-1, keepdim=True),
+              lambda x: x.cumsum(0), lambda x: x.transpose(0, 1)[:, 1:].mean(0), lambda x: x[1:].softmax(-1),
+              lambda x: x[1:].prod(1)]
+
+
+@pytest.mark.parametrize("k", range(len(_EMPTY_FNS)))
+@pytest.mark.parametrize("dyn", [True, {0: -1}, "static"])
+def test_empty_results_keep_their_shape_under_dynamic_dims(k, dyn):
+    """A reduction of an empty tensor was traced as a constant of the bucket's size ((0, 8) for (0, 6))."""
+    f = _EMPTY_FNS[k]
+    j = nee.jit(f) if dyn == "static" else nee.jit(f, dynamic=dyn)
+    for sh in ((1, 4, 6), (0, 6, 6), (1, 3, 5), (2, 4, 6)):
+        x = nee.randn(*sh)
+        e, r = f(x), j(x)
+        assert tuple(r.shape) == tuple(e.shape), (sh, tuple(r.shape), tuple(e.shape))
+        np.testing.assert_allclose(r.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_dim_out_of_range_is_named():
+    with pytest.raises(IndexError, match="dynamic dim 2 of argument 0"):
+        nee.jit(lambda x: x * 2, dynamic={0: 2})(nee.ones(2, 3))
