@@ -118,3 +118,33 @@ def test_empty_results_keep_their_shape_under_dynamic_dims(k, dyn):
 def test_dynamic_dim_out_of_range_is_named():
     with pytest.raises(IndexError, match="dynamic dim 2 of argument 0"):
         nee.jit(lambda x: x * 2, dynamic={0: 2})(nee.ones(2, 3))
+
+
+@pytest.mark.parametrize("op", [lambda x: x.t_(), lambda x: x.unsqueeze_(0), lambda x: x.transpose_(0, 1),
+                                lambda x: x.resize_(3, 2), lambda x: x.squeeze_()])
+def test_in_place_view_op_on_an_input_is_refused(op):
+    """The compiled graph cannot change the caller's tensor's shape: a clear TraceError, the input untouched (it
+    returned uninitialised memory on its first call, then stopped changing the caller's tensor)."""
+    from neetorch.trace.tracer import TraceError
+
+    def f(x):
+        op(x)
+        return x + 0
+
+    x = nee.arange(6.).reshape(2, 3)
+    with pytest.raises(TraceError, match="shape / strides"):
+        nee.jit(f)(x)
+    assert tuple(x.shape) == (2, 3) and x.tolist() == [[0., 1., 2.], [3., 4., 5.]]
+
+
+def test_in_place_view_op_on_an_intermediate_still_traces():
+    def f(x):
+        y = x + 1
+        y.t_()
+        y.unsqueeze_(0)
+        return y * 2
+
+    j = nee.jit(f)
+    b = nee.arange(6.).reshape(2, 3)
+    for _ in range(3):
+        assert j(b.clone()).tolist() == f(b.clone()).tolist()

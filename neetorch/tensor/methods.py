@@ -154,8 +154,12 @@ def _cmp_ok(o) -> bool:
 
 
 # ---------------------------------------------------------------- torch.Tensor methods beyond the op table
-def _rebind(self, v):
+def _rebind(self, v, what="resize_"):
     """Make ``self`` the view ``v`` (an in-place view op changes this tensor's metadata, not its storage)."""
+    from ..ops.registry import _trace_hook
+    if _trace_hook[0] is not None:
+        from ..trace.tracer import refuse_metadata_write
+        refuse_metadata_write(self, what)
     self._set_storage(v._data, v._device, v._dtype)
     from ..trace.tracer import alias
     alias(v, self)
@@ -164,7 +168,7 @@ def _rebind(self, v):
 
 def _view_inplace(name):
     def f(self, *args, **kwargs):
-        return _rebind(self, getattr(Tensor, name)(self, *args, **kwargs))  # the traced view method
+        return _rebind(self, getattr(Tensor, name)(self, *args, **kwargs), name + "_")  # the traced view method
     f.__name__ = name + "_"
     f.__doc__ = f"In-place ``{name}``: this tensor becomes the view (same storage, new shape/strides)."
     return f
@@ -291,7 +295,7 @@ def set_(self, source=None, storage_offset=None, size=None, stride=None):
     ``set_()`` makes this an empty tensor."""
     if source is None:
         from .creation import empty
-        return _rebind(self, empty(0, dtype=self._dtype, device=self._device))
+        return _rebind(self, empty(0, dtype=self._dtype, device=self._device), "set_")
     if not isinstance(source, Tensor):
         raise TypeError(f"set_: source must be a Tensor (storages are not modelled), got {type(source).__name__}")
     if source._dtype is not self._dtype:
@@ -299,7 +303,7 @@ def set_(self, source=None, storage_offset=None, size=None, stride=None):
     v = source._alias() if size is None else source.as_strided(size, stride if stride is not None else
                                                                  views._contig_strides(tuple(size)),
                                                                  storage_offset)
-    return _rebind(self, v)
+    return _rebind(self, v, "set_")
 
 
 def get_device(self) -> int:

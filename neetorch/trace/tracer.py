@@ -173,6 +173,20 @@ def refuse_transfer(t, dev) -> None:
                          f"run on and move the results after the call")
 
 
+def refuse_metadata_write(t, what: str) -> None:
+    """An in-place view op (``t_``, ``unsqueeze_``, ``resize_``, ...) changes a tensor's shape and strides, which a
+    compiled graph cannot give back to the caller: refused (a TraceError naming it) on a graph input or a tensor
+    captured from outside; a tensor the function made may change shape freely."""
+    tr = getattr(_active, "tracer", None)
+    if tr is None or registry._depth[0] != 0:
+        return
+    e = tr.values.get(id(t))
+    if (e is not None and e[1] is t and e[0].kind == "input") or tr._captured(t):
+        raise TraceError(f"{what} at {_user_frame()} changes the shape / strides of a tensor from outside the "
+                         f"traced function (an input or a captured tensor); a compiled function cannot do that to "
+                         f"the caller's tensor: use the out-of-place op (x = x.{what.rstrip('_')}(...))")
+
+
 def alias(src, new) -> None:
     """``new`` shares ``src``'s storage (``detach()``, ``.data``): under a trace it is the same value."""
     tr = getattr(_active, "tracer", None)
