@@ -156,12 +156,17 @@ def _cast(x, dtype):
 
 def run(op, inputs, attrs, *args, **kw):
     x = inputs[0]
-    if 0 in x.shape and _trace_hook[0] is None:
-        # (not while tracing: the node must read the traced input, its shape may follow a dynamic dim)
+    if 0 in x.shape and (_trace_hook[0] is None or not _tracing()):
+        # (not while this thread traces: the node must read the traced input, its shape may follow a dynamic dim)
         # an empty view (of a stepped slice, ...) can carry strides the CPU kernel cannot plan: a fresh empty
         # tensor holds the same (no) values
         inputs = [x.new_empty(tuple(x.shape))] + list(inputs[1:])
     return _registry_run(op, inputs, attrs, *args, **kw)
+
+
+def _tracing() -> bool:
+    from ..trace.tracer import is_tracing
+    return is_tracing()
 
 
 def _nonempty(x, dims, op):
