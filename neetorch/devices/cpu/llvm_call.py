@@ -171,7 +171,10 @@ def _self_test() -> bool:
 
 def make(addr: int, nargs: int):
     """A Python callable ``f(*arrays)`` running the kernel at ``addr`` on the arrays' data."""
-    with _lock:
+    from . import llvm_render
+    # (llvm_render's lock: the trampolines are loaded into its engine, which kernels compiled in other threads
+    # are loaded into too)
+    with llvm_render._lock, _lock:
         if _ok[0] is None:
             _ok[0] = _self_test()
         if _ok[0]:

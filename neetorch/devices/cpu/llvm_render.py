@@ -65,7 +65,13 @@ VERSION = "2"   # bump when the IR conventions change: old cache files are then 
 
 stats = {"compiled": 0, "disk_hits": 0, "compile_seconds": 0.0, "unsupported": 0}
 
-_lock = threading.RLock()
+try:
+    # one lock for every user of LLVM in the process: Numba compiling in one thread while this module (or
+    # llvm_call's trampolines) parsed, optimized or loaded in another corrupted the heap (LLVM's global state is
+    # not thread-safe): this module's work takes Numba's own compiler lock (re-entrant)
+    from numba.core.compiler_lock import global_compiler_lock as _lock
+except Exception:  # noqa: BLE001  (no Numba: a lock of our own)
+    _lock = threading.RLock()
 _ir = None
 _llvm = None
 _state: dict = {}
