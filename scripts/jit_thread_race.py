@@ -2,7 +2,8 @@
 """Repro of an open bug (session 24): a jitted function's first call at a new specialization, made from several
 Python threads at once while another thread runs eager elementwise ops, sometimes returns wrong values (every output
 element: garbage / inf / NaN); the same call repeated is right.  Seen with NEE_NUM_THREADS=1 too (not the native
-worker pool), with the LLVM elementwise renderer (NEE_CPU_RENDERER=numba: not seen), with the weight captured or
+worker pool), with the LLVM elementwise renderer (NEE_CPU_RENDERER=numba: not seen in 50), through the GEMM driver's
+fused-epilogue plans (NEE_MATMUL_DRIVER=0: not seen in 28; NEE_JIT_CHAIN=0: still seen), with the weight captured or
 passed as an argument, ~1 fresh process in 5-10 on the 2-core box when a second copy of this script runs beside it
 (load); a lone copy rarely shows it.
 
