@@ -148,3 +148,22 @@ def test_in_place_view_op_on_an_intermediate_still_traces():
     b = nee.arange(6.).reshape(2, 3)
     for _ in range(3):
         assert j(b.clone()).tolist() == f(b.clone()).tolist()
+
+
+def test_in_place_write_through_a_detach_alias():
+    """``x.detach()`` shares x's storage: writing through it writes x (and the caller's input), as eagerly."""
+    def f(x):
+        x.detach().mul_(2)
+        return x * 1
+
+    def g(x):
+        y = x * 1
+        y.detach().fill_(1.5)
+        return y + 1
+
+    for fn in (f, g):
+        j = nee.jit(fn)
+        for v in (1.0, 3.0):
+            xe, xj = nee.full((3,), v), nee.full((3,), v)
+            assert j(xj).tolist() == fn(xe).tolist()
+            assert xj.tolist() == xe.tolist()

@@ -466,11 +466,16 @@ class Tensor:
 
     def _alias(self) -> "Tensor":
         """A new tensor object over the same storage; under a trace it stands for the same value."""
-        t = Tensor._make(self._data, self._device, self._dtype)
         if _READ_HOOK[0] is not None:
-            from ..trace.tracer import alias
+            from ..trace.tracer import alias, is_traced_here
+            if is_traced_here(self):
+                # a traced value: a view of the same shape (a recorded view op), so that an in-place write through
+                # the alias is written through to this tensor too, as the shared storage makes it eagerly
+                return self.view(tuple(self.shape))
+            t = Tensor._make(self._data, self._device, self._dtype)
             alias(self, t)
-        return t
+            return t
+        return Tensor._make(self._data, self._device, self._dtype)
 
     @data.setter
     def data(self, other: "Tensor") -> None:

@@ -187,6 +187,12 @@ def refuse_metadata_write(t, what: str) -> None:
                          f"the caller's tensor: use the out-of-place op (x = x.{what.rstrip('_')}(...))")
 
 
+def is_traced_here(t) -> bool:
+    """Is ``t`` a traced value of a trace running in this thread (outside an op's own work)?"""
+    tr = getattr(_active, "tracer", None)
+    return tr is not None and registry._depth[0] == 0 and tr.is_traced(t)
+
+
 def alias(src, new) -> None:
     """``new`` shares ``src``'s storage (``detach()``, ``.data``): under a trace it is the same value."""
     tr = getattr(_active, "tracer", None)
