@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Jit-vs-eager discrepancies found in session 24 (see its closing note). Each section prints the eager result and the
-jitted one; they should agree.  Fixed since: f_float / f_detach (writes through an alias).  Open: f_crash (a fill then
-an in-place op on an input: a TraceError), ``p.data = new`` through views of a captured weight, aliased inputs.
+jitted one; they should agree.  Fixed since: f_float / f_detach (writes through an alias), f_crash (a fill then an in-place op
+on an input).  Open: ``p.data = new`` through views of a captured weight, aliased inputs.
 
     python3 scripts/jit_open_aliasing.py
 """

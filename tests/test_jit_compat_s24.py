@@ -167,3 +167,34 @@ def test_in_place_write_through_a_detach_alias():
             xe, xj = nee.full((3,), v), nee.full((3,), v)
             assert j(xj).tolist() == fn(xe).tolist()
             assert xj.tolist() == xe.tolist()
+
+
+def _fill_exp(x):
+    x.fill_(1.5)
+    x.exp_()
+    return x + 1
+
+
+def _zero_add(x):
+    x.zero_()
+    x.add_(2)
+    x.mul_(3)
+    return x * 1
+
+
+def _fill_mul(x, y):
+    x.fill_(2.0)
+    x.mul_(y)
+    return x + y
+
+
+@pytest.mark.parametrize("fn,nargs", [(_fill_exp, 1), (_zero_add, 1), (_fill_mul, 2)])
+def test_fill_of_an_input_then_in_place_ops(fn, nargs):
+    """An input filled with a constant, then written in place again: it raised "the captured tensors it writes keep
+    changing" (the input looked captured once it held a constant); now the result and the caller's input are eager's."""
+    j = nee.jit(fn)
+    for v in (1.0, 4.0, -2.0):
+        ae = [nee.full((3,), v + i) for i in range(nargs)]
+        aj = [a.clone() for a in ae]
+        assert j(*aj).tolist() == fn(*ae).tolist()
+        assert [a.tolist() for a in aj] == [a.tolist() for a in ae]

@@ -272,6 +272,7 @@ class Tracer:
         from ..tensor import tensor as _tensor_mod
         _tensor_mod.TRACE_GEN[0] += 1
         self.gen = _tensor_mod.TRACE_GEN[0]   # tensors made from now on are the trace's own (Tensor._born)
+        self.input_ids: set = set()           # ids of the function's own tensor arguments (_trace)
         # in-place writes into state the caller sees (see trace()): inputs of the function (and captured tensors
         # traced as state inputs) written, id -> tensor; captured tensors found written (a metadata-only trace goes
         # on with them rebound, then trace() traces again with them as state); an eager trace's snapshots of the
@@ -439,8 +440,8 @@ class Tracer:
 
     def _captured(self, o) -> bool:
         """Is ``o`` a tensor from outside the trace (made before it started, not traced, not a placeholder)?"""
-        if getattr(o, "_born", -1) >= self.gen:
-            return False
+        if getattr(o, "_born", -1) >= self.gen or id(o) in self.input_ids:
+            return False      # (an input rebound to a constant by a fill is still the caller's input: written back)
         e = self.values.get(id(o))
         return (e is None or e[1] is not o or e[0].kind == "const") and id(o) not in self.view_values \
             and not self.is_fake(o)
@@ -592,6 +593,17 @@ class Tracer:
             # a computation on constants only: its result is a constant too (made from what it read)
             if not any(self.is_fake(t) for t in inputs):
                 self.derive(outputs, inputs, keep=out is not None)
+                for o in out or ():
+                    e = self.values.get(id(o))
+                    if id(o) in self.input_ids and e is not None and e[1] is o:
+                        # an input a fill made a constant, written again in place: its new value is the
+                        # constant it now holds (written back to the caller; the old binding was the fill's)
+                        registry._depth[0] += 1
+                        try:
+                            snap = o.clone()
+                        finally:
+                            registry._depth[0] -= 1
+                        self.bind(o, self.graph.add_const(snap))
             return
         if out is not None:
             for o in out:
@@ -1185,6 +1197,7 @@ def _trace(fn, example_args, example_kwargs, name, meta, state=()) -> Graph:
                 user[k] = Tensor._make(t._data, t._device, t._dtype)
             seen.add(id(t))
         example_args, example_kwargs = _fill(_template((example_args, example_kwargs), []), user)
+    tr.input_ids = {id(t) for t in user}
     for t in user:
         if not tr.is_traced(t):
             tr.bind(t, tr.graph.add_input(tuple(t.shape), t.dtype, t.device))
