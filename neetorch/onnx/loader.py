@@ -230,29 +230,19 @@ def _graphs(g):
                 yield from _graphs(sub)
 
 
-def _names_used(n) -> set:
-    """Every value name node ``n`` reads: its inputs and the names its subgraphs read (outer-scope values
-    included: a superset is enough to order nodes by)."""
-    used = {x for x in n.input if x}
-    for a in n.attribute:
-        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-            for sub in _graphs(g):
-                for k in sub.node:
-                    used.update(x for x in k.input if x)
-    return used
-
-
 def _topo_order(graph):
     """The node order (indices) in which each node comes after the producers of what it reads, the given order
     kept where it already is one (onnxruntime sorts such a graph; ONNX's checker refuses it), or None when the
     graph is already in order or has a cycle (the checker then says why)."""
+    from .lowering import _outer_refs    # (what a node's subgraphs read from outside them)
     nodes = list(graph.node)
     producer = {}
     for i, n in enumerate(nodes):
         for o in n.output:
             if o:
                 producer.setdefault(o, i)
-    deps = [{producer[x] for x in _names_used(n) if x in producer and producer[x] != i} for i, n in enumerate(nodes)]
+    deps = [{producer[x] for x in set(n.input) | _outer_refs(n) if x in producer and producer[x] != i}
+            for i, n in enumerate(nodes)]
     if all(d < i for i, ds in enumerate(deps) for d in ds):
         return None
     users: dict = {}
@@ -358,10 +348,10 @@ def load_model(model, *, check: bool = True):
     ml = [int(o.version) for o in m.opset_import if o.domain == "ai.onnx.ml"]
     if ml and ml[0] > ML_MAX_OPSET:
         raise UnsupportedModelError(f"model uses ai.onnx.ml opset {ml[0]}; supported: 1..{ML_MAX_OPSET}")
-    if _topo_order(m.graph) is not None:
+    order = _topo_order(m.graph)
+    if order is not None:
         c = onnx.ModelProto()
         c.CopyFrom(m)           # (the caller's ModelProto is not reordered)
-        order = _topo_order(c.graph)
         nodes = list(c.graph.node)
         del c.graph.node[:]
         c.graph.node.extend(nodes[i] for i in order)

@@ -78,9 +78,6 @@ def _optional_dims(tp):
     return _dims(tp.optional_type.elem_type)
 
 
-_located_classes: dict = {}
-
-
 def _raise_located(err, run_eager, args):
     """A jitted graph that raised at run time (bad data: a Gather index out of range, a Reshape to a shape its
     input does not have, ...) says only what the kernel saw; the graph is run again eagerly, node by node, on
@@ -101,19 +98,29 @@ def _raise_located(err, run_eager, args):
     else:
         return
     from .ort_api import RuntimeException
+    raise _as_ort(RuntimeException, err, msg) from err
+
+
+_ort_mixed: dict = {}
+
+
+def _as_ort(ort_cls, err, msg=None):
+    """``err`` as an instance of onnxruntime's ``ort_cls`` and of its own class (``except IndexError`` and
+    ``except RuntimeException`` / ``Fail`` both catch it), with message ``msg`` (default: err's); ``ort_cls`` alone
+    where the two cannot be mixed."""
+    msg = str(err) if msg is None else msg
     base = type(err)
-    cls = _located_classes.get(base)
+    cls = _ort_mixed.get((ort_cls, base))
     if cls is None:
         try:
-            cls = type(base.__name__, (RuntimeException, base), {"__module__": base.__module__})
+            cls = type(base.__name__, (ort_cls, base), {"__module__": base.__module__})
         except TypeError:  # a base that cannot be mixed in (layout conflict)
-            cls = RuntimeException
-        _located_classes[base] = cls
+            cls = ort_cls
+        _ort_mixed[(ort_cls, base)] = cls
     try:
-        new = cls(msg)
+        return cls(msg)
     except Exception:  # noqa: BLE001  (a class whose constructor takes other arguments)
-        new = RuntimeException(msg)
-    raise new from err
+        return ort_cls(msg)
 
 
 class NodeArg:
@@ -452,7 +459,7 @@ class InferenceSession(OrtSessionAPI):
             # an Expand / Split that does not fit): onnxruntime's Fail, still the LoweringError it was
             if isinstance(e, Fail):
                 raise
-            raise _as_fail(e) from e
+            raise _as_ort(Fail, e) from e
 
     def _call0(self, tensors):
         if self._segments is not None:
@@ -649,18 +656,6 @@ def _as_array(a, v, want):
 
 def _names(names, k=8):
     return ", ".join(names[:k]) + (f", ... ({len(names)} in all)" if len(names) > k else "")
-
-
-_fail_classes: dict = {}
-
-
-def _as_fail(err):
-    """``err`` (a LoweringError raised at run time) as an instance of onnxruntime's Fail and of its own class."""
-    base = type(err)
-    cls = _fail_classes.get(base)
-    if cls is None:
-        cls = _fail_classes[base] = type(base.__name__, (Fail, base), {"__module__": base.__module__})
-    return cls(str(err))
 
 
 def _root_id(x):

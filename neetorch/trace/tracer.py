@@ -180,8 +180,7 @@ def refuse_metadata_write(t, what: str) -> None:
     tr = getattr(_active, "tracer", None)
     if tr is None or registry._depth[0] != 0:
         return
-    e = tr.values.get(id(t))
-    if (e is not None and e[1] is t and e[0].kind == "input") or tr._captured(t):
+    if id(t) in tr.input_ids or tr._captured(t):
         raise TraceError(f"{what} at {_user_frame()} changes the shape / strides of a tensor from outside the "
                          f"traced function (an input or a captured tensor); a compiled function cannot do that to "
                          f"the caller's tensor: use the out-of-place op (x = x.{what.rstrip('_')}(...))")
