@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Repro of an open bug (session 24): a jitted function's first call at a new specialization, made from several
-Python threads at once while another thread runs eager elementwise ops, sometimes returns wrong values (every output
-element: garbage / inf / NaN); the same call repeated is right.  Seen with NEE_NUM_THREADS=1 too (not the native
-worker pool), with the LLVM elementwise renderer (NEE_CPU_RENDERER=numba: not seen in 50), through the GEMM driver's
-fused-epilogue plans (NEE_MATMUL_DRIVER=0: not seen in 28; NEE_JIT_CHAIN=0: still seen), with the weight captured or
-passed as an argument, ~1 fresh process in 5-10 on the 2-core box when a second copy of this script runs beside it
-(load); a lone copy rarely shows it.
+"""Regression check of a fixed bug (sessions 24-25): a jitted function's first call at a new specialization,
+made from several Python threads at once, returned wrong values (every output element: one element off, garbage,
+NaN; glibc heap-corruption aborts) in ~1 fresh process in 5 when a second copy ran beside it; the same call
+repeated was right.  Cause: the fused matmul + softmax step's GEMM-driver descriptor held the address of its row
+meta (gemm_driver.with_row_epilogue; the elementwise epilogue's operand table likewise), an array only the step's
+plan kept alive; two threads making the same plan at once each stored theirs in the plans dict, and the one
+replaced was freed while its thread's native call was still reading the meta.  The descriptor now owns a copy
+(gemm_driver._owning); tests/test_gemm_driver.py::test_epilogue_descriptors_own_their_tables checks the contract.
 
     python3 scripts/jit_thread_race.py 20          # 20 fresh processes; prints the failures and a count
+    # (run two copies at once on a 2-core box: the race needs the load)
 """
 import os
 import subprocess

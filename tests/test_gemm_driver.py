@@ -319,6 +319,43 @@ def test_epilogue_runs_on_every_block_once(split, nthreads):
         G.with_epilogue(d, addr, np.zeros((G.MAX_EPI_OPS + 1, 4), np.int64))
 
 
+@pytest.mark.parametrize("nthreads", [1, 3])
+def test_epilogue_descriptors_own_their_tables(nthreads):
+    """with_epilogue / with_row_epilogue copy the operand table / row meta into the descriptor's own buffer:
+    the caller's array overwritten (or freed: a fused matmul's plan replaced by another thread while a call
+    with its descriptor ran, the session-24 jit thread race: the row kernel's input read one element off)
+    after the descriptor is made changes nothing it computes."""
+    from neetorch.devices.cpu import elementwise as ew
+    from neetorch.devices.cpu import llvm_render
+    kern, _ = ew.load_group("test_epi", "axpy", ["float32", "float32"], ["float32"],
+                            ["t0 = np.float32(v0 * np.float32(2.0) + v1)"], ["t0"])
+    if not isinstance(kern, llvm_render.LLVMKernel):
+        pytest.skip("NEE_CPU_RENDERER=numba: no LLVM kernel")
+    addr = llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, ()),
+                                  lambda: llvm_render.render_ir(kern.name, *kern.pieces, variant=()))
+    a, b, row = _r(37, 19), _r(19, 48), _r(48)
+    acc, out = np.empty((37, 48), np.float32), np.full((37, 48), np.nan, np.float32)
+    d = G.plan(acc, a, b, nthreads, 3, 0, 1, 4)
+    table = np.array([[0, 48, 1, 0], [0, 48, 1, 0], [0, 0, 1, 0]], np.int64)
+    de = G.with_epilogue(d, addr, table)
+    table[:] = [[0, 1, 0, 5]] * 3
+    G.epilogue_caller(3)(de, a, b, acc, out, acc, row)
+    np.testing.assert_allclose(out, 2 * (a.astype(np.float64) @ b) + row, rtol=1e-4, atol=1e-4)
+    # the softmax row kernel on each row block: kernel(x, dst, w, b, tmp, meta)
+    llvm_render.row_kernel("softmax", "float32")
+    raddr = llvm_render._addresses[llvm_render.kernel_key("rows_softmax", ("softmax", "float32", False, None),
+                                                          "rows")]
+    meta = llvm_render.row_meta(0, 0, 37, 48, 0.0, [(0, 48, 0), (0, 48, 0)])
+    dr = G.with_row_epilogue(d, raddr, meta, 4)
+    meta[5:] = 1
+    out.fill(np.nan)
+    dummy = np.zeros(1, np.float32)
+    G.epilogue_caller(4)(dr, a, b, acc, acc, out, dummy, dummy)
+    p = a.astype(np.float64) @ b
+    e = np.exp(p - p.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
 def test_row_epilogue_refuses_blocks_that_cut_rows_and_bad_meta():
     a, b = _r(20, 8), _r(8, 64)
     out = np.empty((20, 64), np.float32)

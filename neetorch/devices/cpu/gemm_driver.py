@@ -1103,20 +1103,33 @@ def run(desc: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None
 def with_epilogue(desc: np.ndarray, kernel_addr: int, table: np.ndarray) -> np.ndarray:
     """A copy of ``desc`` whose blocks each run an elementwise kernel (llvm_render's calling
     convention: ``kernel(op0, ..., opK-1, meta)``) right after their product, on the thread that
-    computed them.  ``table`` (int64, K x 4, C-contiguous; kept alive by the caller as long as the
-    descriptor is used) gives each operand's (batch stride, row stride, column stride, offset) in
+    computed them.  ``table`` (int64, K x 4, C-contiguous) gives each operand's (batch stride, row stride, column stride, offset) in
     its own elements over the descriptor's (batch, M, N) product: the block's part of operand k
-    is what the kernel sees.  Run it with :func:`epilogue_caller` (K operand arrays, in order)."""
+    is what the kernel sees; it is copied into the descriptor's own buffer (:func:`_owning`).  Run it
+    with :func:`epilogue_caller` (K operand arrays, in order)."""
     table = np.asarray(table)
     k = table.shape[0]
     if not 1 <= k <= MAX_EPI_OPS or table.dtype != np.int64 or table.shape != (k, 4) or \
             not table.flags.c_contiguous:
         raise ValueError(f"gemm_driver.with_epilogue: operand table must be int64 (K, 4), 1 <= K <= "
                          f"{MAX_EPI_OPS}, C-contiguous; got {table.dtype} {table.shape}")
-    d = desc.copy()
-    d[D_EPI], d[D_EMETA], d[D_ENOPS] = int(kernel_addr), table.ctypes.data, k
+    d, at = _owning(desc, table)
+    d[D_EPI], d[D_EMETA], d[D_ENOPS] = int(kernel_addr), at, k
     d.flags.writeable = False
     return d
+
+
+def _owning(desc: np.ndarray, words: np.ndarray):
+    """(a writable copy of ``desc``, the address of a copy of ``words`` right after it in the same buffer): the
+    descriptor is a view of that buffer, so whatever holds the descriptor (a call's arguments, a chain of calls)
+    holds the words its pointer field reads.  A descriptor pointing into an array its plan kept read freed memory
+    when another thread replaced or cleared the plan (a plans dict, a last-call memo) during the call: wrong
+    values (a row kernel's operand offsets from a reused block: its input one element off), heap corruption."""
+    buf = np.empty(NDESC + words.size, np.int64)
+    buf[NDESC:] = words.reshape(-1)
+    d = buf[:NDESC]
+    d[:] = desc[:NDESC]
+    return d, buf[NDESC:].ctypes.data
 
 
 # the row epilogue's scratch row lives on the running thread's stack (64 KiB: any thread's stack holds it)
@@ -1126,8 +1139,8 @@ MAX_ROW_BYTES = 1 << 16
 def with_row_epilogue(desc: np.ndarray, kernel_addr: int, meta: np.ndarray, nops: int) -> np.ndarray:
     """A copy of ``desc`` whose blocks each run a row kernel (llvm_render.render_rows_ir's calling
     convention, ``kernel(op0, ..., opK-1, tmp, meta)``: the operands, the weight and bias last) on
-    the block's rows right after their product.  ``meta`` (int64, C-contiguous; kept alive by the
-    caller) is the launch's meta (llvm_render.row_meta) with B = the descriptor's M: the driver
+    the block's rows right after their product.  ``meta`` (int64, C-contiguous; copied into the
+    descriptor's own buffer, :func:`_owning`) is the launch's meta (llvm_render.row_meta) with B = the descriptor's M: the driver
     sets r0, r1 to the block's rows, numbered ``batch * M + row``.  The blocks must hold whole
     rows (row blocks or whole matrices); ``tmp`` is N elements of 8 bytes on the stack.  Run it with
     :func:`epilogue_caller` (``nops`` operand arrays, in order)."""
@@ -1141,8 +1154,8 @@ def with_row_epilogue(desc: np.ndarray, kernel_addr: int, meta: np.ndarray, nops
     if meta[2] != desc[D_M] or meta[3] != desc[D_N] or desc[D_N] * 8 > MAX_ROW_BYTES:
         raise ValueError(f"gemm_driver.with_row_epilogue: meta B, N = {int(meta[2])}, {int(meta[3])}; the "
                          f"product's M, N = {int(desc[D_M])}, {int(desc[D_N])} (N at most {MAX_ROW_BYTES // 8})")
-    d = desc.copy()
-    d[D_EPI], d[D_EMETA], d[D_ENOPS], d[D_EKIND], d[D_EMLEN] = int(kernel_addr), meta.ctypes.data, nops, 1, meta.size
+    d, at = _owning(desc, meta)
+    d[D_EPI], d[D_EMETA], d[D_ENOPS], d[D_EKIND], d[D_EMLEN] = int(kernel_addr), at, nops, 1, meta.size
     d.flags.writeable = False
     return d
 
