@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Jit-vs-eager discrepancies found in session 24 (see its closing note). Each section prints the eager result and the
-jitted one; they should agree.  Fixed since: f_float / f_detach (writes through an alias), f_crash (a fill then an in-place op
-on an input).  Open: ``p.data = new`` through views of a captured weight, aliased inputs.
+jitted one; they agree since session 25: f_float / f_detach (writes through an alias), f_crash (a fill then an in-place op
+on an input) fixed in session 24; ``p.data = new`` through views of a captured weight (a retrace) and aliased inputs (the
+call runs eagerly) in session 25 (tests/test_jit_aliasing_s25.py).
 
     python3 scripts/jit_open_aliasing.py
 """

@@ -178,6 +178,7 @@ class JitFunction:
         # default mode: constants the trace computed from captured tensors (``w * 2``) are guarded by those
         # tensors' write counters; a write re-traces (freeze=True snapshots on purpose: no guards)
         guards = None if self.freeze else passes.const_guards(g)
+        vguards = None
         if on_stage:
             on_stage("traced", g)
         if self.freeze:
@@ -191,6 +192,8 @@ class JitFunction:
             # the layouts freezing gives products (row-major weights for GEMMs), as guarded copies kept in
             # step with the captured tensors (passes.memo_product_weights; checked every call)
             memos = passes.memo_product_weights(g, self._frozen, self._frozen_lock)
+            # the other constants that are views of captured tensors (a memo follows ``.data =`` itself)
+            vguards = passes.view_guards(g)
         g = passes.run_pipeline(g, on_stage)
         g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
         if on_stage and g.placement.transfers:
@@ -202,6 +205,7 @@ class JitFunction:
             held = {id(t) for t in g.consts.values()}
             g.weight_memos = [e for e in memos if id(e.holder) in held] or None
         g.const_guards = guards
+        g.view_guards = vguards
         return g
 
     def _dyn_dims(self, args, kwargs):
@@ -414,6 +418,8 @@ class JitFunction:
                 exe, g = entry
                 if self._stale(g):
                     return self(*args)
+                if g.writebacks and _aliased_writes(g, list(args) + list(g.state)):
+                    return self._eager_aliased(args, kwargs)
                 outs = exe(*args, *g.state) if g.state else exe(*args)
                 if _const_outputs(g):
                     outs = _fresh_consts(g, outs)
@@ -426,12 +432,23 @@ class JitFunction:
         if self._stale(g):
             return self(*args, **kwargs)
         ins = list(tracer._tensors((args, kwargs))) + list(g.state)
+        if g.writebacks and _aliased_writes(g, ins):
+            return self._eager_aliased(args, kwargs)
         outs = exe(*ins)
         if _const_outputs(g):
             outs = _fresh_consts(g, outs)
         if g.writebacks:
             outs = _write_back(g, ins, outs)
         return tracer.pack_outputs(g, outs)
+
+    def _eager_aliased(self, args, kwargs):
+        """A call whose tensors alias what it writes in place (:func:`_aliased_writes`): the function runs eagerly
+        (counted in ``stats["aliased_eager_calls"]``), as torch.compile guards on inputs' aliasing."""
+        self.stats["aliased_eager_calls"] = self.stats.get("aliased_eager_calls", 0) + 1
+        if _env.DEBUG >= 1:
+            print(f"[neetorch] jit {self.name}: a tensor the function writes in place shares memory with another of "
+                  f"its inputs or captured tensors: this call runs eagerly", file=sys.stderr)
+        return self.fn(*args, **kwargs)
 
     def _root_of(self, args):
         """The module whose state the traces read: the jitted module (or bound method's module), or the module
@@ -454,12 +471,20 @@ class JitFunction:
         self._mod_epoch = _STATE_EPOCH[0]
 
     def _stale(self, g) -> bool:
-        """Per call: has a captured tensor the graph's guarded copies (passes.check_weights) or trace-time
-        constants (passes.check_const_guards) rest on changed?  Then the function was re-specialized."""
+        """Per call: has a captured tensor the graph's guarded copies (passes.check_weights), constant views
+        (passes.check_view_guards) or trace-time constants (passes.check_const_guards) rest on changed?  Then
+        the function was re-specialized."""
         memos = getattr(g, "weight_memos", None)
         if memos is not None:
             try:
                 passes.check_weights(memos)
+            except passes.WeightsChanged:
+                self._respecialize()
+                return True
+        vguards = getattr(g, "view_guards", None)
+        if vguards is not None:
+            try:
+                passes.check_view_guards(vguards)
             except passes.WeightsChanged:
                 self._respecialize()
                 return True
@@ -540,6 +565,42 @@ def _const_outputs(g) -> tuple:
                     roots[o] = roots.get(n.inputs[0], n.inputs[0])
         co = g._const_outs = tuple(k for k, o in enumerate(g.outputs) if roots.get(o, o) in g.consts)
     return co
+
+
+def _aliased_writes(g, ins) -> bool:
+    """Whether a tensor the call writes in place (``g.writebacks``: an input, captured state) shares memory with
+    another of its tensors (the same tensor twice, overlapping views, an input that is a view of written state) or
+    with a constant the graph reads or computed at trace time: the trace took them as distinct values, so a read of the other after the
+    write would see the old values (eager sees the new).  A root-owner identity test per tensor; memory overlap
+    (``np.may_share_memory``) only for tensors of one owner.  Non-CPU tensors are not checked."""
+    croots = getattr(g, "_const_roots", None)
+    if croots is None:
+        # the constants' memory, and the captured tensors trace-time constants were computed from (``W + 0``)
+        croots = {}
+        for d in [t._data for t in g.consts.values()] + [gd.root for gd in (getattr(g, "const_guards", None) or ())]:
+            if type(d) is np.ndarray:
+                croots.setdefault(id(_storage.root(d)), []).append(d)
+        g._const_roots = croots
+    wr = []
+    for k, _ in g.writebacks:
+        d = ins[k]._data
+        if type(d) is not np.ndarray:
+            continue
+        r = _storage.root(d)
+        if any(np.may_share_memory(d, c) for c in croots.get(id(r), ())):
+            return True
+        wr.append((k, r, d))
+    if not wr:
+        return False
+    for i, t in enumerate(ins):
+        d = t._data
+        if type(d) is not np.ndarray:
+            continue
+        r = _storage.root(d)
+        for k, rk, dk in wr:
+            if k != i and r is rk and np.may_share_memory(d, dk):
+                return True
+    return False
 
 
 def _fresh_consts(g, outs) -> list:

@@ -406,6 +406,30 @@ def _origin(g: Graph, t):
     return t, tuple(steps)
 
 
+def view_guards(g: Graph) -> list | None:
+    """Default mode: (captured tensor, its storage array now) for each constant of ``g`` that is a view of a
+    captured tensor (``x @ W.t()``, ``x * W[0]``: the view, taken at trace time, holds the storage it was taken
+    of).  ``W.data = other`` replaces the tensor's storage, which the view does not follow: :func:`check_view_guards`
+    (every call, an identity test each) then has the function traced again, as eager ops take the view anew.
+    In-place writes keep the storage (the view reads them live) and write-backs copy into it: neither trips it.
+    None when there are none."""
+    out, seen = [], set()
+    for t in g.consts.values():
+        src, steps = _origin(g, t)
+        if steps and src is not t and id(src) not in seen and isinstance(getattr(src, "_data", None), np.ndarray):
+            seen.add(id(src))
+            out.append((src, src._data))
+    return out or None
+
+
+def check_view_guards(guards) -> None:
+    """Per call: raises :class:`WeightsChanged` when a captured tensor some constant is a view of has another
+    storage than at the trace (:func:`view_guards`)."""
+    for t, d in guards:
+        if t._data is not d:
+            raise WeightsChanged("jit: a captured tensor a constant is a view of has a new storage (.data =)")
+
+
 def _steps_key(steps):
     try:
         return tuple((getattr(fn, "__qualname__", None) or repr(fn), repr(args), repr(sorted(kw.items())))

@@ -20,6 +20,7 @@ again eagerly (``stats["eager_retraces"]``), so results never depend on placehol
 """
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -871,6 +872,12 @@ def _traced_getitem(fn):
             d = getattr(r, "_data", None)
             if _storage.same(d, self._data):
                 tr.alias_view(self, r)
+                cv = tr.graph.__dict__.setdefault("const_views", {})
+                ce = cv.get(id(self))
+                if tr._captured(self) or (ce is not None and ce[0] is self):
+                    # a view of a captured tensor (``W[0]``, ``W[0][1:]``): how to take it again (see on_view's
+                    # const_views; not for a factory's temporary, which the entry would keep alive)
+                    cv[id(r)] = (r, self, operator.getitem, (index,), {})
             if (e is not None and e[0] is self) or len(tensors) > 1 or not isinstance(d, np.ndarray) or \
                     _storage.root(d) is not _storage.root(self._data):
                 tr.derive((r,), tensors)   # a copy (or a view of an eager result): made from what it read
