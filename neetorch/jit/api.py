@@ -16,6 +16,7 @@ import math
 import sys
 import threading
 import time
+from operator import is_ as _is
 
 import numpy as np
 
@@ -570,37 +571,67 @@ def _const_outputs(g) -> tuple:
 def _aliased_writes(g, ins) -> bool:
     """Whether a tensor the call writes in place (``g.writebacks``: an input, captured state) shares memory with
     another of its tensors (the same tensor twice, overlapping views, an input that is a view of written state) or
-    with a constant the graph reads or computed at trace time: the trace took them as distinct values, so a read of the other after the
-    write would see the old values (eager sees the new).  A root-owner identity test per tensor; memory overlap
-    (``np.may_share_memory``) only for tensors of one owner.  Non-CPU tensors are not checked."""
-    croots = getattr(g, "_const_roots", None)
-    if croots is None:
-        # the constants' memory, and the captured tensors trace-time constants were computed from (``W + 0``)
-        croots = {}
-        for d in [t._data for t in g.consts.values()] + [gd.root for gd in (getattr(g, "const_guards", None) or ())]:
-            if type(d) is np.ndarray:
-                croots.setdefault(id(_storage.root(d)), []).append(d)
-        g._const_roots = croots
-    wr = []
-    for k, _ in g.writebacks:
+    with a constant the graph reads or computed at trace time: the trace took them as distinct values, so a read of
+    the other after the write would see the old values (eager sees the new).  What depends only on the state
+    tensors' storages and the constants is worked out once per set of storages (:func:`_alias_static`); per call,
+    the caller's tensors (few) are each looked up by their memory's owner.  Non-CPU tensors are not checked."""
+    na = len(ins) - len(g.state)
+    c = g.__dict__.get("_alias")
+    if c is None or not all(map(_is, [t._data for t in g.state], c[0])):
+        c = g._alias = ([t._data for t in g.state], _alias_static(g, ins, na))
+    static, wstate, sroots, croots, wargs = c[1]
+    if static:
+        return True
+    if not wstate and not wargs:
+        return False
+    roots = []
+    for i in range(na):
+        d = ins[i]._data
+        if type(d) is not np.ndarray:
+            roots.append(None)
+            continue
+        r = id(_storage.root(d))
+        roots.append(r)
+        if any(np.may_share_memory(d, dk) for dk in wstate.get(r, ())):
+            return True
+    for k in wargs:
+        d, r = ins[k]._data, roots[k]
+        if r is None:
+            continue
+        if any(np.may_share_memory(d, x) for x in croots.get(r, ())) or \
+                any(np.may_share_memory(d, x) for x in sroots.get(r, ())):
+            return True
+        for i in range(na):
+            if i != k and roots[i] == r and np.may_share_memory(d, ins[i]._data):
+                return True
+    return False
+
+
+def _alias_static(g, ins, na) -> tuple:
+    """(state aliases a constant or other state: always, {owner id: written state arrays}, {owner id: state
+    arrays}, {owner id: constants' arrays and the captured arrays trace-time constants came from}, indices of
+    the written caller's tensors) for :func:`_aliased_writes`."""
+    croots: dict = {}
+    for d in [t._data for t in g.consts.values()] + [gd.root for gd in (getattr(g, "const_guards", None) or ())]:
+        if type(d) is np.ndarray:
+            croots.setdefault(id(_storage.root(d)), []).append(d)
+    written = {k for k, _ in g.writebacks}
+    wstate: dict = {}
+    sroots: dict = {}
+    static = False
+    for k in range(na, len(ins)):
         d = ins[k]._data
         if type(d) is not np.ndarray:
             continue
-        r = _storage.root(d)
-        if any(np.may_share_memory(d, c) for c in croots.get(id(r), ())):
-            return True
-        wr.append((k, r, d))
-    if not wr:
-        return False
-    for i, t in enumerate(ins):
-        d = t._data
-        if type(d) is not np.ndarray:
-            continue
-        r = _storage.root(d)
-        for k, rk, dk in wr:
-            if k != i and r is rk and np.may_share_memory(d, dk):
-                return True
-    return False
+        r = id(_storage.root(d))
+        if k in written:
+            static = static or any(np.may_share_memory(d, x) for x in croots.get(r, ())) or \
+                any(np.may_share_memory(d, x) for x in sroots.get(r, ()))
+            wstate.setdefault(r, []).append(d)
+        elif any(np.may_share_memory(d, x) for x in wstate.get(r, ())):
+            static = True
+        sroots.setdefault(r, []).append(d)
+    return static, wstate, sroots, croots, sorted(k for k in written if k < na)
 
 
 def _fresh_consts(g, outs) -> list:
