@@ -409,6 +409,8 @@ def run_nodes(ctx, nodes, env):
 
 def _run_nodes(ctx, nodes, env):
     from .ops_string import HOST_OPS, has_strings
+    from .ops_uint64 import UINT64_OPS
+    from .ops_uint64 import applies as applies_uint64
     for n in nodes:
         ctx.scope = env
         args = [env[i] if i else None for i in n.inputs]
@@ -428,7 +430,10 @@ def _run_nodes(ctx, nodes, env):
             if i and a is None:
                 raise LoweringError(f"node {n.name} ({n.op_type}): input {i!r} is not defined")
         try:
-            res = fn(ctx, n, *args)
+            if not host and n.key in UINT64_OPS and applies_uint64(ctx, n):
+                res = UINT64_OPS[n.key](ctx, n, fn, *args)
+            else:
+                res = fn(ctx, n, *args)
         except OnnxError:
             raise
         except Exception as e:
