@@ -1325,12 +1325,16 @@ class Executable:
         _fuse_kv_products / _fuse_kv_scores do on the fast path: ``present = cat([past, new], -2)`` (an op
         step) read only by ``p @ present`` (an op step) or through ``present^T`` by a pattern step with a
         matmul epilogue, ``past`` a caller's input or a constant.  {id(node): ("cat", dim) | ("mm" | "dot",
-        cat node)}, made once; empty off the CPU, at static shapes or with NEE_JIT_FUSE_KV=0."""
+        cat node)}, made once; empty off the CPU, at static shapes or with NEE_JIT_FUSE_KV=0.  Published (``_gkv``,
+        ``_gattn``) only once complete: another thread's call that finds it half made (a cat deferred to an
+        attention whose other entries were not there yet: its present read unwritten) computed garbage; two
+        threads that both make it make the same one."""
         plan = self.__dict__.get("_gkv")
         if plan is not None:
             return plan
-        plan = self._gkv = {}
+        plan = {}
         if not (_FUSE_KV[0] and self.dynamic):
+            self._gkv = plan
             return plan
         g = self.graph
         users: dict = {}
@@ -1350,7 +1354,7 @@ class Executable:
                     (how == "dot" and getattr(rs[2], "bind_epilogue", None) is None):
                 continue
             plan[id(n)], plan[id(rd)] = ("cat", dim), (how, n)
-        self._gattn = {}
+        gattn: dict = {}
         if _FUSE_ATTN[0]:
             # a layer's whole attention as one job (bind_kv_attention), as _fuse_kv_attention does on the fast
             # path, run where the context's product is: the appends' copies and the scores deferred to it (the
@@ -1373,8 +1377,10 @@ class Executable:
                         not all(_is_cpu(v) for x in nodes for v in list(x.inputs) + list(x.outputs)):
                     continue
                 e = (id(nk), tuple(ps), hit[4])
-                self._gattn[id(nk)], self._gattn[id(nodes[1])] = ("attn",) + e, ("rest",) + e
-                self._gattn[id(nodes[3])], self._gattn[id(nodes[4])] = ("rest",) + e, ("run",) + e
+                gattn[id(nk)], gattn[id(nodes[1])] = ("attn",) + e, ("rest",) + e
+                gattn[id(nodes[3])], gattn[id(nodes[4])] = ("rest",) + e, ("run",) + e
+        self._gattn = gattn
+        self._gkv = plan        # (last: a call that finds _gkv finds _gattn complete too)
         return plan
 
     def _generic_attn(self, how, env, arena, un) -> bool:

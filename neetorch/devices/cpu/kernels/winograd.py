@@ -72,6 +72,10 @@ G = _G
 _CACHE_BYTES = int(float(os.environ.get("NEE_WINOGRAD_CACHE_MB", "1024")) * (1 << 20))
 _cache: OrderedDict = OrderedDict()     # key -> [copy of the weights, U, calls in a row that found them changed]
 _cache_bytes = [0]
+# Entries leave the cache under _cache_lock but are released after it: an entry's last reference can be an
+# array that is itself a cached transform's weight (Winograd U, which conv_direct packs: its owner carries
+# weakref.finalize(_drop)), and _drop, run when that array dies, takes the lock (not reentrant): dropped inside it,
+# the eviction of such an entry deadlocked the process
 _cache_lock = threading.Lock()
 
 
@@ -148,10 +152,13 @@ def release(block: np.ndarray) -> None:
     marked_owners.discard(id(block))
     for k in [k for k in list(_frozen) if lo <= k[0] < hi]:
         _frozen.pop(k, None)
+    dropped = []        # (released after the lock: see _cache_lock)
     with _cache_lock:
         for k in [k for k in _cache if lo <= k[0] < hi]:
             ent = _cache.pop(k)
             _cache_bytes[0] -= _nbytes(ent)
+            dropped.append(ent)
+    del dropped
 
 
 def is_frozen(a: np.ndarray) -> bool:
@@ -191,15 +198,20 @@ def weights(w: np.ndarray, m, transform=None):
         if transform is None and not _all_finite(u):
             u = _NONFINITE
         ent = [None if frozen else w.copy(), u, misses]
+    dropped = []        # the entries replaced or evicted, released after the lock (see _cache_lock)
     with _cache_lock:
         old = _cache.pop(key, None)
         if old is not None:
             _cache_bytes[0] -= _nbytes(old)
+            dropped.append(old)
         _cache[key] = ent
         _cache_bytes[0] += _nbytes(ent)
         while _cache_bytes[0] > _CACHE_BYTES and len(_cache) > 1:
             _, old = _cache.popitem(last=False)
             _cache_bytes[0] -= _nbytes(old)
+            dropped.append(old)
+    old = None
+    del dropped
     if hit is None:
         # the entry goes with the memory it describes (weights made anew each step leave no garbage behind)
         owner = _owner(w)
@@ -241,6 +253,7 @@ def _drop(key) -> None:
         ent = _cache.pop(key, None)
         if ent is not None:
             _cache_bytes[0] -= _nbytes(ent)
+    del ent             # (after the lock: see _cache_lock)
 
 
 # weights found changed on this many calls in a row are not transformed any more
@@ -253,8 +266,10 @@ def _nbytes(ent) -> int:
 
 def clear_cache() -> None:
     with _cache_lock:
+        ents = list(_cache.values())
         _cache.clear()
         _cache_bytes[0] = 0
+    del ents            # (after the lock: see _cache_lock)
 
 
 # ---------------------------------------------------------------- input transform
