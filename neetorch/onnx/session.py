@@ -596,14 +596,16 @@ class InferenceSession(OrtSessionAPI):
         Tensor = _Tensor
         if self._segments is not None:
             return {None}  # host values and segment outputs: every output is copied
-        if self._jit is not None and self._jit.stats["specializations"] != self._seen_specs:
-            # constants the trace made (folded values, Constant nodes) live in the jitted graph
-            self._seen_specs = self._jit.stats["specializations"]
+        n = self._jit.stats["specializations"] if self._jit is not None else 0
+        if self._jit is not None and n != self._seen_specs:
+            # constants the trace made (folded values, Constant nodes) live in the jitted graph; the count is
+            # noted after they are added (another thread's run then finds them, or adds them again)
             try:
                 g = self._jit.graph(*tensors)
                 self._const_roots.update(_root_id(t) for t in g.consts.values() if isinstance(t, Tensor))
             except Exception:  # noqa: BLE001  (no graph for these inputs: every output is then copied)
                 self._const_roots.add(None)
+            self._seen_specs = n
         ids = self._const_roots.copy()
         for t in tensors:
             if isinstance(t, Tensor):
