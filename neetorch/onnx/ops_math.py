@@ -466,7 +466,9 @@ def _reduce(kind, input_since=18):
                 val = info.min if kind == "max" else info.max
             return nee.full(tuple(shp), val, dtype=x.dtype, device=x.device)
         if not dims:
-            r = x
+            # nothing to reduce over (a scalar input): each element's own term, as onnxruntime
+            # (ReduceSumSquare(-5) = 25, ReduceL1(-0.25) = 0.25, ReduceLogSum(x) = log(x))
+            r = {"l1": nee.abs, "l2": nee.abs, "sumsq": lambda t: t * t, "logsum": nee.log}.get(kind, lambda t: t)(x)
         elif kind == "sum":
             r = nee.sum(x, dims, keepdim=keep)
         elif kind == "mean" and not _isfloat(x):

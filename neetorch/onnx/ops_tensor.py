@@ -67,7 +67,8 @@ def _reshape(ctx, node, x, shape):
     k = 0
     while not allowzero and k < len(shp) and k < x.ndim - 1 and shp[k] == 0:
         k += 1
-    if k and len(shp) > k:
+    if k and len(shp) > k and all(tuple(x.shape[:k])):
+        # (a copied 0-size dim: the rest need not multiply up to the flattened tail; reshape checks the count)
         rest = [s if s == -1 else o for s, o in zip(shp[k:], out[k:])]
         y = x.flatten(k) if x.ndim - k > 1 else x
         if len(rest) == 1 and rest[0] in (-1, y.shape[k]):
@@ -153,8 +154,11 @@ def _slice_dim(x, d, start, end, step):
         idx = [slice(None)] * x.ndim
         idx[d] = slice(start, end, step)
         return x[tuple(idx)]
-    # negative step: reverse, then slice forward
-    start = max(-1, min(n - 1, start + n if start < 0 else start))
+    # negative step: reverse, then slice forward; the start clamps into [0, n-1] (ONNX's rule, onnxruntime: a
+    # start before the first element starts at it), the end into [-1, n-1] (-1: through the first element)
+    if n == 0:
+        return x
+    start = max(0, min(n - 1, start + n if start < 0 else start))
     end = max(-1, min(n - 1, end + n if end < 0 else end))
     if start <= end:
         return x.narrow(d, 0, 0)
@@ -238,6 +242,11 @@ def _gather_nd(ctx, node, x, idx):
     xr = x.reshape(nb, *shp[b:])  # [B, ...]
     inner = shp[b:b + k]
     rest = shp[b + k:]
+    oshape = tuple(idx.shape[:-1]) + tuple(rest)
+    if not all(oshape):
+        # nothing to gather (an empty batch, index list or slice): the empty result, as onnxruntime (the
+        # linearization below reshapes by -1, which a 0-size tensor cannot resolve)
+        return nee.zeros(*oshape, dtype=x.dtype)
     # linear index into the k indexed dims
     strides = np.cumprod((list(inner[1:]) + [1])[::-1])[::-1].tolist() if k else []
     ir = idx.reshape(nb, -1, k)
@@ -305,7 +314,7 @@ def _expand(ctx, node, x, shape):
     if bad:
         raise LoweringError(f"Expand: input shape {list(x.shape)} does not broadcast to shape {list(shp)} "
                             f"(dim {bad[0] - n}: {xs[bad[0]]} vs {ss[bad[0]]})")
-    out = [max(a, b) if 1 in (a, b) else a for a, b in zip(xs, ss)]
+    out = [b if a == 1 else a for a, b in zip(xs, ss)]  # a 1 broadcasts to the other side, 0 included
     x = x.reshape(*xs) if xs else x
     return x.expand(*out).contiguous() if out else x
 

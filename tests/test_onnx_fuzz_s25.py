@@ -1,0 +1,130 @@
+"""ONNX import: cases the differential fuzzer (single-node graphs against onnxruntime, session 25: /tmp/h3/fuzz.py) found.
+
+* Slice with a negative step and a start before the first element (``start < -dim``, INT64_MIN...): ONNX clamps
+  the start into ``[0, dim-1]`` for negative steps, so the slice starts at element 0 (onnxruntime: ``[x[0]]``); the
+  lowering clamped it to -1 and returned nothing.
+* Reshape copying a leading 0-size dim (``shape=[0, 4]`` on a ``(0, 3, 5)`` input): any tail has zero elements;
+  the lowering's "copied leading dims" fast path unflattened the tail and raised.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from neetorch.onnx import InferenceSession  # noqa: E402
+
+
+def _model(node, inputs, inits=(), opset=17):
+    g = helper.make_graph([node], "g", inputs, [helper.make_value_info(o, onnx.TypeProto()) for o in node.output],
+                          initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ort(m, feed):
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def _same(m, feed):
+    got, ref = InferenceSession(m).run(None, feed), _ort(m, feed)
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape, (a.shape, b.shape)
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("start,end,step,dt", [
+    (-2 ** 63, -2 ** 63, -1, np.int64), (-2 ** 31, -2 ** 31, -2, np.int32), (-7, -9, -1, np.int64),
+    (-6, -9, -1, np.int64), (-7, -6, -1, np.int64), (-9, 0, -1, np.int64), (-100, -2 ** 63, -2, np.int64),
+    (-5, -9, -1, np.int64), (3, -9, -1, np.int64), (-1, -6, -1, np.int64), (4, 2, -1, np.int64)])
+def test_slice_negative_step_start_before_the_first_element(start, end, step, dt, const):
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    vals = {"s": [start], "e": [end], "a": [0], "t": [step]}
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2])]
+    feed = {"x": x}
+    inits = []
+    for k, v in vals.items():
+        if const:
+            inits.append(numpy_helper.from_array(np.array(v, dt), k))
+        else:
+            ins.append(helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(np.dtype(dt)), [1]))
+            feed[k] = np.array(v, dt)
+    _same(_model(node, ins, inits), feed)
+
+
+def test_slice_negative_step_on_an_empty_dim():
+    x = np.zeros((1, 0, 1), np.float32)
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             {"s": [-3, -5], "e": [-9, 4], "a": [1, 2], "t": [-1, -1]}.items()]
+    _same(_model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 0, 1])], inits), {"x": x})
+
+
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("xshape,target", [((0, 3, 5), [0, 4]), ((0, 1, 3, 1, 5), [0, 4]),
+                                           ((0, 2, 4, 1, 5), [0, 2, 1]), ((2, 0, 3), [0, 0, 7]),
+                                           ((0, 6), [0, 2, 3]), ((3, 4, 5), [0, -1])])
+def test_reshape_copying_a_zero_size_leading_dim(xshape, target, const):
+    x = np.zeros(xshape, np.float32)
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))]
+    t = np.array(target, np.int64)
+    if const:
+        m = _model(node, ins, [numpy_helper.from_array(t, "shape")])
+        feed = {"x": x}
+    else:
+        m = _model(node, ins + [helper.make_tensor_value_info("shape", TensorProto.INT64, [len(target)])])
+        feed = {"x": x, "shape": t}
+    _same(m, feed)
+
+
+@pytest.mark.parametrize("xshape,target", [((1, 2, 1, 1), [1, 2, 0, 1]), ((1, 4, 4, 2), [0, 4, 4, 2]), ((1,), [0]),
+                                           ((3, 1), [2, 1, 0]), ((0, 1), [0, 5]), ((2, 1), [2, 3])])
+def test_expand_a_one_to_zero(xshape, target):
+    """A dim of 1 broadcasts to the target's 0 (numpy's rule): the lowering took max(1, 0) = 1."""
+    x = np.arange(int(np.prod(xshape)), dtype=np.float32).reshape(xshape)
+    node = helper.make_node("Expand", ["x", "shape"], ["y"])
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))],
+               [numpy_helper.from_array(np.array(target, np.int64), "shape")])
+    _same(m, {"x": x})
+
+
+@pytest.mark.parametrize("xshape,ishape,b", [((0, 5, 3, 4), (0, 5, 3, 0, 1), 3), ((0, 0), (1,), 0),
+                                             ((0, 3, 0, 4), (2, 2), 0), ((2, 3), (0, 2), 0), ((2, 3, 0), (2, 1, 1), 1),
+                                             ((3, 4), (2, 1), 0)])
+def test_gather_nd_with_an_empty_result(xshape, ishape, b):
+    """An empty batch, index list or gathered slice: the empty result (reshape(-1) of 0 elements raised)."""
+    x = np.zeros(xshape, np.float32)
+    idx = np.zeros(ishape, np.int64)
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=b)
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))],
+               [numpy_helper.from_array(idx, "i")])
+    _same(m, {"x": x})
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("axes", [None, []])
+@pytest.mark.parametrize("op", ["ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                                "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd"])
+def test_reduce_of_a_scalar_applies_the_elementwise_term(op, axes, dt):
+    """A rank-0 input has nothing to reduce, but ReduceSumSquare / L1 / LogSum still square / abs / log it (the
+    lowering returned the input unchanged: ReduceSumSquare(-5) gave -5, onnxruntime 25)."""
+    v = np.array(2.5 if op == "ReduceLogSum" else -5, dt) if np.dtype(dt).kind == "i" else \
+        np.array(2.5 if op == "ReduceLogSum" else -0.75, dt)
+    if op == "ReduceLogSum" and np.dtype(dt).kind == "i":
+        v = np.array(3, dt)
+    ins = ["x"] + (["a"] if axes is not None else [])
+    node = helper.make_node(op, ins, ["y"], keepdims=1)
+    inits = [numpy_helper.from_array(np.array(axes, np.int64), "a")] if axes is not None else []
+    m = _model(node, [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dt)), [])],
+               inits, opset=18)
+    got, ref = InferenceSession(m).run(None, {"x": v})[0], _ort(m, {"x": v})[0]
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
