@@ -128,3 +128,16 @@ def test_reduce_of_a_scalar_applies_the_elementwise_term(op, axes, dt):
     got, ref = InferenceSession(m).run(None, {"x": v})[0], _ort(m, {"x": v})[0]
     assert got.dtype == ref.dtype and got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize("maxsplit", [None, 0, 1, 2])
+def test_string_split_whitespace_remainder_trailing_space(maxsplit):
+    """On whitespace (no delimiter) the spec removes leading and trailing whitespace: the remainder a maxsplit
+    leaves lost its trailing space too (str.split keeps it)."""
+    x = np.array([" lead", "a  b ", "a b", "x  y  z  ", "  "], dtype=object)
+    attrs = {} if maxsplit is None else {"maxsplit": maxsplit}
+    node = helper.make_node("StringSplit", ["x"], ["y", "n"], **attrs)
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.STRING, [5])], opset=20)
+    got, ref = InferenceSession(m).run(None, {"x": x}), _ort(m, {"x": x})
+    assert got[0].shape == ref[0].shape and got[0].tolist() == ref[0].tolist()
+    np.testing.assert_array_equal(got[1], ref[1])

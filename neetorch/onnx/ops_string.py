@@ -272,6 +272,10 @@ def _string_split(ctx, node, x):
     maxsplit = node.get("maxsplit")
     maxsplit = -1 if maxsplit is None else int(maxsplit)
     parts = [s.split(sep, maxsplit) for s in x.reshape(-1).tolist()]
+    if sep is None:
+        # the spec: on whitespace, leading or trailing whitespace is removed; str.split keeps the trailing
+        # whitespace of the remainder a maxsplit leaves (onnxruntime: "a  b " maxsplit 1 -> "a", "b")
+        parts = [p[:-1] + [p[-1].rstrip()] if p else p for p in parts]
     lengths = np.array([len(p) for p in parts], dtype=np.int64)
     width = int(lengths.max()) if lengths.size else 0
     out = np.full((len(parts), width), "", dtype=object)
