@@ -141,3 +141,33 @@ def test_string_split_whitespace_remainder_trailing_space(maxsplit):
     got, ref = InferenceSession(m).run(None, {"x": x}), _ort(m, {"x": x})
     assert got[0].shape == ref[0].shape and got[0].tolist() == ref[0].tolist()
     np.testing.assert_array_equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("op,xshape,axes", [("Unsqueeze", (), [0, 1, 3]), ("Unsqueeze", (4, 1), [0, 4]),
+                                            ("Unsqueeze", (1, 1), [0, 0]), ("Unsqueeze", (2,), [-1, 2]),
+                                            ("Squeeze", (1, 3, 1), [3]), ("Squeeze", (1, 3, 1), [1])])
+@pytest.mark.parametrize("const", [True, False])
+def test_invalid_squeeze_unsqueeze_axes_raise(op, xshape, axes, const):
+    """Axes out of range, given twice (Unsqueeze), or (Squeeze) of a dim other than 1: onnxruntime fails; so does
+    neetorch, naming the node (the axes wrapped around, or a dim was left alone, before).  Squeeze's repeated axis
+    is squeezed once, as onnxruntime does."""
+    node = helper.make_node(op, ["x", "a"], ["y"], name="n0")
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))]
+    feed = {"x": np.zeros(xshape, np.float32)}
+    a = np.array(axes, np.int64)
+    if const:
+        m = _model(node, ins, [numpy_helper.from_array(a, "a")])
+    else:
+        m = _model(node, ins + [helper.make_tensor_value_info("a", TensorProto.INT64, [len(axes)])])
+        feed["a"] = a
+    with pytest.raises(Exception):
+        _ort(m, feed)
+    with pytest.raises(Exception, match="n0"):
+        InferenceSession(m).run(None, feed)
+
+
+def test_squeeze_repeated_axis_once():
+    node = helper.make_node("Squeeze", ["x", "a"], ["y"])
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])],
+               [numpy_helper.from_array(np.array([0, -3], np.int64), "a")])
+    _same(m, {"x": np.arange(3, dtype=np.float32).reshape(1, 3, 1)})

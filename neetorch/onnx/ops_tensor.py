@@ -95,12 +95,31 @@ def _transpose(ctx, node, x):
     return x.permute(*perm) if x.ndim else x
 
 
+def _axes(node, ax, n, repeat=False) -> list:
+    """``ax`` normalized into [0, n); an axis out of range, or given twice unless ``repeat`` (Squeeze: once), is
+    an error naming the node (as onnxruntime; out of range axes used to wrap around)."""
+    out = []
+    for a in ax:
+        if not -n <= a < n:
+            raise LoweringError(f"node {node.name} ({node.op_type}): axis {a} is out of range [{-n}, {n})")
+        out.append(a % n)
+    if len(set(out)) != len(out):
+        if not repeat:
+            raise LoweringError(f"node {node.name} ({node.op_type}): axes {list(ax)} name an axis twice")
+        out = sorted(set(out))
+    return out
+
+
 @op("Squeeze")
 def _squeeze(ctx, node, x, axes=None):
     ax = ctx.ints(axes) if axes is not None else node.get("axes")
     if ax is None:
         ax = [i for i, s in enumerate(x.shape) if s == 1]
-    for a in sorted((a % x.ndim for a in ax), reverse=True):
+    ax = _axes(node, ax, x.ndim, repeat=True)
+    for a in ax:
+        if x.shape[a] != 1:
+            raise LoweringError(f"node {node.name} (Squeeze): dim {a} of the input {list(x.shape)} is not 1")
+    for a in sorted(ax, reverse=True):
         x = x.squeeze(a)
     return x
 
@@ -108,8 +127,7 @@ def _squeeze(ctx, node, x, axes=None):
 @op("Unsqueeze")
 def _unsqueeze(ctx, node, x, axes=None):
     ax = ctx.ints(axes) if axes is not None else node.get("axes")
-    n = x.ndim + len(ax)
-    for a in sorted(a % n for a in ax):
+    for a in sorted(_axes(node, ax, x.ndim + len(ax))):
         x = x.unsqueeze(a)
     return x
 
