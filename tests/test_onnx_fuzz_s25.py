@@ -171,3 +171,17 @@ def test_squeeze_repeated_axis_once():
     m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])],
                [numpy_helper.from_array(np.array([0, -3], np.int64), "a")])
     _same(m, {"x": np.arange(3, dtype=np.float32).reshape(1, 3, 1)})
+
+
+@pytest.mark.parametrize("xshape,ishape,ushape,dt", [((4, 0), (1,), (0,), np.bool_), ((3, 1, 0, 3), (0, 1), (0, 1, 0, 3), np.int8),
+                                                     ((2, 4, 4, 0), (1, 2), (1, 4, 0), np.float32),
+                                                     ((3, 4), (0, 1), (0, 4), np.float32)])
+def test_scatter_nd_nothing_written(xshape, ishape, ushape, dt):
+    """An empty index list, slice or data: the data back (the linearization's reshape(-1) raised)."""
+    x = (np.arange(int(np.prod(xshape))) % 3).astype(dt).reshape(xshape)
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"])
+    tt = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    m = _model(node, [helper.make_tensor_value_info("x", tt, list(xshape)),
+                      helper.make_tensor_value_info("u", tt, list(ushape))],
+               [numpy_helper.from_array(np.zeros(ishape, np.int64), "i")])
+    _same(m, {"x": x, "u": np.zeros(ushape, dt)})

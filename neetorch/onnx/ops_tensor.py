@@ -301,6 +301,8 @@ def _scatter_nd(ctx, node, x, idx, upd):
     idx = idx.to(nee.int64)
     k = idx.shape[-1]
     shp = tuple(x.shape)
+    if x.numel() == 0 or upd.numel() == 0:
+        return x.clone()    # nothing written (an empty index list, slice or data): the data, as onnxruntime
     inner, rest = shp[:k], shp[k:]
     strides = np.cumprod((list(inner[1:]) + [1])[::-1])[::-1].tolist()
     ir = idx.reshape(-1, k)
