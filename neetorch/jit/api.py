@@ -195,6 +195,9 @@ class JitFunction:
             memos = passes.memo_product_weights(g, self._frozen, self._frozen_lock)
             # the other constants that are views of captured tensors (a memo follows ``.data =`` itself)
             vguards = passes.view_guards(g)
+        # (the tracer's record of the views taken of captured tensors, read above: not kept with the graph, whose
+        # cache would hold those views, intermediate ones included, until the function dies)
+        g.__dict__.pop("const_views", None)
         g = passes.run_pipeline(g, on_stage)
         g = _placement.place(g)   # nodes a non-CPU input device does not claim go to the CPU, transfers explicit
         if on_stage and g.placement.transfers:
