@@ -35,12 +35,14 @@ M4 = np.array([True, False, False, True])
 BASIC = [0, -1, (1, 2), (-4, -5, -6), slice(None), slice(1, 3), slice(None, None, 2), slice(-3, None),
          slice(10, 20), slice(3, 1), (Ellipsis, 1), (None,), (None, 0, None), (1, Ellipsis, None),
          (slice(None), None, slice(1, None, 3)), (Ellipsis,), (), (0, 0, 0), (slice(0, 0),),
-         (True,), (False,), (slice(None), True)]
+         (None, None)]
 ADV = [I2, (I2,), (slice(None), I2), (I2, I2), (I2[:, None], slice(None), I3), (slice(None), I2, I2[::-1].copy()),
        (I3, Ellipsis), (Ellipsis, I3), (None, I2, None, 1), (slice(None), I2, 0), (slice(None), I2, slice(None), None),
        (1, I2, I2[:1].copy()), M4, (slice(None), M5), (slice(None), M5, np.array([0, 1, 5])), (X[:, :, 0] > 50,),
        (X > 60,), (np.array([], dtype=np.int64),), ([0, 3],), (I2, [1, 4]), ([[0, 1], [2, 3]],), ([True, False, True, False],),
-       (np.array([1, 2], dtype=np.int32),), (slice(None), [], slice(None))]
+       (np.array([1, 2], dtype=np.int32),), (slice(None), [], slice(None)),
+       # a Python bool is an advanced index in torch (an index tensor on an unsqueezed dim): a copy
+       (True,), (False,), (slice(None), True), True, (I2, True), (True, slice(None), I2)]
 
 
 @pytest.mark.parametrize("idx", BASIC, ids=repr)

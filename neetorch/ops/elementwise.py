@@ -950,6 +950,18 @@ def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; either bound may be None or a tensor (``torch.clamp``)."""
     if min is None and max is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    if min is not None and max is not None and isinstance(min, Tensor) != isinstance(max, Tensor):
+        # torch has a Scalar and a Tensor overload: a number beside a tensor bound selects the Scalar one, where
+        # a 0-d tensor is read as a number (it promotes like one) and a tensor with dims is refused
+        t = min if isinstance(min, Tensor) else max
+        if t.ndim:
+            raise TypeError(f"clamp() received an invalid combination of arguments - got (Tensor, "
+                            f"{type(min).__name__}, {type(max).__name__}): the bounds must be both tensors or "
+                            f"both numbers (a 0-d tensor passes as a number)")
+        if t is min:
+            min = min.item()
+        else:
+            max = max.item()
     if _is_scalar(min) or _is_scalar(max):  # torch refuses scalar bounds that overflow the result dtype
         rdt = result_type(*[a for a in (input, min, max) if a is not None])
         for bound in (min, max):
@@ -1052,7 +1064,7 @@ def masked_fill(input, mask, value):
     # out of place the result has the broadcast shape of input and mask (torch); masked_fill_ refuses a mask
     # that would grow self (Tensor.masked_fill_ checks the result's shape)
     broadcast_shapes(tuple(input.shape), tuple(mask.shape), op="masked_fill")
-    return apply(_where, mask, _scalar_tensor(value, input._dtype, input._device), input)
+    return apply(_where, mask, _scalar_tensor(value, input._dtype, input._device), input, _layout=False)   # (torch: a contiguous clone, then masked_fill_)
 
 
 @export

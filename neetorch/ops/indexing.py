@@ -220,11 +220,12 @@ def _apply_basic(x: Tensor, index):
             nshape.append(1)
             nstrides.append(0)
         elif k == "bool":
+            # torch records a Python bool as an index tensor (boolToIndexingTensor: [0] for True, [] for False)
+            # on an unsqueezed dim: an advanced index (a copy) that broadcasts with the other advanced ones
+            from ..tensor.creation import zeros
             nshape.append(1)
             nstrides.append(0)
-            if not e[1]:
-                from ..tensor.creation import zeros
-                adv.append((len(nshape) - 1, "idx", zeros(0, dtype=_dt.int64, device=x._device)))
+            adv.append((len(nshape) - 1, "idx", zeros(1 if e[1] else 0, dtype=_dt.int64, device=x._device)))
         elif k == "int":
             i, n = e[1], shape[src]
             if not -n <= i < n:
@@ -426,9 +427,10 @@ def setitem(self: Tensor, index, value) -> None:
             return
         except (IndexError, ValueError, OverflowError):
             pass  # nothing was written; the general path below raises torch's message
-    v, adv = _apply_basic(self, index)
     if index is False:
         return  # torch writes nothing for a lone False index (and checks nothing)
+    # a lone True: torch's copy into an unsqueezed view (in a tuple, True is an index tensor: _apply_basic)
+    v, adv = (self.unsqueeze(0), []) if index is True else _apply_basic(self, index)
     if 0 in v._data.strides:
         if adv:
             _warn_expanded(v)

@@ -713,18 +713,25 @@ def _vector_norm(x, ord, dims, keepdim, name):
     elif ord == 1:
         r = run(SUM, [x.abs()], a)[0]
     elif ord == math.inf or ord == -math.inf:
-        red = range(x.ndim) if dims is None or (not dims and dims != 0) else (
-            [dims] if isinstance(dims, int) else dims)
-        if x.numel() == 0 and (x.ndim == 0 or 0 in [x.shape[d] for d in red]):  # an empty reduced dim
-            raise RuntimeError(f"{name}: Expected a non-empty tensor for ord={ord}: the inf norm has no identity "
-                               f"on an empty dimension (input shape {tuple(x.shape)})")
+        _check_norm_identity(x, ord, dims, name)
         r = run(AMAX if ord > 0 else AMIN, [x.abs()], a)[0]
     elif ord == 0:
         r = run(COUNT_NONZERO, [x], a)[0].to(x._dtype)
     else:
         p = float(ord)
+        if p < 0:    # (torch: a negative order has no identity either: 0 ** -p is inf)
+            _check_norm_identity(x, ord, dims, name)
         r = run(SUM, [x.abs() ** p], a)[0] ** (1.0 / p)
     return r.to(odt)
+
+
+def _check_norm_identity(x, ord, dims, name):
+    """torch refuses the inf and negative-order norms over an empty reduced dim (they have no identity)."""
+    red = range(x.ndim) if dims is None or (not dims and dims != 0) else (
+        [dims] if isinstance(dims, int) else dims)
+    if x.numel() == 0 and (x.ndim == 0 or 0 in [x.shape[d] for d in red]):  # an empty reduced dim
+        raise RuntimeError(f"{name}: Expected a non-empty tensor for ord={ord}: the {ord} norm has no identity "
+                           f"on an empty dimension (input shape {tuple(x.shape)})")
 
 
 def _norm_dtype(x, dtype, op):
