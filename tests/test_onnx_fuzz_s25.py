@@ -185,3 +185,14 @@ def test_scatter_nd_nothing_written(xshape, ishape, ushape, dt):
                       helper.make_tensor_value_info("u", tt, list(ushape))],
                [numpy_helper.from_array(np.zeros(ishape, np.int64), "i")])
     _same(m, {"x": x, "u": np.zeros(ushape, dt)})
+
+
+@pytest.mark.parametrize("op,xshape", [("Hardmax", (2, 0)), ("Hardmax", (0, 3)), ("DynamicQuantizeLinear", (0, 3)),
+                                       ("DynamicQuantizeLinear", (3,)), ("DynamicQuantizeLinear", (2, 2))])
+def test_empty_and_all_zero_inputs(op, xshape):
+    """Hardmax along an empty axis and DynamicQuantizeLinear of nothing raised (argmax / amin of 0 elements); an
+    all-zero DynamicQuantizeLinear input has scale 1 (onnxruntime), not 0."""
+    outs = 3 if op == "DynamicQuantizeLinear" else 1
+    node = helper.make_node(op, ["x"], [f"y{i}" for i in range(outs)])
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))], opset=20)
+    _same(m, {"x": np.zeros(xshape, np.float32)})

@@ -415,6 +415,8 @@ def _logsoftmax(ctx, node, x):
 @op("Hardmax")
 def _hardmax(ctx, node, x):
     def hm(t, d):
+        if t.shape[d] == 0:     # nothing to pick along an empty axis: the empty result, as onnxruntime
+            return nee.zeros(*t.shape, dtype=t.dtype)
         idx = nee.argmax(t, d, keepdim=True)
         ar = nee.arange(t.shape[d], device=t.device).reshape(*([-1] + [1] * (t.ndim - 1 - d)))
         return (ar == idx).to(t.dtype)
@@ -702,15 +704,25 @@ def _dequantize(ctx, node, x, scale, zp=None):
     return (xf * s.to(nee.float32)).to(scale.dtype)
 
 
+def dynamic_quant(x):
+    """DynamicQuantizeLinear's rule (onnxruntime's): (the uint8 values as floats, scale, zero point as a float) over
+    the range of ``x`` widened to hold 0; an empty range (all zeros, or no elements) has scale 1 (ONNX's reference:
+    1 / 255; the spec: 0)."""
+    zero = nee.zeros((), dtype=x.dtype)
+    if x.numel() == 0:
+        lo = hi = zero
+    else:
+        lo = nee.minimum(nee.amin(x, tuple(range(x.ndim))), zero)
+        hi = nee.maximum(nee.amax(x, tuple(range(x.ndim))), zero)
+    scale = nee.where(hi == lo, nee.ones((), dtype=x.dtype), (hi - lo) / 255.0)
+    zp = nee.round(nee.clamp(0.0 - lo / scale, 0.0, 255.0))
+    return nee.clamp(nee.round(x / scale) + zp, 0.0, 255.0), scale, zp
+
+
 @op("DynamicQuantizeLinear")
 def _dql(ctx, node, x):
-    lo = nee.minimum(nee.amin(x, tuple(range(x.ndim))), nee.zeros((), dtype=x.dtype))
-    hi = nee.maximum(nee.amax(x, tuple(range(x.ndim))), nee.zeros((), dtype=x.dtype))
-    scale = (hi - lo) / 255.0
-    zp = nee.clamp(nee.round(0.0 - lo / scale), 0.0, 255.0)
-    y = nee.clamp(nee.round(x / scale) + zp, 0.0, 255.0)
+    y, scale, zp = dynamic_quant(x)
     return y.to(nee.uint8), scale, zp.to(nee.uint8)
-
 
 
 @op("DFT")

@@ -1163,13 +1163,9 @@ def _dyn_qmm(a, wq, w_s, w_zp):
     """onnxruntime's quantized GEMM of DynamicQuantizeLSTM: ``a`` (any leading dims, K last) quantized to uint8
     with one scale / zero point over all of it (DynamicQuantizeLinear's rule), times the int8/uint8 [K, N]
     weights less their zero point, exactly, then scaled by a_scale * w_scale (per tensor or per column)."""
-    zero = nee.zeros((), dtype=a.dtype)
-    dims = tuple(range(a.ndim))
-    lo = nee.minimum(nee.amin(a, dims), zero)
-    hi = nee.maximum(nee.amax(a, dims), zero)
-    scale = nee.where(hi == lo, nee.ones((), dtype=a.dtype), (hi - lo) / 255.0)
-    zp = nee.round(nee.clamp(0.0 - lo / scale, 0.0, 255.0))
-    qa = nee.clamp(nee.round(a / scale) + zp, 0.0, 255.0) - zp
+    from .ops_math import dynamic_quant
+    qa, scale, zp = dynamic_quant(a)
+    qa = qa - zp
     wf = wq.to(nee.float64) - w_zp.to(nee.float64)
     acc = nee.matmul(qa.to(nee.float64), wf)  # integer sums: exact
     return acc.to(a.dtype) * (scale * w_s.to(a.dtype))
