@@ -196,3 +196,28 @@ def test_empty_and_all_zero_inputs(op, xshape):
     node = helper.make_node(op, ["x"], [f"y{i}" for i in range(outs)])
     m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))], opset=20)
     _same(m, {"x": np.zeros(xshape, np.float32)})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("xshape,attrs", [((1, 2, 2, 2), {"kernel_shape": [3, 3]}),
+                                          ((1, 2, 2, 2), {"kernel_shape": [3, 3], "auto_pad": "VALID"}),
+                                          ((2, 1, 5), {"kernel_shape": [6]}),
+                                          ((1, 1, 4, 2), {"kernel_shape": [2, 3], "strides": [2, 1]}),
+                                          ((1, 1, 2, 2, 2), {"kernel_shape": [3, 1, 1]})])
+def test_pool_window_larger_than_input(op, xshape, attrs):
+    """An output size of 0 (the window one past the input): onnxruntime's empty output (torch's pools raise "Output
+    size is too small"); a larger window is an error in both, naming the node."""
+    outs = 2 if op == "MaxPool" and len(xshape) < 5 else 1
+    node = helper.make_node(op, ["x"], [f"y{i}" for i in range(outs)], **attrs)
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))])
+    _same(m, {"x": np.ones(xshape, np.float32)})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_window_far_larger_than_input_raises(op):
+    node = helper.make_node(op, ["x"], ["y"], name="p0", kernel_shape=[7])
+    m = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 5])])
+    with pytest.raises(Exception):
+        _ort(m, {"x": np.ones((2, 1, 5), np.float32)})
+    with pytest.raises(Exception, match="p0.*larger than the padded input"):
+        InferenceSession(m).run(None, {"x": np.ones((2, 1, 5), np.float32)})

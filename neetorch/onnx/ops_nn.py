@@ -205,18 +205,36 @@ def _pool_out(n, k, s, d, lo, hi, ceil):
     return int(math.ceil(v) if ceil else math.floor(v))
 
 
+def _empty_pool(node, x, k, s, d, pads, ceil):
+    """A pool whose window does not fit: an output size of 0 (the kernel one past the padded input) is onnxruntime's
+    empty result (torch's pools raise "Output size is too small"), a negative one its error, naming the node; None
+    when every output dim has a window."""
+    nsp = x.ndim - 2
+    outs = [_pool_out(x.shape[2 + i], k[i], s[i], d[i], pads[i], pads[i + nsp], ceil) for i in range(nsp)]
+    if min(outs) > 0:
+        return None
+    if min(outs) < 0:
+        raise LoweringError(f"node {node.name} ({node.op_type}): the window (kernel {list(k)}, dilations {list(d)}) "
+                            f"is larger than the padded input {list(x.shape[2:])} (pads {list(pads)})")
+    y = nee.zeros(x.shape[0], x.shape[1], *outs, dtype=x.dtype)
+    return (y, nee.zeros(*y.shape, dtype=nee.int64)) if node.nout > 1 else y
+
+
 @op("MaxPool")
 def _maxpool(ctx, node, x):
     nsp = x.ndim - 2
-    if nsp == 3:
-        return _pool3d(ctx, node, x, _maxpool)
-    if nsp not in (1, 2):
-        raise LoweringError(f"MaxPool with {nsp} spatial dims is not supported")
     k = node.get("kernel_shape")
     s = node.get("strides") or [1] * nsp
     d = node.get("dilations") or [1] * nsp
     ceil = bool(node.get("ceil_mode", 0))
     pads = _auto_pads(node, list(x.shape[2:]), k, s, d)
+    e = _empty_pool(node, x, k, s, d, pads, ceil)
+    if e is not None:
+        return e
+    if nsp == 3:
+        return _pool3d(ctx, node, x, _maxpool)
+    if nsp not in (1, 2):
+        raise LoweringError(f"MaxPool with {nsp} spatial dims is not supported")
     x2 = _to2d(x) if nsp == 1 else x
     k2, s2, d2 = ([1] + k, [1] + s, [1] + d) if nsp == 1 else (k, s, d)
     p2 = ([0] + pads[:1] + [0] + pads[1:]) if nsp == 1 else pads
@@ -314,6 +332,9 @@ def _avgpool(ctx, node, x):
     ceil = bool(node.get("ceil_mode", 0))
     cip = bool(node.get("count_include_pad", 0))
     pads = _auto_pads(node, list(x.shape[2:]), k, s, d)
+    e = _empty_pool(node, x, k, s, d, pads, ceil)
+    if e is not None:
+        return e
     if nsp not in (1, 2) or any(v != 1 for v in d) or ceil:
         return _pool_taps(ctx, x, k, s, d, pads, ceil, "avg", cip)
     x2 = _to2d(x) if nsp == 1 else x
