@@ -195,3 +195,25 @@ def test_views_taken_while_tracing_are_not_kept(freeze):
     _eq(jf(x), x @ W[1].t())
     gc.collect()
     assert refs and refs[0]() is None
+
+
+def test_reshape_of_an_input_on_the_fast_path():
+    """A reshape of a caller's input is made from the numpy array on the fast path (not the view function), in a
+    shape-polymorphic executable too: traced and other sizes alternating, a non-contiguous input, and writes
+    through the result reaching the input as eager's view does."""
+    def f(x):
+        y = x.reshape(-1, 6)
+        return y * 2, y.sum(0)
+    jf = nee.jit(f, dynamic={0: 0}, buckets=[4, 8])
+    for n in (4, 3, 4, 2, 4):
+        x = nee.randn(n, 2, 3)
+        for a, b in zip(jf(x), f(x)):
+            _eq(a, b)
+    xt = nee.randn(3, 2, 4).permute(2, 1, 0)      # (4, 2, 3), not contiguous: the view function's copy
+    for a, b in zip(jf(xt), f(xt)):
+        _eq(a, b)
+    g = nee.jit(lambda x: x.reshape(6).add_(1))
+    x, xe = nee.zeros(2, 3), nee.zeros(2, 3)
+    g(x)
+    xe.reshape(6).add_(1)
+    _eq(x, xe)
