@@ -217,3 +217,22 @@ def test_reshape_of_an_input_on_the_fast_path():
     g(x)
     xe.reshape(6).add_(1)
     _eq(x, xe)
+
+
+def test_written_input_viewing_a_replaced_constant():
+    """The aliasing check's per-graph part follows a captured tensor's storage replaced by ``.data =``."""
+    W, We = nee.ones(4), nee.ones(4)
+
+    def k(x):
+        x.mul_(3)
+        return x.sum() + W
+
+    def ke(x):
+        x.mul_(3)
+        return x.sum() + We
+    jk = nee.jit(k)
+    _eq(jk(nee.ones(2)), ke(nee.ones(2)))
+    W.data = nee.full((4,), 2.0)
+    We.data = nee.full((4,), 2.0)
+    _eq(jk(W[:2]), ke(We[:2]))
+    _eq(W, We)

@@ -576,12 +576,13 @@ def _aliased_writes(g, ins) -> bool:
     another of its tensors (the same tensor twice, overlapping views, an input that is a view of written state) or
     with a constant the graph reads or computed at trace time: the trace took them as distinct values, so a read of
     the other after the write would see the old values (eager sees the new).  What depends only on the state
-    tensors' storages and the constants is worked out once per set of storages (:func:`_alias_static`); per call,
+    tensors' and the constants' storages is worked out once per set of storages (:func:`_alias_static`); per call,
     the caller's tensors (few) are each looked up by their memory's owner.  Non-CPU tensors are not checked."""
     na = len(ins) - len(g.state)
     c = g.__dict__.get("_alias")
-    if c is None or not all(map(_is, [t._data for t in g.state], c[0])):
-        c = g._alias = ([t._data for t in g.state], _alias_static(g, ins, na))
+    now = [t._data for t in g.state] + [t._data for t in g.consts.values()]   # (``.data =`` replaces them)
+    if c is None or not all(map(_is, now, c[0])):
+        c = g._alias = (now, _alias_static(g, ins, na))
     static, wstate, sroots, croots, wargs = c[1]
     if static:
         return True
