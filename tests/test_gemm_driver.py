@@ -284,19 +284,24 @@ def test_public_ops_at_default_thresholds(monkeypatch, dtype):
         threads.set_num_threads(old)
 
 
-@pytest.mark.parametrize("split", [0, 1])
-@pytest.mark.parametrize("nthreads", [1, 3])
-def test_epilogue_runs_on_every_block_once(split, nthreads):
-    """with_epilogue: an elementwise kernel (out = 2 * product + row) runs on each block, at the
-    block's offset in every operand (an output inside a larger array, a broadcast row), once."""
+def _axpy_addr() -> int:
+    """Address of an LLVM elementwise kernel ``out = 2 * a + b`` (float32), the epilogue the tests run."""
     from neetorch.devices.cpu import elementwise as ew
     from neetorch.devices.cpu import llvm_render
     kern, _ = ew.load_group("test_epi", "axpy", ["float32", "float32"], ["float32"],
                             ["t0 = np.float32(v0 * np.float32(2.0) + v1)"], ["t0"])
     if not isinstance(kern, llvm_render.LLVMKernel):
         pytest.skip("NEE_CPU_RENDERER=numba: no LLVM kernel")
-    addr = llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, ()),
+    return llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, ()),
                                   lambda: llvm_render.render_ir(kern.name, *kern.pieces, variant=()))
+
+
+@pytest.mark.parametrize("split", [0, 1])
+@pytest.mark.parametrize("nthreads", [1, 3])
+def test_epilogue_runs_on_every_block_once(split, nthreads):
+    """with_epilogue: an elementwise kernel (out = 2 * product + row) runs on each block, at the
+    block's offset in every operand (an output inside a larger array, a broadcast row), once."""
+    addr = _axpy_addr()
     a, b, row = _r(45, 19), _r(19, 77), _r(77)
     acc = np.full((45, 77), np.nan, np.float32)
     big = np.full((50, 80), np.nan, np.float32)       # the output: big[3:48, 2:79]
@@ -325,14 +330,8 @@ def test_epilogue_descriptors_own_their_tables(nthreads):
     the caller's array overwritten (or freed: a fused matmul's plan replaced by another thread while a call
     with its descriptor ran, the session-24 jit thread race: the row kernel's input read one element off)
     after the descriptor is made changes nothing it computes."""
-    from neetorch.devices.cpu import elementwise as ew
     from neetorch.devices.cpu import llvm_render
-    kern, _ = ew.load_group("test_epi", "axpy", ["float32", "float32"], ["float32"],
-                            ["t0 = np.float32(v0 * np.float32(2.0) + v1)"], ["t0"])
-    if not isinstance(kern, llvm_render.LLVMKernel):
-        pytest.skip("NEE_CPU_RENDERER=numba: no LLVM kernel")
-    addr = llvm_render.compile_ir(llvm_render.kernel_key(kern.prefix, kern.pieces, ()),
-                                  lambda: llvm_render.render_ir(kern.name, *kern.pieces, variant=()))
+    addr = _axpy_addr()
     a, b, row = _r(37, 19), _r(19, 48), _r(48)
     acc, out = np.empty((37, 48), np.float32), np.full((37, 48), np.nan, np.float32)
     d = G.plan(acc, a, b, nthreads, 3, 0, 1, 4)

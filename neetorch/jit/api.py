@@ -478,17 +478,13 @@ class JitFunction:
         """Per call: has a captured tensor the graph's guarded copies (passes.check_weights), constant views
         (passes.check_view_guards) or trace-time constants (passes.check_const_guards) rest on changed?  Then
         the function was re-specialized."""
-        memos = getattr(g, "weight_memos", None)
-        if memos is not None:
+        memos, vguards = getattr(g, "weight_memos", None), getattr(g, "view_guards", None)
+        if memos is not None or vguards is not None:
             try:
-                passes.check_weights(memos)
-            except passes.WeightsChanged:
-                self._respecialize()
-                return True
-        vguards = getattr(g, "view_guards", None)
-        if vguards is not None:
-            try:
-                passes.check_view_guards(vguards)
+                if memos is not None:
+                    passes.check_weights(memos)
+                if vguards is not None:
+                    passes.check_view_guards(vguards)
             except passes.WeightsChanged:
                 self._respecialize()
                 return True
