@@ -113,7 +113,10 @@ def test_op_routes_unpadded_stride1_1x1(nthreads, monkeypatch):
              # a "squeeze" (16 outputs from 64 inputs): conv_direct's "chan" kernel with the 8-lane kernels, the
              # packed tasks with the 16-lane ones on planes of 729+ pixels (session 20), the chan kernel below
              ((1, 64, 55, 55), (16, 64, 1, 1), 1, 0, 1, P.available() and L.PK_VEC == 16),
-             ((1, 64, 13, 13), (16, 64, 1, 1), 1, 0, 1, False),
+             # below 729 pixels the direct kernel's when its rule takes it, else (session 27) the packed kernel, not
+             # the GEMM (3x faster bound: /tmp/lead/c5.py, 64 -> 16 on 13x13 5 vs 15 us)
+             ((1, 64, 13, 13), (16, 64, 1, 1), 1, 0, 1,
+              P.available() and not D.pays((1, 64, 13, 13), (16, 64, 1, 1), (1, 16, 13, 13), 1, 1, 0, 0, 0, 0, 1, 1, 1)),
              # fewer than _MIN_K inputs per group (ShuffleNet's first grouped 1x1): conv_direct's "pix" kernel
              ((1, 24, 28, 28), (112, 6, 1, 1), 1, 0, 4, False),
              # strided (session 20: the stride-1 conv of the subsampled 7x7 input, conv._strided_1x1: taken as that

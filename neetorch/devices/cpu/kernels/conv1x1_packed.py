@@ -729,16 +729,17 @@ def _direct_takes(xs, ws, rs, sh, sw, G) -> bool:
     return conv_direct.takes_1x1(xs, ws, rs, sh, sw, G)
 
 
-def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False) -> bool:
+def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False, squeezes: bool = False) -> bool:
     """The cost rule (shapes only; the operands' dtypes and layouts are :func:`applies`'): the unpadded stride-1
     1x1 convs on a host with the kernel, with NEE_CONV_PK1X1 on, whose planes fill at least _MIN_LANE_USE of their
     panels' columns, of _MIN_K input channels per group or more, but the "squeezes" (_SQUEEZE_MAX_O) and the big
     products (_BIG_FLOPS on _BIG_MIN_L pixels) the fused variant does not take (:func:`_fused_for`: strided 1x1s
     only there too).
     Measured against the paths it replaces (conv_direct's kernels, OpenBLAS with the epilogue in gemm_driver's
-    blocks, numpy's batched group GEMMs): see _DIRECT_MIN_L and _MIN_K."""
+    blocks, numpy's batched group GEMMs): see _DIRECT_MIN_L and _MIN_K.  ``squeezes``: the squeezes too (asked
+    where the direct kernel declines one: conv_direct.route)."""
     key = (rs[2], rs[3], ws[0], ws[1], ws[2], ws[3], sh, sw, pt, pb, pl, pr, G, ON[0], FORCE[0], FUSED[0],
-           _FUSED_MIN_L[0], bool(pre), threads.NUM_THREADS)
+           _FUSED_MIN_L[0], bool(pre), threads.NUM_THREADS, squeezes)
     r = _pays.get(key)
     if r is None:
         r = False
@@ -750,7 +751,7 @@ def pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G: int, pre: bool = False) -> bool:
                 from . import linalg
                 L = rs[2] * rs[3]
                 Og, Cg = ws[0] // max(G, 1), ws[1]
-                squeeze = Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og and \
+                squeeze = not squeezes and Og <= _SQUEEZE_MAX_O and Cg >= _SQUEEZE_RATIO * Og and \
                     (linalg.PK_VEC == 8 or L < _SQUEEZE16_MIN_L)
                 r = (L > 0 and L >= _MIN_LANE_USE * (-(-L // linalg.PK_NR) * linalg.PK_NR) and Cg >= _MIN_K
                      and not squeeze and (linalg.PK_VEC == 8 or L >= _PK16_MIN_L or pre or _fused_for(rs, (sh, sw))

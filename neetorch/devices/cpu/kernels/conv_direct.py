@@ -1900,10 +1900,10 @@ def applies(x, w, res, G) -> bool:
             and res.flags.c_contiguous and w.shape[1] > 0 and available())
 
 
-def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre=False) -> bool:
+def _pk1x1_takes(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre=False, squeezes=False) -> bool:
     """Whether kernels/conv1x1_packed.py takes this conv (its cost rule; not the per-channel 1x1s of depthwise
-    shape); ``pre``: the conv has an input prologue (fused only into that kernel)."""
-    return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre)
+    shape); ``pre``: the conv has an input prologue (fused only into that kernel); ``squeezes``: see its pays."""
+    return not (ws[1] == 1 and G > 1) and conv1x1_packed.pays(xs, ws, rs, sh, sw, pt, pb, pl, pr, G, pre, squeezes)
 
 
 def route(x, w, res, attrs, kept: bool, pre: bool = False):
@@ -1928,6 +1928,14 @@ def route(x, w, res, attrs, kept: bool, pre: bool = False):
         # strided copy on the calling thread, then the stride-1 conv, the same sums in the same order)
         xs, sh, sw = (xs[0], xs[1], res.shape[2], res.shape[3]), 1, 1
     if mode != "1" and not (kept and pays(xs, w.shape, res.shape, sh, sw, pt, pb, pl, pr, dh, dw, attrs["groups"])):
+        # a squeeze the packed kernel's rule leaves to this one, which declines it: the packed kernel, not the GEMM
+        # (1 thread, bound step vs conv2d_into's GEMM, + residual, min of 200, us: MobileNetV3's 240 -> 40 on 14x14
+        # 23.5 vs 46.5, 576 -> 24 on 14x14 36 vs 65, 960 -> 40 on 7x7 26 vs 49, 384 -> 16 on 13x13 17 vs 33, 640 ->
+        # 40 on 56x56 696 vs 1523; /tmp/lead/c4.py, session 27)
+        if mode == "" and w.ndim == 4 and w.shape[2] == w.shape[3] == 1 and not pre and _pk1x1_takes(
+                x.shape, w.shape, res.shape, attrs["stride"][0], attrs["stride"][1], pt, pb, pl, pr, attrs["groups"],
+                squeezes=True):
+            return "pk1x1"
         return None
     return "direct"
 
