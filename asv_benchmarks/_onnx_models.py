@@ -14,7 +14,10 @@ random weights (no download, no torch), or read from the ``light`` model tests s
   Softmax, Erf-based GELU, LayerNormalization), symbolic ``batch``/``seq`` dims;
 - ``gpt_step``: a GPT-style decoder's single-token step: fused QKV MatMul + Split, past key/value
   inputs concatenated with the new token's (``present_*`` outputs), pre-norm, GELU MLP;
-- ``mlp``: Gemm(transB=1)+Relu layers, as ``torch.onnx.export`` writes ``nn.Linear`` on 2-D inputs.
+- ``mlp``: Gemm(transB=1)+Relu layers, as ``torch.onnx.export`` writes ``nn.Linear`` on 2-D inputs;
+- ``mobilenet_v3``: MobileNetV3-Small at 224x224 as ``torch.onnx.export`` writes torchvision's (batch norms folded
+  into the convs): 1x1 expansions and projections, 3x3 / 5x5 depthwise convs, HardSwish / Relu, squeeze-and-
+  excitation blocks (GlobalAveragePool, two 1x1 convs, HardSigmoid, Mul), residual Adds, a Gemm head.
 
 :func:`spec` returns a :class:`ModelSpec` (model, input feed, and for the decoder the bytes one
 step must read); sizes are the issue's, or tiny ones with ``tiny=True`` (smoke tests).
@@ -217,6 +220,55 @@ def mlp(batch=64, sizes=(784, 1024, 1024, 10), seed=0) -> ModelSpec:
     return ModelSpec("mlp", m, feed, info={"batch": batch, "sizes": sizes})
 
 
+# MobileNetV3-Small's blocks (torchvision): (in, kernel, expanded, out, squeeze-excite, HardSwish, stride)
+_MV3_SMALL = ((16, 3, 16, 16, 1, 0, 2), (16, 3, 72, 24, 0, 0, 2), (24, 3, 88, 24, 0, 0, 1), (24, 5, 96, 40, 1, 1, 2),
+              (40, 5, 240, 40, 1, 1, 1), (40, 5, 240, 40, 1, 1, 1), (40, 5, 120, 48, 1, 1, 1),
+              (48, 5, 144, 48, 1, 1, 1), (48, 5, 288, 96, 1, 1, 2), (96, 5, 576, 96, 1, 1, 1),
+              (96, 5, 576, 96, 1, 1, 1))
+
+
+def mobilenet_v3(batch=1, size=224, width=1.0, seed=0) -> ModelSpec:
+    """MobileNetV3-Small (see the module docs); ``width`` scales the channels (tiny models)."""
+    b = _Builder(seed)
+    h, TP = b.h, b.TP
+
+    def ch(c):
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    def conv(x, cin, cout, k, s=1, groups=1, act=None):
+        w = b.weight("conv_w", cout, cin // groups, k, k, scale=math.sqrt(2.0 / (cin // groups * k * k)))
+        bias = b.init("conv_b", (b.rng.standard_normal(cout) * 0.05).astype(np.float32))
+        p = (k - 1) // 2
+        y = b.node("Conv", [x, w, bias], kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p], group=groups)
+        return b.node(act, [y]) if act else y
+
+    x = conv("input", 3, ch(16), 3, 2, act="HardSwish")
+    for cin, k, exp, cout, se, hs, s in _MV3_SMALL:
+        cin, exp, cout = ch(cin), ch(exp), ch(cout)
+        act = "HardSwish" if hs else "Relu"
+        y = conv(x, cin, exp, 1, act=act) if exp != cin else x
+        y = conv(y, exp, exp, k, s, groups=exp, act=act)
+        if se:
+            sq = max(8, (exp // 4 + 4) // 8 * 8)
+            g = b.node("GlobalAveragePool", [y])
+            g = conv(conv(g, exp, sq, 1, act="Relu"), sq, exp, 1)
+            y = b.node("Mul", [y, b.node("HardSigmoid", [g], alpha=1.0 / 6.0, beta=0.5)])
+        y = conv(y, exp, cout, 1)
+        x = b.node("Add", [x, y]) if s == 1 and cin == cout else y
+    last = ch(576)
+    x = conv(x, ch(96), last, 1, act="HardSwish")
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    hid = ch(1024)
+    w1 = b.weight("fc_w", hid, last, scale=1.0 / math.sqrt(last))
+    x = b.node("HardSwish", [b.node("Gemm", [x, w1, b.init("fc_b", np.zeros(hid, np.float32))], transB=1)])
+    w2 = b.weight("fc_w", 1000, hid, scale=1.0 / math.sqrt(hid))
+    b.node_to("Gemm", [x, w2, b.init("fc_b", np.zeros(1000, np.float32))], ["output"], transB=1)
+    m = b.model("mobilenet_v3", [h.make_tensor_value_info("input", TP.FLOAT, ["batch", 3, size, size])],
+                [h.make_tensor_value_info("output", TP.FLOAT, ["batch", 1000])])
+    feed = {"input": np.random.default_rng(seed + 1).standard_normal((batch, 3, size, size)).astype(np.float32)}
+    return ModelSpec("mobilenet_v3", m, feed, info={"batch": batch, "size": size})
+
+
 def light_dir() -> str:
     onnx = _onnx()[0]
     return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -314,7 +366,7 @@ def light_names() -> list:
     return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(d, "light_*.onnx")))
 
 
-BUILT = ("bert_b1", "bert_b8", "gpt_step", "mlp")
+BUILT = ("bert_b1", "bert_b8", "gpt_step", "mlp", "mobilenet_v3")
 MODELS = BUILT + LIGHT
 
 
@@ -330,6 +382,8 @@ def spec(name: str, tiny: bool = False, random_weights: bool = False) -> ModelSp
         return gpt_step(past=16, d=32, heads=4, layers=2) if tiny else gpt_step()
     if name == "mlp":
         return mlp(batch=4, sizes=(16, 32, 32, 10)) if tiny else mlp()
+    if name == "mobilenet_v3":
+        return mobilenet_v3(size=32, width=0.5) if tiny else mobilenet_v3()
     if name.startswith("light_"):
         return light(name, random_weights)
     raise KeyError(f"unknown benchmark model {name!r}; known: {', '.join(MODELS)}")
