@@ -82,7 +82,10 @@ def _elu(ctx, node, x):
 
 @op("Celu")
 def _celu(ctx, node, x):
-    return F.celu(x, node.get("alpha", 1.0))
+    alpha = node.get("alpha", 1.0)
+    if alpha == 0:  # the spec's max(0, x) + min(0, 0 * (exp(x / 0) - 1)): 0 where x < 0, NaN elsewhere (0 / 0, 0 * inf)
+        return nee.where(x < 0, nee.zeros((), dtype=x.dtype), nee.full((), float("nan"), dtype=x.dtype))
+    return F.celu(x, alpha)
 
 
 @op("Selu")
@@ -660,14 +663,28 @@ def _quantize(ctx, node, x, scale, zp=None):
         lo_hi_dt = onnx_np(node.get("output_dtype"))
     elif zp is not None and ctx.program is not None:
         lo_hi_dt = ctx.program.declared_np(node.inputs[2]) or lo_hi_dt
+    # x / y_scale: from opset 23 in ``precision``, else y_scale's type, both operands cast to it (the spec, ONNX's
+    # reference with ``precision`` and onnxruntime: a float16 scale divides in float16, -1.3082559 / 0.007812 =
+    # -167.5, not -167.45676); before, onnxruntime divides in float32 (ONNX's reference: in x's type)
+    pname = "float32"
+    if ctx.opset >= 23 and node.key == "QuantizeLinear":
+        if node.get("precision"):
+            pname = onnx_np(node.get("precision")).name
+        else:
+            pname = ((ctx.program.declared_np(node.inputs[1]) if ctx.program is not None else None)
+                     or scale.dtype.np).name
+    s = _q_axis(x, scale, axis, block)
+    if pname == "bfloat16":  # carried in float32: the operands and the quotient rounded to bfloat16
+        q = _round_float(_round_float(x, pname) / _round_float(s, pname), pname)
+    else:
+        pdt = getattr(nee, pname) if pname in ("float16", "float64") else nee.float32
+        q = x.to(pdt) / s.to(pdt)
     if lo_hi_dt.name in _F8:
-        s_ = _q_axis(x, scale, axis, block).to(nee.float32)
-        return _round_float(x.to(nee.float32) / s_, lo_hi_dt.name, node.get("saturate", 1))
+        return _round_float(q.to(nee.float32), lo_hi_dt.name, node.get("saturate", 1))
     if not (lo_hi_dt.kind in "iu" or lo_hi_dt.name in ("int4", "uint4", "int2", "uint2")):
         raise LoweringError(f"QuantizeLinear to {lo_hi_dt.name} is not supported")
     info = ml_iinfo(lo_hi_dt)
-    s = _q_axis(x, scale, axis, block).to(nee.float32)
-    y = nee.round(x.to(nee.float32) / s)
+    y = nee.round(q).to(nee.float32)
     if zf is not None:
         y = y + zf
     y = nee.clamp(y, float(info.min), float(info.max))
@@ -701,7 +718,10 @@ def _dequantize(ctx, node, x, scale, zp=None):
     if zp is not None:
         xf = xf - _q_axis(x, zp, axis, block).to(nee.float32)
     s = _q_axis(x, scale, axis, block)
-    return (xf * s.to(nee.float32)).to(scale.dtype)
+    y = xf * s.to(nee.float32)
+    if node.get("output_dtype"):  # opset 23+: the output type, not the scale's (computed in float32 all the same)
+        return _cast_to(y, onnx_np(node.get("output_dtype")))
+    return y.to(scale.dtype)
 
 
 def dynamic_quant(x):

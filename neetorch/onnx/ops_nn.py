@@ -520,6 +520,10 @@ def _coords(mode, out_n, in_n, scale, roi_lo=0.0, roi_hi=1.0, f32=False):
     if mode == "half_pixel":
         return (o + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
+        if f32:  # onnxruntime's: the offset in float32, the rest in float64 ((x + 0.5) / scale - 0.5), then float32
+            adj = np.float32(out_n) / (scale * np.float32(in_n))
+            offset = np.float32(in_n) / np.float32(2) * (np.float32(1) - adj)
+            return (np.float64(offset) + (o.astype(np.float64) + 0.5) / np.float64(scale) - 0.5).astype(np.float32)
         adj = out_n / (scale * in_n)
         center = in_n / 2
         offset = center * (1 - adj)
