@@ -256,22 +256,38 @@ def lcm(input, other):
 
 @export(inplace=True)
 def ldexp(input, other):
-    """``torch.ldexp``: ``input * 2.0 ** other`` as torch computes it: the power in ``other``'s dtype when that
-    is floating (else, and for a 0-d one into a float64 result, in the result dtype), the product in the floating version of the promoted dtype; a
-    floating ``input`` refuses a bool exponent."""
+    """``torch.ldexp`` as torch 2.13 computes it (ATen BinaryOps.cpp):
+
+    * an integer (or bool) exponent with a floating ``input``: ``std::ldexp(x, int(e))`` in ``input``'s dtype
+      (exact up to the final rounding; the exponent wraps to int32 like the C++ cast; a bool exponent is
+      refused: ``ldexp_cpu_exp`` has no Bool kernel);
+    * otherwise ``mul(input, _pow2(input, other))`` where ``_pow2`` is ``pow(2.0, other)`` for an integer,
+      bool or float32 ``input`` and ``full((), 2.0, input.dtype).pow(other)`` for the others (float64, float16,
+      bfloat16, complex): regular type promotion of a 0-d ``input``-dtype base with ``other``."""
     _tensor_arg("ldexp", "input", 1, input)
     _tensor_arg("ldexp", "other", 2, other)
-    rt = _dt.result_type(input, other)
-    if rt.category == 3:   # complex: input * 2 ** other in complex arithmetic
-        pdt = other.dtype if other.dtype.category == 3 else rt   # (torch: the power in a complex other's dtype)
-        return _E("mul")(input.to(rt), _E("pow")(2.0, other.to(pdt)).to(rt))
-    odt = rt if rt.category == 2 else _dt.get_default_dtype()
-    if other.dtype is _dt.bool_ and input.dtype.category == 2:
-        raise NotImplementedError("ldexp: not implemented for a 'Bool' exponent with a floating input")
-    # (measured on torch 2.13: a 0-d exponent into a float64 result takes its power in float64, e.g.
-    # ldexp(float64, 0-d float16) is float64-exact, while ldexp(float32, 0-d float16) rounds 2**e to float16)
-    pdt = other.dtype if other.dtype.category == 2 and (other.ndim or odt is not _dt.float64) else odt
-    return _back(_E("mul")(input, _E("pow")(2.0, other.to(pdt))), odt)
+    idt, edt = input.dtype, other.dtype
+    if edt.category in (0, 1) and idt.category == 2:
+        if edt is _dt.bool_:
+            raise NotImplementedError('"ldexp_cpu_exp" not implemented for \'Bool\'')
+        from ..tensor.creation import full
+        e = other.to(_dt.int32) if edt.itemsize > 4 else other   # (the C++ int parameter)
+        e = e.to(_dt.float64).clamp(-2200.0, 2200.0)               # (past that: 0 / inf / the input itself)
+        a = (e * (1.0 / 3.0)).floor()
+        b = ((e - a) * 0.5).floor()
+        two = full((), 2.0, dtype=_dt.float64, device=input.device)
+        # three exact power-of-two steps in float64 (each |step| <= 734: 2 ** 2200 alone overflows and
+        # 0 * inf is NaN), one rounding into input's dtype
+        r = input.to(_dt.float64)
+        for k in (a, b, e - a - b):
+            r = _E("mul")(r, two.pow(k))
+        return r.to(idt)
+    if idt.category in (0, 1) or idt is _dt.float32:
+        p2 = _E("pow")(2.0, other)
+    else:
+        from ..tensor.creation import full
+        p2 = _E("pow")(full((), 2.0, dtype=idt, device=input.device), other)
+    return _E("mul")(input, p2)
 
 
 @export

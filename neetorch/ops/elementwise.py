@@ -990,6 +990,8 @@ export(clamp, name="clip")
 def clamp_min(input, min):
     if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(min, (bool, np.bool_)):
         raise NotImplementedError("clamp_min: \"clamp_min_scalar_cpu\" not implemented for 'Bool'")
+    if _is_scalar(min):     # (torch refuses a bound that overflows the result dtype, like clamp's)
+        _dt.check_scalar(min, result_type(input, min), "clamp_min")
     return apply(_BIN["maximum"], input, min)
 
 
@@ -997,6 +999,8 @@ def clamp_min(input, min):
 def clamp_max(input, max):
     if isinstance(input, Tensor) and input._dtype is _dt.bool_ and isinstance(max, (bool, np.bool_)):
         raise NotImplementedError("clamp_max: \"clamp_max_scalar_cpu\" not implemented for 'Bool'")
+    if _is_scalar(max):
+        _dt.check_scalar(max, result_type(input, max), "clamp_max")
     return apply(_BIN["minimum"], input, max)
 
 

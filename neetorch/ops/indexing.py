@@ -199,8 +199,10 @@ def _apply_basic(x: Tensor, index):
             consumed += max(e[1].ndim, 0) if e[1].ndim else 0
         elif k == "ellipsis":
             nell += 1
-    if nell > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+    # torch accepts several ellipses (numpy refuses): each one advances its dim cursor by ndim - (the dims the
+    # other entries index), so a second '...' can carry the cursor (src) past the last dim; an entry there
+    # raises (torch's messages; an int's names its position in the index), but a full slice ``:`` there is a
+    # no-op (torch's applySlice shortcut)
     nd = x.ndim
     if consumed > nd:
         raise IndexError(f"too many indices for tensor of dimension {nd}")
@@ -209,8 +211,17 @@ def _apply_basic(x: Tensor, index):
     nshape, nstrides, off = [], [], 0
     adv = []
     src = 0  # current dim of x
-    for e in entries:
+    for pos, e in enumerate(entries):
         k = e[0]
+        if nell > 1 and k != "ellipsis" and (src > nd or (src == nd and k in ("int", "slice", "idx"))):
+            if k == "slice" and e[1].start in (None, 0) and e[1].stop is None and e[1].step in (None, 1):
+                continue
+            if k == "int":
+                raise IndexError(f"index {e[1]} is out of bounds for dimension {pos} with size 0")
+            if k == "idx":
+                raise IndexError(f"too many indices for tensor of dimension {nd} (got {src + 1})")
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-len(nshape) - 1}, "
+                             f"{len(nshape)}], but got {len(nshape) + src - nd})")
         if k == "ellipsis":
             n = nd - consumed
             nshape.extend(shape[src:src + n])
@@ -632,6 +643,8 @@ def gather(input: Tensor, dim: int, index: Tensor, *, sparse_grad: bool = False,
     """``out[i][j][k] = input[index[i][j][k]][j][k]`` along ``dim`` (``torch.gather``)."""
     if out is not None:
         from .reduction import _write_out
+        _check_any_overlap(out, input)     # (torch: assert_no_overlap(result, self / index))
+        _check_any_overlap(out, index)
         return _write_out(gather(input, dim, index, sparse_grad=sparse_grad), out, "gather")
     d = _check_gather_like("gather", input, dim, index)
     if index.numel() == 0:
@@ -752,6 +765,8 @@ def index_select(input: Tensor, dim: int, index: Tensor, *, out=None) -> Tensor:
     """Entries of ``input`` at ``index`` (1-D) along ``dim`` (``torch.index_select``)."""
     if out is not None:
         from .reduction import _write_out
+        _check_any_overlap(out, input)     # (torch: assert_no_overlap(result, self / index))
+        _check_any_overlap(out, index)
         return _write_out(index_select(input, dim, index), out, "index_select")
     d = _check_index_vector("index_select", input, dim, index)
     r = run(INDEX_SELECT, [_nd1(input), index.reshape(-1)], {"dim": d})[0]

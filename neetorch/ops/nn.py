@@ -764,6 +764,14 @@ def _class_weight(weight, input, C, op):
     return w.reshape(C)
 
 
+def _check_weight_dtype(weight, input):
+    """torch's nll_loss kernels read ``weight`` as the input's scalar type: any other dtype is refused."""
+    if isinstance(weight, Tensor) and weight._dtype is not input._dtype:
+        from .indexing import _TNAME
+        raise RuntimeError(f"expected scalar type {_TNAME.get(input._dtype.name, input._dtype.name)} but found "
+                           f"{_TNAME.get(weight._dtype.name, weight._dtype.name)}")
+
+
 def _index_target(target, op):
     if target._dtype not in (_dt.int64, _dt.uint8):     # torch: "expected target dtype to be Long or Byte"
         raise RuntimeError(f"{op}: expected target dtype to be Long or Byte (class indices), but got "
@@ -777,6 +785,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     _check_reduction(reduction)
     _check_float("nll_loss", input)
     target = _index_target(target, "nll_loss")
+    _check_weight_dtype(weight, input)
     lp3, t2, oshape = _nd_view(input, target, "nll_loss")
     w = _class_weight(weight, input, lp3.shape[1], "nll_loss")
     nll, _, tot = _nll_terms(lp3, t2, w, ignore_index, False)
@@ -818,14 +827,20 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         t = target                                      # (torch promotes: float64 target -> float64 loss)
         if label_smoothing > 0:
             t = t * (1.0 - label_smoothing) + label_smoothing / C
-        w = _class_weight(weight, input, C, "cross_entropy")
-        loss = _sum_dim(-(lp * t), cdim, weight=w)
+        x = -(lp * t)
+        if isinstance(weight, Tensor) and weight._dtype is not x._dtype:
+            # (torch: -(input * target * weight) with type promotion: a float32 weight of a float16 input gives a
+            # float32 loss)
+            x = x.to(_dt.promote_types(x._dtype, weight._dtype))
+        w = _class_weight(weight, x, C, "cross_entropy")
+        loss = _sum_dim(x, cdim, weight=w)
         if reduction == "none":
             return loss
         if reduction == "sum":
             return _sum_all(loss)
         return _sum_all(loss) / (input.numel() // C if C else 0)
     target = _index_target(target, "cross_entropy")
+    _check_weight_dtype(weight, input)
     lp3, t2, oshape = _nd_view(lp, target, "cross_entropy")
     w = _class_weight(weight, input, C, "cross_entropy")
     smooth = label_smoothing > 0

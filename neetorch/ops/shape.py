@@ -12,7 +12,7 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
-from .registry import Meta, OpDef, export, register, run
+from .registry import Meta, OpDef, _trace_hook, export, register, run
 from .shape_rules import int_arg, wrap_dim, wrap_dims
 
 __all__ = ["cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "column_stack", "row_stack",
@@ -44,6 +44,51 @@ def _finish(r: Tensor, out):
     resize_out(out, r.shape, "out=")
     out.copy_(r)
     return out
+
+
+# ================================================================ result layouts (torch's strides)
+def _cl_like(t: Tensor) -> bool:
+    """c10's ``suggest_memory_format`` is channels_last(_3d) (``is_channels_last_strides_2d_s4`` / ``_3d_s5``:
+    the strides' order, not exact contiguity; an empty tensor is never channels-last)."""
+    nd = t.ndim
+    if nd not in (4, 5):
+        return False
+    shape, st = t.shape, t.stride()
+    if st[1] == 0:
+        return False
+    mn = 0
+    for d in ((1, 3, 2, 0) if nd == 4 else (1, 4, 3, 2, 0)):
+        if shape[d] == 0 or st[d] < mn or (d == 0 and mn == st[1]):
+            return False
+        mn = st[d] * shape[d] if shape[d] > 1 else st[d]
+    return True
+
+
+def _phys_strides(shape, phys):
+    """Dense strides of ``shape`` laid out in ``phys`` order (outermost first); None: row-major."""
+    if list(phys) == list(range(len(shape))):
+        return None
+    st, acc = [0] * len(shape), 1
+    for p in reversed(phys):
+        st[p] = acc
+        acc *= max(int(shape[p]), 1)
+    return tuple(st)
+
+
+def _cl_order(nd):
+    return [0] + list(range(2, nd)) + [1]
+
+
+def _laid(op, ins, attrs, strides):
+    """``run(op, ins, attrs)`` with the result allocated at element ``strides`` (None: row-major) on the CPU
+    (other devices and traced programs keep their row-major results)."""
+    if strides is not None and ins[0]._device.type == "cpu" and _trace_hook[0] is None:
+        from ..tensor._layout import alloc
+        metas = op.infer([Meta(tuple(t.shape), t._dtype) for t in ins], attrs)
+        if 0 not in metas[0].shape:
+            o = Tensor._make(alloc(metas[0].shape, strides, metas[0].dtype.np), ins[0]._device, metas[0].dtype)
+            return run(op, ins, attrs, metas, out=[o])[0]
+    return run(op, ins, attrs)[0]
 
 
 # ================================================================ cat / stack
@@ -94,7 +139,17 @@ def cat(tensors, dim: int = 0, *, axis=None, out=None) -> Tensor:
         kdt = _dt.promote_types(kdt, t._dtype)
     if kdt is not dt:  # a skipped empty 1-D tensor still takes part in the type promotion
         ts[0] = ts[0].to(dt)
-    r = run(CAT, ts, {"dim": d})[0]
+    # torch's cat_compute_output_memory_format: channels-last(_3d) when every input suggests it (the skipped
+    # empty 1-D ones too: they suggest contiguous), else contiguous
+    st = None
+    if ref.ndim in (4, 5) and all(_cl_like(t) for t in tensors):
+        st = _phys_strides([sum(t.shape[d] for t in ts) if k == d else ref.shape[k] for k in range(ref.ndim)],
+                           _cl_order(ref.ndim))
+    if out is not None:      # (torch: assert_no_overlap(result, each input))
+        from .indexing import _check_any_overlap
+        for t in tensors:
+            _check_any_overlap(out, t)
+    r = _laid(CAT, ts, {"dim": d}, st) if out is None else run(CAT, ts, {"dim": d})[0]
     return _finish(r, out)
 
 
@@ -116,6 +171,19 @@ def stack(tensors, dim: int = 0, *, axis=None, out=None) -> Tensor:
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {_sl(s0)} at entry 0 and "
                                f"{_sl(t.shape)} at entry {i}")
     d = wrap_dim(dim, len(s0) + 1, "stack")
+    if out is None and len(s0) in (4, 5) and d < len(s0) and all(_cl_like(t) for t in tensors):
+        # (measured on torch 2.13: channels-last inputs stack into a result whose slices are channels-last, the
+        # new dim just outside input dim ``d`` in memory; stacked past the last dim, the result is contiguous)
+        phys = []
+        for k in _cl_order(len(s0)):
+            if k == d:
+                phys.append(d)
+            phys.append(k if k < d else k + 1)
+        shape = list(s0)
+        shape.insert(d, len(tensors))
+        return _laid(CAT, [t.unsqueeze(d) for t in tensors], {"dim": d}, _phys_strides(shape, phys))
+    if out is None:     # (row-major otherwise: not cat's rule on the unsqueezed inputs, which may look channels-last)
+        return run(CAT, [t.unsqueeze(d) for t in tensors], {"dim": d})[0]
     return cat([t.unsqueeze(d) for t in tensors], d, out=out)
 
 
@@ -184,7 +252,10 @@ def flip(input: Tensor, *args, dims=None) -> Tensor:
     dims = tuple(d for d in dims if input.shape[d] > 1)
     if not dims:
         return input.clone()
-    return run(FLIP, [input], {"dims": tuple(sorted(dims))})[0]
+    # torch's flip writes into empty_like(input, preserve_format): a permuted input gives a permuted result
+    from ..tensor._layout import like_strides
+    st = like_strides(input.shape, input.stride()) if input.ndim >= 2 else None
+    return _laid(FLIP, [input], {"dims": tuple(sorted(dims))}, st)
 
 
 @export
@@ -237,9 +308,19 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
         total[d] = total.get(d, 0) + s
     pairs = [(d, s % input.shape[d]) for d, s in total.items()]
     pairs = [(d, s) for d, s in pairs if s]
+    # torch rolls one dim at a time, each a cat of two narrowed pieces: channels-last(_3d) input stays so, unless
+    # some shift is a whole turn (an empty piece suggests contiguous); any other input rolls into a contiguous
+    # result (row-major)
+    st = None
+    if input.ndim in (4, 5) and _cl_like(input) and all(s % input.shape[d] for d, s in zip(ds, sh)):
+        st = _phys_strides(input.shape, _cl_order(input.ndim))
     if not pairs:
-        return input.clone()
-    return run(ROLL, [input], {"shifts": tuple(s for _, s in pairs), "dims": tuple(d for d, _ in pairs)})[0]
+        from ..tensor.creation import empty
+        from ..tensor._layout import alloc
+        if st is None or input._device.type != "cpu" or _trace_hook[0] is not None:
+            return empty(tuple(input.shape), dtype=input._dtype, device=input._device).copy_(input)
+        return Tensor._make(alloc(input.shape, st, input._dtype.np), input._device, input._dtype).copy_(input)
+    return _laid(ROLL, [input], {"shifts": tuple(s for _, s in pairs), "dims": tuple(d for d, _ in pairs)}, st)
 
 
 @export
@@ -260,7 +341,12 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
         return flip(input, (a, b))
     if k == 3:
         return flip(input, (a,)).transpose(a, b)
-    return input.clone()
+    return input.clone(memory_format=_contiguous_format())   # (torch: clone(MemoryFormat::Contiguous))
+
+
+def _contiguous_format():
+    from .. import contiguous_format
+    return contiguous_format
 
 
 # ================================================================ repeat / tile / repeat_interleave

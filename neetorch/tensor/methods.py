@@ -22,8 +22,20 @@ _VIEW_METHODS = ["view", "reshape", "permute", "transpose", "squeeze", "unsqueez
 _OVERLAP_OK = frozenset({"masked_fill", "index_fill", "index_put"})
 
 
+# in-place ops whose tensor arguments (source / src / index) torch refuses when they share memory with self
+# (assert_no_overlap in index_add_ / index_copy_ / index_reduce_ / scatter*_ / put_): the result would depend
+# on the kernel's order
+_NO_ARG_OVERLAP = frozenset({"index_add", "index_copy", "index_reduce", "scatter", "scatter_add", "scatter_reduce",
+                             "put"})
+
+
 def _inplace(fn, name):
     def f(self, *args, **kw):
+        if name in _NO_ARG_OVERLAP:
+            from ..ops.indexing import _check_any_overlap
+            for a in (*args, *kw.values()):
+                if isinstance(a, Tensor):
+                    _check_any_overlap(self, a)
         r = fn(self, *args, **kw)
         if r is self:
             return self
@@ -34,6 +46,20 @@ def _inplace(fn, name):
             raise RuntimeError(f"{name}_: result type {r._dtype.name.capitalize()} can't be cast to the desired "
                                f"output type {self._dtype.name.capitalize()}")
         if name in _OVERLAP_OK:
+            if name != "index_put" and any(st == 0 and n > 1 for n, st in zip(self.shape, self.stride())):
+                # an expanded self: torch writes the selected elements only (deprecated there, with a warning), so
+                # an element aliased by a selected and an unselected position takes the value; writing all of r
+                # would let the last alias win
+                import warnings
+                warnings.warn(f"Use of {name}_ on expanded tensors is deprecated. Please clone() the tensor before "
+                              f"performing this operation.", UserWarning, stacklevel=2)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    changed = r != self
+                    if r._dtype.category >= 2:
+                        changed = changed & ~(r.isnan() & self.isnan())
+                    self[changed] = r[changed]
+                return self
             self._assign(r)
         else:
             self.copy_(r)  # refuses an expanded (internally overlapping) self, like torch
