@@ -25,7 +25,7 @@ __all__ = ["make"]
 
 _lock = threading.Lock()
 _tramps: dict = {}          # nargs -> trampoline address
-_defs: list = []            # PyMethodDef structs, kept alive for the process
+_defs: dict = {}            # trampoline address -> its PyMethodDef's address (raw memory, never freed)
 _ok: list = [None]          # self-test result
 
 _TUPLE_ITEMS = 24           # offsetof(PyTupleObject, ob_item) on 64-bit CPython
@@ -33,8 +33,11 @@ _ARRAY_DATA = 16            # offsetof(PyArrayObject_fields, data)
 
 
 class _PyMethodDef(ctypes.Structure):
-    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
-                ("ml_doc", ctypes.c_char_p)]
+    _fields_ = [("ml_name", ctypes.c_void_p), ("ml_meth", ctypes.c_void_p), ("ml_flags", ctypes.c_int),
+                ("ml_doc", ctypes.c_void_p)]
+
+
+_NAME = b"neetorch_llvm_kernel\0"
 
 
 _new = None
@@ -123,9 +126,32 @@ def _builtin(tramp: int, kernel_addr: int):
         f.restype = ctypes.py_object
         f.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
         _new = f
-    d = _PyMethodDef(b"neetorch_llvm_kernel", tramp, 1, None)   # METH_VARARGS
-    _defs.append(d)
-    return _new(ctypes.addressof(d), int(kernel_addr), None)
+    return _new(_method_def(tramp), int(kernel_addr), None)
+
+
+def _method_def(tramp: int) -> int:
+    """Address of the PyMethodDef of trampoline ``tramp`` (``METH_VARARGS``; the kernel's address is each
+    builtin's ``self``), one per trampoline, in raw memory that is never freed.  A builtin reads its
+    PyMethodDef until it is deallocated (the flags in ``meth_dealloc`` and the collector's ``meth_traverse``,
+    the name in its repr), and kernel builtins live in caches that can outlive this module's globals: at
+    interpreter exit the collector clears module dicts and the caches holding kernels in one pass, in no set
+    order.  (A ctypes struct per builtin kept in a module-level list was freed with the list, before builtins
+    still held elsewhere: their deallocation read the freed struct, a segfault when its memory had gone back
+    to the system; tests/test_shutdown_s27.py.)  Called under ``_lock``."""
+    a = _defs.get(tramp)
+    if a is None:
+        raw = ctypes.pythonapi.PyMem_RawMalloc
+        raw.restype = ctypes.c_void_p
+        raw.argtypes = [ctypes.c_size_t]
+        size = ctypes.sizeof(_PyMethodDef)
+        a = raw(size + len(_NAME))
+        if not a:
+            raise MemoryError("llvm_call: PyMethodDef")
+        ctypes.memmove(a + size, _NAME, len(_NAME))
+        d = _PyMethodDef.from_address(a)     # (a view of the raw memory: dropping it frees nothing)
+        d.ml_name, d.ml_meth, d.ml_flags, d.ml_doc = a + size, tramp, 1, None   # METH_VARARGS
+        _defs[tramp] = a
+    return a
 
 
 def _ctypes_caller(addr: int, nargs: int):
