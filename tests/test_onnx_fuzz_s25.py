@@ -16,18 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from neetorch.onnx import InferenceSession  # noqa: E402
-
-
-def _model(node, inputs, inits=(), opset=17):
-    g = helper.make_graph([node], "g", inputs, [helper.make_value_info(o, onnx.TypeProto()) for o in node.output],
-                          initializer=list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _ort(m, feed):
-    so = ort.SessionOptions()
-    so.log_severity_level = 4
-    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+from onnx_single_node import model as _model, ort_run as _ort  # noqa: E402
 
 
 def _same(m, feed):
