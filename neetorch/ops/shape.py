@@ -11,7 +11,8 @@ import numbers
 import numpy as np
 
 from ..tensor import dtypes as _dt
-from ..tensor.tensor import Tensor
+from ..tensor._layout import _dense_in_order
+from ..tensor.tensor import Tensor, _channels_last_perm, channels_last, channels_last_3d, contiguous_format
 from .registry import Meta, OpDef, _trace_hook, export, register, run
 from .shape_rules import int_arg, wrap_dim, wrap_dims
 
@@ -68,15 +69,11 @@ def _phys_strides(shape, phys):
     """Dense strides of ``shape`` laid out in ``phys`` order (outermost first); None: row-major."""
     if list(phys) == list(range(len(shape))):
         return None
-    st, acc = [0] * len(shape), 1
-    for p in reversed(phys):
-        st[p] = acc
-        acc *= max(int(shape[p]), 1)
-    return tuple(st)
+    return _dense_in_order(shape, list(reversed(phys)), False)
 
 
 def _cl_order(nd):
-    return [0] + list(range(2, nd)) + [1]
+    return _channels_last_perm(channels_last if nd == 4 else channels_last_3d, nd, "channels-last layout")
 
 
 def _laid(op, ins, attrs, strides):
@@ -315,11 +312,9 @@ def roll(input: Tensor, shifts, dims=None) -> Tensor:
     if input.ndim in (4, 5) and _cl_like(input) and all(s % input.shape[d] for d, s in zip(ds, sh)):
         st = _phys_strides(input.shape, _cl_order(input.ndim))
     if not pairs:
-        from ..tensor.creation import empty
-        from ..tensor._layout import alloc
-        if st is None or input._device.type != "cpu" or _trace_hook[0] is not None:
-            return empty(tuple(input.shape), dtype=input._dtype, device=input._device).copy_(input)
-        return Tensor._make(alloc(input.shape, st, input._dtype.np), input._device, input._dtype).copy_(input)
+        keep = st is not None and input._device.type == "cpu" and _trace_hook[0] is None
+        return input.clone(memory_format=(channels_last if input.ndim == 4 else channels_last_3d) if keep
+                           else contiguous_format)
     return _laid(ROLL, [input], {"shifts": tuple(s for _, s in pairs), "dims": tuple(d for d, _ in pairs)}, st)
 
 
@@ -341,12 +336,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:
         return flip(input, (a, b))
     if k == 3:
         return flip(input, (a,)).transpose(a, b)
-    return input.clone(memory_format=_contiguous_format())   # (torch: clone(MemoryFormat::Contiguous))
-
-
-def _contiguous_format():
-    from .. import contiguous_format
-    return contiguous_format
+    return input.clone(memory_format=contiguous_format)   # (torch: clone(MemoryFormat::Contiguous))
 
 
 # ================================================================ repeat / tile / repeat_interleave
