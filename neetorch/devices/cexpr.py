@@ -110,6 +110,11 @@ static __device__ __forceinline__ nhalf nee_f2h(float f) { nhalf h; asm("cvt.rn.
 
 
 _OPENCL_HEAD = r"""
+/* No contraction of a*b+c into fma: every work-item computes its expression as written, so a result does not
+   depend on whether the compiler put the work-item in a SIMD lane or in its scalar tail (Intel's CPU runtime
+   contracts in one and not the other: a Gemm with equal columns gave unequal sums, and the softmax after it
+   of ONNX's light_zfnet512 / light_inception_v1 went far from uniform). */
+#pragma OPENCL FP_CONTRACT OFF
 /* exp for float32 (PoCL's exp does not vectorize: 8 ms per 1M elements vs 0.5 with this), the method of
    devices/cpu/fastmath.py exp_f32: k = rint(x/ln2) by the 1.5*2^23 trick, a two-constant Cody-Waite
    reduction, Taylor polynomial for expm1(r), 2^k from exponent bits in two halves (subnormal results

@@ -6,6 +6,8 @@ is the N-th usable device of all OpenCL platforms, in platform order.  Usable: t
 builds a one-line program (checked once per process).  A device whose compiler cannot is left
 out and ``nee.devices()`` says why; e.g. PoCL 3.0 (``pocl-binary-distribution``, LLVM 14) on
 CPUs its LLVM does not know (AMD Zen 5): "unknown target CPU 'generic'" for every program.
+Intel's CPU runtime (``intel-opencl-rt``, in the ``opencl`` extra on x86-64 Linux) is made visible to
+pyopencl's ICD loader by :mod:`.drivers` and gives a device there.
 
 * storage: :class:`CLArray` (a ``cl.Buffer`` shared by views + shape, element
   strides, element offset, numpy dtype); bool is stored as ``uchar`` 0/1;
@@ -35,6 +37,8 @@ _BASE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32")
 
 
 def _cl():
+    from .drivers import register
+    register()       # pip-installed drivers (Intel's CPU runtime) join the ICD loader's list first
     import pyopencl as cl
     return cl
 
