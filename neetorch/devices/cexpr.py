@@ -49,8 +49,8 @@ inline T f_gelu$S(T x) { return (T)0.5 * x * ((T)1 + erf(x * (T)0.70710678118654
 inline T f_gelu_tanh$S(T x) { return (T)0.5 * x * ((T)1 + tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))); }
 inline T f_selu$S(T x) { return (T)1.0507009873554804934193349852946 * (x > (T)0 ? x : (T)1.6732632423543772848170429916717 * expm1(x)); }
 inline T f_elu$S(T x, T a, T s, T is) { return x > (T)0 ? s * x : s * a * expm1(x * is); }
-inline T f_maximum$S(T a, T b) { return (a > b || isnan(a)) ? a : ((isnan(b) || b > a) ? b : a); }
-inline T f_minimum$S(T a, T b) { return (a < b || isnan(a)) ? a : ((isnan(b) || b < a) ? b : a); }
+inline T f_maximum$S(T a, T b) { return (isnan(a) || b <= a) ? a : b; }   /* NaN from either; a when equal */
+inline T f_minimum$S(T a, T b) { return (isnan(a) || b >= a) ? a : b; }
 inline T f_fmax$S(T a, T b) { return isnan(a) ? b : ((isnan(b) || a >= b) ? a : b); }
 inline T f_fmin$S(T a, T b) { return isnan(a) ? b : ((isnan(b) || a <= b) ? a : b); }
 inline T f_clamp$S(T x, T lo, T hi) { return f_minimum$S(f_maximum$S(x, lo), hi); }
