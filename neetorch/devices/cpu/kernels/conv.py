@@ -52,6 +52,7 @@ Kernels take a plane range [p0, p1) and are split over threads by the wrappers.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 
@@ -59,7 +60,7 @@ import numpy as np
 from numba import njit
 
 from .. import kernel, native_chain, threads
-from . import conv1x1_packed, conv_direct, depthwise_native, pool_native, winograd
+from . import conv1x1_packed, conv_act, conv_direct, depthwise_native, pool_native, winograd
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -227,12 +228,16 @@ _epi_kernels: dict = {}
 _epi_plans: dict = {}
 
 
-def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu: bool):
+def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu):
     """The LLVM elementwise kernel ``out = relu((acc + bias) + e)`` (the parts present) in dtype ``dt``
-    (operands: out, acc[, bias][, e]), or None (no LLVM renderer here)."""
+    (operands: out, acc[, bias][, e]), or None (no LLVM renderer here).  ``relu`` may be another activation's
+    steps (kernels/conv_act.py; finite constants: None otherwise)."""
+    relu = conv_act.norm(relu)
     key = (dt, has_b, has_e, relu)
     k = _epi_kernels.get(key)
     if k is None:
+        if relu and not all(c is None or math.isfinite(c) for _, c in relu):
+            return None
         from .. import elementwise as ew
         from .. import llvm_render
         ctor = "np.float32" if dt == "float32" else "np.float64"
@@ -244,9 +249,10 @@ def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu: bool):
             body.append(f"t{len(body)} = {ctor}({t} + v{n})")
             t, n = f"t{len(body) - 1}", n + 1
         if relu:
-            body.append(f"t{len(body)} = {ctor}(f_relu{dt[-2:]}({t}))")
-            t = f"t{len(body) - 1}"
-        name = f"convepi_{'b' if has_b else ''}{'e' if has_e else ''}{'r' if relu else ''}_{dt}"
+            body.append(f"a0 = {t}")
+            body += conv_act.expr(relu, "a0", ctor, dt[-2:])
+            t = body[-1].split(" = ")[0]
+        name = f"convepi_{'b' if has_b else ''}{'e' if has_e else ''}{conv_act.tag(relu)}_{dt}"
         try:
             k, _ = ew.load_group("convepi", name, [dt] * n, [dt], body, [t], native_only=True)
         except Exception:   # noqa: BLE001 - no LLVM renderer: the separate pass
@@ -612,6 +618,9 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     ones.  None: another path (the GEMM, Winograd ones) or other operands: a compiled graph's step then calls
     conv2d_into.  ``pre`` (an input prologue, see conv2d_into): bound only on the packed 1x1 path, ``f`` then
     ``f(out, ins, b2, e, S)``."""
+    general = relu is not False and relu is not True and not conv_act.is_relu(relu)
+    if general and pre is not None:
+        return None             # (another activation than relu: the depthwise and packed 1x1 kernels, _act_into)
     if pre is not None:
         x, w = ins[0], ins[1]
         if out.size == 0 or out.dtype != _F32 or not out.flags.c_contiguous or \
@@ -642,6 +651,8 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     r = conv_direct.route(x, w, out, attrs, True)
     if r == "pk1x1":
         return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
+    if general:
+        return None
     if r != "direct":
         return _bind_winograd(x, w, b, b2, e, out, attrs, relu) if r is None else None
     g = conv_direct.bind(x, w, b, out, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
@@ -796,14 +807,52 @@ def _strided_1x1(out, ins, attrs, b2, e, relu, pre) -> bool:
     return True
 
 
-def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None) -> None:
+def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
+    """conv2d_into with an activation other than relu (kernels/conv_act.py steps), applied where the conv's
+    output is written: by the depthwise kernels in their stores, by the packed 1x1 kernel's per-task epilogue
+    (_epi_kernel, on the task's block while it is in cache).  False (nothing written) for every other conv or
+    operand the kernel declines; no input prologue, and a residual on the packed 1x1 path only."""
+    if pre is not None:
+        return False
+    x = _c(ins[0])
+    w = _c(ins[1], x.dtype)
+    if x.ndim != 4 or w.ndim != 4:
+        return False
+    G = attrs["groups"]
+    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
+    if _depthwise_shape(x.shape[1], G, w.shape[0], w.shape[1], w.shape[2], w.shape[3]):
+        if e is not None:
+            return False
+        if b2 is not None:
+            b2 = _c(b2, x.dtype).reshape(-1)
+            b = b2 if b is None else b + b2
+        res = _work_out(out)
+        sh, sw = attrs["stride"]
+        pt, _, pl, _ = attrs["padding"]
+        dh, dw = attrs["dilation"]
+        if not depthwise_native.conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, act):
+            return False
+        _finish(out, res)
+        return True
+    if out.dtype != _F32 or not out.flags.c_contiguous or conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+        return False
+    if b2 is not None:
+        b2 = _c(b2, x.dtype).reshape(-1)
+    return conv1x1_packed.conv2d(x, w, b, out, G, act, b2, e, stride=attrs["stride"])
+
+
+def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
     relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
     into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass.
+    ``relu`` may be another activation's steps (kernels/conv_act.py): run by the depthwise kernels only; then
+    the result is False (nothing written) where they do not take the conv (:func:`_act_into`).
     ``pre`` = (steps, S): an input prologue (kernels/conv_epilogue.py's conv_prologue): the conv of
     :func:`apply_prologue` (x, pre), applied as the packed 1x1 kernel packs x where that path runs, else first."""
     if out.size == 0:
         return
+    if relu is not False and relu is not True and not conv_act.is_relu(relu):
+        return _act_into(out, ins, attrs, b2, e, relu, pre)
     if _strided_1x1(out, ins, attrs, b2, e, relu, pre):
         return
     if pre is not None:

@@ -45,6 +45,7 @@ import threading
 import numpy as np
 
 from .. import native_chain, threads
+from . import conv_act
 
 ON = [os.environ.get("NEE_CONV_PK1X1", "1") not in ("0", "")]
 FORCE = [None]              # tests: True takes every conv the path can, False none (None: the cost rule)
@@ -583,11 +584,11 @@ def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre
             return False
         bias = np.ascontiguousarray(bias)
     nt = threads.NUM_THREADS
-    key = (C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], fused, stride, pro)
+    key = (C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], fused, stride, pro)
     p = _plans.get(key)
     if p is None:
-        p = _fplan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], stride, pro) if fused \
-            else _plan(C, H, W, O, G, bias is not None, e is not None, bool(relu), nt, MODE[0], pro)
+        p = _fplan(C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], stride, pro) if fused \
+            else _plan(C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], pro)
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = p = p if p is not None else False
@@ -789,8 +790,8 @@ def bind(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre=N
     has_e = e is not None
     nt = threads.NUM_THREADS
     mode = MODE[0]
-    p = _fplan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, stride, pro) if fused else \
-        _plan(C, H, W, O, G, has_b, has_e, bool(relu), nt, mode, pro)
+    p = _fplan(C, H, W, O, G, has_b, has_e, conv_act.norm(relu), nt, mode, stride, pro) if fused else \
+        _plan(C, H, W, O, G, has_b, has_e, conv_act.norm(relu), nt, mode, pro)
     if p is None:
         return None
     b0, b20 = b, b2
@@ -1332,9 +1333,11 @@ def _fplan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, rel
            stride=(1, 1), pro=()):
     """The fused path's plan (:class:`_Plan` with ``fused``), or None.  H x W: the input plane; ``stride``: the
     conv's (strided: the packed mode, its panels gathered); ``pro``: an input prologue (stride 1, one group: the
-    packed mode)."""
+    packed mode).  The tiles' stores take relu only: None for another activation (kernels/conv_act.py)."""
     from .. import gemm_driver
     from . import linalg
+    if relu and not conv_act.is_relu(relu):
+        return None
     nr, w, mr = linalg.PK_NR, linalg.PK_VEC, linalg.PK_MR
     Cg, Og = C // G, O // G
     sh, sw = stride

@@ -42,9 +42,45 @@ _FLOAT_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 _conv = [None]      # kernels/conv.py, imported on the first run (a function-level import: ~0.7 us a call)
 
 
+# activation nodes -> conv_act steps; a step's constant is a float, or "c" (the node's 0-d operand, read per call)
+_UNARY_ACTS = {"relu": (("relu", None),), "relu6": (("max", 0.0), ("min", 6.0)),
+               "hardswish": (("add", 3.0), ("max", 0.0), ("min", 6.0), ("mulx", None), ("div", 6.0)),
+               "hardsigmoid": (("add", 3.0), ("max", 0.0), ("min", 6.0), ("div", 6.0))}
+_BINARY_ACTS = {"maximum": "max", "minimum": "min", "add": "add", "sub": "sub", "mul": "mul", "div": "div",
+                "true_divide": "div"}
+_COMMUTES = ("add", "mul")
+
+
+def _act_node(n, prev, x0, O):
+    """The conv_act steps of node ``n`` on ``prev`` ([(kind, float | Value | None)]), x0 the activation's input
+    (for ``x * v``), or None when it is not such a node: a unary activation, clamp by two 0-d operands, or a
+    binary op of ``prev`` and a 0-d operand (``prev`` first where order matters) or of ``prev`` and ``x0``."""
+    nm, ins = n.op.name, n.inputs
+    if nm in _UNARY_ACTS and len(ins) == 1 and ins[0] is prev:
+        return list(_UNARY_ACTS[nm])
+    if nm == "clamp" and len(ins) == 3 and ins[0] is prev and all(_scalar_operand(v, prev) for v in ins[1:]):
+        return [("max", ins[1]), ("min", ins[2])]
+    kind = _BINARY_ACTS.get(nm)
+    if kind is None or len(ins) != 2 or (ins[0] is prev) == (ins[1] is prev):
+        return None
+    other = ins[1] if ins[0] is prev else ins[0]
+    if ins[1] is prev and kind not in _COMMUTES:
+        return None
+    if kind == "mul" and other is x0 and x0 is not prev:
+        return [("mulx", None)]
+    if _scalar_operand(other, prev):
+        return [(kind, other)]
+    return None
+
+
+def _scalar_operand(v, prev) -> bool:
+    return tuple(v.shape) == () and v.dtype == prev.dtype
+
+
 def _chain(epi_op, acc):
-    """[(kind, value)] for the group's nodes ('bias' / 'res' with the other operand, 'relu' with None) when it
-    is a chain of bias-add, residual-add, relu over ``acc`` (in that order, each at most once), else None."""
+    """([(kind, value)], act): the group's bias-add / residual-add nodes over ``acc`` ('bias' / 'res' with the other
+    operand; in that order, each at most once), then its activation's steps (kernels/conv_act.py; a step's constant
+    a float or the 0-d graph value holding it), or None when the group is not such a chain."""
     nodes = getattr(epi_op, "nodes", None)
     outs = getattr(epi_op, "outputs", None)
     if not nodes or not outs or len(outs) != 1 or outs[0] is not nodes[-1].outputs[0]:
@@ -52,44 +88,59 @@ def _chain(epi_op, acc):
     O = acc.shape[1] if len(acc.shape) == 4 else None
     if O is None or getattr(acc.dtype, "name", None) not in _FLOATS:
         return None
-    steps = []
-    prev = acc
-    rank = {"bias": 0, "res": 1, "relu": 2}
+    steps, act = [], []
+    prev = x0 = acc
+    rank = {"bias": 0, "res": 1}
     for n in nodes:
         if len(n.outputs) != 1 or n.attrs or n.outputs[0].shape != acc.shape or n.outputs[0].dtype != acc.dtype:
             return None
-        nm = n.op.name
-        if nm == "relu" and len(n.inputs) == 1 and n.inputs[0] is prev:
-            step = ("relu", None)
-        elif nm == "add" and len(n.inputs) == 2 and (n.inputs[0] is prev) != (n.inputs[1] is prev):
+        step = None
+        if not act and n.op.name == "add" and len(n.inputs) == 2 and (n.inputs[0] is prev) != (n.inputs[1] is prev):
             other = n.inputs[1] if n.inputs[0] is prev else n.inputs[0]
-            if other.dtype != acc.dtype:
-                return None
             shp = tuple(other.shape)
-            if shp == tuple(acc.shape):
+            if other.dtype == acc.dtype and shp == tuple(acc.shape):
                 step = ("res", other)
-            elif len(shp) in (3, 4) and shp[-3:] == (O, 1, 1) and all(d == 1 for d in shp[:-3]):
+            elif other.dtype == acc.dtype and len(shp) in (3, 4) and shp[-3:] == (O, 1, 1) and \
+                    all(d == 1 for d in shp[:-3]):
                 step = ("bias", other)
-            else:
+        if step is not None:
+            if steps and rank[step[0]] <= rank[steps[-1][0]]:
                 return None
+            steps.append(step)
+            x0 = n.outputs[0]
         else:
-            return None
-        if steps and rank[step[0]] <= rank[steps[-1][0]]:
-            return None
-        steps.append(step)
+            a = _act_node(n, prev, x0, O)
+            if a is None:
+                return None
+            act.extend(a)
         prev = n.outputs[0]
-    return steps
+    return steps, tuple(act)
+
+
+def _takes_act(prod) -> bool:
+    """Whether conv2d node ``prod`` may be a depthwise conv (conv.py's _depthwise_shape) or a 1x1 conv without
+    padding (which the packed 1x1 kernel may take; decided per call), True where the shapes are not static: the
+    convs whose kernels take an activation other than relu (conv.py's _act_into)."""
+    xs, ws = tuple(prod.inputs[0].shape), tuple(prod.inputs[1].shape)
+    if len(xs) != 4 or len(ws) != 4:
+        return False
+    C, (O, Cg, KH, KW), G = xs[1], ws, prod.attrs.get("groups", 1)
+    if not all(isinstance(d, int) for d in (C, O, Cg, KH, KW)):
+        return True
+    from .conv import _depthwise_shape
+    return _depthwise_shape(C, G, O, Cg, KH, KW) or (KH == KW == 1 and not any(prod.attrs.get("padding", ())))
 
 
 def plan(prod, epi, acc, einputs):
     """A runner ``f(outs, ins) -> bool`` doing ``prod`` (a conv2d node) and its epilogue ``epi`` in the conv
     kernel (``ins``: the conv's operands, then the epilogue's inputs other than ``acc`` in ``einputs``
     order), or None when the epilogue is not such a chain."""
-    steps = _chain(epi.op, acc)
-    if steps is None:
+    r = _chain(epi.op, acc)
+    if r is None:
         return None
+    steps, act = r
     npin = len(prod.inputs)
-    pos = {}
+    pos, where = {}, {}
     j = npin
     for v in einputs:
         if v is acc:
@@ -97,13 +148,39 @@ def plan(prod, epi, acc, einputs):
         for kind, val in steps:
             if val is v:
                 pos[kind] = j
+        where.setdefault(id(v), j)
         j += 1
     kinds = [k for k, _ in steps]
     if ("bias" in kinds and "bias" not in pos) or ("res" in kinds and "res" not in pos):
         return None
-    relu = "relu" in kinds
+    # relu: the kernels' flag; another activation: its steps (kernels/conv_act.py) with the 0-d operands read
+    # per call (act_of), taken by the depthwise kernels only (conv2d_into returns False elsewhere: generic run)
+    relu = act == (("relu", None),)
+    general = bool(act) and not relu
+    if general and not _takes_act(prod):
+        return None
+    consts = []
+    for kind, c in act:
+        if c is None or isinstance(c, float):
+            consts.append((kind, None, c))
+        elif id(c) in where:
+            consts.append((kind, where[id(c)], None))
+        else:
+            return None
     ib, ir = pos.get("bias"), pos.get("res")
     attrs = prod.attrs
+
+    def act_of(ins, dt):
+        """The activation's steps with this call's constants (0-d arrays of the output's dtype), or None."""
+        out = []
+        for kind, j, c in consts:
+            if j is not None:
+                a = ins[j]
+                if not isinstance(a, np.ndarray) or a.shape != () or a.dtype != dt:
+                    return None
+                c = float(a)
+            out.append((kind, c))
+        return tuple(out)
 
     def operands(outs, ins):
         """(conv.py, out, b2 as an (O,) view or None, residual or None) when the runner takes these arrays, else
@@ -137,11 +214,14 @@ def plan(prod, epi, acc, einputs):
         if ops is None:
             return False
         conv, out, b2, res = ops
+        a = relu
+        if general:
+            a = act_of(ins, out.dtype)
+            if a is None:
+                return False
         if pre is None:
-            conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu)
-        else:
-            conv.conv2d_into(out, ins[:npin], attrs, b2, res, relu, pre=pre)
-        return True
+            return conv.conv2d_into(out, ins[:npin], attrs, b2, res, a) is not False
+        return conv.conv2d_into(out, ins[:npin], attrs, b2, res, a, pre=pre) is not False
 
     def bind(outs, ins, pre=None):
         """``f(outs, ins) -> bool``: ``run`` for arrays of these layouts where conv.bind_into binds the conv
@@ -153,12 +233,23 @@ def plan(prod, epi, acc, einputs):
         conv, out, b2view, res = ops
         O = out.shape[1]
         b2src = None if ib is None else ins[ib]
-        g = conv.bind_into(out, ins[:npin], attrs, b2view, res, relu) if pre is None else \
-            conv.bind_into(out, ins[:npin], attrs, b2view, res, relu, pre=pre)
+        a0, dt = relu, out.dtype
+        if general:
+            a0 = act_of(ins, dt)
+            if a0 is None:
+                return None
+        g = conv.bind_into(out, ins[:npin], attrs, b2view, res, a0) if pre is None else \
+            conv.bind_into(out, ins[:npin], attrs, b2view, res, a0, pre=pre)
         if g is None:
             return None
+        # the activation's constants are in the kernel: a call with others (a 0-d tensor written since) declines;
+        # a replayed chain (native_chain) only where they are frozen constants (ONNX initializers, the JIT's)
+        cidx = [j for _, j, _ in consts if j is not None] if general else []
+        from .winograd import is_frozen
 
         def f(outs, ins, S=None) -> bool:
+            if cidx and act_of(ins, dt) != a0:
+                return False
             if ib is None:
                 b2 = None
             else:
@@ -171,7 +262,8 @@ def plan(prod, epi, acc, einputs):
         def calls(outs, ins, S=None):
             # (native_chain) where the second bias is the bound array's view (another one is reshaped per call)
             gc = getattr(g, "calls", None)
-            if gc is None or (ib is not None and ins[ib] is not b2src):
+            if gc is None or (ib is not None and ins[ib] is not b2src) or \
+                    (cidx and (not all(is_frozen(ins[j]) for j in cidx) or act_of(ins, dt) != a0)):
                 return None
             e = None if ir is None else ins[ir]
             return gc(outs[0], ins, b2view if ib is not None else None, e, S) if S is not None else \

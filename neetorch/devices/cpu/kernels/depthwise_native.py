@@ -37,7 +37,7 @@ generic kernel skips the rows outside the input, the other two add their zeros):
   stride s: s vector loads, the lanes s apart gathered by shuffles) are plain loads where the vector's whole span
   lies inside the row, masked loads (zeros outside the row) at the borders.  The last vector of a row a masked
   store.
-* relu (torch's: x < 0 -> 0, NaN kept) in the stores.
+* relu (torch's: x < 0 -> 0, NaN kept), or another activation's steps (kernels/conv_act.py), in the stores.
 * Threads: units claimed in runs from an atomic counter (pool_native's scheme); large calls through
   ``gemm_driver.call_plan``.
 * Bounds: the generic kernel's loads stay inside their input row (the unmasked ones checked by the span test,
@@ -53,6 +53,7 @@ import os
 import numpy as np
 
 from .. import threads
+from . import conv_act
 from .conv_direct import builtin, claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
 VERSION = "1"
@@ -64,6 +65,14 @@ MAX_TAPS = 49
 _NAMES = ("H", "W", "OH", "OW", "SH", "PT", "PL", "DH", "DW", "C", "NB", "RB", "G", "T1")
 
 _kernels: dict = {}
+_src: list = []
+
+
+def _source() -> str:
+    """The disk-cache key of this module's renderers: its source and conv_act's (the activation steps' IR)."""
+    if not _src:
+        _src.append(source_key(__file__) + source_key(conv_act.__file__))
+    return _src[0]
 
 
 def _head(a, tname: str, V: int) -> None:
@@ -214,10 +223,7 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
             a(f'  br label %{nxt}')
         a(f'{M}_{KH}:')
         a(f'  %{M}acc = phi {v} [ {acc}, %{M}_t{KH - 1} ], [ {acc_in}, %{prev} ]')
-        if relu:
-            a(f'  %{M}lt = fcmp olt {v} %{M}acc, zeroinitializer')
-            a(f'  %{M}res = select <{V} x i1> %{M}lt, {v} zeroinitializer, {v} %{M}acc')
-        res = f"%{M}res" if relu else f"%{M}acc"
+        res = conv_act.apply_ir(a, relu, V, tname, f"%{M}acc", M)
         a(f'  %{M}oo = mul i64 %{M}r, %OW')
         a(f'  %{M}op.f = getelementptr {tname}, {tname}* %obj, i64 %{M}oo')
         a(f'  %{M}op = bitcast {tname}* %{M}op.f to {vp}')
@@ -256,8 +262,8 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
     if f is not None:
         return f
     tname = "float" if dt == np.float32 else "double"
-    return builtin(_kernels, k, f"dwconv{tname[0]}{KH}x{KW}s{sw}{'r' if relu else ''}",
-                   f"{source_key(__file__)}|{tname}|{KH}|{KW}|{sw}|{relu}", lambda: _render(tname, KH, KW, sw, relu), 5)
+    return builtin(_kernels, k, f"dwconv{tname[0]}{KH}x{KW}s{sw}{conv_act.tag(relu)}",
+                   f"{_source()}|{tname}|{KH}|{KW}|{sw}|{conv_act.norm(relu)!r}", lambda: _render(tname, KH, KW, sw, relu), 5)
 
 
 # ---------------------------------------------------------------- float32, column stride 1 / 2: padded rows
@@ -535,10 +541,7 @@ def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
                     acc = f"%{pfx}sum{q}_{ki}"
                 else:
                     acc = part
-            if relu:
-                a(f'  %{pfx}lt{q} = fcmp olt {v} {acc}, zeroinitializer')
-                a(f'  %{pfx}res{q} = select {m} %{pfx}lt{q}, {v} zeroinitializer, {v} {acc}')
-                acc = f"%{pfx}res{q}"
+            acc = conv_act.apply_ir(a, relu, 8, "float", acc, f"{pfx}{q}")
             results.append(acc)
         for q, res in enumerate(results):
             a(f'  %{pfx}oo{q}.r = mul i64 %OW, {q}')
@@ -600,11 +603,11 @@ def kernel_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool, direct: 
     if f is not None:
         return f
     if direct:
-        return builtin(_kernels, k, f"dwdirf{KH}x{KW}s{sh}{sw}d{dh}{'r' if relu else ''}",
-                       f"{source_key(__file__)}|dir|{KH}|{KW}|{sh}|{sw}|{dh}|{relu}",
+        return builtin(_kernels, k, f"dwdirf{KH}x{KW}s{sh}{sw}d{dh}{conv_act.tag(relu)}",
+                       f"{_source()}|dir|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.norm(relu)!r}",
                        lambda: _render_dir(KH, KW, sh, sw, dh, relu), 5)
-    return builtin(_kernels, k, f"dwpadf{KH}x{KW}s{sh}{sw}d{dh}{'r' if relu else ''}",
-                   f"{source_key(__file__)}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{relu}",
+    return builtin(_kernels, k, f"dwpadf{KH}x{KW}s{sh}{sw}d{dh}{conv_act.tag(relu)}",
+                   f"{_source()}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.norm(relu)!r}",
                    lambda: _render_pad(KH, KW, sh, sw, dh, relu), 5)
 
 
@@ -815,10 +818,7 @@ def _render_dir(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
                     acc = f"%{pfx}sum{q}_{ki}"
                 else:
                     acc = part
-            if relu:
-                a(f'  %{pfx}lt{q} = fcmp olt {v} {acc}, zeroinitializer')
-                a(f'  %{pfx}rl{q} = select {m} %{pfx}lt{q}, {v} zeroinitializer, {v} {acc}')
-                acc = f"%{pfx}rl{q}"
+            acc = conv_act.apply_ir(a, relu, 8, "float", acc, f"{pfx}{q}")
             if sw == 2:
                 a(f'  %{pfx}un{q} = shufflevector {v} {acc}, {v} undef, {iv} '
                   f'<{", ".join(f"i32 {i}" for i in _UNP)}>')
@@ -947,7 +947,7 @@ def x_isz(dt) -> int:
 
 def conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, relu=False) -> bool:
     """res (N, C, OH, OW) = depthwise conv2d(x (N, C, H, W), w (C, 1, KH, KW)) + b (C,) or None, through relu when
-    ``relu``; top / left padding pt, pl (the bottom / right ones are what res's size leaves).  False (nothing
+    ``relu`` (True, or an activation's steps: kernels/conv_act.py); top / left padding pt, pl (the bottom / right ones are what res's size leaves).  False (nothing
     written) where no kernel takes it (dtype, column stride, window size, layout)."""
     run = runner(x, w, res, sh, sw, pt, pl, dh, dw, relu)
     if run is None or (b is not None and (b.dtype != x.dtype or b.shape != (x.shape[1],))):
@@ -964,13 +964,14 @@ def settings() -> tuple:
 def runner(x, w, res, sh, sw, pt, pl, dh, dw, relu=False):
     """``run(x, w, b, res)``: the launch :func:`conv2d` makes for operands of these layouts (cached per layout and
     :func:`settings`), or None where conv2d would return False (no kernel, or not C-contiguous operands)."""
-    key = (x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, bool(relu), x.dtype.char, w.dtype.char,
+    relu = conv_act.norm(relu)
+    key = (x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, relu, x.dtype.char, w.dtype.char,
            res.dtype.char) + settings()
     run = _runners.get(key)
     if run is None:
         if len(_runners) > 1024:
             _runners.clear()
-        run = _runners[key] = _runner(x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, bool(relu), x.dtype,
+        run = _runners[key] = _runner(x.shape, w.shape, res.shape, sh, sw, pt, pl, dh, dw, relu, x.dtype,
                                       w.dtype, res.dtype)
     if not run or not (x.flags.c_contiguous and w.flags.c_contiguous and res.flags.c_contiguous):
         return None

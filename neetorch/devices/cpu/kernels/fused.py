@@ -582,14 +582,20 @@ def compile_matmul_epilogue(backend, op):
             pkern(backend, [buf], list(ins[:npin]), prod.attrs)
             rest = iter(ins[npin:])
             run_epi(outs, [buf if v is acc else next(rest) for v in einputs])
+        apart = _conv_then_epilogue_binder(prod, acc, einputs, npin, scratch, run_epi,
+                                           lambda outs, eins: _bind_strided(kern, outs, eins)) \
+            if prod.name == "conv2d" and blockable else None
         if inside is not None:
-            # (jit/executable.py's _bound_runner: the conv's launch bound per layout, conv_epilogue's bind)
+            # (jit/executable.py's _bound_runner: the conv's launch bound per layout, conv_epilogue's bind; where
+            # it binds nothing (an activation other than relu on a conv that is not depthwise), the two apart)
             def bind_other(outs, ins):
-                return None if outs[0].size == 0 else inside.bind(outs, ins)
+                if outs[0].size == 0:
+                    return None
+                f = inside.bind(outs, ins)
+                return apart(outs, ins) if f is None and apart is not None else f
             run_other.bind = bind_other
-        elif prod.name == "conv2d" and blockable:
-            run_other.bind = _conv_then_epilogue_binder(prod, acc, einputs, npin, scratch, run_epi,
-                                                        lambda outs, eins: _bind_strided(kern, outs, eins))
+        elif apart is not None:
+            run_other.bind = apart
         return run_other, sources
 
     native = None
