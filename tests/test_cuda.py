@@ -213,7 +213,8 @@ def test_every_claimed_elementwise_kernel_and_fused_group_compiles_with_nvcc(tmp
 def test_full_pipeline_on_a_sample_checks_the_float16_asm(tmp_path):
     # -cubin runs ptxas too (the inline cvt.f16 asm is only checked there); a sample keeps it fast
     pick = [("add", ["float16", "float16"]), ("exp", ["float16"]), ("cast", ["float16"]), ("where", None),
-            ("floor_divide", ["int64", "int64"]), ("remainder", ["float64", "float64"])]
+            ("floor_divide", ["int64", "int64"]), ("remainder", ["float64", "float64"]),
+            ("floor_divide", ["float16", "float16"]), ("xlogy", ["float16", "float16"])]
     srcs = []
     for name, dts in pick:
         op = OPS[name]
@@ -240,6 +241,14 @@ def test_float16_is_loaded_and_stored_through_float():
     assert "expf(v0)" in src and "exp(v0)" not in src
     _, src = cuda_render.ew_source(OPS["exp"], [_dt.float64], _dt.float64)
     assert "exp(v0)" in src
+    # floor_divide / xlogy on float16 round every step to float16, as torch's CPU kernels (one helper in
+    # the shared table for CUDA and OpenCL); with a float32 operand they keep float32 steps
+    _, src = cuda_render.ew_source(OPS["xlogy"], [_dt.float16, _dt.float16], _dt.float16)
+    assert "f_xlogy_h(nee_h2f(v0), nee_h2f(v1))" in src
+    _, src = cuda_render.ew_source(OPS["floor_divide"], [_dt.float16, _dt.float32], _dt.float32)
+    assert "f_floordiv32(" in src and "f_floordiv_h(" not in src
+    pre = cuda_render.preamble()
+    assert "f_floordiv_h(float a, float b)" in pre and "nee_h2f(nee_f2h((float)(x)))" in pre
 
 
 def test_static_claims_match_supports():

@@ -28,6 +28,7 @@ register_backend(OpenCLBackend, "opencl")
 DEV = "opencl"
 BK = get_backend(nee.device(DEV))
 FP64 = "float64" in BK.dtypes
+FP16 = "float16" in BK.dtypes      # devices with cl_khr_fp16 (Intel's CPU runtime; not PoCL)
 
 
 def cl_(a, dtype=None):
@@ -47,7 +48,7 @@ def test_devices_lists_opencl():
     assert "opencl" in str(BK.device) and BK.type == "opencl"
 
 
-@pytest.mark.parametrize("name", ["bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"])
+@pytest.mark.parametrize("name", ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64"])
 def test_roundtrip_dtypes(name):
     if name not in BK.dtypes:
         pytest.skip(f"device has no {name}")
@@ -84,6 +85,35 @@ def test_unsupported_storage_is_a_clear_error():
         pytest.skip("device stores float16")
     with pytest.raises(TypeError, match="float16"):
         nee.ones(3, dtype=nee.float16).to(DEV)
+
+
+def test_float16_claimed_exactly_with_cl_khr_fp16(monkeypatch):
+    """float16 storage and kernels come with the device's cl_khr_fp16 (the pragma in every program);
+    the same device presented without the extension stores no float16 and claims nothing on it."""
+    import neetorch.devices.opencl as ocl
+    from neetorch.tensor import dtypes as _dt
+    has = "cl_khr_fp16" in BK.cl_device.extensions.split()
+    assert FP16 == has
+    assert ("cl_khr_fp16 : enable" in BK.programs.preamble) == has
+
+    class NoFP16:                   # the device, minus the extension
+        def __init__(self, d):
+            self._d = d
+            self.extensions = " ".join(e for e in d.extensions.split() if e != "cl_khr_fp16")
+
+        def __getattr__(self, k):
+            return getattr(self._d, k)
+    dev, ctx = ocl._usable_devices()[0][0]
+    monkeypatch.setattr(ocl, "_usable_devices", lambda: ([(NoFP16(dev), ctx)], []))
+    b = OpenCLBackend(0)
+    assert "float16" not in b.dtypes and "float32" in b.dtypes
+    assert "cl_khr_fp16" not in b.programs.preamble
+    h = _dt.float16
+    for op, dts in [("add", [h, h, h]), ("sum", [h, h]), ("matmul", [h, h, h]), ("softmax", [h, h]),
+                    ("conv2d", [h, h, h, h]), ("sort", [h, h, _dt.int64])]:
+        assert "cl_khr_fp16" in b.supports(op, dts), op
+    with pytest.raises(TypeError, match="cl_khr_fp16"):
+        b.empty((3,), h)
 
 
 def test_views_share_storage_and_copy():
@@ -238,7 +268,7 @@ def _claimed(dt):
     return out
 
 
-SWEEP_DTYPES = ["float32", "int32", "int64", "bool"] + (["float64"] if FP64 else [])
+SWEEP_DTYPES = ["float32", "int32", "int64", "bool"] + (["float64"] if FP64 else []) + (["float16"] if FP16 else [])
 _INT_FLOAT_OPS = {"exp", "sqrt", "true_divide", "sigmoid", "atan2"}   # int inputs computed in float: a few suffice
 
 
@@ -249,15 +279,21 @@ def test_elementwise_sweep(dt):
         cases = [c for c in cases if c[3].category != 2 or c[0] in _INT_FLOAT_OPS]
     assert len(cases) >= (60 if dt.startswith("float") else 15), [c[0] for c in cases]
     BK.precompile([(name, ins, out) for name, _, ins, out in cases])
-    rtol, atol = (1e-5, 1e-5) if dt != "float64" else (1e-11, 1e-12)
+    rtol, atol = {"float64": (1e-11, 1e-12), "float16": (1e-3, 1e-3)}.get(dt, (1e-5, 1e-5))
     bad = []
     for name, args, _, odt in cases:
         ref_fn = REF.get(name) or OPS[name].reference
         idx = OPS[name].ew.promote or range(len(args))
         rargs = [a.astype(odt.np) if (isinstance(a, np.ndarray) and i in idx and odt.category == 2
                                       and a.dtype.kind != "f") else a for i, a in enumerate(args)]
+        if dt == "float16":
+            # torch's float16: computed in float32, the result rounded to float16 once
+            rargs = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float16 else a
+                     for a in rargs]
         with np.errstate(all="ignore"):
             ref = np.asarray(ref_fn(*rargs))
+            if dt == "float16" and odt.name == "float16":
+                ref = ref.astype(np.float32).astype(np.float16)
         got = host(apply(OPS[name], *[cl_(a) if isinstance(a, np.ndarray) else a for a in args]))
         ref = ref.astype(got.dtype) if got.dtype.kind != "f" else ref
         assert got.dtype == odt.np, (name, got.dtype, odt)
@@ -393,6 +429,114 @@ def test_reductions_softmax_matmul():
     assert len(nee.fallback_report()) == 0 or all(r.device != "opencl:0" or r.op not in
                                                   ("sum", "mean", "amax", "amin", "softmax", "matmul")
                                                   for r in nee.fallback_report().records.values())
+
+
+@pytest.mark.skipif(not FP16, reason="the OpenCL device has no cl_khr_fp16")
+def test_float16_reductions_softmax_matmul_match_cpu_and_torch():
+    """float16 (``half`` storage) through the reduction, softmax and matmul kernels (scalar and float8-tile
+    paths, strided operands), all on the device (strict mode): each result computed in float and rounded
+    once, like torch's CPU kernels: equal to torch's and the CPU backend's within one float16 rounding."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(31)
+    a = (rng.standard_normal((5, 7, 300)) * 2).astype(np.float16)
+    m1 = rng.standard_normal((3, 33, 17)).astype(np.float16)
+    m2 = rng.standard_normal((17, 16)).astype(np.float16)
+    m3 = rng.standard_normal((17, 9)).astype(np.float16)
+    small = rng.uniform(0.8, 1.2, (6, 40)).astype(np.float16)
+    nan = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, 0.5]], np.float16)
+    F = torch.nn.functional
+    cases = [   # (name, neetorch fn, torch fn, inputs)
+        ("sum -1", lambda x: x.sum(-1), lambda x: x.sum(-1), [a]),
+        ("sum all", lambda x: x.sum(), lambda x: x.sum(), [a]),
+        ("sum (0, 2) keepdim", lambda x: x.sum((0, 2), keepdim=True), lambda x: x.sum((0, 2), keepdim=True), [a]),
+        ("mean 1", lambda x: x.mean(1), lambda x: x.mean(1), [a]),
+        ("mean all", lambda x: x.mean(), lambda x: x.mean(), [a]),
+        ("prod", lambda x: x.prod(-1), lambda x: x.prod(-1), [small]),
+        ("amax", lambda x: x.amax(-1), lambda x: x.amax(-1), [a]),
+        ("amin transposed", lambda x: x.transpose(0, 2).amin(0), lambda x: x.transpose(0, 2).amin(0), [a]),
+        ("amax nan", lambda x: x.amax(1), lambda x: x.amax(1), [nan]),
+        ("softmax -1", lambda x: nee.softmax(x, -1), lambda x: torch.softmax(x, -1), [a]),
+        ("softmax 0", lambda x: nee.softmax(x, 0), lambda x: torch.softmax(x, 0), [a]),
+        ("log_softmax -1", lambda x: nee.log_softmax(x, -1), lambda x: torch.log_softmax(x, -1), [a]),
+        ("log_softmax 1 strided", lambda x: nee.log_softmax(x.transpose(1, 2), 1),
+         lambda x: torch.log_softmax(x.transpose(1, 2), 1), [a]),
+        ("matmul scalar", lambda x, y: x @ y, lambda x, y: x @ y, [m1, m3]),
+        ("matmul tiles", lambda x, y: x @ y, lambda x, y: x @ y, [m1, m2]),
+        ("matmul transposed", lambda x, y: y.t() @ x[1].t(), lambda x, y: y.t() @ x[1].t(), [m1, m3]),
+        ("linear", lambda x, y: nee.nn.functional.linear(x, y.t()), lambda x, y: F.linear(x, y.t()), [m1, m2]),
+    ]
+    nee.reset_fallbacks()
+    nee.set_strict(True)
+    try:
+        for name, f, tf, ins in cases:
+            got = f(*[cl_(v) for v in ins])
+            assert got.device.type == "opencl" and got.dtype == nee.float16, name
+            g = host(got).astype(np.float64)
+            for ref, what in ((f(*[nee.tensor(v) for v in ins]).numpy(), "cpu"),
+                              (tf(*[torch.from_numpy(v) for v in ins]).numpy(), "torch")):
+                np.testing.assert_allclose(g, ref.astype(np.float64), rtol=2e-3, atol=2e-3, equal_nan=True,
+                                           err_msg=f"{name} vs {what}")
+    finally:
+        nee.set_strict(False)
+    assert not nee.fallback_report().records
+
+
+@pytest.mark.skipif(not FP16, reason="the OpenCL device has no cl_khr_fp16")
+def test_float16_elementwise_bit_exact_with_torch():
+    """float16 elementwise results are torch's bit for bit: computed in float, rounded once (casts and
+    overflow to inf included), except floor_divide and xlogy, whose torch kernels round every step to
+    float16 (the C table's f_floordiv_h / f_xlogy_h, as the CPU backend); a float32 scalar keeps float32
+    steps (x // 2.5)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(33)
+    a = rng.uniform(-50, 50, 3000).astype(np.float16)
+    b = rng.uniform(-7, 7, 3000).astype(np.float16)
+    b[b == 0] = 1
+    p = np.abs(b)
+    big = np.array([65504, 65519, 65520, 7e4, -1e5, 1e-8, 6e-8, 3e-5, np.nan, np.inf], np.float32)
+    cases = [
+        ("floor_divide", lambda x, y: x // y, lambda x, y: torch.floor_divide(x, y), [a, b]),
+        ("floor_divide scalar", lambda x, y: x // 2.5, lambda x, y: torch.floor_divide(x, 2.5), [a, b]),
+        ("remainder", lambda x, y: x % y, lambda x, y: torch.remainder(x, y), [a, b]),
+        ("xlogy", nee.xlogy, torch.xlogy, [a, p]),
+        ("true_divide", lambda x, y: x / y, lambda x, y: x / y, [a, b]),
+        ("exp", lambda x, y: (x / 10).exp(), lambda x, y: (x / 10).exp(), [a, b]),
+        ("mul add", lambda x, y: x * y + 1.5, lambda x, y: x * y + 1.5, [a, b]),
+        ("sigmoid", lambda x, y: x.sigmoid(), lambda x, y: x.sigmoid(), [a, b]),
+        ("cast from float32", lambda x, y: x.half(), lambda x, y: x.half(), [big, big]),
+        ("cast to int32", lambda x, y: x.int(), lambda x, y: x.int(), [a, b]),
+    ]
+    for name, f, tf, ins in cases:
+        got = host(f(*[cl_(v) for v in ins]))
+        want = tf(*[torch.from_numpy(v) for v in ins]).numpy()
+        assert got.dtype == want.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.mark.skipif(not FP16, reason="the OpenCL device has no cl_khr_fp16")
+def test_float16_jit_on_opencl_matches_cpu():
+    """A jitted float16 function on OpenCL (elementwise steps, a fused group reading half, softmax,
+    matmul, a reduction) equals the same function on the CPU, and eager on OpenCL; nothing falls back."""
+    def f(x, y):
+        z = (x * y + 1.0).relu()
+        w = (z.float().exp() * 0.5).half() - y
+        return w, nee.softmax(z, -1) @ y.t(), z.sum(-1)
+
+    rng = np.random.default_rng(32)
+    a = rng.standard_normal((33, 17)).astype(np.float16)
+    b = rng.standard_normal((33, 17)).astype(np.float16)
+    want = nee.jit(f)(nee.tensor(a), nee.tensor(b))
+    eager = f(cl_(a), cl_(b))
+    g = nee.jit(f)
+    nee.reset_fallbacks()
+    got = g(cl_(a), cl_(b))
+    assert not nee.fallback_report().records
+    for x, e, w in zip(got, eager, want):
+        assert x.device.type == "opencl" and x.dtype == w.dtype == nee.float16
+        np.testing.assert_array_equal(host(x), host(e))
+        np.testing.assert_allclose(host(x).astype(np.float64), w.numpy().astype(np.float64), rtol=2e-3, atol=2e-3)
+    text = g.explain(cl_(a), cl_(b))
+    assert "__kernel void fused_" in text and "__global const half* x0" in text
 
 
 # ---------------------------------------------------------------- jit

@@ -56,6 +56,10 @@ def clean(bk):
     assert not recs, [(r.op, r.reason) for r in recs]
 
 
+# float16 (``half``) runs where the device has cl_khr_fp16 (Intel's CPU runtime); elsewhere those cases skip
+FP16 = "float16" in get_backend(nee.device(DEV)).dtypes
+H = pytest.param("float16", marks=pytest.mark.skipif(not FP16, reason="the OpenCL device has no cl_khr_fp16"))
+
 GPU = cases.Dev(DEV)
 cl = GPU
 check = GPU.check
@@ -63,10 +67,10 @@ rnd = cases.rnd
 
 
 # ================================================================ convolution
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_conv2d_matches_cpu(clean, dn):
     cases.conv2d_matches_cpu(GPU, dn)
-    isz = {"float32": "uint", "float64": "ullong"}[dn]
+    isz = {"float16": "ushort", "float32": "uint", "float64": "ullong"}[dn]
     assert {f"neecl_depthwise_{dn}", f"neecl_im2col_{isz}"} <= set(clean.programs.kernels)
 
 
@@ -74,18 +78,18 @@ def test_conv2d_chunks_images_under_the_column_budget(clean, monkeypatch):
     cases.conv2d_chunks_images_under_the_column_budget(GPU, monkeypatch, cl_nn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_conv_transpose2d_matches_cpu(clean, dn):
     cases.conv_transpose2d_matches_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_unfold_fold_match_cpu(clean, dn):
     cases.unfold_fold_match_cpu(GPU, dn)
 
 
 # ================================================================ pooling
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_pools_match_cpu(clean, dn):
     cases.pools_match_cpu(GPU, dn)
 
@@ -95,13 +99,13 @@ def test_integer_claims_of_float_only_frontends(clean):
 
 
 # ================================================================ pad
-@pytest.mark.parametrize("dn", ["float32", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "uint8", "bool", H])
 def test_pad_matches_cpu(clean, dn):
     cases.pad_matches_cpu(GPU, dn)
 
 
 # ================================================================ indexing
-@pytest.mark.parametrize("dn", ["float32", "float64", "int16", "bool"])   # take3 kernels: one per item size
+@pytest.mark.parametrize("dn", ["float32", "float64", "int16", "bool", H])   # take3 kernels: one per item size
 def test_index_select_gather_embedding_match_cpu(clean, dn):
     cases.index_select_gather_embedding_match_cpu(GPU, dn)
 
@@ -111,61 +115,61 @@ def test_bad_indices_raise_like_the_cpu(clean):
 
 
 # ================================================================ scans, arg reductions, triangles
-@pytest.mark.parametrize("dn", ["float32", "float64", "int8", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "float64", "int8", "bool", H])
 def test_scans_argmax_tri_match_cpu(clean, dn):
     cases.scans_argmax_tri_match_cpu(GPU, dn)
 
 
 # ================================================================ adaptive pools, nearest upsampling, take, repeat, max(dim)
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_adaptive_pools_and_upsampling_match_cpu(clean, dn):
     cases.adaptive_pools_and_upsampling_match_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "uint8"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "uint8", H])
 def test_take_repeat_max_dim_match_cpu(clean, dn):
     cases.take_repeat_max_dim_match_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_group_norm_nansum_count_nonzero_match_cpu(clean, dn):
     cases.group_norm_nansum_count_nonzero_match_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64", "int32", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "float64", "int32", "bool", H])
 def test_scatter_matches_cpu(clean, dn):
     cases.scatter_matches_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "bool", "int8"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "bool", "int8", H])
 def test_advanced_indexing_matches_cpu(clean, dn):
     cases.advanced_indexing_matches_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "int8", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "int8", "bool", H])
 def test_index_add_copy_fill_repeat_interleave_match_cpu(clean, dn):
     cases.index_add_copy_fill_repeat_interleave_match_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "uint8"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "uint8", H])
 def test_searchsorted_matches_cpu(clean, dn):
     cases.searchsorted_matches_cpu(GPU, dn)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int16", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int16", "bool", H])
 def test_roll_matches_cpu_and_torch(clean, dn):
     cases.roll_matches_cpu_and_torch(GPU, dn)
 
 
 # ================================================================ beyond the CUDA test's cases
-@pytest.mark.parametrize("dn", ["float32", "int64", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "bool", H])
 def test_sort_topk_match_cpu(clean, dn):
     """Stable merge sort per column (ascending NaN last; descending NaN first, ties in order); topk as
     the first k of that order."""
     cases.sort_topk_match_cpu(GPU, dn, long_sort=True)
 
 
-@pytest.mark.parametrize("dn", ["float64", "int16", "uint8"])
+@pytest.mark.parametrize("dn", ["float64", "int16", "uint8", H])
 def test_cummax_cummin_diag_embed_cat_flip_match_cpu(clean, dn):
     rng = np.random.default_rng(21)
     x = rnd(rng, (3, 7, 4), dn)
@@ -196,7 +200,7 @@ def test_cummax_cummin_diag_embed_cat_flip_match_cpu(clean, dn):
           msg="cat with a cast")
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_layer_norm_rms_norm_match_cpu(clean, dn):
     """One work-group per row (a local-memory tree), float64 statistics like the CPU kernel."""
     rng = np.random.default_rng(22)
@@ -214,7 +218,7 @@ def test_layer_norm_rms_norm_match_cpu(clean, dn):
 
 def test_edge_cases(clean):
     """Empty tensors, negative and out-of-range indices (the CPU's errors, no out-of-bounds access),
-    NaN-only rows, float16 refused cleanly."""
+    NaN-only rows, float16 refused cleanly where the device has no cl_khr_fp16."""
     rng = np.random.default_rng(23)
     e = nee.zeros(0, 5)
     for f in (lambda t: nee.cumsum(t, 1), lambda t: nee.sort(t, 1)[0], lambda t: nee.tril(t),
@@ -235,23 +239,29 @@ def test_edge_cases(clean):
     check(F.max_pool2d(cl(n.reshape(1, 2, 7, 10)), 3), F.max_pool2d(n.reshape(1, 2, 7, 10), 3), exact=True)
     nee.set_strict(False)
     h = nee.zeros(2, 3, 4, 4, dtype=nee.float16)
-    with pytest.raises(TypeError, match="float16"):
-        h.to(DEV)
+    if FP16:
+        check(F.max_pool2d(cl(h), 2), F.max_pool2d(h, 2), exact=True)
+    else:
+        with pytest.raises(TypeError, match="float16"):
+            h.to(DEV)
 
 
 def test_claims_and_coverage(bk):
     """The ops of opencl/nn.py are claimed for the dtypes the coverage table asks about; integer
-    convolutions and float16 are not (visible fallbacks, with a reason)."""
+    convolutions are not (visible fallbacks, with a reason); float16 exactly where float32 is, on a device
+    with cl_khr_fp16, and nowhere on one without."""
     for name in cl_nn.table():
         claimed = [dn for dn in coverage.DTYPES if bk.supports(name, list(coverage.signature(OPS[name], dn))) is None]
         assert "float32" in claimed or name in ("tril", "triu") and "int32" in claimed, name
-        assert "float16" not in claimed, name
+        assert ("float16" in claimed) == (FP16 and "float32" in claimed), name
+    if not FP16:
+        assert "cl_khr_fp16" in bk.supports("conv2d", [_dt.float16] * 4)
     assert "floating" in bk.supports("conv2d", [_dt.int32, _dt.int32, _dt.int32, _dt.int32])
     assert "int32/int64" in bk.supports("gather", [_dt.float32, _dt.float32, _dt.float32])
     assert bk.supports("max_pool2d", [_dt.int16, _dt.int16]) is None
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "bool", H])
 def test_nonzero_masked_index_put_match_cpu(clean, dn):
     """Stream compaction (per-chunk counts, their scan, ordered writes) for nonzero / masked_select /
     masked_scatter, over more than one chunk; index_put (assign and accumulate, duplicate positions,
@@ -293,7 +303,7 @@ def test_nonzero_masked_index_put_match_cpu(clean, dn):
             check(got, want, exact=True, msg=f"index_put {name} {acc}")
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64", "int16"])
+@pytest.mark.parametrize("dn", ["float32", "float64", "int16", H])
 def test_median_batch_norm_stats_match_cpu(clean, dn):
     """median: the stable sort then the lower median, or the first NaN of the row; batch_norm's
     per-channel statistics: one work-group per channel, float64 like the CPU kernel."""
@@ -325,7 +335,7 @@ def test_median_batch_norm_stats_match_cpu(clean, dn):
             check(rvc, rv, msg="running var")
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_nll_loss_terms_match_cpu(clean, dn):
     """cross_entropy / nll_loss (weights, ignore_index, label smoothing, (N, C, d) inputs) and the
     float64 sums built on the same op: per-element terms in parallel, totals by one thread in order."""
@@ -349,13 +359,13 @@ def test_nll_loss_terms_match_cpu(clean, dn):
     assert str(err.value) == str(cpu_err.value)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64", "int64", "int32"])
+@pytest.mark.parametrize("dn", ["float32", "float64", "int64", "int32", H])
 def test_einsum_matches_cpu(clean, dn):
     """Diagonals (repeated labels), sums, batched matmuls, outer products, three operands, ellipses."""
     cases.einsum_matches_cpu(GPU, dn, more=True)
 
 
-@pytest.mark.parametrize("dn", ["float32", "float64"])
+@pytest.mark.parametrize("dn", ["float32", "float64", H])
 def test_embedding_max_norm_matches_cpu(clean, dn):
     """F.embedding(max_norm=...) renormalizes the looked-up rows in place (every norm type), duplicates
     once; an out-of-range index raises the CPU's error."""
@@ -375,7 +385,7 @@ def test_embedding_max_norm_matches_cpu(clean, dn):
     assert str(err.value) == str(cpu_err.value)
 
 
-@pytest.mark.parametrize("dn", ["float32", "int64", "bool"])
+@pytest.mark.parametrize("dn", ["float32", "int64", "bool", H])
 def test_unique_matches_cpu(clean, dn):
     """unique (sorted): the stable sort, group starts, stream compaction; inverse indices and counts,
     NaNs each their own value like the CPU, more than one compaction chunk; unique along a dim."""

@@ -14,8 +14,10 @@ The templates are written in the common subset of OpenCL C and CUDA C; a
 :class:`Dialect` supplies the few differences: type names (``long`` is 64-bit in
 OpenCL, ``long long`` in CUDA; ``char``'s sign is the host's in CUDA), the helper
 qualifier (``inline`` / ``__device__``), float32 math names (OpenCL's built-ins are
-overloaded, CUDA C uses ``expf``…), float16 storage (OpenCL ``half``; CUDA a 16-bit
-integer converted with ``cvt`` so that no header is needed), and per-op overrides.
+overloaded, CUDA C uses ``expf``…), float16 storage (OpenCL ``half`` under ``cl_khr_fp16``,
+converted by casts; CUDA a 16-bit integer converted with ``cvt`` so that no header is needed),
+and per-op overrides.  float16 is storage only in both: every load converts to float, every op
+computes in float32 (:func:`kdt`), every store rounds once (round to nearest even).
 
 Semantics follow the CPU backend (``devices/cpu/scalar.py``) exactly: NaN-propagating
 ``maximum``/``minimum``/``clamp``, Python/torch signs for integer ``floor_divide``
@@ -68,6 +70,23 @@ inline T f_floordiv$S(T a, T b) {
 inline T f_remainder$S(T a, T b) { T m = fmod(a, b); if (m != (T)0 && ((b < (T)0) != (m < (T)0))) m += b; return m; }
 inline T f_xlogy$S(T x, T y) { if (isnan(y)) return y; return x == (T)0 ? x - x : x * log(y); }
 """
+
+# float16 ops torch's CPU kernels compute in float16 arithmetic (each step rounded to float16, not float32
+# "opmath"): floor_divide (c10::div_floor_floating on Half values) and xlogy (x * log(y), the log rounded); the
+# CPU backend's f_floordiv_f16 / f_xlogy_f16 (devices/cpu/scalar.py), used when every operand is stored as
+# float16 or an integer (op_result).  nee_rh: float -> nearest float16, as float (the dialect's conversions).
+_HALF_HELPERS = r"""
+inline float nee_rh(float x) { return $RH; }
+inline float f_floordiv_h(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float m = fmod(a, b); float d = nee_rh(nee_rh(a - m) / b);
+  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d = nee_rh(d - 1.0f);
+  if (d != 0.0f) { float fd = floor(d); if (nee_rh(d - fd) > 0.5f) fd = nee_rh(fd + 1.0f); return fd; }
+  return copysign(d * 0.0f, a / b);
+}
+inline float f_xlogy_h(float x, float y) { if (isnan(y)) return y; return x == 0.0f ? x - x : x * nee_rh(log(y)); }
+"""
+_HALF_STEPS = (("f_floordiv32(", "f_floordiv_h("), ("f_xlogy32(", "f_xlogy_h("))
 
 _INT_HELPERS = r"""
 inline T f_ifloordiv_$N(T a, T b) {
@@ -161,7 +180,7 @@ class Dialect:
     """What differs between the C dialects the renderers print."""
 
     def __init__(self, name, ctype, utype, long, inline, f32_suffix, head, fp64_pragma, half_load, half_store,
-                 overrides=None, f32_renames=None):
+                 overrides=None, f32_renames=None, fp16_pragma=""):
         self.name = name
         self.ctype = ctype              # dtype name -> C type name
         self.utype = utype              # signed/unsigned int C type -> its unsigned counterpart
@@ -170,6 +189,7 @@ class Dialect:
         self.f32_suffix = f32_suffix    # float32 math names: "" (overloaded) or "f"
         self.head = head                # text every program starts with
         self.fp64_pragma = fp64_pragma
+        self.fp16_pragma = fp16_pragma  # what a program storing float16 needs first ("" when nothing)
         self.half_load = half_load      # "{}" template: float16 storage -> float
         self.half_store = half_store    # "{}" template: float -> float16 storage
         self.overrides = overrides or {}  # op name -> EXPR-style function replacing the shared one
@@ -188,14 +208,21 @@ class Dialect:
                 text = _MATH_RE.sub(lambda m: m.group(1) + self.f32_suffix + "(", text)
         return text
 
-    def preamble(self, fp64: bool = True) -> str:
-        """The helper functions every generated program starts with."""
+    def preamble(self, fp64: bool = True, fp16: bool = False) -> str:
+        """The helper functions every generated program starts with (``fp16``: the program may load and
+        store float16: the dialect's pragma for it, e.g. OpenCL's ``cl_khr_fp16``)."""
         out = [self.head] if self.head else []
         if fp64 and self.fp64_pragma:
             out.append(self.fp64_pragma)
+        if fp16 and self.fp16_pragma:
+            out.append(self.fp16_pragma)
         for T, S, dt in [("float", "32", _dt.float32)] + ([("double", "64", _dt.float64)] if fp64 else []):
             h = _FLOAT_HELPERS.replace("$S", S).replace("(T)", f"({T})").replace("T ", f"{T} ")
             out.append(self.math(h.replace("inline ", self.inline + " "), dt))
+        if fp16:
+            rh = self.half_load.format(self.half_store.format("x"))
+            out.append(self.math(_HALF_HELPERS.replace("$RH", rh).replace("inline ", self.inline + " "),
+                                 _dt.float32))
         for N in self.int_ctypes:
             out.append(_INT_HELPERS.replace("UT", self.utype[N]).replace("$N", N).replace("$B", str(self.bits[N]))
                        .replace("$L", self.long).replace("(T)", f"({N})").replace("T ", f"{N} ")
@@ -308,7 +335,10 @@ OPENCL = Dialect(
     utype={"uchar": "uchar", "char": "uchar", "short": "ushort", "int": "uint", "long": "ulong"},
     long="long", inline="inline", f32_suffix="", head=_OPENCL_HEAD, f32_renames={"exp": "nee_exp32"},
     fp64_pragma="#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
-    half_load="(float)({})", half_store="(half)({})")   # float16 is not claimed by the OpenCL backend yet
+    # float16: ``half`` storage (devices with cl_khr_fp16; OpenCLBackend claims float16 only there), converted
+    # by casts: to float exactly, from float rounding to nearest even (OpenCL C's default for conversions)
+    fp16_pragma="#pragma OPENCL EXTENSION cl_khr_fp16 : enable",
+    half_load="(float)({})", half_store="(half)((float)({}))")
 
 CUDA = Dialect(
     "cuda",
@@ -365,14 +395,24 @@ def cast(expr: str, frm, to, dialect: Dialect = OPENCL) -> str:
 def _compute(op, in_dt):
     from ..ops.elementwise import ew_dtypes
     comp, _ = ew_dtypes(op.ew, list(in_dt))
-    comp = [kdt(c) for c in comp]
     first = op.ew.promote[0] if op.ew.promote else 0
-    return comp, comp[first]
+    return [kdt(c) for c in comp], kdt(comp[first]), comp[first]
+
+
+def _half_steps(tmpl: str, raw, in_dt) -> str:
+    """``tmpl`` with the float16-arithmetic helpers (:data:`_HALF_STEPS`) when the op computes float16
+    (``raw``) and no operand is stored wider (a float32 scalar, ``x // 2.5``, keeps float32 opmath), as the
+    CPU backend decides (devices/cpu/elementwise.py ``_low_of``)."""
+    if raw is not _dt.float16 or any(d is _dt.float32 or d is _dt.float64 for d in in_dt):
+        return tmpl
+    for a, b in _HALF_STEPS:
+        tmpl = tmpl.replace(a, b)
+    return tmpl
 
 
 def claims(op, in_dt, dialect: Dialect = OPENCL) -> str | None:
     """None when ``op`` on inputs of DTypes ``in_dt`` renders in ``dialect``, else a reason."""
-    _, c = _compute(op, in_dt)
+    _, c, _ = _compute(op, in_dt)
     if c_expr(op.name, c, dialect) is None:
         return f"no {dialect.name} C expression for {op.name} on {c.name}"
     return None
@@ -381,10 +421,11 @@ def claims(op, in_dt, dialect: Dialect = OPENCL) -> str | None:
 def op_result(op, names: list, in_dt: list, out_dt, dialect: Dialect = OPENCL) -> str:
     """C expression of elementwise ``op`` over C values ``names`` (DTypes ``in_dt``), stored as ``out_dt``.
     Raises NotImplementedError when the op has no C expression for its compute dtype."""
-    comp, c = _compute(op, in_dt)
+    comp, c, raw = _compute(op, in_dt)
     tmpl = c_expr(op.name, c, dialect)
     if tmpl is None:
         raise NotImplementedError(f"{dialect.name}: no C expression for {op.name} on {c.name}")
+    tmpl = _half_steps(tmpl, raw, in_dt)
     args = [cast(n, d, k, dialect) for n, d, k in zip(names, in_dt, comp)]
     return cast(tmpl.format(*args), c, out_dt, dialect)
 

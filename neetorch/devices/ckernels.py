@@ -16,8 +16,9 @@ NVRTC through CuPy, by nvcc in the tests, by g++ in the CUDA emulation) or as Op
   (:meth:`KDialect.bsum`: warp shuffles + 32 slots in CUDA, a local-memory tree over
   ``slots`` = 256 entries in OpenCL, whose work-groups are at most 256 wide);
 * types: ``llong`` / ``ullong`` (CUDA's typedefs, added to OpenCL C by :attr:`KDialect.prelude`),
-  the C type of each dtype (``schar`` / ``char``), float16 storage (CUDA only: ``nhalf`` bits
-  converted by ``nee_h2f`` / ``nee_f2h``; the OpenCL backend does not claim float16).
+  the C type of each dtype (``schar`` / ``char``), float16 storage and its conversions, both from the
+  elementwise dialect (``devices/cexpr.py``): CUDA ``nhalf`` bits converted by ``nee_h2f`` / ``nee_f2h``,
+  OpenCL ``half`` (``cl_khr_fp16``) converted by casts; either way computed in float, rounded once per store.
 
 No atomics anywhere: scatter is a gather per output element (deterministic), serial sums run in
 index order on one thread where the CPU kernel's float64 sums must be matched bit for bit.  Index
@@ -158,9 +159,8 @@ class KDialect:
     def io(self, dn: str):
         """(storage C type, compare/accumulate C type, load, store) for dtype ``dn``."""
         if dn == "float16":
-            if self.name != "cuda":
-                raise TypeError(f"{self.name} kernels: no float16 storage")
-            return "nhalf", "float", (lambda e: f"nee_h2f({e})"), (lambda e: f"nee_f2h((float)({e}))")
+            c = self.cexpr
+            return c.ctype["float16"], "float", c.half_load.format, c.half_store.format
         ct = self.ctype(dn)
         return ct, ct, (lambda e: e), (lambda e: f"({ct})({e})")
 
@@ -500,7 +500,6 @@ def norm_rows_source(D, op: str, dn: str, name: str):
     int has_w, int has_b)`` (``w`` / ``b`` contiguous, length ``n``; ignored when absent)."""
     T, _A, ld0, st = D.io(dn)
     ld = (lambda e: f"({_ACC[dn]})({ld0(e)})") if dn == "float16" else (lambda e: f"({_ACC[dn]})({e})")
-    st = (lambda e: f"nee_f2h((float)({e}))") if dn == "float16" else (lambda e: f"({T})({e})")
     bs = D.bsum("double")
     rms = op == "rms_norm"
     L = [D.sig(name, f"const {T}* x", f"const {T}* w", f"const {T}* b", f"{T}* y", "const llong rows",

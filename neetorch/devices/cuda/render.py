@@ -45,8 +45,9 @@ MAX_BLOCKS = 1 << 20         # past this the kernel loops (grid-stride)
 
 
 def preamble() -> str:
-    """Helpers every CUDA module starts with (float32 and float64 always: every GPU has fp64)."""
-    return CUDA.preamble(fp64=True)
+    """Helpers every CUDA module starts with (float32 and float64 always: every GPU has fp64; float16 always:
+    its storage is 16-bit integers converted by cvt)."""
+    return CUDA.preamble(fp64=True, fp16=True)
 
 
 def _meta_decl(nops: int) -> tuple[str, str]:

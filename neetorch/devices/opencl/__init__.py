@@ -10,7 +10,9 @@ Intel's CPU runtime (``intel-opencl-rt``, in the ``opencl`` extra on x86-64 Linu
 pyopencl's ICD loader by :mod:`.drivers` and gives a device there.
 
 * storage: :class:`CLArray` (a ``cl.Buffer`` shared by views + shape, element
-  strides, element offset, numpy dtype); bool is stored as ``uchar`` 0/1;
+  strides, element offset, numpy dtype); bool is stored as ``uchar`` 0/1; float64 on devices with
+  ``cl_khr_fp64``, float16 (``half``) on devices with ``cl_khr_fp16``: computed in float, each op's
+  result rounded once (torch's CPU semantics), through the same C table as CUDA's float16;
 * elementwise ops and JIT-fused groups: rendered from the C expression table in
   :mod:`.exprs` by :mod:`.render` (one kernel per op/group and dtypes, every layout);
 * a few other kernels (:mod:`.special`): sum/mean/prod/amax/amin/any/all/nansum/count_nonzero
@@ -226,13 +228,13 @@ class OpenCLBackend(Backend):
         ext = d.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
         self.fp16 = "cl_khr_fp16" in ext
-        names = list(_BASE_DTYPES) + (["float64"] if self.fp64 else [])
-        # float16 would need cl_khr_fp16 kernels (loads/stores in half, math in float); not rendered yet
+        # float16: ``half`` storage under cl_khr_fp16, loaded into float, stored rounded (devices/cexpr.py)
+        names = list(_BASE_DTYPES) + (["float64"] if self.fp64 else []) + (["float16"] if self.fp16 else [])
         self.dtypes = frozenset(names)
         self.name = f"{d.platform.name.strip()} / {d.name.strip()} ({d.driver_version.strip()})"
         from .exprs import preamble
         from .programs import ProgramCache
-        self.programs = ProgramCache(self.ctx, d, preamble(self.fp64))
+        self.programs = ProgramCache(self.ctx, d, preamble(self.fp64, self.fp16))
         self._ew_kernels: dict = {}
         self._variants: dict = {}              # (kernel, innermost-stride code) -> kernel (render._variant)
         self._wg: dict = {}
@@ -397,7 +399,7 @@ class OpenCLBackend(Backend):
 
     # ---------------------------------------------------------------- capability
     def storage_reason(self, name):
-        ext = {"float64": " (device lacks cl_khr_fp64)", "float16": " (float16 kernels not rendered)"}
+        ext = {"float64": " (device lacks cl_khr_fp64)", "float16": " (device lacks cl_khr_fp16)"}
         return f"opencl has no {name} support{ext.get(name, '')}"
 
     # ---------------------------------------------------------------- execution

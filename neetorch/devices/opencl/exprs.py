@@ -15,6 +15,6 @@ BITS = OPENCL.bits
 INT_CTYPES = OPENCL.int_ctypes
 
 
-def preamble(fp64: bool) -> str:
-    """The helper functions every generated program starts with."""
-    return OPENCL.preamble(fp64)
+def preamble(fp64: bool, fp16: bool = False) -> str:
+    """The helper functions every generated program starts with (``fp16``: with the cl_khr_fp16 pragma)."""
+    return OPENCL.preamble(fp64, fp16)

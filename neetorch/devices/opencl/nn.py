@@ -41,8 +41,10 @@ einsum, embedding_renorm_, unique).  What each op does:
 Kernel arguments are whole buffers: an input that is not contiguous or starts at an offset is
 copied first (``_c0``), an output that is not is computed into a temporary and copied back.
 Every launch uses one work-group size (:data:`LOCAL`): PoCL builds a work-group function per
-kernel and size at first launch.  float16: not claimed (no ``cl_khr_fp16`` kernels); kernels that
-compute in double need ``cl_khr_fp64`` and are not claimed without it.
+kernel and size at first launch.  float16 (devices with ``cl_khr_fp16``; the backend stores it only
+there): the same kernels on ``half`` storage, loaded into float and rounded once per store, as CUDA's
+(:meth:`..ckernels.KDialect.io`); kernels that compute in double need ``cl_khr_fp64`` and are not
+claimed without it.
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ MAX_GROUPS = 4096                # grid-stride kernels: at most this many work-g
 LOCAL = 64                       # the work-group size of every kernel here
 _IDX = ck.IDX
 INTS = ("bool", "uint8", "int8", "int16", "int32", "int64")
-FLOATS = ("float32", "float64")
+FLOATS = ("float16", "float32", "float64")   # (each only where the device stores it: Backend.supports)
 CHUNK = gd.CHUNK
 _dn, _i64, _i32, _prod, _cstrides, _ond = gd._dn, gd._i64, gd._i32, gd._prod, gd._cstrides, gd._ond
 
@@ -516,8 +518,8 @@ def _index_put_claims(backend, dtypes):
 
 
 def _einsum_claims(backend, dtypes):
-    if dtypes[0].name not in ("float32", "float64", "int32", "int64"):
-        return f"opencl einsum runs on the matmul kernel: float32/float64/int32/int64, not {dtypes[0].name}"
+    if dtypes[0].name not in ("float16", "float32", "float64", "int32", "int64"):
+        return f"opencl einsum runs on the matmul kernel: float16/32/64, int32/int64, not {dtypes[0].name}"
     return None
 
 

@@ -30,7 +30,7 @@ def c_expr(op, dt) -> str | None:
 
 _kdt = cexpr.kdt
 _CT2DT = {"uchar": _dt.uint8, "char": _dt.int8, "short": _dt.int16, "int": _dt.int32, "long": _dt.int64,
-          "float": _dt.float32, "double": _dt.float64}
+          "float": _dt.float32, "double": _dt.float64, "half": _dt.float16}
 
 
 def _cast(expr: str, frm: str, to: str, to_bool: bool) -> str:

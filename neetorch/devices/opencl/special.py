@@ -8,9 +8,13 @@
 * softmax / log_softmax over any dim (one work-item per row, float8 loops on contiguous rows; ``safe`` rows of only
   -inf give zeros).
 * matmul with broadcast batch dims and any strides (one work-item per output
-  element, ``j`` fastest so neighbouring work-items read neighbouring ``b``); float32 with
+  element, ``j`` fastest so neighbouring work-items read neighbouring ``b``); float32 / float16 with
   contiguous rows and N % 8 == 0: a work-item per 8 x 8 (M >= 32) or 4 x 8 tile, with vector loads;
   tiles walk row-tiles fastest when b is the larger operand (conv's im2col columns stay in cache).
+
+float16 (``half``, devices with ``cl_khr_fp16``) is storage only, as in the elementwise kernels: every
+value is loaded into float (:func:`_ld`), sums accumulate like float32's (double where the device has
+it), softmax and matmul compute in float, and each result is rounded once when stored.
 """
 from __future__ import annotations
 
@@ -24,10 +28,20 @@ from ..cpu import layout
 from .exprs import CTYPE
 
 _NP = {"uchar": np.uint8, "char": np.int8, "short": np.int16, "int": np.int32, "long": np.int64,
-       "float": np.float32, "double": np.float64}
+       "half": np.float16, "float": np.float32, "double": np.float64}
 _MIN = {"uchar": "0", "char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN", "long": "LONG_MIN"}
 _MAX = {"uchar": "UCHAR_MAX", "char": "CHAR_MAX", "short": "SHRT_MAX", "int": "INT_MAX", "long": "LONG_MAX"}
 _FLOATS = ("float", "double")
+
+
+def _cty(ct):
+    """The C type values of storage C type ``ct`` are computed in (``half``: float)."""
+    return "float" if ct == "half" else ct
+
+
+def _ld(ct, e):
+    """C text loading ``e`` (storage C type ``ct``) into its compute type."""
+    return f"(float)({e})" if ct == "half" else e
 
 
 def _name(prefix, sig):
@@ -44,6 +58,7 @@ _RED_OPS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "nansum", "coun
 
 
 def _acc_type(backend, kind, in_ct):
+    in_ct = _cty(in_ct)
     if kind in ("any", "all"):
         return "uchar"
     if kind in ("amax", "amin"):
@@ -58,6 +73,7 @@ def _acc_type(backend, kind, in_ct):
 
 
 def _init_combine(kind, in_ct, acc):
+    in_ct = _cty(in_ct)
     fl = in_ct in _FLOATS
     if kind in ("sum", "mean") or (kind == "nansum" and not fl):
         return "0", f"acc += ({acc})v;"
@@ -111,7 +127,7 @@ __kernel void {name}(__global {out_ct}* o, __global const {in_ct}* x, const nee_
   if (j0 < j1) {{
     long r3 = j0 % nr3; long u = j0 / nr3; long r2 = u % nr2; u /= nr2; long r1 = u % nr1; long r0 = u / nr1;
     for (long j = j0; j < j1; j++) {{
-      const {in_ct} v = x[px + r0 * sr0 + r1 * sr1 + r2 * sr2 + r3 * sr3];
+      const {_cty(in_ct)} v = {_ld(in_ct, "x[px + r0 * sr0 + r1 * sr1 + r2 * sr2 + r3 * sr3]")};
       {comb}
       if (++r3 == nr3) {{ r3 = 0; if (++r2 == nr2) {{ r2 = 0; if (++r1 == nr1) {{ r1 = 0; ++r0; }} }} }}
     }}
@@ -197,15 +213,23 @@ _SMETA = "#ifndef NEE_SMETA\n#define NEE_SMETA\ntypedef struct { long v[17]; } n
 
 
 @functools.cache
-def _softmax_source(ct, log, safe):
+def _softmax_source(ct, log, safe, low_last=False):
     """One work-item per row (rows spread over the cores).  float rows that are contiguous in x and out
     take float8 vector loops (PoCL does not vectorize across work-items here: each walks its own row),
     exp by ``nee_exp32x8``; the sums run in 8 lanes (then added), so they round a little differently
     from a sequential sum."""
-    name = _name("softmax_v", f"{ct}|{log}|{safe}")
-    ex = "nee_exp32" if ct == "float" else "exp"
-    write = "x[px + k * xsn] - mx - log(s)" if log else f"{ex}(x[px + k * xsn] - mx) / s"
-    safe_c = f"if (mx == -({ct})INFINITY) {{ for (long k = 0; k < n; k++) o[po + k * osn] = 0; return; }}" \
+    name = _name("softmax_v", f"{ct}|{log}|{safe}" + ("|low_last" if low_last else ""))
+    cc = _cty(ct)                          # half rows: computed in float, each output rounded once
+    xk = _ld(ct, "x[px + k * xsn]")
+    ex = "nee_exp32" if cc == "float" else "exp"
+    write = f"{xk} - mx - log(s)" if log else f"{ex}({xk} - mx) / s"
+    if low_last:
+        # float16 log_softmax over the last dim as torch's CPU kernel (and the CPU backend) computes it: the
+        # row's sum of exponentials and its log rounded to half before the subtraction
+        write = f"{xk} - mx - (float)(half)log((float)(half)s)"
+    if ct == "half":
+        write = _store(write, "float", "half", False)
+    safe_c = f"if (mx == -({cc})INFINITY) {{ for (long k = 0; k < n; k++) o[po + k * osn] = 0; return; }}" \
         if safe else ""
     vec = ""
     if ct == "float":
@@ -245,11 +269,11 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* x, const nee_smeta m
   const long po = m.v[8] + i0 * m.v[4] + i1 * m.v[5] + i2 * m.v[6] + i3 * m.v[7];
   const long px = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12];
   const long n = m.v[14], osn = m.v[15], xsn = m.v[16];{vec}
-  {ct} mx = -({ct})INFINITY;
-  for (long k = 0; k < n; k++) {{ const {ct} v = x[px + k * xsn]; mx = (v > mx || isnan(v)) ? v : mx; }}
+  {cc} mx = -({cc})INFINITY;
+  for (long k = 0; k < n; k++) {{ const {cc} v = {xk}; mx = (v > mx || isnan(v)) ? v : mx; }}
   {safe_c}
-  {ct} s = 0;
-  for (long k = 0; k < n; k++) s += {ex}(x[px + k * xsn] - mx);
+  {cc} s = 0;
+  for (long k = 0; k < n; k++) s += {ex}({xk} - mx);
   for (long k = 0; k < n; k++) o[po + k * osn] = {write};
 }}
 """
@@ -278,7 +302,8 @@ def _softmax(log):
             raise NotImplementedError("opencl softmax: more than 4 non-mergeable dims")
         no, (so, sx) = layout.pad4(cks, [cso, csx])
         ct = CTYPE[_dt.from_numpy_dtype(x.dtype).name]
-        name, src = _softmax_source(ct, log, bool(attrs.get("safe", False)))
+        low_last = log and ct == "half" and d % x.ndim == x.ndim - 1
+        name, src = _softmax_source(ct, log, bool(attrs.get("safe", False)), bool(low_last))
         k = backend.programs.kernel(name, src)
         meta = no + so + [out.offset] + sx + [x.offset] + [x.shape[d], out.estrides[d], x.estrides[d]]
         backend.enqueue(k, no[0] * no[1] * no[2] * no[3], [out.storage.buffer, x.storage.buffer],
@@ -310,9 +335,9 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {c
   const long pa = m.v[13] + i0 * m.v[9] + i1 * m.v[10] + i2 * m.v[11] + i3 * m.v[12] + i * m.v[24];
   const long pb = m.v[18] + i0 * m.v[14] + i1 * m.v[15] + i2 * m.v[16] + i3 * m.v[17] + j * m.v[27];
   const long sak = m.v[25], sbk = m.v[26];
-  {ct} acc = 0;
-  for (long k = 0; k < K; k++) acc += a[pa + k * sak] * b[pb + k * sbk];
-  o[po] = acc;
+  {_cty(ct)} acc = 0;
+  for (long k = 0; k < K; k++) acc += {_ld(ct, "a[pa + k * sak]")} * {_ld(ct, "b[pb + k * sbk]")};
+  o[po] = {_store("acc", _cty(ct), ct, False) if ct == "half" else "acc"};
 }}
 """
     return name, src
@@ -324,8 +349,11 @@ def _matmul_v8_source(ct, R=4):
     tile (R = 8 for M >= 32: half the loads of b per multiply-add, 2x on PoCL; else 4) with vector loads of b (PoCL does not vectorize the scalar kernel: its k loop is inside the
     work-item).  Sums run over k in order, like the scalar kernel."""
     name = _name("matmul_v8", ct if R == 4 else f"{ct}|r{R}")
-    v = f"{ct}8"
+    v = f"{_cty(ct)}8"
     rows = range(R)
+    # half: vload_half8 / vstore_half8 convert 8 values to float8 and back (rounding to nearest even)
+    vld, vst = ("vload_half8", "vstore_half8") if ct == "half" else ("vload8", "vstore8")
+    la = functools.partial(_ld, ct)
     src = _MMETA + f"""
 __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {ct}* b, const nee_mmeta m) {{
   const long g = get_global_id(0);
@@ -346,10 +374,10 @@ __kernel void {name}(__global {ct}* o, __global const {ct}* a, __global const {c
   const long pb = m.v[18] + i0 * m.v[14] + i1 * m.v[15] + i2 * m.v[16] + i3 * m.v[17] + j;
   /* rows past M read row M-1 (valid memory) and are not stored */
 {"".join(f"  const long pa{r} = pa + min({r}L, M - 1 - i) * sai; {v} c{r} = ({v})0;{chr(10)}" for r in rows)}  for (long k = 0; k < K; k++) {{
-    const {v} bv = vload8(0, b + pb + k * sbk);
-{"".join(f"    c{r} += a[pa{r} + k * sak] * bv;{chr(10)}" for r in rows)}  }}
-  vstore8(c0, 0, o + po);
-{"".join(f"  if (i + {r} < M) vstore8(c{r}, 0, o + po + {r} * soi);{chr(10)}" for r in rows[1:])}}}
+    const {v} bv = {vld}(0, b + pb + k * sbk);
+{"".join(f"    c{r} += {la(f'a[pa{r} + k * sak]')} * bv;{chr(10)}" for r in rows)}  }}
+  {vst}(c0, 0, o + po);
+{"".join(f"  if (i + {r} < M) {vst}(c{r}, 0, o + po + {r} * soi);{chr(10)}" for r in rows[1:])}}}
 """
     return name, src
 
@@ -380,7 +408,7 @@ def _matmul(backend, outs, ins, attrs):
     nbs, (so4, sa4, sb4) = layout.pad4(cbs, [cso, csa, csb])
     ct = CTYPE[_dt.from_numpy_dtype(out.dtype).name]
     # float only: double8 breaks PoCL builds for AVX2 targets (no kernel in the program, then a crash)
-    vec = ct == "float" and N % 8 == 0 and out.estrides[-1] == 1 and (b.estrides[-1] == 1 or N == 1)
+    vec = ct in ("float", "half") and N % 8 == 0 and out.estrides[-1] == 1 and (b.estrides[-1] == 1 or N == 1)
     R = 8 if M >= 32 else 4                 # 8 x 8 tiles: half the loads of b per multiply-add
     name, src = _matmul_v8_source(ct, R) if vec else _matmul_source(ct)
     k = backend.programs.kernel(name, src)
@@ -398,7 +426,7 @@ def _matmul_claims(backend, dtypes):
     a, b = dtypes[0], dtypes[1]
     if a is not b:
         return f"matmul on {a.name} x {b.name}"
-    if a.name not in ("float32", "float64", "int32", "int64"):
+    if a.name not in ("float16", "float32", "float64", "int32", "int64"):
         return f"no opencl matmul for {a.name}"
     return None
 
