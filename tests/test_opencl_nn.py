@@ -57,7 +57,7 @@ def clean(bk):
 
 
 # float16 (``half``) runs where the device has cl_khr_fp16 (Intel's CPU runtime); elsewhere those cases skip
-FP16 = "float16" in get_backend(nee.device(DEV)).dtypes
+FP16 = "cl_khr_fp16" in get_backend(nee.device(DEV)).cl_device.extensions.split()
 H = pytest.param("float16", marks=pytest.mark.skipif(not FP16, reason="the OpenCL device has no cl_khr_fp16"))
 
 GPU = cases.Dev(DEV)
