@@ -151,7 +151,7 @@ def tanh(input):
 
 def logsigmoid(input):
     _float_only(input, "log_sigmoid_cpu")
-    return _E("logsigmoid")(input)
+    return _ew.apply(_ew.OPS_["logsigmoid"], input, _layout=False)   # (torch's log_sigmoid: a row-major result)
 
 
 def tanhshrink(input):
@@ -220,8 +220,8 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     if lower > upper:
         raise RuntimeError(f"rrelu: Lower bound should be less than or equal to the upper bound (lower={lower}, "
                            f"upper={upper})")
-    if not training:
-        return leaky_relu(input, (lower + upper) / 2, inplace)
+    if not training:   # (torch: leaky_relu into a row-major result)
+        return _inplace(input, _ew.apply(_ew._BIN["leaky_relu"], input, (lower + upper) / 2, _layout=False), inplace)
     from ..tensor.creation import rand
     a = rand(tuple(input.shape), dtype=input._dtype, device=input._device) * (upper - lower) + lower
     return _inplace(input, _ew.where(input >= 0, input, input * a), inplace)

@@ -19,6 +19,7 @@ import math
 from ..ops import conv as _c
 from ..ops import nn as _nn
 from ..ops.linalg import _CAP
+from ..ops.memory_format import lay_out, permuted, suggest, unpermute
 from ..tensor import creation as _cr
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
@@ -116,8 +117,26 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         win = win[..., ::dil[0]]                           # (N, C, OD, H', W', KD)
     cols = win.permute(0, 2, 1, 5, 3, 4).reshape(N * OD, C * KD, x.shape[3], x.shape[4])
     y = F.conv2d(cols, weight.reshape(Co, Cg * KD, KH, KW), bias, st[1:], pad2, dil[1:], groups)
-    y = y.reshape(N, OD, Co, y.shape[2], y.shape[3]).permute(0, 2, 1, 3, 4).contiguous()
+    y = y.reshape(N, OD, Co, y.shape[2], y.shape[3]).permute(0, 2, 1, 3, 4)
+    order = _conv3d_order(input, weight, groups, ks)
+    y = y.contiguous() if order is None else lay_out(y, order)
     return y.squeeze(0) if unbatched else y
+
+
+def _conv3d_order(input, weight, groups, ks):
+    """torch's float32 3-D convolutions (direct and transposed) run on mkldnn, channels-last-3d when the batched
+    input or the weight suggests it, where ``ConvParams::use_mkldnn`` picks it (a batch above 1, groups, a kernel above
+    3x3 in (H, W), or a large input); its slow kernels (float64, small single-image float32) give row-major
+    results."""
+    if input.ndim != 5 or input._dtype is not _dt.float32:
+        return None
+    order = suggest(input) or suggest(weight)
+    if order is None:
+        return None
+    N, C, D, H = input.shape[:4]
+    if groups > 1 or (ks[2] > 3 and ks[1] > 3) or N > 1 or N * C * D * H > 20480:
+        return order
+    return None
 
 
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
@@ -188,8 +207,14 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     z = z.narrow(2, pad[0], take)
     if take < OD:  # output_padding beyond the full extent: positions no input reaches
         z = F.pad(z, (0, 0, 0, 0, 0, OD - take))
-    if bias is not None:
-        z = z + bias.reshape(1, Cout, 1, 1, 1)
+    order = _conv3d_order(input, weight, groups, (KD, KH, KW))
+    if order is not None:
+        z = lay_out(z, order)
+        if bias is not None:
+            z = z + bias.reshape(1, Cout, 1, 1, 1)
+    elif bias is not None:   # (one pass into a row-major result)
+        from ..ops import elementwise as _ew
+        z = _ew.apply(_ew._BIN["add"], z, bias.reshape(1, Cout, 1, 1, 1), _layout=False)
     else:
         z = z.contiguous()
     return z.squeeze(0) if unbatched else z
@@ -233,9 +258,10 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     _check_pool3d_out(op, x, ks, st, pad, dil, ceil_mode)
     if x._dtype.category == 1:
         r = _c._max_pool_int(x, ks, st, pad, dil, bool(ceil_mode), return_indices)
-        if return_indices:
-            return (r[0].squeeze(0), r[1].squeeze(0)) if unb else r
-        return r.squeeze(0) if unb else r
+        if unb:
+            return (r[0].squeeze(0), r[1].squeeze(0)) if return_indices else r.squeeze(0)
+        order = suggest(input)
+        return (lay_out(r[0], order), lay_out(r[1], order)) if return_indices else lay_out(r, order)
     N, C, D, H, W = x.shape
     r = _c.max_pool2d(x.reshape(N, C * D, H, W), ks[1:], st[1:], pad[1:], dil[1:], ceil_mode, return_indices)
     r, i_hw = r if return_indices else (r, None)
@@ -244,10 +270,12 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
                        return_indices)
     r2, i_d = r2 if return_indices else (r2, None)
     OD = r2.shape[2]
-    out = r2.reshape(N, C, OD, OH, OW)
+    order = suggest(input)      # (torch: channels-last-3d kept; computed row-major here, then laid out)
+    out = lay_out(r2.reshape(N, C, OD, OH, OW), order if not unb else None)
     if not return_indices:
         return out.squeeze(0) if unb else out
-    idx = _combine_indices(i_hw, i_d, N, C, D, H, W, OH * OW).reshape(N, C, OD, OH, OW)
+    idx = lay_out(_combine_indices(i_hw, i_d, N, C, D, H, W, OH * OW).reshape(N, C, OD, OH, OW),
+                  order if not unb else None)
     return (out.squeeze(0), idx.squeeze(0)) if unb else (out, idx)
 
 
@@ -399,7 +427,9 @@ def _max_unpool(nd, op, input, indices, kernel_size, stride, padding, output_siz
     total = math.prod(osz)
     out = _cr.zeros(N, C, total, dtype=x._dtype, device=x._device)
     out = out.scatter(2, ix.reshape(N, C, -1), x.reshape(N, C, -1)).reshape(N, C, *osz)
-    return out.squeeze(0) if unb else out
+    if unb:
+        return out.squeeze(0)
+    return lay_out(out, suggest(input)) if nd == 2 else out   # (torch: max_unpool2d keeps channels-last)
 
 
 def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
@@ -587,7 +617,8 @@ def _interpolate_uint8(input, output_size, scales, mode, align_corners, antialia
     half up, shifted back and clamped to [0, 255]."""
     import numpy as np
     from ..ops.conv import _taps
-    y = input.to(_dt.int64)
+    order = suggest(input)
+    y = permuted(input.to(_dt.int64), order)
     for j in (1, 0):
         d = 2 + j
         n_in, n_out = input.shape[d], output_size[j]
@@ -607,13 +638,21 @@ def _interpolate_uint8(input, output_size, scales, mode, align_corners, antialia
             prec += 1
         v = m * (1 << prec)
         mi = np.trunc(np.where(v < 0, v - 0.5, v + 0.5)).astype(np.int64)
-        mt = _cr.tensor(mi.T.copy(), dtype=_dt.int64, device=input._device)
-        z = y.transpose(d, -1).matmul(mt) if d != 3 else y.matmul(mt)
+        z = _resample_dim(y, d if order is None else d - 1, mi, _dt.int64)
         if prec:
             z = (z + (1 << (prec - 1))) // (1 << prec)
-        z = z.clamp(0, 255)
-        y = z.transpose(d, -1) if d != 3 else z
-    return y.to(_dt.uint8)
+        y = z.clamp(0, 255)
+    return unpermute(y, order).to(_dt.uint8)
+
+
+def _resample_dim(y, d, m, dt):
+    """``y`` resampled along dim ``d`` by the (n_out, n_in) numpy matrix ``m``, as one matmul whose result is
+    row-major in ``y``'s dim order (``y @ m.T`` along the last dim, else ``m @ y`` over the dims after ``d`` merged)."""
+    if d == y.ndim - 1:
+        return y.matmul(_cr.tensor(m.T.copy(), dtype=dt, device=y._device))
+    shp = tuple(y.shape)
+    z = _cr.tensor(m, dtype=dt, device=y._device).matmul(y.reshape(shp[:d + 1] + (-1,)))
+    return z.reshape(shp[:d] + (m.shape[0],) + shp[d + 1:])
 
 
 def _interpolate_antialias(input, output_size, scales, mode, align_corners):
@@ -624,16 +663,18 @@ def _interpolate_antialias(input, output_size, scales, mode, align_corners):
                                   f"(interpolate with antialias=True takes float32 / float64 input)")
     cdt = input._dtype
     f = cdt.np.type
-    y = input
+    order = suggest(input)   # (torch: the input's suggested memory format; computed in the (N, H, W, C) view)
+    y = permuted(input, order)
     for j in (1, 0):
         d = 2 + j
         n_in, n_out = input.shape[d], output_size[j]
         if n_in == n_out:
             continue
         m = _aa_weights(n_in, n_out, None if scales is None else scales[j], align_corners, mode, f)
-        mt = _cr.tensor(m.T.copy(), dtype=cdt, device=input._device)
-        y = y.transpose(d, -1).matmul(mt).transpose(d, -1) if d != 3 else y.matmul(mt)
-    return y
+        y = _resample_dim(y, d if order is None else d - 1, m, cdt)
+    if all(input.shape[2 + j] == output_size[j] for j in (0, 1)):
+        return _c._copy_in(input, order)      # (a copy, as torch's)
+    return unpermute(y, order)
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):

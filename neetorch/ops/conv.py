@@ -15,6 +15,7 @@ import numpy as np
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
 from .linalg import _CAP
+from .memory_format import lay_out, permuted, run_in, suggest, unpermute
 from .registry import Meta, OpDef, export, register, run
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -364,7 +365,7 @@ def _conv(nd, name, input, weight, bias, stride, padding, dilation, groups):
         x4, w4 = x, weight
         attrs = {"stride": stride, "padding": pads[0] + pads[1], "dilation": dilation, "groups": groups}
     ins = [x4, w4] + ([bias] if bias is not None else [])
-    r = run(CONV2D, ins, attrs)[0]
+    r = run_in(CONV2D, ins, attrs, _conv_order(input, weight, nd, unbatched))[0]
     if nd == 1:
         r = r.squeeze(2)
     return r.squeeze(0) if unbatched else r
@@ -380,6 +381,14 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation over (N, C, H, W) or (C, H, W) input (``torch.nn.functional.conv2d``)."""
     return _conv(2, "conv2d", input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_order(input, weight, nd, unbatched):
+    """torch's 2-D convolutions (mkldnn's and the slow ones: ``thnn_conv_use_channels_last``) give channels-last
+    results when the batched input or the weight suggests it."""
+    if nd != 2 or unbatched:
+        return None
+    return suggest(input) or suggest(weight)
 
 
 def _empty_conv_out(x, cout, outs):
@@ -451,7 +460,8 @@ def _conv_t(nd, name, input, weight, bias, stride, padding, output_padding, grou
         x4, w4 = x, weight
         attrs = {"stride": stride, "padding": padding, "output_padding": opad, "dilation": dilation,
                  "groups": groups}
-    r = run(CONV_T2D, [x4, w4] + ([bias] if bias is not None else []), attrs)[0]
+    r = run_in(CONV_T2D, [x4, w4] + ([bias] if bias is not None else []), attrs,
+               _conv_order(input, weight, nd, unbatched))[0]
     if nd == 1:
         r = r.squeeze(2)
     return r.squeeze(0) if unbatched else r
@@ -589,13 +599,16 @@ def _max_pool(nd, op, input, kernel_size, stride, padding, dilation, ceil_mode, 
     ks, st, pad, dil = _pool_args(nd, op, kernel_size, stride, padding, dilation)
     attrs = {"kernel_size": ks, "stride": st, "padding": pad, "dilation": dil, "ceil_mode": bool(ceil_mode)}
     _check_pool_out(x, nd, attrs, ceil_mode)
+    order = suggest(input) if nd == 2 else None   # (torch: the input's suggested memory format)
     if integer:
         r = _max_pool_int(x, ks, st, pad, dil, bool(ceil_mode), return_indices)
-        return (_back(r[0], nd, unb), _back(r[1], nd, unb)) if return_indices else _back(r, nd, unb)
+        if return_indices:
+            return _back(lay_out(r[0], order), nd, unb), _back(lay_out(r[1], order), nd, unb)
+        return _back(lay_out(r, order), nd, unb)
     if return_indices:
-        r, i = run(MAX_POOL2D_IDX, [x], attrs)
+        r, i = run_in(MAX_POOL2D_IDX, [x], attrs, order)
         return _back(r, nd, unb), _back(i, nd, unb)
-    return _back(run(MAX_POOL2D, [x], attrs)[0], nd, unb)
+    return _back(run_in(MAX_POOL2D, [x], attrs, order)[0], nd, unb)
 
 
 @export(method=False)
@@ -633,10 +646,11 @@ def _avg_pool(nd, op, input, kernel_size, stride, padding, ceil_mode, count_incl
              "count_include_pad": bool(count_include_pad),
              "divisor_override": None if divisor_override is None else int(divisor_override)}
     _check_pool_out(x, nd, attrs, ceil_mode)
+    order = suggest(input) if nd == 2 else None
     if x._dtype is _dt.int64:
         r = _avg_pool_int(x, ks, st, pad, bool(ceil_mode), bool(count_include_pad), attrs["divisor_override"])
-        return _back(r, nd, unb)
-    return _back(run(AVG_POOL2D, [x], attrs)[0], nd, unb)
+        return _back(lay_out(r, order), nd, unb)
+    return _back(run_in(AVG_POOL2D, [x], attrs, order)[0], nd, unb)
 
 
 @export(method=False)
@@ -675,11 +689,12 @@ def _adaptive(nd, op, input, output_size, mode, return_indices=False):
                                f"sizes {_lst(input.shape)} with dimension {d - 2 + input.ndim - nd} being empty")
     size = osz if nd == 2 else (1,) + osz
     attrs = {"size": size, "mode": mode}
+    order = suggest(input) if nd == 2 else None
     if mode == "max":
-        r, i = run(ADAPTIVE_MAX2D, [x], attrs)
+        r, i = run_in(ADAPTIVE_MAX2D, [x], attrs, order)
         r, i = _back(r, nd, unb), _back(i, nd, unb)
         return (r, i) if return_indices else r
-    return _back(run(ADAPTIVE_AVG2D, [x], attrs)[0], nd, unb)
+    return _back(run_in(ADAPTIVE_AVG2D, [x], attrs, order)[0], nd, unb)
 
 
 @export(method=False)
@@ -814,10 +829,11 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     x = input.unsqueeze(2) if dim == 1 else input
     sz = (1,) + output_size if dim == 1 else output_size
     sc = (None,) + scales if (dim == 1 and scales is not None) else (scales or (None, None))
+    order = suggest(input)    # (torch: the input's suggested memory format; None for 3-D input)
     if mode in ("nearest", "nearest-exact"):
-        r = run(UP_NEAREST2D, [x], {"size": sz, "scales": sc, "exact": mode == "nearest-exact"})[0]
+        r = run_in(UP_NEAREST2D, [x], {"size": sz, "scales": sc, "exact": mode == "nearest-exact"}, order)[0]
     else:
-        r = run(UP_BILINEAR2D, [x], {"size": sz, "scales": sc, "align_corners": bool(align_corners)})[0]
+        r = run_in(UP_BILINEAR2D, [x], {"size": sz, "scales": sc, "align_corners": bool(align_corners)}, order)[0]
     return r.squeeze(2) if dim == 1 else r
 
 
@@ -884,12 +900,16 @@ def _resample_separable(input, output_size, scales, mode, align_corners):
     odt = input._dtype
     cdt = odt if nearest else _dt.compute_dtype(odt)
     f = np.float32 if nearest else cdt.np.type        # PyTorch's nearest indices are computed in float32
-    y = input if odt is cdt else input.to(cdt)
+    # a channels-last input is resampled in its (N, *spatial, C) view: the row-major steps' result viewed back is
+    # channels-last, as torch's
+    order = suggest(input)
+    y = permuted(input if odt is cdt else input.to(cdt), order)
     dev, nd = input.device, input.ndim
     # the last spatial dim first: PyTorch blends each row along W, then those rows along H (then D)
     for j in reversed(range(nd - 2)):
-        d = 2 + j
-        taps = _taps(mode, input.shape[d], output_size[j], None if scales is None else scales[j], align_corners, f)
+        d = 2 + j if order is None else 1 + j
+        taps = _taps(mode, input.shape[2 + j], output_size[j], None if scales is None else scales[j], align_corners,
+                     f)
         wshape = (output_size[j],) + (1,) * (nd - 1 - d)
         acc = None
         for idx, w in taps:
@@ -898,6 +918,7 @@ def _resample_separable(input, output_size, scales, mode, align_corners):
                 v = v * tensor(w.reshape(wshape), dtype=cdt, device=dev)
             acc = v if acc is None else acc + v
         y = acc
+    y = unpermute(y, order)
     return y if odt is cdt else y.to(odt)
 
 
@@ -933,6 +954,12 @@ def pixel_shuffle(input, upscale_factor):
         raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of "
                            f"upscale_factor, but input.size(-3)={C} is not divisible by {r * r}")
     nb = len(b)
+    order = suggest(input) if input.ndim == 4 else None   # (torch: the suggested format, 4-D only)
+    if r == 1:   # (a copy, as torch's; the reshapes below would return a view of the input)
+        return _copy_in(input, order)
+    if order is not None:   # in the (N, H, W, C) view: out[n, h*r+i, w*r+j, c] = in[n, h, w, c*r*r + i*r + j]
+        x = permuted(input, order).reshape(b[0], H, W, C // (r * r), r, r).permute(0, 1, 4, 2, 5, 3)
+        return unpermute(x.reshape(b[0], H * r, W * r, C // (r * r)), order)
     x = input.reshape(tuple(b) + (C // (r * r), r, r, H, W))
     x = x.permute(*range(nb), nb, nb + 3, nb + 1, nb + 4, nb + 2)
     return x.reshape(tuple(b) + (C // (r * r), H * r, W * r))
@@ -952,9 +979,21 @@ def pixel_unshuffle(input, downscale_factor):
         raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by downscale_factor, but input "
                            f"has height {H} and width {W} and downscale_factor {r}")
     nb = len(b)
+    order = suggest(input) if input.ndim == 4 else None
+    if r == 1:
+        return _copy_in(input, order)
+    if order is not None:   # in the (N, H, W, C) view: out[n, h, w, c*r*r + i*r + j] = in[n, h*r+i, w*r+j, c]
+        x = permuted(input, order).reshape(b[0], H // r, r, W // r, r, C).permute(0, 1, 3, 5, 2, 4)
+        return unpermute(x.reshape(b[0], H // r, W // r, C * r * r), order)
     x = input.reshape(tuple(b) + (C, H // r, r, W // r, r))
     x = x.permute(*range(nb), nb, nb + 2, nb + 4, nb + 1, nb + 3)
     return x.reshape(tuple(b) + (C * r * r, H // r, W // r))
+
+
+def _copy_in(input, order):
+    """A copy of ``input`` laid out in ``order`` (None: row-major)."""
+    from ..tensor.tensor import contiguous_format
+    return lay_out(input.clone(), order) if order is not None else input.clone(memory_format=contiguous_format)
 
 
 @export(method=False)
@@ -969,6 +1008,14 @@ def channel_shuffle(input, groups):
     n, c, *rest = input.shape
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
+    order = suggest(input)   # (torch: the input's suggested memory format)
+    if g == 1 or g == c:     # (the identity: a copy, as torch's; the reshapes below would return a view)
+        return _copy_in(input, order)
+    if order is not None:    # the same shuffle of the channels, last in the (N, *spatial, C) view
+        x = permuted(input, order)
+        sp = tuple(x.shape[1:-1])
+        x = x.reshape((n,) + sp + (g, c // g)).transpose(-1, -2)
+        return unpermute(x.reshape((n,) + sp + (c,)), order)
     x = input.reshape((n, g, c // g) + tuple(rest)).transpose(1, 2)
     return x.reshape((n, c) + tuple(rest))
 

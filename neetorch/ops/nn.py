@@ -16,6 +16,7 @@ import numpy as np
 
 from ..tensor import dtypes as _dt
 from ..tensor.tensor import Tensor
+from .memory_format import run_in, suggest
 from .registry import EXPORTS, Meta, OpDef, export, register, run
 from .shape_rules import broadcast_shapes, wrap_dim, numel
 from . import elementwise as _ew
@@ -205,13 +206,13 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     _check_param_dtypes("group_norm", input, weight, bias)
     w = _as_param("group_norm", "weight", weight, input, (C,))
     b = _as_param("group_norm", "bias", bias, input, (C,))
-    return _group_norm_run(input, G, w, b, eps)
+    return _group_norm_run(input, G, w, b, eps, suggest(input))   # (torch: the input's suggested memory format)
 
 
-def _group_norm_run(input, G, w, b, eps):
+def _group_norm_run(input, G, w, b, eps, order=None):
     ins = [input] + [t for t in (w, b) if t is not None]
-    return run(GROUP_NORM, ins, {"groups": G, "eps": float(eps), "has_weight": w is not None,
-                                 "has_bias": b is not None})[0]
+    return run_in(GROUP_NORM, ins, {"groups": G, "eps": float(eps), "has_weight": w is not None,
+                                    "has_bias": b is not None}, order)[0]
 
 
 def _bn_stats_infer(metas, attrs):
@@ -316,7 +317,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
                                "use_input_stats is false")
         rm = _as_param("instance_norm", "running_mean", running_mean, input, (C,))
         rv = _as_param("instance_norm", "running_var", running_var, input, (C,))
-        return _affine_apply(input, rm, rv, w, b, eps)
+        return _affine_apply(input.contiguous(), rm, rv, w, b, eps)   # (torch: a row-major result)
     HW = input.numel() // (N * C) if N * C else 0
     if HW <= 1 and input.numel():
         raise ValueError(f"Expected more than 1 spatial element when training, got input size {list(input.shape)}")

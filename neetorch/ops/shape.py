@@ -11,8 +11,8 @@ import numbers
 import numpy as np
 
 from ..tensor import dtypes as _dt
-from ..tensor._layout import _dense_in_order
-from ..tensor.tensor import Tensor, _channels_last_perm, channels_last, channels_last_3d, contiguous_format
+from ..tensor.tensor import Tensor, channels_last, channels_last_3d, contiguous_format
+from .memory_format import _cl_like, _cl_order, _laid, _phys_strides, lay_out, run_in, suggest
 from .registry import Meta, OpDef, _trace_hook, export, register, run
 from .shape_rules import int_arg, wrap_dim, wrap_dims
 
@@ -48,44 +48,7 @@ def _finish(r: Tensor, out):
 
 
 # ================================================================ result layouts (torch's strides)
-def _cl_like(t: Tensor) -> bool:
-    """c10's ``suggest_memory_format`` is channels_last(_3d) (``is_channels_last_strides_2d_s4`` / ``_3d_s5``:
-    the strides' order, not exact contiguity; an empty tensor is never channels-last)."""
-    nd = t.ndim
-    if nd not in (4, 5):
-        return False
-    shape, st = t.shape, t.stride()
-    if st[1] == 0:
-        return False
-    mn = 0
-    for d in ((1, 3, 2, 0) if nd == 4 else (1, 4, 3, 2, 0)):
-        if shape[d] == 0 or st[d] < mn or (d == 0 and mn == st[1]):
-            return False
-        mn = st[d] * shape[d] if shape[d] > 1 else st[d]
-    return True
-
-
-def _phys_strides(shape, phys):
-    """Dense strides of ``shape`` laid out in ``phys`` order (outermost first); None: row-major."""
-    if list(phys) == list(range(len(shape))):
-        return None
-    return _dense_in_order(shape, list(reversed(phys)), False)
-
-
-def _cl_order(nd):
-    return _channels_last_perm(channels_last if nd == 4 else channels_last_3d, nd, "channels-last layout")
-
-
-def _laid(op, ins, attrs, strides):
-    """``run(op, ins, attrs)`` with the result allocated at element ``strides`` (None: row-major) on the CPU
-    (other devices and traced programs keep their row-major results)."""
-    if strides is not None and ins[0]._device.type == "cpu" and _trace_hook[0] is None:
-        from ..tensor._layout import alloc
-        metas = op.infer([Meta(tuple(t.shape), t._dtype) for t in ins], attrs)
-        if 0 not in metas[0].shape:
-            o = Tensor._make(alloc(metas[0].shape, strides, metas[0].dtype.np), ins[0]._device, metas[0].dtype)
-            return run(op, ins, attrs, metas, out=[o])[0]
-    return run(op, ins, attrs)[0]
+# (ops/memory_format.py: c10's suggest_memory_format and the strided allocation, shared with the nn ops)
 
 
 # ================================================================ cat / stack
@@ -643,10 +606,15 @@ def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:
         _dt.check_scalar(v, input._dtype, "pad")
         if not input._dtype.is_signed and v < 0:
             raise RuntimeError(f"pad: value {v!r} cannot be converted to type {input._dtype.name} without overflow")
+    # torch: the input's suggested memory format (channels-last kept, whatever dims are padded), but circular
+    # padding's result is row-major
+    order = suggest(input) if mode != "circular" else None
     if all(w == (0, 0) for w in widths):
         r = x.clone() if not crops else x
     else:
-        r = run(PAD, [x], {"widths": tuple(widths), "mode": mode, "value": v})[0]
+        r = run_in(PAD, [x], {"widths": tuple(widths), "mode": mode, "value": v}, order)[0]
     for d, a, b in crops:
         r = r.narrow(d, a, r.shape[d] - a - b)
-    return r.contiguous() if crops else r
+    if not crops:
+        return r
+    return r.contiguous() if order is None else lay_out(r, order)

@@ -2412,7 +2412,9 @@ def max_pool2d_kernel(backend, outs, ins, attrs):
     dh, dw = attrs["dilation"]
     res = _work_out(out)
     if len(outs) > 1:
-        _maxpool_with_indices(x, res, outs[1], KH, KW, sh, sw, ph, pw, dh, dw)
+        ires = _work_out(outs[1])     # (a strided index output, e.g. channels-last: written row-major, copied in)
+        _maxpool_with_indices(x, res, ires, KH, KW, sh, sw, ph, pw, dh, dw)
+        _finish(outs[1], ires)
     else:
         _pool(x, res, KH, KW, sh, sw, ph, pw, dh, dw, True)
     _finish(out, res)
@@ -2444,12 +2446,15 @@ def adaptive_pool2d_kernel(backend, outs, ins, attrs):
     OH, OW = out.shape[2], out.shape[3]
     is_max = attrs["mode"] == "max"
     want = len(outs) > 1
-    idx = outs[1].reshape(-1) if want else _DUMMY_IDX
+    ires = _work_out(outs[1]) if want else None   # (strided index output: written row-major, copied in)
+    idx = ires.reshape(-1) if want else _DUMMY_IDX
     res = _work_out(out)
     xf, of = x.reshape(-1), res.reshape(-1)
     zero = np.zeros(1, xf.dtype)
     _par(lambda p0, p1: _adaptive(xf, of, idx, H, W, OH, OW, is_max, want, p0, p1, zero), P, x.size)
     _finish(out, res)
+    if want:
+        _finish(outs[1], ires)
 
 
 # ---------------------------------------------------------------- resampling
