@@ -1,6 +1,7 @@
 """ONNX elementwise math, activations, comparisons/logic, reductions and matrix products."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -337,6 +338,14 @@ _F8 = {"float8_e4m3fn": (3, -6, 448.0, True, False), "float8_e4m3fnuz": (3, -7, 
 _SMALL_INT = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
 
 
+@functools.cache
+def _float_oor_zero() -> bool:
+    """Whether the installed ml_dtypes casts an out-of-range float to 0 in its 4-bit / 2-bit integer types."""
+    import ml_dtypes
+    with np.errstate(all="ignore"):
+        return int(np.array([9.0], np.float32).astype(ml_dtypes.int4)[0]) == 0
+
+
 def _pow2(e):
     """2**e for an int32 tensor of exponents in the normal float32 range, exactly (built from bits)."""
     return ((e + 127) * (1 << 23)).to(nee.int32).view(nee.float32)
@@ -382,8 +391,18 @@ def _cast_to(x, to, saturate=1):
             x = x.to(nee.float32)
         return _round_float(x, to.name, saturate)
     if to.name in _SMALL_INT:
-        lo, hi = _SMALL_INT[to.name]  # ONNX keeps the low bits (wraps), like ml_dtypes
-        y = nee.trunc(x.to(nee.float32)).to(nee.int64) if x.dtype.is_floating_point else x.to(nee.int64)
+        # ONNX: integers keep their low bits (wrap); floats are truncated, and out of range they are undefined by
+        # the spec: as ml_dtypes (these dtypes' numpy types, and the source of ONNX's expected outputs) casts
+        # them: 0 (NaN and infinities included) from ml_dtypes 0.5 on, the low bits before
+        lo, hi = _SMALL_INT[to.name]
+        if x.dtype.is_floating_point:
+            t = nee.trunc(x.to(nee.float32))
+            if _float_oor_zero():
+                inside = (t >= float(lo)) & (t <= float(hi))       # (False for NaN)
+                return nee.where(inside, t, nee.zeros((), dtype=nee.float32)).to(d)
+            y = nee.where(nee.isfinite(t), t, nee.zeros((), dtype=nee.float32)).to(nee.int64)
+        else:
+            y = x.to(nee.int64)
         span = hi - lo + 1
         return (nee.remainder(y - lo, span) + lo).to(d)
     if to.name.startswith(("float8", "float4")):
