@@ -40,7 +40,8 @@ def test_the_vendor_dir_keeps_the_systems_drivers_and_adds_the_pip_ones(fresh, m
     d = D.register()
     assert d is not None and os.environ["OCL_ICD_VENDORS"] == d and D.registered() == d
     assert d.startswith(str(D._env.CACHE_DIR))
-    assert _icds(d) == {"nvidia.icd": "libnvidia-opencl.so.1\n", "nee-pip-libintelocl.so.icd": "/x/lib/libintelocl.so\n"}
+    assert _icds(d) == {"nvidia.icd": "libnvidia-opencl.so.1\n",
+                        "nee-pip-libintelocl.so.icd": "/x/lib/libintelocl.so\n"}
     monkeypatch.setattr(D, "_installed_drivers", lambda: pytest.fail("register() ran twice"))
     assert D.register() == d                                   # once per process
 

@@ -584,11 +584,12 @@ def conv2d(x, w, b, res, G: int, relu=False, b2=None, e=None, stride=(1, 1), pre
             return False
         bias = np.ascontiguousarray(bias)
     nt = threads.NUM_THREADS
-    key = (C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], fused, stride, pro)
+    act = conv_act.norm(relu)
+    key = (C, H, W, O, G, bias is not None, e is not None, act, nt, MODE[0], fused, stride, pro)
     p = _plans.get(key)
     if p is None:
-        p = _fplan(C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], stride, pro) if fused \
-            else _plan(C, H, W, O, G, bias is not None, e is not None, conv_act.norm(relu), nt, MODE[0], pro)
+        p = _fplan(C, H, W, O, G, bias is not None, e is not None, act, nt, MODE[0], stride, pro) if fused \
+            else _plan(C, H, W, O, G, bias is not None, e is not None, act, nt, MODE[0], pro)
         if len(_plans) > 1024:
             _plans.clear()
         _plans[key] = p = p if p is not None else False

@@ -263,7 +263,8 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
         return f
     tname = "float" if dt == np.float32 else "double"
     return builtin(_kernels, k, f"dwconv{tname[0]}{KH}x{KW}s{sw}{conv_act.tag(relu)}",
-                   f"{_source()}|{tname}|{KH}|{KW}|{sw}|{conv_act.norm(relu)!r}", lambda: _render(tname, KH, KW, sw, relu), 5)
+                   f"{_source()}|{tname}|{KH}|{KW}|{sw}|{conv_act.norm(relu)!r}",
+                   lambda: _render(tname, KH, KW, sw, relu), 5)
 
 
 # ---------------------------------------------------------------- float32, column stride 1 / 2: padded rows
@@ -947,8 +948,9 @@ def x_isz(dt) -> int:
 
 def conv2d(x, w, b, res, sh, sw, pt, pl, dh, dw, relu=False) -> bool:
     """res (N, C, OH, OW) = depthwise conv2d(x (N, C, H, W), w (C, 1, KH, KW)) + b (C,) or None, through relu when
-    ``relu`` (True, or an activation's steps: kernels/conv_act.py); top / left padding pt, pl (the bottom / right ones are what res's size leaves).  False (nothing
-    written) where no kernel takes it (dtype, column stride, window size, layout)."""
+    ``relu`` (True, or an activation's steps: kernels/conv_act.py); top / left padding pt, pl (the bottom / right
+    ones are what res's size leaves).  False (nothing written) where no kernel takes it (dtype, column stride,
+    window size, layout)."""
     run = runner(x, w, res, sh, sw, pt, pl, dh, dw, relu)
     if run is None or (b is not None and (b.dtype != x.dtype or b.shape != (x.shape[1],))):
         return False
