@@ -3,8 +3,8 @@
 A JIT epilogue after a conv2d (bias / residual add, then an activation) ran its activation as a second pass over
 the conv's output unless it was relu.  Now clip / relu6 / hardtanh / hardswish / hardsigmoid, ONNX's forms of
 them (Max / Min by constants, ``x * clip(x / 6 + 0.5, 0, 1)``) and short chains of constant add / sub / mul / div
-are steps (kernels/conv_act.py) the depthwise kernels apply in their stores and the packed 1x1 kernel in its
-per-task epilogue.  Checked: the same bits as the epilogue's own kernel (the fusion switched off), torch's values,
+are steps (kernels/conv_act.py) the depthwise and direct kernels apply in their stores and the packed 1x1 kernel
+in its per-task epilogue.  Checked: the same bits as the epilogue's own kernel (the fusion switched off), torch's values,
 NaN / inf inputs, constants that change, the kernels actually taking the steps, other convs keeping the generic
 run, and MobileNetV2 / V3-style ONNX blocks against onnxruntime.  Also: maximum / minimum / clamp (whose kernels
 were rewritten with one compare fewer) against torch on NaN, inf and signed zeros."""
@@ -40,6 +40,7 @@ ACTS = {
 CONVS = {   # (C, O, H, kernel, stride, groups)
     "dw3x3": (24, 24, 13, 3, 1, 24), "dw3x3s2": (16, 16, 28, 3, 2, 16), "dw5x5": (20, 20, 14, 5, 1, 20),
     "dw5x5s2": (8, 8, 19, 5, 2, 8), "pw_expand": (16, 96, 28, 1, 1, 1), "pw_squeeze": (96, 24, 14, 1, 1, 1),
+    "stem3x3s2": (3, 16, 32, 3, 2, 1), "3x3": (16, 32, 14, 3, 1, 1), "grouped3x3": (16, 32, 10, 3, 1, 4),
 }
 
 
@@ -52,17 +53,20 @@ def took(monkeypatch):
     """The activations the depthwise / packed 1x1 kernels were given (unbound calls and binds)."""
     seen = []
 
-    def spy(name, orig):
+    def spy(pos, orig):
         def f(*a, **k):
-            act = a[9] if name == "dw" else a[5]
+            act = a[pos] if len(a) > pos else k.get("relu", False)
             if act is not False and act is not True and not conv_act.is_relu(act):
                 seen.append(conv_act.norm(act))
             return orig(*a, **k)
         return f
-    monkeypatch.setattr(depthwise_native, "runner", spy("dw", depthwise_native.runner))
+    monkeypatch.setattr(depthwise_native, "runner", spy(9, depthwise_native.runner))
     from neetorch.devices.cpu.kernels import conv1x1_packed as P
-    monkeypatch.setattr(P, "conv2d", spy("pk", P.conv2d))
-    monkeypatch.setattr(P, "bind", spy("pk", P.bind))
+    from neetorch.devices.cpu.kernels import conv_direct as D
+    monkeypatch.setattr(P, "conv2d", spy(5, P.conv2d))
+    monkeypatch.setattr(P, "bind", spy(5, P.bind))
+    monkeypatch.setattr(D, "conv2d", spy(12, D.conv2d))
+    monkeypatch.setattr(D, "bind", spy(12, D.bind))
     return seen
 
 
@@ -123,15 +127,24 @@ def test_residual_then_activation_on_the_packed_1x1_path(took, act):
     assert took
 
 
-def test_other_convs_keep_the_generic_run(took):
-    wn = (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)
+@pytest.mark.parametrize("case", ["float64_3x3", "winograd"])
+def test_other_convs_keep_the_generic_run(took, monkeypatch, case):
+    """Convs on the GEMM / Winograd paths (float64, forced Winograd) run the conv, then the activation's pass:
+    the same values, no kernel given the steps."""
+    dt = np.float64 if case == "float64_3x3" else np.float32
+    wn = (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(dt)
+    kw = {"padding": 1}
+    if case == "winograd":
+        monkeypatch.setattr(K, "_WINO_FORCE", ["2"])
+        monkeypatch.setattr(K.conv_direct, "MODE", ["0"])
     w = nee.tensor(wn)
-    f = nee.jit(lambda x: F.hardswish(F.conv2d(x, w, padding=1)))
-    xn = RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    fn = lambda x: F.hardswish(F.conv2d(x, w, **kw))       # noqa: E731
+    f = nee.jit(fn)
+    xn = RNG.standard_normal((1, 4, 9, 9)).astype(dt)
     for _ in range(3):
         got = f(nee.tensor(xn)).numpy()
-    np.testing.assert_allclose(got, TF.hardswish(TF.conv2d(_t(xn), _t(wn), padding=1)).numpy(), rtol=2e-5,
-                               atol=2e-5)
+    np.testing.assert_allclose(got, TF.hardswish(TF.conv2d(_t(xn), _t(wn), **kw)).numpy(), rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(got, _unfused(fn, nee.tensor(xn)))
     assert took == []
 
 
@@ -203,7 +216,8 @@ def test_step_semantics_in_ir_match_the_scalar_functions():
 
 
 def test_conv_act_norm_and_tags():
-    assert conv_act.norm(True) == (("relu", None),) and conv_act.norm(False) is False
+    assert conv_act.norm((("relu", None),)) is True and conv_act.norm(True) is True and conv_act.norm(False) is False
+    assert conv_act.steps(True) == (("relu", None),) and conv_act.steps(False) == ()
     assert conv_act.tag(True) == "r" == conv_act.tag((("relu", None),)) and conv_act.tag(None) == ""
     a, b = conv_act.tag((("max", 0.0), ("min", 6.0))), conv_act.tag((("max", 0.0), ("min", 6.5)))
     assert a != b and a.startswith("a")

@@ -7,6 +7,7 @@ import pytest
 
 import neetorch as nee
 from neetorch.devices.cpu.kernels import conv as K
+from neetorch.devices.cpu.kernels import conv_act
 from neetorch.devices.cpu.kernels import conv_direct as D
 from neetorch.devices.cpu.kernels import conv_epilogue as E
 from neetorch.devices.cpu.kernels import fused
@@ -146,17 +147,23 @@ def test_other_chains_keep_the_generic_run(inside):
     wt = t(w.numpy())
     sh = RNG.standard_normal((6, 1, 1)).astype(np.float32)
     cases = [
-        (lambda y: F.relu(y) + 1.0, lambda y: torch.relu(y) + 1.0),                   # relu before an add
-        (lambda y: y * 0.5, lambda y: y * 0.5),                                        # not an add / relu
-        (lambda y: F.relu(F.relu(y)), lambda y: torch.relu(y)),                        # relu twice
-        (lambda y: y + nee.from_numpy(sh[:, :, :1] * np.ones((1, 1, 5), np.float32)), # (O, 1, W): no bias
-         lambda y: y + t(sh[:, :, :1] * np.ones((1, 1, 5)))),
+        # (O, 1, W): not a per-channel bias, nor an activation step: the generic run
+        (lambda y: y + nee.from_numpy(sh[:, :, :1] * np.ones((1, 1, 5), np.float32)),
+         lambda y: y + t(sh[:, :, :1] * np.ones((1, 1, 5))), False),
+        # chains of activation steps (session 28, kernels/conv_act.py): inside the direct kernel, not as a relu flag
+        (lambda y: F.relu(y) + 1.0, lambda y: torch.relu(y) + 1.0, True),             # relu before an add
+        (lambda y: y * 0.5, lambda y: y * 0.5, True),                                  # a constant multiply
+        (lambda y: F.relu(F.relu(y)), lambda y: torch.relu(y), True),                  # relu twice
     ]
-    for fn, ref in cases:
+    for fn, ref, steps in cases:
+        inside.clear()
         jf = nee.jit(lambda xx, fn=fn: fn(F.conv2d(xx, w, None, 1, 0)))
         got = jf(nee.from_numpy(x)).numpy()
         np.testing.assert_allclose(got, ref(TF.conv2d(t(x), wt)).numpy(), rtol=1e-4, atol=1e-4)
-    assert inside == []
+        if steps:
+            assert inside and all(isinstance(r, tuple) and not conv_act.is_relu(r) for _, _, r in inside)
+        else:
+            assert inside == []
 
 
 def test_switch_off_and_declines(monkeypatch, inside):

@@ -236,7 +236,7 @@ def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu):
     key = (dt, has_b, has_e, relu)
     k = _epi_kernels.get(key)
     if k is None:
-        if relu and not all(c is None or math.isfinite(c) for _, c in relu):
+        if not all(c is None or math.isfinite(c) for _, c in conv_act.steps(relu)):
             return None
         from .. import elementwise as ew
         from .. import llvm_render
@@ -248,7 +248,10 @@ def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu):
         if has_e:
             body.append(f"t{len(body)} = {ctor}({t} + v{n})")
             t, n = f"t{len(body) - 1}", n + 1
-        if relu:
+        if relu is True:
+            body.append(f"t{len(body)} = {ctor}(f_relu{dt[-2:]}({t}))")
+            t = f"t{len(body) - 1}"
+        elif relu:
             body.append(f"a0 = {t}")
             body += conv_act.expr(relu, "a0", ctor, dt[-2:])
             t = body[-1].split(" = ")[0]
@@ -618,7 +621,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     ones.  None: another path (the GEMM, Winograd ones) or other operands: a compiled graph's step then calls
     conv2d_into.  ``pre`` (an input prologue, see conv2d_into): bound only on the packed 1x1 path, ``f`` then
     ``f(out, ins, b2, e, S)``."""
-    general = relu is not False and relu is not True and not conv_act.is_relu(relu)
+    general = conv_act.norm(relu) not in (False, True)
     if general and pre is not None:
         return None             # (another activation than relu: the depthwise and packed 1x1 kernels, _act_into)
     if pre is not None:
@@ -651,7 +654,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     r = conv_direct.route(x, w, out, attrs, True)
     if r == "pk1x1":
         return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
-    if general:
+    if r != "direct" and general:
         return None
     if r != "direct":
         return _bind_winograd(x, w, b, b2, e, out, attrs, relu) if r is None else None
@@ -809,9 +812,9 @@ def _strided_1x1(out, ins, attrs, b2, e, relu, pre) -> bool:
 
 def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
     """conv2d_into with an activation other than relu (kernels/conv_act.py steps), applied where the conv's
-    output is written: by the depthwise kernels in their stores, by the packed 1x1 kernel's per-task epilogue
-    (_epi_kernel, on the task's block while it is in cache).  False (nothing written) for every other conv or
-    operand the kernel declines; no input prologue, and a residual on the packed 1x1 path only."""
+    output is written: by the depthwise and direct kernels in their stores, by the packed 1x1 kernel's per-task
+    epilogue (_epi_kernel, on the task's block while it is in cache).  False (nothing written) for the GEMM and
+    Winograd paths and operands the kernels decline; no input prologue, no residual on the depthwise path."""
     if pre is not None:
         return False
     x = _c(ins[0])
@@ -834,24 +837,31 @@ def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
             return False
         _finish(out, res)
         return True
-    if out.dtype != _F32 or not out.flags.c_contiguous or conv_direct.route(x, w, out, attrs, True) != "pk1x1":
+    if out.dtype != _F32 or not out.flags.c_contiguous or x.dtype != _F32 or w.dtype != _F32 or \
+            (b is not None and b.dtype != _F32) or (e is not None and e.dtype != _F32):
         return False
     if b2 is not None:
         b2 = _c(b2, x.dtype).reshape(-1)
-    return conv1x1_packed.conv2d(x, w, b, out, G, act, b2, e, stride=attrs["stride"])
+    if conv_direct.route(x, w, out, attrs, w is ins[1]) not in ("pk1x1", "direct"):
+        return False
+    try:
+        return conv_direct.try_conv2d(x, w, b, out, attrs, w is ins[1], act, b2,
+                                      None if e is None else np.ascontiguousarray(e))
+    except ValueError:          # (operands conv_direct's checks refuse: the generic run)
+        return False
 
 
 def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
     relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
     into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass.
-    ``relu`` may be another activation's steps (kernels/conv_act.py): run by the depthwise kernels only; then
+    ``relu`` may be another activation's steps (kernels/conv_act.py): run by the depthwise, direct and packed 1x1 kernels; then
     the result is False (nothing written) where they do not take the conv (:func:`_act_into`).
     ``pre`` = (steps, S): an input prologue (kernels/conv_epilogue.py's conv_prologue): the conv of
     :func:`apply_prologue` (x, pre), applied as the packed 1x1 kernel packs x where that path runs, else first."""
     if out.size == 0:
         return
-    if relu is not False and relu is not True and not conv_act.is_relu(relu):
+    if conv_act.norm(relu) not in (False, True):
         return _act_into(out, ins, attrs, b2, e, relu, pre)
     if _strided_1x1(out, ins, attrs, b2, e, relu, pre):
         return

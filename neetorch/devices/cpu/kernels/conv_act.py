@@ -18,8 +18,8 @@ Every step is one IEEE operation in the value's dtype, in the order of the graph
 flag llvm_render's elementwise kernels put on theirs (a multiply then an add may become one fma, as there: the
 conv's own sums carry no flag, so they are not fused with a step), so the stores give the bits the epilogue's
 own kernel gives.  ``act`` arguments in the kernels are False (none),
-True (relu, the old flag) or such a tuple; :func:`norm` makes one form of them (True and ``(("relu", None),)``
-are the same kernel).
+True (relu, the old flag) or such a tuple; :func:`norm` makes one form of them (``(("relu", None),)`` is True:
+the same kernel, key and IR as before).
 """
 from __future__ import annotations
 
@@ -34,30 +34,34 @@ _RELU = (("relu", None),)
 
 
 def norm(act):
-    """False, or the activation's step tuple (True: relu) with float constants."""
-    if act is False or act is None:
-        return False
-    if act is True:
-        return _RELU
+    """One form of an activation argument: False (none), True (relu alone: the kernels' old flag, so their cache
+    keys and IR for it stay what they were), or the steps' tuple with float constants."""
+    if act is None or isinstance(act, (bool, int, np.bool_)):
+        return bool(act)
     out = []
     for kind, c in act:
         if kind not in KINDS:
             raise ValueError(f"conv activation: unknown step {kind!r}")
         out.append((kind, None if c is None else float(c)))
-    return tuple(out) or False
+    out = tuple(out)
+    return True if out == _RELU else (out or False)
+
+
+def steps(act) -> tuple:
+    """The activation's steps (relu's included); () for none."""
+    a = norm(act)
+    return _RELU if a is True else (a or ())
 
 
 def is_relu(act) -> bool:
-    return norm(act) == _RELU
+    return norm(act) is True
 
 
 def tag(act) -> str:
     """A short name part for a kernel: '' (none), 'r' (relu), 'a' + a hash of the steps."""
     a = norm(act)
-    if not a:
-        return ""
-    if a == _RELU:
-        return "r"
+    if a is False or a is True:
+        return "r" if a else ""
     return "a" + hashlib.sha1(repr(a).encode()).hexdigest()[:10]
 
 
@@ -71,7 +75,7 @@ def _const(c: float, tname: str) -> str:
 def apply_ir(a, act, V: int, tname: str, val: str, pfx: str) -> str:
     """Emit (through ``a``) the steps of ``act`` on ``val`` (a ``<V x tname>`` value); the result's name.
     Names made start with ``%{pfx}``."""
-    act = norm(act)
+    act = steps(act)
     if not act:
         return val
     v = f"<{V} x {tname}>"
@@ -102,9 +106,8 @@ def apply_ir(a, act, V: int, tname: str, val: str, pfx: str) -> str:
 def expr(act, t: str, ctor: str, sfx: str) -> list[str]:
     """The steps as llvm_render body lines over the scalar named ``t`` (an elementwise kernel's body, as
     conv.py's epilogue kernel writes it); each line ``name = ...``; the last line's name is the result."""
-    act = norm(act)
     lines, x, cur = [], t, t
-    for i, (kind, c) in enumerate(act or ()):
+    for i, (kind, c) in enumerate(steps(act)):
         nm = f"{t}_a{i}"
         cc = f"{ctor}({c!r})" if c is not None else None
         if kind == "relu":

@@ -61,7 +61,7 @@ import weakref
 import numpy as np
 
 from .. import native_chain, threads
-from . import conv1x1_packed, winograd
+from . import conv1x1_packed, conv_act, winograd
 
 VERSION = "1"
 VEC = 16                      # float32 lanes of one vector: 16 (a zmm, AVX-512F) or 8 (a ymm, AVX2 + FMA)
@@ -113,11 +113,15 @@ def _set_width(width: int) -> None:
 _P_K, _P_O, _P_OS, _P_LW, _P_NPT, _P_G, _P_T1, _P_NBG, _P_XG, _P_OG, _P_CTR, _P_OFF = range(12)
 
 
-def _relu_ir(a, name: str, val: str) -> str:
-    """Emit %name = relu(val) (torch's: x < 0 -> 0, NaN and -0.0 kept); returns the value's name."""
-    a(f'  %{name}.lt = fcmp olt <{VEC} x float> {val}, zeroinitializer')
-    a(f'  %{name} = select <{VEC} x i1> %{name}.lt, <{VEC} x float> zeroinitializer, <{VEC} x float> {val}')
-    return f"%{name}"
+def _relu_ir(a, name: str, val: str, act=True, V: int = 0) -> str:
+    """Emit the activation ``act`` (True: torch's relu, x < 0 -> 0, NaN and -0.0 kept; or kernels/conv_act.py's
+    steps) of the V-lane (default VEC) vector ``val``, names starting with ``%name``; returns the value's name."""
+    V = V or VEC
+    if conv_act.is_relu(act):      # (relu as it was written before the other activations: the same IR)
+        a(f'  %{name}.lt = fcmp olt <{V} x float> {val}, zeroinitializer')
+        a(f'  %{name} = select <{V} x i1> %{name}.lt, <{V} x float> zeroinitializer, <{V} x float> {val}')
+        return f"%{name}"
+    return conv_act.apply_ir(a, act, V, "float", val, name)
 
 
 def _params_and_claim(a, names, ctr_slot: int, off_slot: int, extra: list, body: str) -> None:
@@ -241,7 +245,7 @@ def _render(R: int, P: int, relu: bool = False) -> str:
         a(f'  %orow{r} = getelementptr float, float* %out, i64 %ro{r}')
         for j in range(P):
             lab = f"s{r}_{j}"
-            val = _relu_ir(a, f"rl{lab}", f"%nacc{r}_{j}") if relu else f"%nacc{r}_{j}"
+            val = _relu_ir(a, f"rl{lab}", f"%nacc{r}_{j}", relu) if relu else f"%nacc{r}_{j}"
             a(f'  %q{lab} = add i64 %p0, {j * VEC}')
             a(f'  %op{lab}.f = getelementptr float, float* %orow{r}, i64 %q{lab}')
             a(f'  %op{lab} = bitcast float* %op{lab}.f to {vp}')
@@ -298,6 +302,7 @@ def _pix_store8(a, R: int, P: int, relu: bool) -> None:
     row's OWC columns: one plain store per channel; one crossing a row end (or past the last pixel): per row it
     touches, the lanes in that row's columns, masked (none past row OHC).  Rows < O only."""
     v, vp = "<8 x float>", "<8 x float>*"
+    acted = {}
     a('store:')
     for r in range(R):
         a(f'  %oi{r} = add i64 %lo0, {r}')
@@ -307,8 +312,8 @@ def _pix_store8(a, R: int, P: int, relu: bool) -> None:
         a(f'  %orow{r} = getelementptr float, float* %out, i64 %ro{r}')
         for j in range(P):
             if relu:
-                _relu_ir(a, f"rl{r}_{j}", f"%nacc{r}_{j}")
-    val = (lambda r, j: f"%rl{r}_{j}") if relu else (lambda r, j: f"%nacc{r}_{j}")
+                acted[r, j] = _relu_ir(a, f"rl{r}_{j}", f"%nacc{r}_{j}", relu, 8)
+    val = (lambda r, j: acted[r, j]) if relu else (lambda r, j: f"%nacc{r}_{j}")
     if _PIX_PF8:
         # the rows' lines _PIX_PF8 floats past the tile's first pixel prefetched for writing (no faults)
         a('  %pfq0 = mul i64 %ohb, %OWC')
@@ -563,10 +568,12 @@ def _res_relu8(a, sfx: str, row: str, relu: bool) -> str:
       '<8 x i1> %pmask, <8 x float> zeroinitializer)')
     a(f'  %es{sfx} = fadd <8 x float> {row}, %ev{sfx}')
     row = f'%es{sfx}'
-    if relu:
+    if conv_act.is_relu(relu):
         a(f'  %el{sfx} = fcmp olt <8 x float> {row}, zeroinitializer')
         a(f'  %er{sfx} = select <8 x i1> %el{sfx}, <8 x float> zeroinitializer, <8 x float> {row}')
         row = f'%er{sfx}'
+    elif relu:
+        row = _relu_ir(a, f"er{sfx}", row, relu, 8)
     return row
 
 
@@ -579,7 +586,7 @@ def _rows_store8(a, NB: int, R: int, relu: bool, res: bool) -> None:
     on 55x55 (144 (channel, tap) pairs) ran 829 -> 674 us (1 thread, relu)."""
     rows = []
     for j in range(NB):
-        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
+        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}", relu) if relu and not res else f"%nacc{j}_{r}")
                 for r in range(R)]
         rows.append(_transpose8_ir(a, f"tr{j}_", vals))
     a(f'  %fullt = icmp eq i64 %nr, {R}')
@@ -796,7 +803,7 @@ def _render_c(NB: int, R: int, relu: bool = False, dw: bool = False, res: bool =
     if VEC == 8 and not dw:         # (the "dw" kernel's stores as they were)
         _rows_store8(a, NB, R, relu, res)
     for j in range(0 if VEC == 8 and not dw else NB):     # (the 8-lane "chan" kernel: above)
-        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}") if relu and not res else f"%nacc{j}_{r}")
+        vals = [(_relu_ir(a, f"rl{j}_{r}", f"%nacc{j}_{r}", relu) if relu and not res else f"%nacc{j}_{r}")
                 for r in range(R)]
         rows = (_transpose_ir if VEC == 16 else _transpose8_ir)(a, f"tr{j}_", vals)
         for c in range(VEC):
@@ -910,6 +917,7 @@ def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False, xpf
     only): each (channel, tap) pair prefetches the input that many floats past its last pixel's (see _XPF_FLOATS);
     compiled once per process (machine code cached on disk by llvm_render)."""
     res = bool(res) and kind != "pix"
+    relu = conv_act.norm(relu)
     xpf = int(xpf) if kind == "chan" else 0
     if _feat[0] is None:
         available()
@@ -920,8 +928,9 @@ def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False, xpf
     render = (lambda: (_render_pix8 if VEC == 8 else _render)(A, B, relu)) if kind == "pix" else (
         lambda: _render_c(A, B, relu, kind == "dw", res, xpf))
     pf = f"p{xpf}" if xpf else ""
-    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{'r' if relu else ''}{'e' if res else ''}{pf}v{VEC}",
-                   f"{source_key()}|{kind}|{A}|{B}|{relu}|{res}|v{VEC}" + (f"|{pf}" if pf else ""), render,
+    return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{conv_act.tag(relu)}{'e' if res else ''}{pf}v{VEC}",
+                   f"{source_key()}{source_key(conv_act.__file__)}|{kind}|{A}|{B}|{relu!r}|{res}|v{VEC}"
+                   + (f"|{pf}" if pf else ""), render,
                    5 if kind == "pix" else 6 + res)
 
 
@@ -1288,7 +1297,8 @@ class _Prep:
         # a residual: added in the "chan" / "dw" kernels' stores; after the "pix" kernel (and its relu) in a pass
         self.res = has_e and not self.pix
         self.post = has_e and self.pix
-        self.f = kernel(lay.kind, lay.A, lay.B, bool(relu) and not self.post, self.res, lay.xpf if XPF[0] else 0)
+        self.f = kernel(lay.kind, lay.A, lay.B, False if self.post else conv_act.norm(relu), self.res,
+                        lay.xpf if XPF[0] else 0)
         ntiles = lay.nob * lay.npt
         nt = threads.NUM_THREADS
         flops = 2.0 * O * C2 * KH * KW * OH * OW
@@ -1318,6 +1328,8 @@ def conv2d(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=
     res C-contiguous float32.  Returns False (nothing written) when the weights are being trained (no packed
     copy)."""
     lay, prep = _setup(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
+    if prep.post and not _post_takes(relu):
+        return False
     wp = packed_weights(w, lay.CW, prep.G)
     if wp is None:
         return False
@@ -1336,6 +1348,8 @@ def bind(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu=False, b2=None, e=No
     being trained; the caller then runs the unbound path.  None: not bindable (the same checks as conv2d's fail,
     or the weights are being trained).  A jitted CNN's conv step is then ~3-5 us of Python instead of ~20."""
     lay, prep = _setup(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e)
+    if prep.post and not _post_takes(relu):
+        return None
     CW, G, nt = lay.CW, prep.G, threads.NUM_THREADS
     wp0 = packed_weights(w, CW, G)
     if wp0 is None or wp0.shape != (lay.nob, w[0].size, CW):
@@ -1496,11 +1510,17 @@ def _setup(x, w, b, res, sh, sw, pt, pb, pl, pr, dh, dw, relu, b2, e):
         if len(_layouts) > 1024:
             _layouts.clear()
         _layouts[key] = lay
-    pkey = (bool(relu), e is not None, threads.NUM_THREADS, _PAR_FLOPS, _NATIVE_PAR_FLOPS, XPF[0])
+    pkey = (conv_act.norm(relu), e is not None, threads.NUM_THREADS, _PAR_FLOPS, _NATIVE_PAR_FLOPS, XPF[0])
     prep = lay.preps.get(pkey)
     if prep is None:
         prep = lay.preps[pkey] = _Prep(lay, x.shape, w.shape, OH, OW, relu, e is not None)
     return lay, prep
+
+
+def _post_takes(relu) -> bool:
+    """Whether the pass after a "pix" kernel with a residual (conv.py's _finish_epilogue) applies ``relu``: relu
+    or none, not another activation (kernels/conv_act.py; the caller then runs the conv and its epilogue apart)."""
+    return not relu or conv_act.is_relu(relu)
 
 
 def _bias(lay, prep, b, b2):

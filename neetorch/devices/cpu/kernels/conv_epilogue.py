@@ -117,20 +117,6 @@ def _chain(epi_op, acc):
     return steps, tuple(act)
 
 
-def _takes_act(prod) -> bool:
-    """Whether conv2d node ``prod`` may be a depthwise conv (conv.py's _depthwise_shape) or a 1x1 conv without
-    padding (which the packed 1x1 kernel may take; decided per call), True where the shapes are not static: the
-    convs whose kernels take an activation other than relu (conv.py's _act_into)."""
-    xs, ws = tuple(prod.inputs[0].shape), tuple(prod.inputs[1].shape)
-    if len(xs) != 4 or len(ws) != 4:
-        return False
-    C, (O, Cg, KH, KW), G = xs[1], ws, prod.attrs.get("groups", 1)
-    if not all(isinstance(d, int) for d in (C, O, Cg, KH, KW)):
-        return True
-    from .conv import _depthwise_shape
-    return _depthwise_shape(C, G, O, Cg, KH, KW) or (KH == KW == 1 and not any(prod.attrs.get("padding", ())))
-
-
 def plan(prod, epi, acc, einputs):
     """A runner ``f(outs, ins) -> bool`` doing ``prod`` (a conv2d node) and its epilogue ``epi`` in the conv
     kernel (``ins``: the conv's operands, then the epilogue's inputs other than ``acc`` in ``einputs``
@@ -154,11 +140,10 @@ def plan(prod, epi, acc, einputs):
     if ("bias" in kinds and "bias" not in pos) or ("res" in kinds and "res" not in pos):
         return None
     # relu: the kernels' flag; another activation: its steps (kernels/conv_act.py) with the 0-d operands read
-    # per call (act_of), taken by the depthwise kernels only (conv2d_into returns False elsewhere: generic run)
+    # per call (act_of), taken by the depthwise, direct and packed 1x1 kernels (conv2d_into returns False on the
+    # other paths: the generic run; a bind there is None: fused.py binds the two apart)
     relu = act == (("relu", None),)
     general = bool(act) and not relu
-    if general and not _takes_act(prod):
-        return None
     consts = []
     for kind, c in act:
         if c is None or isinstance(c, float):
