@@ -4,7 +4,7 @@ A JIT epilogue after a conv2d (bias / residual add, then an activation) ran its 
 the conv's output unless it was relu.  Now clip / relu6 / hardtanh / hardswish / hardsigmoid, ONNX's forms of
 them (Max / Min by constants, ``x * clip(x / 6 + 0.5, 0, 1)``) and short chains of constant add / sub / mul / div
 are steps (kernels/conv_act.py) the depthwise and direct kernels apply in their stores and the packed 1x1 kernel
-in its per-task epilogue.  Checked: the same bits as the epilogue's own kernel (the fusion switched off), torch's values,
+in its per-task epilogue.  LeakyReLU (a 0-d slope) too.  Checked: the same bits as the epilogue's own kernel (the fusion switched off), torch's values,
 NaN / inf inputs, constants that change, the kernels actually taking the steps, other convs keeping the generic
 run, and MobileNetV2 / V3-style ONNX blocks against onnxruntime.  Also: maximum / minimum / clamp (whose kernels
 were rewritten with one compare fewer) against torch on NaN, inf and signed zeros."""
@@ -35,6 +35,7 @@ ACTS = {
     "affine_relu": (lambda y: F.relu(y * 2.0 - 1.0) / 3.0, lambda y: TF.relu(y * 2.0 - 1.0) / 3.0),
     "relu_then_add": (lambda y: F.relu(y) + 1.0, lambda y: TF.relu(y) + 1.0),
     "clamp_inf": (lambda y: nee.clamp(y, -np.inf, 1.5), lambda y: torch.clamp(y, -np.inf, 1.5)),
+    "leaky_relu": (lambda y: F.leaky_relu(y, 0.1), lambda y: TF.leaky_relu(y, 0.1)),
 }
 
 CONVS = {   # (C, O, H, kernel, stride, groups)
@@ -189,7 +190,8 @@ def test_step_semantics_in_ir_match_the_scalar_functions():
     b = np.array([-0.0], np.float32)
     steps = [(("max", 0.0), ("min", 6.0)), (("max", -0.0),), (("min", -1.0), ("max", 1.0)),
              (("add", 3.0), ("max", 0.0), ("min", 6.0), ("mulx", None), ("div", 6.0)),
-             (("max", np.nan),), (("sub", 0.5), ("mul", -2.0), ("relu", None)), (("min", np.inf), ("max", -np.inf))]
+             (("max", np.nan),), (("sub", 0.5), ("mul", -2.0), ("relu", None)), (("min", np.inf), ("max", -np.inf)),
+             (("leaky", 0.1),), (("leaky", -0.0),)]
 
     def want(v, act):
         x0 = cur = v.copy()
@@ -204,6 +206,8 @@ def test_step_semantics_in_ir_match_the_scalar_functions():
                     cur = np.where(np.isnan(cur) | (c >= cur), cur, c)
                 elif kind == "mulx":
                     cur = x0 * cur
+                elif kind == "leaky":
+                    cur = np.where(cur > 0, cur, cur * c)
                 else:
                     cur = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[kind](cur, c)
         return cur.astype(np.float32)
@@ -270,6 +274,8 @@ def _mbv2_model(C, E, H, act):
     def a(inp, out):
         if act == "clip":
             return [helper.make_node("Clip", [inp, "lo", "hi"], [out])]
+        if act == "leakyrelu":
+            return [helper.make_node("LeakyRelu", [inp], [out], alpha=0.2)]
         return [helper.make_node("HardSwish", [inp], [out])]
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"])] + a("c1", "a1") + \
         [helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], group=E, pads=[1, 1, 1, 1])] + a("c2", "a2") + \
@@ -279,7 +285,7 @@ def _mbv2_model(C, E, H, act):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 
 
-@pytest.mark.parametrize("act", ["clip", "hardswish"])
+@pytest.mark.parametrize("act", ["clip", "hardswish", "leakyrelu"])
 def test_mobilenet_block_session_matches_onnxruntime(took, act):
     ort = pytest.importorskip("onnxruntime")
     m = _mbv2_model(16, 96, 28, act)

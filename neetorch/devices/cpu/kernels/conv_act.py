@@ -12,7 +12,8 @@ and residual; ``x`` is that value before the first step):
 * ``("max", c)`` / ``("min", c)``: ``scalar.f_maximum(v, c)`` / ``f_minimum(v, c)`` (NaN from either, ``v`` when
   equal: clamp's and torch's maximum's semantics);
 * ``("add", c)``, ``("sub", c)``, ``("mul", c)``, ``("div", c)``: ``v + c``, ``v - c``, ``v * c``, ``v / c``;
-* ``("mulx", None)``: ``x * v``.
+* ``("mulx", None)``: ``x * v``;
+* ``("leaky", c)``: ``v if v > 0 else v * c`` (leaky_relu's expression; NaN stays NaN).
 
 Every step is one IEEE operation in the value's dtype, in the order of the graph's nodes, with the ``contract``
 flag llvm_render's elementwise kernels put on theirs (a multiply then an add may become one fma, as there: the
@@ -29,7 +30,7 @@ import struct
 
 import numpy as np
 
-KINDS = ("relu", "max", "min", "add", "sub", "mul", "div", "mulx")
+KINDS = ("relu", "max", "min", "add", "sub", "mul", "div", "mulx", "leaky")
 _RELU = (("relu", None),)
 
 
@@ -97,6 +98,10 @@ def apply_ir(a, act, V: int, tname: str, val: str, pfx: str) -> str:
                 a(f'  {nm} = select {m} {nm}.k, {v} {cur}, {v} {cv}')
         elif kind == "mulx":
             a(f'  {nm} = fmul contract {v} {x}, {cur}')
+        elif kind == "leaky":
+            a(f'  {nm}.gt = fcmp ogt {v} {cur}, zeroinitializer')
+            a(f'  {nm}.m = fmul contract {v} {cur}, {cv}')
+            a(f'  {nm} = select {m} {nm}.gt, {v} {cur}, {v} {nm}.m')
         else:
             a(f'  {nm} = f{kind} contract {v} {cur}, {cv}')
         cur = nm
@@ -118,6 +123,8 @@ def expr(act, t: str, ctor: str, sfx: str) -> list[str]:
             e = f"f_minimum({cur}, {cc})"
         elif kind == "mulx":
             e = f"{x} * {cur}"
+        elif kind == "leaky":
+            e = f"{cur} if {cur} > 0 else {cur} * {cc}"
         else:
             e = f"{cur} {dict(add='+', sub='-', mul='*', div='/')[kind]} {cc}"
         lines.append(f"{nm} = {ctor}({e})")

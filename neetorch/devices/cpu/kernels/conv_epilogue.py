@@ -53,13 +53,16 @@ _COMMUTES = ("add", "mul")
 
 def _act_node(n, prev, x0, O):
     """The conv_act steps of node ``n`` on ``prev`` ([(kind, float | Value | None)]), x0 the activation's input
-    (for ``x * v``), or None when it is not such a node: a unary activation, clamp by two 0-d operands, or a
-    binary op of ``prev`` and a 0-d operand (``prev`` first where order matters) or of ``prev`` and ``x0``."""
+    (for ``x * v``), or None when it is not such a node: a unary activation, clamp by two 0-d operands,
+    leaky_relu by a 0-d slope, or a binary op of ``prev`` and a 0-d operand (``prev`` first where order matters)
+    or of ``prev`` and ``x0``."""
     nm, ins = n.op.name, n.inputs
     if nm in _UNARY_ACTS and len(ins) == 1 and ins[0] is prev:
         return list(_UNARY_ACTS[nm])
     if nm == "clamp" and len(ins) == 3 and ins[0] is prev and all(_scalar_operand(v, prev) for v in ins[1:]):
         return [("max", ins[1]), ("min", ins[2])]
+    if nm == "leaky_relu" and len(ins) == 2 and ins[0] is prev and _scalar_operand(ins[1], prev):
+        return [("leaky", ins[1])]
     kind = _BINARY_ACTS.get(nm)
     if kind is None or len(ins) != 2 or (ins[0] is prev) == (ins[1] is prev):
         return None
