@@ -15,7 +15,7 @@ import neetorch as nee
 
 CMP = sys.modules["neetorch.compare"]
 HAVE_CL = any(d.type == "opencl" and d.available for d in nee.devices())
-needs_cl = pytest.mark.skipif(not HAVE_CL, reason="no OpenCL device (pip install pyopencl pocl-binary-distribution)")
+needs_cl = pytest.mark.skipif(not HAVE_CL, reason="no OpenCL device (pip install 'neetorch[opencl]')")
 
 
 def _f(x, w):

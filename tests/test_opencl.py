@@ -13,7 +13,7 @@ import pytest
 
 import neetorch as nee
 
-cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install pyopencl pocl-binary-distribution)")
+cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'neetorch[opencl]')")
 
 from neetorch.devices import FallbackError, get_backend, register_backend  # noqa: E402
 from neetorch.devices.opencl import OpenCLBackend  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 
 import neetorch as nee
 
-cl_ = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install pyopencl pocl-binary-distribution)")
+cl_ = pytest.importorskip("pyopencl", reason="pyopencl is not installed (pip install 'neetorch[opencl]')")
 
 from neetorch.devices import coverage, get_backend
 from neetorch.devices.opencl import OpenCLBackend

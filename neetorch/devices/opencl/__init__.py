@@ -206,7 +206,8 @@ class OpenCLBackend(Backend):
         try:
             import pyopencl  # noqa: F401
         except Exception as e:
-            return 0, f"pyopencl is not installed ({type(e).__name__}: {e}); pip install pyopencl pocl-binary-distribution"
+            return 0, (f"pyopencl is not installed ({type(e).__name__}: {e}); pip install 'neetorch[opencl]' "
+                       "(pyopencl with PoCL, and Intel's CPU runtime on x86-64 Linux)")
         try:
             devs = _all_devices()
         except Exception as e:
