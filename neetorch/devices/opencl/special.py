@@ -407,19 +407,27 @@ def _matmul(backend, outs, ins, attrs):
         raise NotImplementedError("opencl matmul: more than 4 non-mergeable batch dims")
     nbs, (so4, sa4, sb4) = layout.pad4(cbs, [cso, csa, csb])
     ct = CTYPE[_dt.from_numpy_dtype(out.dtype).name]
-    # float only: double8 breaks PoCL builds for AVX2 targets (no kernel in the program, then a crash)
-    vec = ct in ("float", "half") and N % 8 == 0 and out.estrides[-1] == 1 and (b.estrides[-1] == 1 or N == 1)
+    # float only: double8 breaks PoCL builds for AVX2 targets (no kernel in the program, then a crash).  Columns
+    # past the last multiple of 8 go to the scalar kernel in a second launch (one work-item per output, strided
+    # loads: ~2 GF/s, so a whole product of N = 3025 on it ran at 1.6 GF/s, the tile kernel's 30 with N = 50176)
+    N8 = N // 8 * 8 if ct in ("float", "half") and out.estrides[-1] == 1 and b.estrides[-1] == 1 else 0
     R = 8 if M >= 32 else 4                 # 8 x 8 tiles: half the loads of b per multiply-add
-    name, src = _matmul_v8_source(ct, R) if vec else _matmul_source(ct)
-    k = backend.programs.kernel(name, src)
     sak = a.estrides[-1] if K > 1 else 0
     sbk = b.estrides[-2] if K > 1 else 0
-    # the tile kernel walks row tiles fastest when b is the larger operand (its strips then stay in cache)
-    mm = -M if (vec and K * N > M * K and M > R) else M
-    meta = (nbs + so4 + [out.offset] + sa4 + [a.offset] + sb4 + [b.offset] + [mm, N, K]
-            + [out.estrides[-2], out.estrides[-1], a.estrides[-2], sak, sbk, b.estrides[-1]])
-    total = nbs[0] * nbs[1] * nbs[2] * nbs[3] * (-(-M // R) * (N // 8) if vec else M * N)
-    backend.enqueue(k, total, [out.storage.buffer, a.storage.buffer, b.storage.buffer], np.array(meta, np.int64))
+    nbt = nbs[0] * nbs[1] * nbs[2] * nbs[3]
+    bufs = [out.storage.buffer, a.storage.buffer, b.storage.buffer]
+    for vec, n0, n in ((True, 0, N8), (False, N8, N - N8)):
+        if n == 0:
+            continue
+        name, src = _matmul_v8_source(ct, R) if vec else _matmul_source(ct)
+        k = backend.programs.kernel(name, src)
+        # the tile kernel walks row tiles fastest when b is the larger operand (its strips then stay in cache)
+        mm = -M if (vec and K * n > M * K and M > R) else M
+        meta = (nbs + so4 + [out.offset + n0 * out.estrides[-1]] + sa4 + [a.offset] + sb4
+                + [b.offset + n0 * b.estrides[-1]] + [mm, n, K]
+                + [out.estrides[-2], out.estrides[-1], a.estrides[-2], sak, sbk, b.estrides[-1]])
+        total = nbt * (-(-M // R) * (n // 8) if vec else M * n)
+        backend.enqueue(k, total, bufs, np.array(meta, np.int64))
 
 
 def _matmul_claims(backend, dtypes):
