@@ -810,6 +810,15 @@ def _strided_1x1(out, ins, attrs, b2, e, relu, pre) -> bool:
     return True
 
 
+def _summed_bias(ins, b2, dt):
+    """The conv's bias ``ins[2]`` (or None) plus a second per-channel bias ``b2`` (or None), in dtype ``dt``."""
+    b = _c(ins[2], dt) if len(ins) > 2 else None
+    if b2 is not None:
+        b2 = _c(b2, dt).reshape(-1)
+        b = b2 if b is None else b + b2
+    return b
+
+
 def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
     """conv2d_into with an activation other than relu (kernels/conv_act.py steps), applied where the conv's
     output is written: by the depthwise and direct kernels in their stores, by the packed 1x1 kernel's per-task
@@ -822,13 +831,10 @@ def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
     if x.ndim != 4 or w.ndim != 4:
         return False
     G = attrs["groups"]
-    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
     if _depthwise_shape(x.shape[1], G, w.shape[0], w.shape[1], w.shape[2], w.shape[3]):
         if e is not None:
             return False
-        if b2 is not None:
-            b2 = _c(b2, x.dtype).reshape(-1)
-            b = b2 if b is None else b + b2
+        b = _summed_bias(ins, b2, x.dtype)
         res = _work_out(out)
         sh, sw = attrs["stride"]
         pt, _, pl, _ = attrs["padding"]
@@ -837,6 +843,7 @@ def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
             return False
         _finish(out, res)
         return True
+    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
     if out.dtype != _F32 or not out.flags.c_contiguous or x.dtype != _F32 or w.dtype != _F32 or \
             (b is not None and b.dtype != _F32) or (e is not None and e.dtype != _F32):
         return False
@@ -872,11 +879,8 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
         return
     x = _c(ins[0])
     w = _c(ins[1], x.dtype)
-    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
-    if b2 is not None:
-        b2 = _c(b2, x.dtype).reshape(-1)
-        b = b2 if b is None else b + b2
-        b2 = None
+    b = _summed_bias(ins, b2, x.dtype)
+    b2 = None
     if e is not None and e.dtype != x.dtype:
         e = e.astype(x.dtype)
     # relu is done in the path (act[0] cleared) or in the last pass; the residual always goes before it
@@ -983,10 +987,7 @@ def _prologue_packed(out, x, ins, attrs, b2, e, relu, pre) -> bool:
     if x.dtype != _F32 or not out.flags.c_contiguous or out.dtype != _F32 or \
             conv_direct.route(x, w, out, attrs, w is ins[1], True) != "pk1x1":
         return False
-    b = _c(ins[2], x.dtype) if len(ins) > 2 else None
-    if b2 is not None:
-        b2 = _c(b2, x.dtype).reshape(-1)
-        b = b2 if b is None else b + b2
+    b = _summed_bias(ins, b2, x.dtype)
     if e is not None and (e.dtype != _F32 or not e.flags.c_contiguous or e.shape != out.shape or
                           np.may_share_memory(e, out)):
         return False
