@@ -236,7 +236,7 @@ def _epi_kernel(dt: str, has_b: bool, has_e: bool, relu):
     key = (dt, has_b, has_e, relu)
     k = _epi_kernels.get(key)
     if k is None:
-        if not all(c is None or math.isfinite(c) for _, c in conv_act.steps(relu)):
+        if not all(c is None or isinstance(c, str) or math.isfinite(c) for _, c in conv_act.steps(relu)):
             return None
         from .. import elementwise as ew
         from .. import llvm_render
@@ -654,7 +654,7 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     r = conv_direct.route(x, w, out, attrs, True)
     if r == "pk1x1":
         return conv1x1_packed.bind_into(out, ins, attrs, b2, e, relu)
-    if r != "direct" and general:
+    if (r != "direct" and general) or (r == "direct" and conv_act.heavy(relu)):
         return None
     if r != "direct":
         return _bind_winograd(x, w, b, b2, e, out, attrs, relu) if r is None else None
@@ -849,8 +849,9 @@ def _act_into(out, ins, attrs, b2, e, act, pre) -> bool:
         return False
     if b2 is not None:
         b2 = _c(b2, x.dtype).reshape(-1)
-    if conv_direct.route(x, w, out, attrs, w is ins[1]) not in ("pk1x1", "direct"):
-        return False
+    route = conv_direct.route(x, w, out, attrs, w is ins[1])
+    if route not in ("pk1x1", "direct") or (route == "direct" and conv_act.heavy(act)):
+        return False        # (the direct kernels take no heavy activation: see conv_act.heavy)
     try:
         return conv_direct.try_conv2d(x, w, b, out, attrs, w is ins[1], act, b2,
                                       None if e is None else np.ascontiguousarray(e))

@@ -903,7 +903,7 @@ def builtin(cache: dict, k, name: str, params: str, render, nargs: int, interlea
         if f is None:
             from .. import llvm_call, llvm_render
             key = f"{name}_" + hashlib.sha1(f"{VERSION}|{params}".encode()).hexdigest()[:16]
-            addr = llvm_render.compile_ir(key, render, interleave)
+            addr = llvm_render.compile_ir(key, lambda: conv_act.link(render()), interleave)
             f = llvm_call.make(addr, nargs)
             _addr_of[id(f)] = addr        # f lives in its cache for the process: its id stays its own
             cache[k] = f
@@ -929,7 +929,7 @@ def kernel(kind: str, A: int, B: int, relu: bool = False, res: bool = False, xpf
         lambda: _render_c(A, B, relu, kind == "dw", res, xpf))
     pf = f"p{xpf}" if xpf else ""
     return builtin(_kernels, k, f"convdirect{kind}{A}x{B}{conv_act.tag(relu)}{'e' if res else ''}{pf}v{VEC}",
-                   f"{source_key()}{source_key(conv_act.__file__)}|{kind}|{A}|{B}|{relu!r}|{res}|v{VEC}"
+                   f"{source_key()}{source_key(conv_act.__file__)}|{kind}|{A}|{B}|{conv_act.key(relu)}|{res}|v{VEC}"
                    + (f"|{pf}" if pf else ""), render,
                    5 if kind == "pix" else 6 + res)
 

@@ -35,6 +35,7 @@ from operator import is_ as _is
 import numpy as np
 
 from .. import native_chain
+from . import conv_act
 
 _FLOATS = ("float32", "float64")
 # (numpy's dtype.name is computed in Python: ~3 us, per conv call)
@@ -59,6 +60,9 @@ def _act_node(n, prev, x0, O):
     nm, ins = n.op.name, n.inputs
     if nm in _UNARY_ACTS and len(ins) == 1 and ins[0] is prev:
         return list(_UNARY_ACTS[nm])
+    if nm in conv_act.EW_OPS and len(ins) == 1 and ins[0] is prev and getattr(n.op, "expr", None):
+        # the op's expression as the fused group's kernel writes it (elementwise._group_pieces)
+        return [("ew", n.op.expr["py"](prev.dtype))]
     if nm == "clamp" and len(ins) == 3 and ins[0] is prev and all(_scalar_operand(v, prev) for v in ins[1:]):
         return [("max", ins[1]), ("min", ins[2])]
     if nm == "leaky_relu" and len(ins) == 2 and ins[0] is prev and _scalar_operand(ins[1], prev):
@@ -149,7 +153,7 @@ def plan(prod, epi, acc, einputs):
     general = bool(act) and not relu
     consts = []
     for kind, c in act:
-        if c is None or isinstance(c, float):
+        if c is None or isinstance(c, (float, str)):
             consts.append((kind, None, c))
         elif id(c) in where:
             consts.append((kind, where[id(c)], None))

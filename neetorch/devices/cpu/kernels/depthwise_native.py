@@ -88,9 +88,30 @@ def _head(a, tname: str, V: int) -> None:
     a(f'define void @"kernel"({tname}* noalias %x, {tname}* noalias %w, {tname}* noalias %bias, '
       f'{tname}* noalias %out, i64* noalias %p) {{')
     a('entry:')
+    a('  %ua.slot = alloca i64')        # (_unit_act: where the pending run of outputs starts; unused without)
     for i, nm in enumerate(_NAMES):
         a(f'  %{nm}.p = getelementptr i64, i64* %p, i64 {i}')
         a(f'  %{nm} = load i64, i64* %{nm}.p')
+
+
+def _unit_act(a, act, tname: str) -> None:
+    """At ``unit_end``: a heavy activation (kernels/conv_act.py ``heavy``: SiLU, GELU, sigmoid...; the stores took
+    none) applied in place to the claim's outputs written since its last pass, now final and in cache: once they
+    reach _ACT_RUN, and at the claim's last unit (a claim's units are consecutive bands of consecutive planes, so
+    their outputs are one contiguous run; where it starts is kept in %ua.slot, no division per unit)."""
+    if not conv_act.heavy(act):
+        return
+    for line in ("%ua.s0 = mul i64 %pl, %OHW", "%ua.s1 = mul i64 %r0, %OW", "%ua.us = add i64 %ua.s0, %ua.s1",
+                 "%ua.e1 = mul i64 %r1, %OW", "%ua.e = add i64 %ua.s0, %ua.e1", "%ua.first = icmp eq i64 %u, %gt0",
+                 "%ua.old = load i64, i64* %ua.slot", "%ua.s = select i1 %ua.first, i64 %ua.us, i64 %ua.old",
+                 "%ua.n = sub i64 %ua.e, %ua.s", f"%ua.full = icmp sge i64 %ua.n, {_ACT_RUN}",
+                 "%ua.u1 = add i64 %u, 1", "%ua.last = icmp sge i64 %ua.u1, %gt1", "%ua.go = or i1 %ua.full, %ua.last",
+                 "%ua.new = select i1 %ua.go, i64 %ua.e, i64 %ua.s", "store i64 %ua.new, i64* %ua.slot"):
+        a("  " + line)
+    conv_act.unit_ir(a, act, tname, "%out", "%ua.s", "%ua.e", "%ua.go")
+
+
+_ACT_RUN = 4096     # outputs (16 KB of float32) a heavy activation's pass takes at once, in L1 / L2 after the stores
 
 
 def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
@@ -223,7 +244,7 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
             a(f'  br label %{nxt}')
         a(f'{M}_{KH}:')
         a(f'  %{M}acc = phi {v} [ {acc}, %{M}_t{KH - 1} ], [ {acc_in}, %{prev} ]')
-        res = conv_act.apply_ir(a, relu, V, tname, f"%{M}acc", M)
+        res = conv_act.apply_ir(a, conv_act.in_stores(relu), V, tname, f"%{M}acc", M)
         a(f'  %{M}oo = mul i64 %{M}r, %OW')
         a(f'  %{M}op.f = getelementptr {tname}, {tname}* %obj, i64 %{M}oo')
         a(f'  %{M}op = bitcast {tname}* %{M}op.f to {vp}')
@@ -246,6 +267,7 @@ def _render(tname: str, KH: int, KW: int, sw: int, relu: bool) -> str:
     a('  %jc = icmp slt i64 %j1, %OW')
     a('  br i1 %jc, label %vec, label %unit_end')
     a('unit_end:')
+    _unit_act(a, relu, tname)
     a('  %u1 = add i64 %u, 1')
     a('  %uc = icmp slt i64 %u1, %gt1')
     a('  br i1 %uc, label %unit, label %claim')
@@ -263,7 +285,7 @@ def kernel(dt: np.dtype, KH: int, KW: int, sw: int, relu: bool):
         return f
     tname = "float" if dt == np.float32 else "double"
     return builtin(_kernels, k, f"dwconv{tname[0]}{KH}x{KW}s{sw}{conv_act.tag(relu)}",
-                   f"{_source()}|{tname}|{KH}|{KW}|{sw}|{conv_act.norm(relu)!r}",
+                   f"{_source()}|{tname}|{KH}|{KW}|{sw}|{conv_act.key(relu)}",
                    lambda: _render(tname, KH, KW, sw, relu), 5)
 
 
@@ -542,7 +564,7 @@ def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
                     acc = f"%{pfx}sum{q}_{ki}"
                 else:
                     acc = part
-            acc = conv_act.apply_ir(a, relu, 8, "float", acc, f"{pfx}{q}")
+            acc = conv_act.apply_ir(a, conv_act.in_stores(relu), 8, "float", acc, f"{pfx}{q}")
             results.append(acc)
         for q, res in enumerate(results):
             a(f'  %{pfx}oo{q}.r = mul i64 %OW, {q}')
@@ -579,6 +601,7 @@ def _render_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
     a('  %rc = icmp slt i64 %rn, %r1')
     a('  br i1 %rc, label %row, label %unit_end')
     a('unit_end:')
+    _unit_act(a, relu, 'float')
     a('  %u1 = add i64 %u, 1')
     a('  %bd1 = add i64 %bd, 1')
     a('  %bdw = icmp eq i64 %bd1, %NB')
@@ -605,10 +628,10 @@ def kernel_pad(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool, direct: 
         return f
     if direct:
         return builtin(_kernels, k, f"dwdirf{KH}x{KW}s{sh}{sw}d{dh}{conv_act.tag(relu)}",
-                       f"{_source()}|dir|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.norm(relu)!r}",
+                       f"{_source()}|dir|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.key(relu)}",
                        lambda: _render_dir(KH, KW, sh, sw, dh, relu), 5)
     return builtin(_kernels, k, f"dwpadf{KH}x{KW}s{sh}{sw}d{dh}{conv_act.tag(relu)}",
-                   f"{_source()}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.norm(relu)!r}",
+                   f"{_source()}|pad|{KH}|{KW}|{sh}|{sw}|{dh}|{conv_act.key(relu)}",
                    lambda: _render_pad(KH, KW, sh, sw, dh, relu), 5)
 
 
@@ -819,7 +842,7 @@ def _render_dir(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
                     acc = f"%{pfx}sum{q}_{ki}"
                 else:
                     acc = part
-            acc = conv_act.apply_ir(a, relu, 8, "float", acc, f"{pfx}{q}")
+            acc = conv_act.apply_ir(a, conv_act.in_stores(relu), 8, "float", acc, f"{pfx}{q}")
             if sw == 2:
                 a(f'  %{pfx}un{q} = shufflevector {v} {acc}, {v} undef, {iv} '
                   f'<{", ".join(f"i32 {i}" for i in _UNP)}>')
@@ -874,6 +897,7 @@ def _render_dir(KH: int, KW: int, sh: int, sw: int, dh: int, relu: bool) -> str:
     a('  %rc = icmp slt i64 %rn, %r1')
     a('  br i1 %rc, label %row, label %unit_end')
     a('unit_end:')
+    _unit_act(a, relu, 'float')
     a('  %u1 = add i64 %u, 1')
     a('  %bd1 = add i64 %bd, 1')
     a('  %bdw = icmp eq i64 %bd1, %NB')
