@@ -15,7 +15,8 @@ import pytest
 
 import neetorch as nee
 import neetorch.nn.functional as F
-from neetorch.devices.cpu.kernels import conv_act, depthwise_native, fused
+from neetorch.devices.cpu.kernels import conv_act, depthwise_native
+from test_conv_act_s28 import _t, _unfused      # (tests/ is on the path: the s28 file's helpers)
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -42,10 +43,6 @@ CONVS = {   # (C, O, H, kernel, stride, groups)
 }
 TAKES = ("dw3x3", "dw3x3s2", "dw5x5", "dw5x5s2", "pw_expand")     # the kernels that apply the activation
 DIRECT = ("stem3x3s2", "3x3")      # conv_direct's kernels: never given one (the generic run)
-
-
-def _t(a):
-    return torch.from_numpy(np.asarray(a))
 
 
 @pytest.fixture
@@ -82,14 +79,6 @@ def _conv_fn(C, O, H, k, s, g, act, dt=np.float32):
     def ref(xn):
         return tf(TF.conv2d(_t(xn), _t(wn), _t(bn), stride=s, padding=k // 2, groups=g)).numpy()
     return f, ref, (1, C, H, H)
-
-
-def _unfused(f, x):
-    fused.CONV_EPILOGUE[0] = False
-    try:
-        return nee.jit(f)(x).numpy()
-    finally:
-        fused.CONV_EPILOGUE[0] = True
 
 
 def _check(f, ref, xs, dt=np.float32, runs=3, tol=3e-5):
