@@ -863,8 +863,9 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     """out = conv2d(ins) (+ b2, a second per-output-channel bias (O,)) (+ e, out's shape), through torch's
     relu when ``relu`` (kernels/conv_epilogue.py: a JIT epilogue chain run inside the conv).  b2 is summed
     into the conv's own bias; relu (and e) go where the path writes its output, else one in-place pass.
-    ``relu`` may be another activation's steps (kernels/conv_act.py): run by the depthwise, direct and packed 1x1 kernels; then
-    the result is False (nothing written) where they do not take the conv (:func:`_act_into`).
+    ``relu`` may be another activation's steps (kernels/conv_act.py): run by the depthwise, direct and packed 1x1
+    kernels (a heavy one: not the direct kernels); then the result is False (nothing written) where they do not
+    take the conv (:func:`_act_into`).
     ``pre`` = (steps, S): an input prologue (kernels/conv_epilogue.py's conv_prologue): the conv of
     :func:`apply_prologue` (x, pre), applied as the packed 1x1 kernel packs x where that path runs, else first."""
     if out.size == 0:
