@@ -237,3 +237,22 @@ def test_concurrent_callers(every_size):
     for t in ts:
         t.join()
     assert not errors and len(CALLS) == 200
+
+
+@pytest.mark.parametrize("shape", [((16, 8), (8, 1)), ((1, 8), (8, 16)), ((64, 8), (8, 1)), ((1, 12), (12, 40)),
+                                   ((12, 5, 8), (12, 8, 1))])
+def test_tiny_products_take_the_kernel_below_its_size_minimums(shape):
+    """Session 29: one-column / few-row products of at most ROWS_TINY_BYTES of matrix (a squeeze-excite block's
+    16 x 8 weight times its 8 pooled values) take the few-row kernel whatever K and N (BLAS and numpy's
+    dispatch cost more than any loop there): in MobileNetV3 that step went 33-49 -> 5 us."""
+    (sa, sb) = shape
+    a, b = _r(*sa), _r(*sb)
+    _check(a, b)
+    _check(a, np.asfortranarray(b) if b.ndim == 2 else b)
+
+
+def test_larger_short_dot_products_stay_with_blas():
+    """Above ROWS_TINY_BYTES the size minimums hold: K = 8 dot products against a 8 x 1024 matrix go to BLAS."""
+    a, b = _r(1024, 8), _r(8, 1)
+    assert 1024 * 8 * 4 > L.ROWS_TINY_BYTES
+    _check(a, b, taken=False)

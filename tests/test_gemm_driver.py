@@ -41,6 +41,7 @@ def drive_everything(monkeypatch):
     monkeypatch.setattr(L, "_plans", {})
     # few-row products: the driver's gemv blocks, not the few-row kernel's own split (tests/test_rows_threaded.py)
     monkeypatch.setattr(L, "ROWS_PAR", [False])
+    monkeypatch.setattr(L, "ROWS_TINY_BYTES", -1)    # (tiny one-row products: the few-row kernel, session 29)
     monkeypatch.setattr(L, "_rows_plans", {})
     old = threads.get_num_threads()
     threads.set_num_threads(3)

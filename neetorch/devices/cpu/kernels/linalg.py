@@ -193,6 +193,10 @@ _ROWS_ON = os.environ.get("NEE_MATMUL_ROWS", "1") not in ("0", "")
 # with 32-wide heads 16 vs 23 us at 12 x 513, 16-wide 20 vs 34; 8-wide 36 vs 23 at 2049)
 ROWS_MIN_N = 64
 ROWS_MIN_K = 16
+# ... except one-row / one-column products of a matrix this small (a squeeze-excite block's 16 x 8 weight): there
+# BLAS's call and numpy's dispatch (~1 us, and ~3 us of the generic step's Python around them) outweigh any loop,
+# and the kernel's bound call joins a compiled graph's native step chain (2-4 rows keep ROWS_MULTI_MIN_BYTES)
+ROWS_TINY_BYTES = 16 << 10
 # batches split across threads: from rows of this many elements (attention's p @ v with 32-wide heads,
 # 12 x 513 x 32 float32: 21 vs 24 us for BLAS hot, 45 vs 49 cold, on the loaded 2-core box, its worker
 # rarely joining; 16-wide rows stay with BLAS, see ROWS_MIN_N)
@@ -668,7 +672,8 @@ def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     # batches split across threads (see _rows_threaded) take shorter rows of a row-major matrix
     min_n = ROWS_MIN_N_PAR if (nb > 1 and threads.NUM_THREADS > 1 and ROWS_PAR[0] and
                                nb * K * N * isz >= min(DRV_GEMV_BYTES, PAR_BYTES)) else ROWS_MIN_N
-    if (N < min(min_n, ROWS_MIN_N) if mode == 0 else K < ROWS_MIN_K) or \
+    tiny = nb * K * N * isz <= ROWS_TINY_BYTES
+    if (not tiny and (N < min(min_n, ROWS_MIN_N) if mode == 0 else K < ROWS_MIN_K)) or \
             (R > 1 and K * N * isz < ROWS_MULTI_MIN_BYTES):
         return False
     desc = np.zeros(_RD_WORDS, np.int64)
@@ -682,7 +687,7 @@ def _rows_plan(out: np.ndarray, a: np.ndarray, b: np.ndarray):
     par_bytes = min(DRV_GEMV_BYTES, PAR_BYTES)
     if nt > 1 and ROWS_PAR[0] and nb * K * N * isz >= par_bytes:
         run = _rows_threaded(dti, desc, nt, swap)
-    if run is None and (N < ROWS_MIN_N and mode == 0):
+    if run is None and (N < ROWS_MIN_N and mode == 0) and not tiny:
         return False     # rows this short only split across threads (min_n above), else BLAS
     if run is None and not (nbytes and nt > 1 and nbytes >= par_bytes):
         # (one matrix of the size split across threads that this kernel does not split: gemm_driver's
