@@ -114,9 +114,9 @@ def test_heavy_activation_is_bitwise_the_epilogue(took, conv, act):
     (1152, 7, 3, 1),
     (40, 9, 3, 1),
 ])
-def test_depthwise_runs_of_units(took, shape):
-    """Planes whose units are larger and smaller than a pass's run, several claims per thread: every output
-    gets the activation exactly once."""
+def test_depthwise_runs_of_units(took, nthreads, shape):
+    """Planes whose units are larger and smaller than a pass's run, one claim or several per thread: every
+    output gets the activation exactly once."""
     C, H, k, s = shape
     f, ref, xs = _conv_fn(C, C, H, k, s, C, "silu")
     _check(f, ref, xs, runs=2)
