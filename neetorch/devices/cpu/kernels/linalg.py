@@ -1058,6 +1058,9 @@ _PK_VEC_ENV = os.environ.get("NEE_MATMUL_PACKED_VEC", "")
 # from 5 rows (up to 4: the few-row kernel, gemv.py): hot 768x768 weight, one thread, 5 rows 0.31x BLAS's time,
 # 8 rows 0.58, 12 rows 0.70
 PK_MIN_ROWS = 5
+# an output width that is not a multiple of PK_NR from this many panels (its last, partial panel computed into a
+# scratch tile: _pk_ir); narrower ones stay with BLAS (a 40-column output would be a fifth padding)
+PK_MIN_PANELS = 4
 _PK_KC0 = int(os.environ.get("NEE_MATMUL_PACKED_KC", "512"))
 PK_KC = _PK_KC0
 PK_UNROLL8 = int(os.environ.get("NEE_MATMUL_PACKED_UNROLL", "4"))  # the 8-lane tile's K loop unrolled (see below)
@@ -1221,11 +1224,42 @@ def _pk_tile_ir_unrolled(mr: int, w: int, U: int) -> str:
 def _pk_ir(w: int = 16) -> str:
     """``kernel(A, P, C, D)``: rows [D[7], D[0]) and columns [D[5], D[1]) of C (row stride D[4]) = A (row stride
     D[3]) @ the packed panels P, in blocks of D[6] of K (the first stores, the later ones add); D = (end row, end
-    column, K, lda, ldc, first column, K block, first row); columns multiples of the panel's (2 ``w``)."""
+    column, K, lda, ldc, first column, K block, first row); the first column a multiple of the panel's (2 ``w``),
+    the end column any: a last panel narrower than that (its packed columns zero-padded) computes its tiles into
+    a scratch tile on the stack (its columns of C copied in first for a later K block) and copies its columns out."""
     PK_MR, PK_NR, _ = _pk_shape(w)
     cases = " ".join(f"i64 {mr}, label %t{mr}" for mr in range(1, PK_MR + 1))
-    calls = "".join(f"t{mr}:\n  call void @tile{mr}(float* %Ai, i64 %lda, float* %Pj, float* %Ci, i64 %ldc, i64 %kc, "
-                    f"i1 %later)\n  br label %inext\n" for mr in range(1, PK_MR + 1))
+    calls = "".join(f"t{mr}:\n  call void @tile{mr}(float* %Ai, i64 %lda, float* %Pj, float* %Ct, i64 %ldct, i64 %kc, "
+                    f"i1 %later)\n  br label %post\n" for mr in range(1, PK_MR + 1))
+    st = PK_MR * PK_NR
+
+    def copy(name, src, sld, dst, dld, nxt):
+        # rows [0, %mr), columns [0, %jleft) of src (row stride sld) to dst (row stride dld), then nxt
+        return f"""{name}:
+  br label %{name}.r
+{name}.r:
+  %{name}r = phi i64 [0, %{name}], [%{name}r1, %{name}.re]
+  %{name}so = mul i64 %{name}r, {sld}
+  %{name}do = mul i64 %{name}r, {dld}
+  br label %{name}.c
+{name}.c:
+  %{name}c = phi i64 [0, %{name}.r], [%{name}c1, %{name}.c]
+  %{name}s1 = add i64 %{name}so, %{name}c
+  %{name}sp = getelementptr float, float* {src}, i64 %{name}s1
+  %{name}v = load float, float* %{name}sp
+  %{name}d1 = add i64 %{name}do, %{name}c
+  %{name}dp = getelementptr float, float* {dst}, i64 %{name}d1
+  store float %{name}v, float* %{name}dp
+  %{name}c1 = add i64 %{name}c, 1
+  %{name}cm = icmp ult i64 %{name}c1, %jleft
+  br i1 %{name}cm, label %{name}.c, label %{name}.re
+{name}.re:
+  %{name}r1 = add i64 %{name}r, 1
+  %{name}rm = icmp ult i64 %{name}r1, %mr
+  br i1 %{name}rm, label %{name}.r, label %{nxt}
+"""
+    cpin = copy("cpin", "%Ci", "%ldc", "%Sp", str(PK_NR), "tsw")
+    cpout = copy("cpout", "%Sp", str(PK_NR), "%Ci", "%ldc", "inext")
     words = "".join(f"  %dp{i} = getelementptr i64, i64* %D, i64 {i}\n  %d{i} = load i64, i64* %dp{i}\n"
                     for i in range(8))
     main = f"""
@@ -1235,6 +1269,10 @@ entry:
   %P = bitcast i8* %Pr to float*
   %C = bitcast i8* %Cr to float*
   %D = bitcast i8* %Dr to i64*
+  %Sa = alloca [{st} x float], align {4 * w}
+  %Sp = bitcast [{st} x float]* %Sa to float*
+  %S8 = bitcast [{st} x float]* %Sa to i8*
+  call void @llvm.memset.p0i8.i64(i8* align {4 * w} %S8, i8 0, i64 {4 * st}, i1 false)
 {words}  %M = add i64 %d0, 0
   %N = add i64 %d1, 0
   %K = add i64 %d2, 0
@@ -1257,6 +1295,8 @@ ploop:
   %po0 = mul i64 %j, %K
   %po = add i64 %po0, %pko
   %Pj = getelementptr float, float* %P, i64 %po
+  %jleft = sub i64 %N, %j
+  %ragged = icmp ult i64 %jleft, {PK_NR}
   br label %iloop
 iloop:
   %i = phi i64 [%d7, %ploop], [%i1, %inext]
@@ -1269,8 +1309,15 @@ iloop:
   %coff0 = mul i64 %i, %ldc
   %coff = add i64 %coff0, %j
   %Ci = getelementptr float, float* %C, i64 %coff
-  switch i64 %mr, label %inext [ {cases} ]
-{calls}inext:
+  %Ct = select i1 %ragged, float* %Sp, float* %Ci
+  %ldct = select i1 %ragged, i64 {PK_NR}, i64 %ldc
+  %cin = and i1 %ragged, %later
+  br i1 %cin, label %cpin, label %tsw
+{cpin}tsw:
+  switch i64 %mr, label %post [ {cases} ]
+{calls}post:
+  br i1 %ragged, label %cpout, label %inext
+{cpout}inext:
   %i1 = add i64 %i, %mr
   %imore = icmp ult i64 %i1, %M
   br i1 %imore, label %iloop, label %jnext
@@ -1286,6 +1333,7 @@ out:
   ret void
 }}
 declare <{w} x float> @llvm.fma.v{w}f32(<{w} x float>, <{w} x float>, <{w} x float>)
+declare void @llvm.memset.p0i8.i64(i8*, i8, i64, i1)
 """
     if w == 16:
         return "\n".join(_pk_tile_ir(mr, w) for mr in range(1, PK_MR + 1)) + main
@@ -1314,19 +1362,25 @@ _pk_live = [0]
 
 
 def pk_pack(w: np.ndarray, tag=None):
-    """``w`` (K, N), N a multiple of PK_NR, as panels (N / PK_NR, K, PK_NR) float32, 64-byte aligned
-    (``tag``: winograd.weights' cache tag, unused); None past PK_MAX_BYTES of packed weights."""
+    """``w`` (K, N) as panels (ceil(N / PK_NR), K, PK_NR) float32, 64-byte aligned, a last partial panel's
+    columns past N zero (``tag``: winograd.weights' cache tag, unused); None past PK_MAX_BYTES of packed
+    weights."""
     import weakref
     K, N = w.shape
     nr = PK_NR
-    if _pk_live[0] + 4 * K * N > PK_MAX_BYTES:
+    full, rem = divmod(N, nr)
+    npan = full + (rem > 0)
+    if _pk_live[0] + 4 * K * npan * nr > PK_MAX_BYTES:
         return None
-    raw = np.empty(K * N + 16, np.float32)
+    raw = np.empty(K * npan * nr + 16, np.float32)
     _pk_live[0] += raw.nbytes
     weakref.finalize(raw, _pk_release, raw.nbytes)
     off = (-raw.ctypes.data % 64) // 4
-    p = raw[off:off + K * N].reshape(N // nr, K, nr)
-    p[...] = w.reshape(K, N // nr, nr).transpose(1, 0, 2)
+    p = raw[off:off + K * npan * nr].reshape(npan, K, nr)
+    p[:full] = w[:, :full * nr].reshape(K, full, nr).transpose(1, 0, 2)
+    if rem:
+        p[full, :, :rem] = w[:, full * nr:]
+        p[full, :, rem:] = 0
     return p
 
 
@@ -1509,9 +1563,11 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
         return None
     K, N = b.shape
     R = out.size // N if N else 0
-    if N == 0 or N % PK_NR or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
+    if N == 0 or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
             out.shape[:-1] != a.shape[:-1] or out.shape[-1] != N:
         return None
+    if N % PK_NR and N < PK_NR * PK_MIN_PANELS:
+        return None         # (mostly padding: BLAS)
     if tiles and (rows_only or not PK_EPI_TILES[0]):
         return None
     if PK_VEC == 8 and PK_AVX2_RULE[0] and R >= 2 * PK_MC and K > PK_AVX2_LONG_K and not tiles:
@@ -1542,7 +1598,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
         lda = K + 16
         pad = np.empty((R, lda), np.float32)
         padk = pad[:, :K]
-    npan = N // PK_NR
+    npan = -(-N // PK_NR)       # (a last partial panel: the kernel's scratch tile, see _pk_ir)
     nkb = -(-K // PK_KC)
     kc = -(-K // nkb)          # K in blocks of at most PK_KC (a tile's 12 rows of a block stay in L1)
     rows = [(0, R)] if R < 2 * PK_MC else [(i, min(i + PK_MC, R)) for i in range(0, R, PK_MC)]
@@ -1562,7 +1618,7 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
         ncols = max(1, min(npan, -(-(min(rstep, R) * N * isz) // PK_EPI_TILE_BYTES)))
         if len(rows) * ncols < 2:
             return None
-    parts = [(r0, r1, t * npan // ncols * PK_NR, (t + 1) * npan // ncols * PK_NR)
+    parts = [(r0, r1, t * npan // ncols * PK_NR, min(N, (t + 1) * npan // ncols * PK_NR))
              for r0, r1 in rows for t in range(ncols)]
     ntasks = len(parts)
     desc = np.zeros((ntasks, _PK_DW), np.int64)
