@@ -7,8 +7,9 @@ memory order, every matrix of a batch in one GIL-free call (see "few-row product
 claimed by the calling thread and ``gemm_driver``'s native workers (``_rows_threaded``).
 
 float32 products of 5+ rows with a frozen weight (ONNX initializers, ``nee.jit(freeze=...)`` constants;
-``winograd.freeze``) whose column count is a multiple of 32 (16 on AVX2 hosts) run through an LLVM tile kernel
-on the weight packed once into 32-column panels (16: ``PK_NR``) (``_pk_caller``, see "products with a frozen
+``winograd.freeze``) of a multiple of 32 columns (16 on AVX2 hosts) or at least 4 panels' worth run through an
+LLVM tile kernel on the weight packed once into 32-column panels (16: ``PK_NR``; a last partial one zero-padded)
+(``_pk_caller``, see "products with a frozen
 weight" below), on 2+ threads as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's
 bound callers).
 
