@@ -682,9 +682,9 @@ def _scan(backend, outs, ins, attrs):
     if x.ndim == 0:
         no, n, ni = 1, 1, 1
     else:
-        no = int(np.prod(shp[:d], dtype=np.int64))
+        no = math.prod(shp[:d])       # (math.prod: np.prod costs ~2 us a call on a tuple)
         n = shp[d]
-        ni = int(np.prod(shp[d + 1:], dtype=np.int64))
+        ni = math.prod(shp[d + 1:])
     key = (kind, x.dtype, out.dtype)
     k = _scache.get(key)
     if k is None:
