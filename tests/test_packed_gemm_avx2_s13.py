@@ -148,7 +148,11 @@ def test_avx2_not_taken_and_rule(avx2):
     L.matmul_into(out, at, w)
     np.testing.assert_allclose(out, _ref(a, w), rtol=2e-4, atol=2e-4)
     w24 = _frozen(rng.standard_normal((300, 24)).astype(np.float32))
-    assert L._pk_caller(np.empty((1030, 24), np.float32), a, w24) is None      # N not a multiple of 16
+    g24 = L._pk_caller(np.empty((1030, 24), np.float32), a, w24)     # N not a multiple of 16: taken since s29
+    assert g24 is not None
+    o24 = np.empty((1030, 24), np.float32)
+    g24(o24, a, w24)
+    np.testing.assert_allclose(o24, _ref(a, w24), rtol=2e-4, atol=2e-4)
     assert L._pk_caller(np.empty((4, 64), np.float32), a[:4], w) is None       # few rows: other kernels
     assert L._pk_caller(out, a, w) is not None
     # the AVX2 rule: row chunks (2 PK_MC rows and up) only with K <= PK_AVX2_LONG_K

@@ -37,8 +37,8 @@ composite node's outputs/inputs, and ``sources`` are ``(name, source)`` pairs fo
   interleaved rounds): the transformer block of asv_benchmarks/bench_jit.py 3.41 ms vs 3.63
   before (attention's scores + mask + softmax step 156 vs 228 us: the softmax of each matrix runs
   while it is in L1/L2).
-* A product whose weight is frozen and that ``linalg._pk_caller`` takes (float32, 16+ rows, columns a multiple
-  of the panel width: 32 on AVX-512, 16 on AVX2, or at least 4 panels' worth) runs its packed-panel kernel instead (faster than BLAS there: see linalg.py), the
+* A product whose weight is frozen and that ``linalg._pk_caller`` takes (float32, 16+ rows; panels of 32
+  columns on AVX-512, 16 on AVX2, the last one zero-padded) runs its packed-panel kernel instead (faster than BLAS there: see linalg.py), the
   epilogue after it as its own bound launch (``_packed_bind``, ``_late_bound``; bound steps only: a step's
   first, unbound run keeps the path above).  Where that product is cut into tasks (2+ threads) an
   elementwise epilogue runs in each task instead, on the task's rows and columns right after it computed

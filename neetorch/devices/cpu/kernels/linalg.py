@@ -7,8 +7,8 @@ memory order, every matrix of a batch in one GIL-free call (see "few-row product
 claimed by the calling thread and ``gemm_driver``'s native workers (``_rows_threaded``).
 
 float32 products of 5+ rows with a frozen weight (ONNX initializers, ``nee.jit(freeze=...)`` constants;
-``winograd.freeze``) of a multiple of 32 columns (16 on AVX2 hosts) or at least 4 panels' worth run through an
-LLVM tile kernel on the weight packed once into 32-column panels (16: ``PK_NR``; a last partial one zero-padded)
+``winograd.freeze``) run through an LLVM tile kernel on the weight packed once into 32-column panels (16 on AVX2
+hosts: ``PK_NR``; a last partial one zero-padded)
 (``_pk_caller``, see "products with a frozen
 weight" below), on 2+ threads as gemm_driver call-job tasks; compiled graphs' steps take it (kernels/fused.py's
 bound callers).
@@ -1059,9 +1059,9 @@ _PK_VEC_ENV = os.environ.get("NEE_MATMUL_PACKED_VEC", "")
 # from 5 rows (up to 4: the few-row kernel, gemv.py): hot 768x768 weight, one thread, 5 rows 0.31x BLAS's time,
 # 8 rows 0.58, 12 rows 0.70
 PK_MIN_ROWS = 5
-# an output width that is not a multiple of PK_NR from this many panels (its last, partial panel computed into a
-# scratch tile: _pk_ir); narrower ones stay with BLAS (a 40-column output would be a fifth padding)
-PK_MIN_PANELS = 4
+# (an output width that is not a multiple of PK_NR: the last, partial panel computed into a scratch tile, _pk_ir;
+# one thread, min of 300, fresh jit steps: 128x256x48 23 vs 42 us on BLAS, 16x256x48 7.1 vs 14.5, 128x768x100 118
+# vs 205, 512x256x72 117 vs 185; 16x1024x24 and 128x64x20 alike)
 _PK_KC0 = int(os.environ.get("NEE_MATMUL_PACKED_KC", "512"))
 PK_KC = _PK_KC0
 PK_UNROLL8 = int(os.environ.get("NEE_MATMUL_PACKED_UNROLL", "4"))  # the 8-lane tile's K loop unrolled (see below)
@@ -1567,8 +1567,6 @@ def _pk_caller0(out: np.ndarray, a: np.ndarray, b: np.ndarray, rows_only: bool =
     if N == 0 or K < 16 or R < PK_MIN_ROWS or a.shape[-1] != K or \
             out.shape[:-1] != a.shape[:-1] or out.shape[-1] != N:
         return None
-    if N % PK_NR and N < PK_NR * PK_MIN_PANELS:
-        return None         # (mostly padding: BLAS)
     if tiles and (rows_only or not PK_EPI_TILES[0]):
         return None
     if PK_VEC == 8 and PK_AVX2_RULE[0] and R >= 2 * PK_MC and K > PK_AVX2_LONG_K and not tiles:
