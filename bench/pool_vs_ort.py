@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""The native pooling kernels (kernels/pool_native.py) against onnxruntime on the light ONNX models' pools.
+"""The native pooling kernels (kernels/pool_native.py) against onnxruntime on the light ONNX models' pools
+(SqueezeNet, ShuffleNet, Inception v1 and v2; Inception v2's end-only padded 3x3/2 max pools as the ONNX importer
+runs them: ceil_mode without padding).
 
     python3 bench/pool_vs_ort.py                                  # one thread, every pool of the two models
     python3 bench/pool_vs_ort.py --old /tmp/pool_native_old.py    # also another copy of pool_native.py (A/B)
@@ -32,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-MODELS = ("light_squeezenet", "light_shufflenet")
+MODELS = ("light_squeezenet", "light_shufflenet", "light_inception_v1", "light_inception_v2")
 
 
 def model_pools(name):
@@ -52,11 +54,17 @@ def model_pools(name):
         k = tuple(at["kernel_shape"])
         s = tuple(at.get("strides", (1, 1)))
         pads = tuple(at.get("pads", (0, 0, 0, 0)))
-        if pads[0] != pads[2] or pads[1] != pads[3] or at.get("ceil_mode", 0) or at.get("auto_pad", b"NOTSET") \
-                not in (b"NOTSET", "NOTSET"):
+        ceil = bool(at.get("ceil_mode", 0))
+        if pads == (0, 0, 1, 1) and not ceil and n.op_type == "MaxPool" and all(
+                (h + 1 - kk) // ss == -(-(h - kk) // ss) for h, kk, ss in zip(shapes[n.input[0]][2:], k, s)):
+            # caffe2's end-only padding (Inception v2's 3x3/2 pools): the importer's ceil mode without padding
+            # where the output sizes agree (the bound step's output shape carries it)
+            pads, ceil = (0, 0, 0, 0), True
+        if pads[0] != pads[2] or pads[1] != pads[3] or at.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             continue        # (none in these models; the bound step takes symmetric pads)
         attrs = {"kernel_size": k, "stride": s, "padding": pads[:2], "dilation": tuple(at.get("dilations", (1, 1))),
-                 "count_include_pad": bool(at.get("count_include_pad", 0)), "divisor_override": None}
+                 "count_include_pad": bool(at.get("count_include_pad", 0)), "divisor_override": None,
+                 "ceil_mode": ceil}
         out.append((n.name, n.output[0], n.op_type == "MaxPool", attrs, tuple(shapes[n.input[0]]),
                     tuple(shapes[n.output[0]])))
     assert onnx
@@ -127,8 +135,11 @@ def main():
                     f([o], [x])
             t = torch.from_numpy(x)
             k, s, p = attrs["kernel_size"], attrs["stride"], attrs["padding"]
-            ref = (torch.nn.functional.max_pool2d(t, k, s, p) if is_max else torch.nn.functional.avg_pool2d(
-                t, k, s, p, count_include_pad=attrs["count_include_pad"])).numpy()
+            c = attrs["ceil_mode"]
+            ref = (torch.nn.functional.max_pool2d(t, k, s, p, ceil_mode=c) if is_max else
+                   torch.nn.functional.avg_pool2d(t, k, s, p, ceil_mode=c,
+                                                  count_include_pad=attrs["count_include_pad"])).numpy()
+            assert ref.shape == os_, (node, ref.shape, os_)
             for o in outs:
                 if is_max:
                     np.testing.assert_array_equal(o, ref)

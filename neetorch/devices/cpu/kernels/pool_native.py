@@ -23,6 +23,27 @@ conv.py's Numba kernels.
   the vector would end past the output rows of the thread's claimed run of units: the lanes past a row land on
   rows the same thread writes later).  Rows of a window outside the input are skipped; columns outside it read
   the pad value.
+* Register kernel (``reg``: fixed windows at column strides 1-2, max and average pools; ``NEE_POOL_REG=max``: max
+  pools only, ``NEE_POOL_REG=0``: the row-buffer kernels above): no row buffer.  Per output vector of V
+  outputs, the NV column vectors its windows span (``reg_vectors``: 3 for 3x3/2, 2 for 3x3/1 and 2x2/2) are each
+  combined over the window's rows straight from the input with masked loads (the lanes outside the row [0, W)
+  the pad value: no read outside the row, no per-row tail logic; the masks, one per output vector and column
+  vector, in a table after the row table, ``_reg_table``), the taps gathered from them in registers (stride 1:
+  lane shifts; stride 2: the even / odd lanes of two vectors, one vpermt2ps each on AVX-512, the third tap the
+  even lanes moved down by one with the third vector's first), combined in the row-buffer kernels' order (the
+  same values, the same NaN of a window), stored whole (masked at a claimed run's end).  The last column vector
+  is the next output vector's first (carried in a register).  Rows are taken in pairs where both windows are
+  whole (interior rows) and the second row's stores end inside the run (the input rows the two windows share
+  loaded once, one row's overhead for two; output vectors from the last down, the carried vector the next lower
+  one's last: the first row's last vector spills onto the second row's first outputs, stored after it), each
+  iteration prefetching the next pair's new input rows (from L3: 10-18% on 3 MB inputs); rows of one output
+  vector (OW <= V: 27x27/2, 13x13/1, 7x7...) go in groups of ``GR`` whole windows (every input row the group
+  reads loaded once, only the column vectors inside the row: one or two); other rows (edges, a run's last rows)
+  one by one (the masks, the store checked per output vector).  Pairs and groups serve the kernel's row stride
+  (``reg_rsh``: one kernel per row stride 1 or 2, ~0.1-0.17 s to compile; other strides: rows one by one).  Max pairs and groups first run without the NaN fix-up
+  (``v > acc ? v : acc``: one maxps per combination instead of three instructions) with every input checked
+  (masked ``cmpordps`` per two rows, ANDed), and are redone exactly (pairs) or row by row (groups) where one is
+  NaN: NaN-free inputs get the same bits, inputs with NaN the fix-up's.
 * Max: ``v > acc or v is NaN`` (torch's NaN propagation; order-free, so the separable order gives torch's
   values), written as a max (``v > acc ? v : acc``: x86's maxps) then the NaN lanes of v (a ``freeze`` between
   keeps instcombine from folding the two selects back into one 4-instruction select).  Average: sums in
@@ -34,7 +55,9 @@ conv.py's Numba kernels.
 * Bounds: every read is checked in Python when a shape's plan is built: input rows are clipped to [0, H) in
   the kernel, column loads stay inside their row (masked tail) or, where the row's tail vectors end inside x
   (checked per row and plane in the kernel: the row table's tail end), inside x; buffer reads stay below its
-  length.
+  length.  The register kernel reads the input only through masked loads whose lanes lie inside the row
+  (tests/test_pool_register.py runs it on inputs between unmapped pages); its prefetches (hints: no fault) may
+  name lines past the plane.
 """
 from __future__ import annotations
 
@@ -88,7 +111,7 @@ def _gather_phase(a, loads, sw, m, V, v, nm):
     return cur
 
 
-def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
+def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0, reg: bool = False) -> str:
     """The kernel's IR: column stride ``sw``; ``ks``: None (every window size and dilation a runtime parameter)
     or (KH, KW) fixed with dilations 1 (the vertical pass unrolled for each count of valid rows 1..KH, the
     horizontal taps unrolled, each group of sw taps sharing its sw loads)."""
@@ -101,6 +124,8 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
     a = L.append
     a(f'declare {v} @llvm.masked.load.{sfx}.p0{sfx}({vp}, i32, <{V} x i1>, {v})')
     a(f'declare void @llvm.masked.store.{sfx}.p0{sfx}({v}, {vp}, i32, <{V} x i1>)')
+    if reg:
+        a('declare void @llvm.prefetch.p0i8(i8*, i32, i32, i32)')
     a(f'define void @"kernel"({tname}* noalias %x, {tname}* noalias %out, {tname}* noalias %dv, i64* noalias %p) {{')
     a('entry:')
     for i, nm in enumerate(_NAMES):
@@ -111,8 +136,9 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
     a(f'  %fillv = shufflevector {v} %fs.0, {v} undef, <{V} x i32> zeroinitializer')
     lanes = ", ".join(f"i64 {i}" for i in range(V))
     a(f'  %lanes = add <{V} x i64> <{lanes}>, zeroinitializer')
-    a('  %TLB = mul i64 %TL, %BR')
-    a(f'  %tmp = alloca {tname}, i64 %TLB, align 64')
+    if not reg:
+        a('  %TLB = mul i64 %TL, %BR')
+        a(f'  %tmp = alloca {tname}, i64 %TLB, align 64')
     a('  %HW = mul i64 %H, %W')
     a('  %OHW = mul i64 %OH, %OW')
     a('  %DHW = mul i64 %DH, %W')
@@ -130,10 +156,28 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
     a(f'  %tlb = shufflevector <{V} x i64> %tlb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
     a(f'  %tmk = icmp slt <{V} x i64> %lanes, %tlb')
     KHc = ks[0] if ks else 0
-    for k in range(1, KHc):
+    # (the register kernel: row pairs' KH + 2 rows and the next pair's 4 prefetched, groups' (GR - 1) * 2 + KH)
+    for k in range(1, KHc + (max(6, 2 * GR - 1) if reg else 0)):
         a(f'  %DHW{k} = mul i64 %DHW, {k}')
-    a('  br label %fill')
+    if reg:
+        _reg_entry(a, V, reg_vectors(sw, ks[1], V)[1], sw, ks[1], reg_rsh(reg))
+    a(f'  br label %{"claim" if reg else "fill"}')
     # the row buffer: pad value everywhere (TL a multiple of V)
+    if not reg:
+        _fill(a, tname, v, vp, V)
+    # ---- claim a run of units [gt0, gt1)
+    claim_ir(a, 'unit')
+    _unit(a, tname)
+    if reg:
+        a('  br i1 %rany, label %row, label %unit_end')
+        _reg_rows(a, tname, is_max, sw, ks, V, v, vp, sfx, reg_rsh(reg))
+        return "\n".join(L) + "\n"
+    _buffer_rows(a, L, tname, is_max, sw, ks, V, v, vp, sfx, KHc)
+    return "\n".join(L) + "\n"
+
+
+def _fill(a, tname, v, vp, V):
+    """The row buffer: the pad value everywhere (TL a multiple of V)."""
     a('fill:')
     a('  %fi = phi i64 [ 0, %entry ], [ %fi1, %fill ]')
     a(f'  %fp.f = getelementptr {tname}, {tname}* %tmp, i64 %fi')
@@ -142,8 +186,11 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
     a(f'  %fi1 = add i64 %fi, {V}')
     a('  %fc = icmp slt i64 %fi1, %TLB')
     a('  br i1 %fc, label %fill, label %claim')
-    # ---- claim a run of units [gt0, gt1)
-    claim_ir(a, 'unit')
+
+
+def _unit(a, tname):
+    """Unit u of the claimed run (one plane, or a band of its output rows): rows [r0, r1), bases xb / ob,
+    %runend: the end of the run's output; ends in %rany (any row)."""
     # unit u: band bd of plane pl (NB bands of RB output rows per plane: one band, the plane u, without the
     # 64-bit division); output rows [r0, r1), the plane's input / output bases xb / ob
     # runend: the end of the claimed run's output (its units' rows are consecutive output rows)
@@ -175,6 +222,10 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
                  f"  %ob = getelementptr {tname}, {tname}* %out, i64 %obo"):
         a(line)
     a('  %rany = icmp slt i64 %r0, %r1')
+
+
+def _buffer_rows(a, L, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
+    """The row-buffer kernels' rows: batches of vertical passes into the buffer, then their horizontal passes."""
     a('  br i1 %rany, label %batch, label %unit_end')
     # ---- a batch of output rows [b0, b1): their vertical passes, then their horizontal ones (a load right
     # after the stores it overlaps, unaligned, would wait for them: store forwarding fails)
@@ -214,7 +265,6 @@ def _render(tname: str, is_max: bool, sw: int, ks=None, V: int = 0) -> str:
     else:
         a('  br label %g_pre')
     _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc)
-    return "\n".join(L) + "\n"
 
 
 def _row_geometry(a, tname, V):
@@ -261,11 +311,441 @@ def _row_geometry(a, tname, V):
     a('  %tin = icmp sle i64 %tx3, %XN')
 
 
-def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
-    """The row's vertical pass (generic, or unrolled per count of valid rows), the batch's horizontal passes,
-    the loops' ends."""
-    def comb(acc, val, nm):
+def reg_vectors(sw, KW, V):
+    """(NV, carried) of the register kernel: column vectors an output vector's windows span, of which the first
+    ``carried`` (0 or 1) are the previous output vector's last."""
+    NV = ((V - 1) * sw + KW - 1) // V + 1
+    return NV, NV - sw
+
+
+def _reg_entry(a, V, car, sw, KW, rsh):
+    """The register kernel's row-invariant values: lanes as i32, W as an i32 splat, the first column vector's mask
+    (columns -PW + lane inside [0, W)), the mask table's start (after the row table)."""
+    lanes = ", ".join(f"i32 {i}" for i in range(V))
+    a(f'  %lanes32 = add <{V} x i32> <{lanes}>, zeroinitializer')
+    a('  %W32 = trunc i64 %W to i32')
+    a(f'  %W32b.0 = insertelement <{V} x i32> undef, i32 %W32, i32 0')
+    a(f'  %W32b = shufflevector <{V} x i32> %W32b.0, <{V} x i32> undef, <{V} x i32> zeroinitializer')
+    a('  %mPW = sub i64 0, %PW')
+    _col_mask(a, V, '%mPW', 'm0')
+    a(f'  %mt0 = add i64 %OH, {_P_N}')
+    a('  %mtb = getelementptr i64, i64* %p, i64 %mt0')
+    # the last output vector's end past its column: (OW - 1) // V * V + V
+    a('  %OWm1 = sub i64 %OW, 1')
+    a(f'  %JLV0 = and i64 %OWm1, {-V}')
+    a(f'  %JLV = add i64 %JLV0, {V}')
+    a(f'  %JLI = lshr i64 %JLV0, {V.bit_length() - 1}')
+    a('  %nit1 = icmp eq i64 %JLI, 0')
+    NV = reg_vectors(sw, KW, V)[0]
+    a('  %nvi0 = add i64 %W, %PW')
+    a(f'  %nvi1 = add i64 %nvi0, {V - 1}')
+    a(f'  %nvi2 = lshr i64 %nvi1, {V.bit_length() - 1}')
+    a(f'  %nvi3 = icmp ult i64 %nvi2, {NV}')
+    a(f'  %nvi = select i1 %nvi3, i64 %nvi2, i64 {NV}')
+    # (groups take rows of at most two column vectors inside the row: three only for 33-column rows at stride 2)
+    a(f'  %nvok = icmp ule i64 %nvi, {min(NV, 2)}')
+    a('  %nit1g = and i1 %nit1, %nvok')
+    for m in range(NV):
+        a(f'  %gm{m}.p = getelementptr i64, i64* %mtb, i64 {m}')
+        a(f'  %gm{m}.w = load i64, i64* %gm{m}.p')
+        a(f'  %gm{m}.t = trunc i64 %gm{m}.w to i{V}')
+        a(f'  %gm{m} = bitcast i{V} %gm{m}.t to <{V} x i1>')
+    # row pairs and groups: the kernel's row stride (rsh: 1 or 2; 0: none)
+    a(f'  %shp = icmp eq i64 %SH, {rsh if rsh else -1}')
+
+
+def _col_mask(a, V, c, nm):
+    """%nm: the lanes of the column vector at column ``c`` (i64, may be negative) inside the row [0, W)."""
+    a(f'  %{nm}.c = trunc i64 {c} to i32')
+    a(f'  %{nm}.b0 = insertelement <{V} x i32> undef, i32 %{nm}.c, i32 0')
+    a(f'  %{nm}.b = shufflevector <{V} x i32> %{nm}.b0, <{V} x i32> undef, <{V} x i32> zeroinitializer')
+    a(f'  %{nm}.l = add <{V} x i32> %{nm}.b, %lanes32')
+    a(f'  %{nm} = icmp ult <{V} x i32> %{nm}.l, %W32b')
+
+
+def reg_pair_rows(KH, sh):
+    """The input rows (offsets from the first) a pair of output rows' windows read: their union, in order."""
+    return sorted(set(range(KH)) | set(range(sh, sh + KH)))
+
+
+def _reg_rows(a, tname, is_max, sw, ks, V, v, vp, sfx, rsh):
+    """The register kernel's rows (fixed windows, column strides 1-2): per output vector, the column vectors its
+    windows span combined over the row's valid window rows straight from the input (masked loads: the lanes
+    outside the row [0, W) the pad value, their masks from the table after the row table, one per output vector
+    and new column vector), the taps gathered from them in registers (stride 2: even / odd lanes of two vectors,
+    the third tap the even lanes moved by one), combined in order, stored; the last column vector is the next
+    output vector's first.  Two output rows whose windows are whole (interior rows) and whose stores all end inside
+    the claimed run go together (pair: the input rows they share loaded once, one row's overhead)."""
+    KH, KW = ks
+    comb, first = _ops(a, is_max, V, v)
+    NV, car = reg_vectors(sw, KW, V)
+    NN = NV - car
+    ity = f"i{V}"
+    a('row:')
+    a('  %r = phi i64 [ %r0, %unit_p ], [ %rn, %row_end ]')
+    a(f'  %rti = add i64 %r, {_P_N}')
+    a('  %rtp = getelementptr i64, i64* %p, i64 %rti')
+    a('  %rt = load i64, i64* %rtp')
+    a('  %nk = and i64 %rt, 255')
+    a('  %xro = ashr i64 %rt, 8')
+    a(f'  %xr = getelementptr {tname}, {tname}* %xb, i64 %xro')
+    a('  %orow = mul i64 %r, %OW')
+    a(f'  %orp = getelementptr {tname}, {tname}* %ob, i64 %orow')
+    a(f'  %dvr = getelementptr {tname}, {tname}* %dv, i64 %orow')
+    a('  %rend0 = add i64 %orow, %obo')
+    # a pair: the next row in the unit, both rows' windows whole, the next row's last store inside the run
+    a('  %pr1 = add i64 %r, 1')
+    a('  %pra = icmp slt i64 %pr1, %r1')
+    a('  %prt.p = getelementptr i64, i64* %rtp, i64 1')
+    a('  %prt = load i64, i64* %prt.p')         # (read only where %pra: the row table has OH words)
+    a(f'  %prk0 = icmp eq i64 %nk, {KH}')
+    a('  %prk1 = and i64 %prt, 255')
+    a(f'  %prk = icmp eq i64 %prk1, {KH}')
+    a('  %pre0 = add i64 %rend0, %OW')
+    a('  %pre1 = add i64 %pre0, %JLV')
+    a('  %pre = icmp sle i64 %pre1, %runend')
+    a('  %prb = and i1 %prk0, %prk')
+    a('  %prc0 = and i1 %prb, %pre')
+    a('  %prc = and i1 %prc0, %shp')
+    a(f'  %orp2 = getelementptr {tname}, {tname}* %orp, i64 %OW')
+    a(f'  %dvr2 = getelementptr {tname}, {tname}* %dvr, i64 %OW')
+    # a group of GR rows (one output vector per row): the rows in the unit, the first and last windows whole, the
+    # last row's store inside the run (the row table has spare words past its OH: read only where %gra)
+    a(f'  %gr3 = add i64 %r, {GR - 1}')
+    a('  %gra = icmp slt i64 %gr3, %r1')
+    a(f'  %grt.p = getelementptr i64, i64* %rtp, i64 {GR - 1}')
+    a('  %grt = load i64, i64* %grt.p')
+    a('  %grk1 = and i64 %grt, 255')
+    a(f'  %grk = icmp eq i64 %grk1, {KH}')
+    a(f'  %gre0 = mul i64 %OW, {GR - 1}')
+    a('  %gre1 = add i64 %rend0, %gre0')
+    a(f'  %gre2 = add i64 %gre1, {V}')
+    a('  %gre = icmp sle i64 %gre2, %runend')
+    a('  %grb0 = and i1 %gra, %grk')
+    a('  %grb1 = and i1 %grb0, %gre')
+    a('  %grb2 = and i1 %grb1, %prk0')
+    a('  %grb3 = and i1 %grb2, %shp')
+    a('  %grok = and i1 %grb3, %nit1g')
+    a('  br i1 %grok, label %grp_pre, label %row_p0')
+    a('row_p0:')
+    a('  br i1 %pra, label %row_pq, label %row_s')
+    a('row_pq:')
+    a('  br i1 %prc, label %pair_pre, label %row_s')
+    a('row_s:')
+    cases = " ".join(f"i64 {n}, label %f{n}_pre" for n in range(1, KH + 1))
+    a(f'  switch i64 %nk, label %f0_pre [ {cases} ]')
+
+    def mask_at(f, it, m):
+        """the mask of column vector m of output vector it (the table's word it * NV + m)."""
+        a(f'  %{f}.mi{m}.0 = mul i64 {it}, {NV}')
+        a(f'  %{f}.mi{m} = add i64 %{f}.mi{m}.0, {m}')
+        a(f'  %{f}.mp{m} = getelementptr i64, i64* %mtb, i64 %{f}.mi{m}')
+        a(f'  %{f}.mw{m} = load i64, i64* %{f}.mp{m}')
+        a(f'  %{f}.mt{m} = trunc i64 %{f}.mw{m} to {ity}')
+        a(f'  %{f}.mk{m} = bitcast {ity} %{f}.mt{m} to <{V} x i1>')
+        return f'%{f}.mk{m}'
+
+    def load_row(f, k, c, mask, nm):
+        """row k's vector at column c (mask: its lanes inside the row)."""
+        a(f'  %{nm}.o{k} = add i64 {c}, {"%DHW" + str(k) if k else "0"}')
+        a(f'  %{nm}.p{k}.f = getelementptr {tname}, {tname}* %xr, i64 %{nm}.o{k}')
+        a(f'  %{nm}.p{k} = bitcast {tname}* %{nm}.p{k}.f to {vp}')
+        a(f'  %{nm}.l{k} = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %{nm}.p{k}, i32 4, '
+          f'<{V} x i1> {mask}, {v} %fillv)')
+        return f'%{nm}.l{k}'
+
+    # max without the NaN fix-up (the row pairs' first pass, redone with comb where an input is NaN)
+    combp, _ = _ops(a, is_max, V, v, True)
+
+    def vert(rows, nm, cm=comb):
+        """the rows' values combined in order (the pad value first)."""
+        acc = None
+        for i, val in enumerate(rows):
+            acc = first(val, f"{nm}.a{i}") if i == 0 else cm(acc, val, f"{nm}.a{i}")
+        return acc if rows else "%fillv"
+
+    even = ", ".join(f"i32 {2 * i}" for i in range(V))
+    odd = ", ".join(f"i32 {2 * i + 1}" for i in range(V))
+
+    def taps_comb(f, cv, cm=comb):
+        """the output vector from its column vectors cv: its taps in order, combined in order (the buffer kernels'
+        order: the same NaN of a window)."""
+        taps = []
+        for kj in range(KW):
+            if sw == 1:
+                if kj == 0:
+                    t = cv[0]
+                else:
+                    idx = ", ".join(f"i32 {kj + i}" for i in range(V))
+                    a(f'  %{f}.t{kj} = shufflevector {v} {cv[0]}, {v} {cv[1]}, <{V} x i32> <{idx}>')
+                    t = f'%{f}.t{kj}'
+            else:
+                if kj < 2:
+                    a(f'  %{f}.t{kj} = shufflevector {v} {cv[0]}, {v} {cv[1]}, <{V} x i32> <{even if kj == 0 else odd}>')
+                else:
+                    # lanes 2i + kj: tap kj - 2's lanes moved down by one, the last from the third vector
+                    idx = ", ".join([f"i32 {i}" for i in range(1, V)] + [f"i32 {V + kj - 2}"])
+                    a(f'  %{f}.t{kj} = shufflevector {v} {taps[kj - 2]}, {v} {cv[2]}, <{V} x i32> <{idx}>')
+                t = f'%{f}.t{kj}'
+            taps.append(t)
+        acc = taps[0]
+        for kj in range(1, KW):
+            acc = cm(acc, taps[kj], f'{f}.h{kj}')
+        return acc
+
+    def out_ptrs(f, orp, dvr, j):
+        a(f'  %{f}.op.f = getelementptr {tname}, {tname}* {orp}, i64 {j}')
+        a(f'  %{f}.op = bitcast {tname}* %{f}.op.f to {vp}')
+        if not is_max:
+            a(f'  %{f}.dvp.f = getelementptr {tname}, {tname}* {dvr}, i64 {j}')
+            a(f'  %{f}.dvp = bitcast {tname}* %{f}.dvp.f to {vp}')
+
+    def store_full(f, acc):
         if is_max:
+            a(f'  store {v} {acc}, {vp} %{f}.op, align 4')
+        else:
+            a(f'  %{f}.dvv = load {v}, {vp} %{f}.dvp, align 4')
+            a(f'  %{f}.q = fdiv {v} {acc}, %{f}.dvv')
+            a(f'  store {v} %{f}.q, {vp} %{f}.op, align 4')
+
+    def store_checked(f, acc, j, nxt):
+        # a whole-vector store where it ends inside the output rows of the claimed run (the lanes past the row
+        # land on rows this thread writes later), else a masked one
+        a(f'  %{f}.jend0 = add i64 %rend0, {j}')
+        a(f'  %{f}.jend = add i64 %{f}.jend0, {V}')
+        a(f'  %{f}.jfull = icmp sle i64 %{f}.jend, %runend')
+        a(f'  br i1 %{f}.jfull, label %{f}_st, label %{f}_sm')
+        a(f'{f}_st:')
+        store_full(f, acc)
+        a(f'  br label %{nxt}')
+        a(f'{f}_sm:')
+        a(f'  %{f}.orl = sub i64 %OW, {j}')
+        a(f'  %{f}.orb.0 = insertelement <{V} x i64> undef, i64 %{f}.orl, i32 0')
+        a(f'  %{f}.orb = shufflevector <{V} x i64> %{f}.orb.0, <{V} x i64> undef, <{V} x i32> zeroinitializer')
+        a(f'  %{f}.omk = icmp slt <{V} x i64> %lanes, %{f}.orb')
+        val = acc
+        if not is_max:
+            a(f'  %{f}.on.0 = insertelement {v} undef, {tname} 1.0, i32 0')
+            a(f'  %{f}.onev = shufflevector {v} %{f}.on.0, {v} undef, <{V} x i32> zeroinitializer')
+            a(f'  %{f}.dvm = call {v} @llvm.masked.load.{sfx}.p0{sfx}({vp} %{f}.dvp, i32 4, <{V} x i1> %{f}.omk, '
+              f'{v} %{f}.onev)')
+            a(f'  %{f}.qm = fdiv {v} {acc}, %{f}.dvm')
+            val = f'%{f}.qm'
+        a(f'  call void @llvm.masked.store.{sfx}.p0{sfx}({v} {val}, {vp} %{f}.op, i32 4, <{V} x i1> %{f}.omk)')
+        a(f'  br label %{nxt}')
+
+    # ---- one output row with n valid window rows
+    for n in range(KH + 1):
+        f = f"f{n}"
+        a(f'{f}_pre:')
+        c0 = vert([load_row(f, k, '%mPW', '%m0', f'{f}.c0') for k in range(n)], f'{f}.c0v') if car else None
+        a(f'  br label %{f}_j')
+        a(f'{f}_j:')
+        a(f'  %{f}.j = phi i64 [ 0, %{f}_pre ], [ %{f}.j1, %{f}_next ]')
+        a(f'  %{f}.it = phi i64 [ 0, %{f}_pre ], [ %{f}.it1, %{f}_next ]')
+        if car:
+            a(f'  %{f}.A = phi {v} [ {c0}, %{f}_pre ], [ %{f}.v{NV - 1}, %{f}_next ]')
+        a(f'  %{f}.cb0 = mul i64 %{f}.j, {sw}')
+        a(f'  %{f}.cb = sub i64 %{f}.cb0, %PW')
+        cv = [f'%{f}.A'] if car else []
+        for m in range(car, NV):
+            a(f'  %{f}.c{m} = add i64 %{f}.cb, {m * V}')
+            mk = mask_at(f, f'%{f}.it', m) if n else None
+            val = vert([load_row(f, k, f'%{f}.c{m}', mk, f'{f}.x{m}') for k in range(n)], f'{f}.x{m}v')
+            a(f'  %{f}.v{m} = bitcast {v} {val} to {v}')
+            cv.append(f'%{f}.v{m}')
+        acc = taps_comb(f, cv)
+        out_ptrs(f, '%orp', '%dvr', f'%{f}.j')
+        store_checked(f, acc, f'%{f}.j', f'{f}_next')
+        a(f'{f}_next:')
+        a(f'  %{f}.j1 = add i64 %{f}.j, {V}')
+        a(f'  %{f}.it1 = add i64 %{f}.it, 1')
+        a(f'  %{f}.jc = icmp slt i64 %{f}.j1, %OW')
+        a(f'  br i1 %{f}.jc, label %{f}_j, label %row_end1')
+    # ---- a pair of interior output rows (KH valid rows each; the second's first input row SH rows down)
+    a('pair_pre:')
+    pq = "d" if is_max else "q"
+    a(f'  br label %{pq}{rsh}_pre' if rsh else '  br label %row_s')
+    # (output vectors from the last down: the first row's last vector's lanes past the row land on the second
+    # row's first outputs, stored after them; the carried column vector is the next lower one's last)
+    def pair(shv, det):
+        """the pair loop for row stride shv; det: max without the NaN fix-up, every input checked for NaN (all
+        lanes ordered: masked compares), the pair redone by the exact loop where one is."""
+        f = f"{'d' if det else 'q'}{shv}"
+        cm = combp if det else comb
+        rows = reg_pair_rows(KH, shv)
+        groups = [rows[i:i + 2] for i in range(0, len(rows), 2)]
+        ords = []
+
+        def ordered(ld, nm):
+            for gi, g in enumerate(groups):
+                a(f'  %{nm}.ord{gi} = fcmp ord {v} {ld[g[0]]}, {ld[g[-1]]}')
+                ords.append(f'%{nm}.ord{gi}')
+        a(f'{f}_pre:')
+        T = "<" + ", ".join(["i1 true"] * V) + ">"
+        pre = f'{f}_pre'
+        init = []
+        if car:
+            # the carried column vector of the last output vector: the pad value where it lies past the row
+            a(f'  %{f}.pc0 = mul i64 %JLV0, {sw}')
+            a(f'  %{f}.pc1 = sub i64 %{f}.pc0, %PW')
+            a(f'  %{f}.pc = add i64 %{f}.pc1, {(NV - 1) * V}')
+            a(f'  %{f}.pout = icmp sge i64 %{f}.pc, %W')
+            a(f'  br i1 %{f}.pout, label %{f}_pj, label %{f}_pl')
+            a(f'{f}_pl:')
+            mk = mask_at(f + "p", '%JLI', NV - 1)
+            ld = {k: load_row(f, k, f'%{f}.pc', mk, f'{f}.c0') for k in rows}
+            c0a = vert([ld[k] for k in range(KH)], f'{f}.c0a', cm)
+            c0b = vert([ld[k] for k in range(shv, shv + KH)], f'{f}.c0b', cm)
+            if det:
+                ordered(ld, f'{f}.c0')
+            a(f'  br label %{f}_pj')
+            a(f'{f}_pj:')
+            a(f'  %{f}.c0av = phi {v} [ %fillv, %{f}_pre ], [ {c0a}, %{f}_pl ]')
+            a(f'  %{f}.c0bv = phi {v} [ %fillv, %{f}_pre ], [ {c0b}, %{f}_pl ]')
+            c0a, c0b = f'%{f}.c0av', f'%{f}.c0bv'
+            for gi, o in enumerate(ords):
+                a(f'  %{f}.in{gi} = phi <{V} x i1> [ {T}, %{f}_pre ], [ {o}, %{f}_pl ]')
+                init.append(f'%{f}.in{gi}')
+            pre = f'{f}_pj'
+        ords.clear()
+        a(f'  br label %{f}_j')
+        a(f'{f}_j:')
+        a(f'  %{f}.j = phi i64 [ %JLV0, %{pre} ], [ %{f}.j1, %{f}_j ]')
+        a(f'  %{f}.it = phi i64 [ %JLI, %{pre} ], [ %{f}.it1, %{f}_j ]')
+        if car:
+            a(f'  %{f}.A = phi {v} [ {c0a}, %{pre} ], [ %{f}.va0, %{f}_j ]')
+            a(f'  %{f}.B = phi {v} [ {c0b}, %{pre} ], [ %{f}.vb0, %{f}_j ]')
+        nacc = (NV - car) * len(groups) if det else 0
+        for i in range(nacc):
+            a(f'  %{f}.ok{i} = phi <{V} x i1> [ {init[i] if i < len(init) else T}, %{pre} ], [ %{f}.ok{i}n, %{f}_j ]')
+        a(f'  %{f}.cb0 = mul i64 %{f}.j, {sw}')
+        a(f'  %{f}.cb = sub i64 %{f}.cb0, %PW')
+        cva, cvb = [], []
+        for m in range(NV - car):
+            a(f'  %{f}.c{m} = add i64 %{f}.cb, {m * V}')
+            mk = mask_at(f, f'%{f}.it', m)
+            ld = {k: load_row(f, k, f'%{f}.c{m}', mk, f'{f}.x{m}') for k in rows}
+            if det:
+                ordered(ld, f'{f}.x{m}')
+            if PF[0]:
+                # the next pair's new input rows, this column vector's line (from L3 the loads waited on them)
+                for k in range(rows[-1] + 1, rows[-1] + 1 + 2 * shv):
+                    a(f'  %{f}.pf{m}.{k}.o = add i64 %{f}.c{m}, %DHW{k}')
+                    a(f'  %{f}.pf{m}.{k}.p = getelementptr {tname}, {tname}* %xr, i64 %{f}.pf{m}.{k}.o')
+                    a(f'  %{f}.pf{m}.{k}.b = bitcast {tname}* %{f}.pf{m}.{k}.p to i8*')
+                    a(f'  call void @llvm.prefetch.p0i8(i8* %{f}.pf{m}.{k}.b, i32 0, i32 3, i32 1)')
+            va = vert([ld[k] for k in range(KH)], f'{f}.x{m}a', cm)
+            vb = vert([ld[k] for k in range(shv, shv + KH)], f'{f}.x{m}b', cm)
+            a(f'  %{f}.va{m} = bitcast {v} {va} to {v}')
+            a(f'  %{f}.vb{m} = bitcast {v} {vb} to {v}')
+            cva.append(f'%{f}.va{m}')
+            cvb.append(f'%{f}.vb{m}')
+        for i in range(nacc):
+            a(f'  %{f}.ok{i}n = and <{V} x i1> %{f}.ok{i}, {ords[i]}')
+        if car:
+            cva.append(f'%{f}.A')
+            cvb.append(f'%{f}.B')
+        acc = taps_comb(f + "a", cva, cm)
+        out_ptrs(f + "a", '%orp', '%dvr', f'%{f}.j')
+        store_full(f + "a", acc)
+        acc = taps_comb(f + "b", cvb, cm)
+        out_ptrs(f + "b", '%orp2', '%dvr2', f'%{f}.j')
+        store_full(f + "b", acc)
+        a(f'  %{f}.j1 = sub i64 %{f}.j, {V}')
+        a(f'  %{f}.it1 = sub i64 %{f}.it, 1')
+        a(f'  %{f}.jc = icmp sge i64 %{f}.j1, 0')
+        if not det:
+            a(f'  br i1 %{f}.jc, label %{f}_j, label %row_end2')
+            return
+        a(f'  br i1 %{f}.jc, label %{f}_j, label %{f}_x')
+        a(f'{f}_x:')
+        cur = f'%{f}.ok0n'
+        for i in range(1, nacc):
+            a(f'  %{f}.all{i} = and <{V} x i1> {cur}, %{f}.ok{i}n')
+            cur = f'%{f}.all{i}'
+        a(f'  %{f}.allb = bitcast <{V} x i1> {cur} to i{V}')
+        a(f'  %{f}.nonan = icmp eq i{V} %{f}.allb, -1')
+        a(f'  br i1 %{f}.nonan, label %row_end2, label %q{shv}_pre')
+
+    for shv in ((rsh,) if rsh else ()):
+        pair(shv, False)
+        if is_max:
+            pair(shv, True)
+
+    # ---- GR rows of one output vector each (OW <= V): the column vectors inside the row (nvi of NV, masks of
+    # output vector 0, loaded at entry), every input row the group's windows read loaded once
+    a('grp_pre:')
+    a(f'  br label %g{rsh}_pre' if rsh else '  br label %row_s')
+    for shv in ((rsh,) if rsh else ()):
+        rows = list(range((GR - 1) * shv + KH))
+        a(f'g{shv}_pre:')
+        GNV = min(NV, 2)
+        cases = " ".join(f"i64 {n}, label %g{shv}n{n}" for n in range(1, GNV))
+        a(f'  switch i64 %nvi, label %g{shv}n{GNV} [ {cases} ]')
+        for nvi in range(1, GNV + 1):
+            f = f"g{shv}n{nvi}"
+            a(f'{f}:')
+            cm = combp if is_max else comb
+            cvs = []
+            ords = []
+            for m in range(NV):
+                if m >= nvi:
+                    cvs.append(["%fillv"] * GR)
+                    continue
+                a(f'  %{f}.c{m} = add i64 %mPW, {m * V}')
+                ld = {k: load_row(f, k, f'%{f}.c{m}', f'%gm{m}', f'{f}.x{m}') for k in rows}
+                if is_max:
+                    for gi in range(0, len(rows), 2):
+                        g = rows[gi:gi + 2]
+                        a(f'  %{f}.x{m}.ord{gi} = fcmp ord {v} {ld[g[0]]}, {ld[g[-1]]}')
+                        ords.append(f'%{f}.x{m}.ord{gi}')
+                cvs.append([vert([ld[k] for k in range(i * shv, i * shv + KH)], f'{f}.x{m}r{i}', cm)
+                            for i in range(GR)])
+            for i in range(GR):
+                acc = taps_comb(f"{f}r{i}", [cvs[m][i] for m in range(NV)], cm)
+                a(f'  %{f}.or{i} = mul i64 %OW, {i}')
+                out_ptrs(f"{f}r{i}", '%orp', '%dvr', f'%{f}.or{i}')
+                store_full(f"{f}r{i}", acc)
+            if not is_max:
+                a('  br label %row_end4')
+                continue
+            cur = ords[0]
+            for i in range(1, len(ords)):
+                a(f'  %{f}.all{i} = and <{V} x i1> {cur}, {ords[i]}')
+                cur = f'%{f}.all{i}'
+            a(f'  %{f}.allb = bitcast <{V} x i1> {cur} to i{V}')
+            a(f'  %{f}.nonan = icmp eq i{V} %{f}.allb, -1')
+            # (an input NaN: the first two rows redone exactly)
+            a(f'  br i1 %{f}.nonan, label %row_end4, label %q{shv}_pre')
+    a('row_end1:')
+    a('  br label %row_end')
+    a('row_end2:')
+    a('  br label %row_end')
+    a('row_end4:')
+    a('  br label %row_end')
+    a('row_end:')
+    a(f'  %rstep = phi i64 [ 1, %row_end1 ], [ 2, %row_end2 ], [ {GR}, %row_end4 ]')
+    a('  %rn = add i64 %r, %rstep')
+    a('  %rc = icmp slt i64 %rn, %r1')
+    a('  br i1 %rc, label %row, label %unit_end')
+    a('unit_end:')
+    a('  %u1 = add i64 %u, 1')
+    a('  %uc = icmp slt i64 %u1, %gt1')
+    a('  br i1 %uc, label %unit, label %claim')
+    a('done:')
+    a('  ret void')
+    a('}')
+
+
+def _ops(a, is_max, V, v, plain=False):
+    """(comb, first): the emitters of one combination of a vector into an accumulator and of the pad value combined
+    with a first vector."""
+    def comb(acc, val, nm):
+        if is_max and plain:
+            a(f'  %{nm}.gt = fcmp ogt {v} {val}, {acc}')
+            a(f'  %{nm} = select <{V} x i1> %{nm}.gt, {v} {val}, {v} {acc}')
+        elif is_max:
             # v where v > acc or v is NaN, else acc (torch's NaN propagation): a max, then the NaN lanes of v
             a(f'  %{nm}.gt = fcmp ogt {v} {val}, {acc}')
             a(f'  %{nm}.m = select <{V} x i1> %{nm}.gt, {v} {val}, {v} {acc}')
@@ -282,6 +762,14 @@ def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
             return val
         a(f'  %{nm} = fadd {v} %fillv, {val}')
         return f"%{nm}"
+
+    return comb, first
+
+
+def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
+    """The row's vertical pass (generic, or unrolled per count of valid rows), the batch's horizontal passes,
+    the loops' ends."""
+    comb, first = _ops(a, is_max, V, v)
 
     # -- the generic vertical pass (every count of valid rows, runtime dilation)
     a('g_pre:')
@@ -532,20 +1020,33 @@ def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
     a('}')
 
 
-def kernel(dt: np.dtype, is_max: bool, sw: int, ks=None, V: int = 0):
+def kernel(dt: np.dtype, is_max: bool, sw: int, ks=None, V: int = 0, reg: int = 0):
     """The builtin ``f(x, out, dv, params)`` for (dtype, max / average, column stride sw, fixed window ks =
-    (KH, KW) with dilations 1, or None: any window); compiled once per process (machine code cached on disk by
-    llvm_render)."""
+    (KH, KW) with dilations 1, or None: any window; reg: 0, or the register kernel for row stride reg (its row
+    pairs and groups: row strides 1-2; others: rows one by one)); compiled once per process (machine code
+    cached on disk by llvm_render)."""
     V = V or vector(dt, False)
-    k = (dt.char, is_max, sw, ks, V)
+    reg = reg and (reg_rsh(reg) or 3)
+    k = (dt.char, is_max, sw, ks, V) + (("reg", reg) if reg else ())
     f = _kernels.get(k)
     if f is not None:
         return f
     tname = "float" if dt == np.float32 else "double"
-    kn = (f"k{ks[0]}x{ks[1]}" if ks else "") + (f"v{V}" if V != vector(dt, False) else "")
+    kn = (f"k{ks[0]}x{ks[1]}" if ks else "") + (f"v{V}" if V != vector(dt, False) else "") + (f"r{reg}" if reg else "")
     return builtin(_kernels, k, f"pool{'max' if is_max else 'avg'}{tname[0]}{sw}{kn}",
-                   f"{source_key(__file__)}|{tname}|{is_max}|{sw}|{ks}|{V}",
-                   lambda: _render(tname, is_max, sw, ks, V), 4)
+                   f"{source_key(__file__)}|{tname}|{is_max}|{sw}|{ks}|{V}|{reg}|{PF[0]}",
+                   lambda: _render(tname, is_max, sw, ks, V, reg), 4)
+
+
+def reg_rsh(reg) -> int:
+    """The row stride a register kernel's row pairs and groups serve (1 or 2), 0: none (rows one by one)."""
+    return reg if reg in (1, 2) else 0
+
+
+def use_reg(KH, KW, sw, dh, dw, is_max) -> bool:
+    """Whether the register kernel (no row buffer) takes this window: fixed windows at column strides 1-2."""
+    return REG[0] != "0" and sw in REG_STRIDES and fixed_window(KH, KW, dh, dw) is not None and (
+        is_max or REG[0] != "max")
 
 
 def vector(dt, narrow: bool) -> int:
@@ -588,6 +1089,11 @@ _UNITS_PER_THREAD = 8
 _BATCH_MIN = 2
 _BATCH_ELEMS = 512
 _plans: dict = {}
+# NEE_POOL_REG=0 keeps the row-buffer kernels for every window ("max": the register kernel for max pools only)
+REG = [os.environ.get("NEE_POOL_REG", "1")]
+REG_STRIDES = (1, 2)
+GR = 4                          # output rows of a group (rows of one output vector)
+PF = [os.environ.get("NEE_POOL_PF", "1") != "0"]     # NEE_POOL_PF=0: the register kernel without its prefetches (A/B)
 
 
 class _Plan:
@@ -595,7 +1101,7 @@ class _Plan:
 
 
 def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, nt):
-    key = (P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt.char, nt)
+    key = (P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt.char, REG[0], nt)
     pl = _plans.get(key)
     if pl is not None:
         return pl
@@ -607,7 +1113,8 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
     # (nov - 1) * V * sw + (KW - 1) * dw + sw * V
     if pw + -(-W // V) * V > TL or (nov - 1) * V * sw + (KW - 1) * dw + sw * V > TL:
         raise AssertionError("pool_native: row buffer too short")
-    if TL * dt.itemsize * _BATCH_MIN > MAX_ROW_BYTES:
+    reg = use_reg(KH, KW, sw, dh, dw, is_max)
+    if (TL * dt.itemsize * _BATCH_MIN > MAX_ROW_BYTES and not reg) or W >= 1 << 30:
         pl = None
     else:
         # work (one thread, float32): the fixed-window kernels (fit to 15-127 us on the light models' 3x3 pools
@@ -637,10 +1144,16 @@ def _plan(P, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt,
         BR = max(1, min(RB, max(_BATCH_MIN, -(-_BATCH_ELEMS // TL)), MAX_ROW_BYTES // (TL * dt.itemsize)))
         fixed = fixed_window(KH, KW, dh, dw)
         base = np.zeros(_P_N + (2 * OH if fixed else 0), np.int64)
+        if reg:
+            # (spare words: the kernel reads the row table's word GR - 1 past a row before checking it exists)
+            base = np.zeros(_P_N + OH + -(-OW // V) * reg_vectors(sw, KW, V)[0] + GR, np.int64)
         # RP: the last output's window reaches past the row into the buffer's right padding
         rp = int((OW - 1) * sw + (KW - 1) * dw >= pw + W)
         base[:_P_CTR] = (H, W, OH, OW, KH, KW, sh, ph, pw, dh, dw, NB, RB, G, T1, TL, BR, P * H * W, rp)
-        if fixed:
+        if reg:
+            tab = _reg_table(H, W, OH, OW, KH, KW, sh, sw, ph, pw, V)
+            base[_P_N:_P_N + len(tab)] = tab
+        elif fixed:
             base[_P_N:] = _row_table(H, W, OH, KH, sh, ph, V)
         pl = _Plan()
         pl.base, pl.est, pl.OH, pl.OW, pl.P = base, (nt if par else 1), OH, OW, P
@@ -675,12 +1188,31 @@ def _row_table(H, W, OH, KH, sh, ph, V):
     return np.concatenate([(xro << 8) | nk, te])
 
 
+def _reg_table(H, W, OH, OW, KH, KW, sh, sw, ph, pw, V):
+    """The register kernel's words after the params: _row_table's first OH (first valid window row, count), then
+    per output vector of a row (ceil(OW / V)) and column vector m < NV, the mask of its lanes inside the row (column
+    j * sw - PW + m * V + lane in [0, W))."""
+    hs = np.arange(OH, dtype=np.int64) * sh - ph
+    k0 = np.maximum(-hs, 0)
+    k1 = np.where(H - hs > 0, np.minimum(H - hs, KH), 0)
+    nk = np.maximum(k1 - k0, 0)
+    xro = np.where(nk > 0, hs + k0, 0) * W
+    if nk.max(initial=0) > 255 or KH > 255:
+        raise AssertionError("pool_native: window too tall for the row table")
+    NV, car = reg_vectors(sw, KW, V)
+    nit = -(-OW // V)
+    c = (np.arange(nit, dtype=np.int64)[:, None, None] * V * sw - pw + np.arange(NV)[None, :, None] * V
+         + np.arange(V)[None, None, :])
+    bits = ((c >= 0) & (c < W)).astype(np.int64) << np.arange(V, dtype=np.int64)
+    return np.concatenate([(xro << 8) | nk, bits.sum(axis=2).reshape(-1)])
+
+
 def pool2d(x, res, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip=False, div=0) -> bool:
     """res (N, C, OH, OW) = max / average pooling of x (N, C, H, W) (C-contiguous, float32 / float64, same
     dtype); ``cip``: count_include_pad, ``div``: divisor_override (0: none).  False (nothing written) where
     no kernel takes it (other dtypes or column strides, rows too wide for the stack buffer)."""
     key = (x.shape, res.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, x.dtype.char, res.dtype.char,
-           threads.NUM_THREADS, MODE[0])
+           threads.NUM_THREADS, MODE[0], REG[0])
     run = _runners.get(key)
     if run is None:
         if len(_runners) > 1024:
@@ -710,7 +1242,8 @@ def _runner(xs, rs, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, rdt):
     pl = _plan(N * C, H, W, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, nt)
     if pl is None:
         return False
-    f = kernel(dt, is_max, sw, fixed_window(KH, KW, dh, dw), vector(dt, narrow(OW, dt, KH, KW, dh, dw)))
+    f = kernel(dt, is_max, sw, fixed_window(KH, KW, dh, dw), vector(dt, narrow(OW, dt, KH, KW, dh, dw)),
+               sh if use_reg(KH, KW, sw, dh, dw, is_max) else 0)
     base, dv = pl.base, pl.dv
     if pl.est > 1:
         from . import conv_direct
@@ -787,7 +1320,7 @@ def bind_pool(is_max, attrs, out, ins):
             threads.run_parallel(lambda c: g(xf, of, n, is_max, dv, c[0], c[1]), chunks)
             return True
         return f
-    key = (x.shape, out.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt.char, dt.char, nt0, mode0)
+    key = (x.shape, out.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt.char, dt.char, nt0, mode0, REG[0])
     run = _runners.get(key)
     if run is None:
         run = _runner(x.shape, out.shape, KH, KW, sh, sw, ph, pw, dh, dw, is_max, cip, div, dt, dt)
