@@ -389,6 +389,60 @@ _DIRECT_MIN_L = 512
 # columns (SqueezeNet's 512 -> 1000 on 13x13, 2 MB: column parts each streamed all of W per panel, 2 threads ~1.2x
 # OpenBLAS's time)
 _ROWS_MIN_W = 1 << 20
+# one group on 2+ threads (the unfused plan): the number of column parts is the one whose panels the threads, claiming
+# parts in order, finish soonest (_balanced_parts: a greedy claim simulated in panel units), from the cache rule's
+# count up to _BALANCE_MAX_PER_THREAD parts a thread; among equal finishes the one nearest _TASKS_PER_THREAD a thread
+# (then the more parts).  The count that rule gave alone could split unevenly: 13x13 planes (6 panels of 32 columns) in
+# 4 parts of 1, 2, 1, 2 panels, the last part claimed after the others finish, 4 panels' time against 3 (SqueezeNet's
+# 48 -> 192 and 64 -> 256 expands); 27x27 (22 full panels and a partial one computed by the last part) 5, 6, 5, 6 + 1:
+# 12 against 11.5.  The partial panel counts as a whole one and the boundaries share the panels out evenly with it.
+# Which columns a task computes never changes a column's sums (one FMA chain per output over K): the same bits
+_BALANCE = [os.environ.get("NEE_CONV_PK1X1_BALANCE", "1") not in ("0", "")]
+_BALANCE_MAX_PER_THREAD = 4
+
+
+def _split_panels(n: int, extra: int, parts: int) -> list:
+    """Boundaries [p0, p1) of ``parts`` runs of ``n`` panels, the last run also computing ``extra`` (0 / 1) more
+    panel: each run at least one panel, the (n + extra) panels shared out as evenly as whole panels allow."""
+    tot = n + extra
+    b = [0]
+    for q in range(1, parts):
+        v = (q * tot + parts // 2) // parts
+        b.append(min(max(v, b[-1] + 1), n - (parts - q)))
+    b.append(n)
+    return list(zip(b[:-1], b[1:]))
+
+
+def _makespan(sizes, nt: int) -> float:
+    """When ``nt`` equally fast threads finish tasks of ``sizes`` claimed in order, each by the first thread free."""
+    free = [0.0] * nt
+    for s in sizes:
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
+
+
+def _runs_makespan(runs, extra: int, nt: int) -> float:
+    sizes = [p1 - p0 for p0, p1 in runs]
+    sizes[-1] += extra
+    return _makespan(sizes, nt)
+
+
+def _balanced_runs(n: int, extra: int, lo: int, nt: int, runs: list) -> list:
+    """The runs of ``n`` panels (+ ``extra`` on the last run) for ``nt`` threads claiming them in order: ``runs`` (the
+    cache rule's split) unless another count of runs (from ``lo``, at most n), shared out by _split_panels, finishes
+    sooner: see _BALANCE."""
+    lo = max(1, min(lo, n))
+    hi = max(lo, min(n, _BALANCE_MAX_PER_THREAD * nt))
+    want = _TASKS_PER_THREAD * nt
+    base = _runs_makespan(runs, extra, nt)
+    best, pick = None, runs
+    for parts in range(lo, hi + 1):
+        r = _split_panels(n, extra, parts)
+        key = (_runs_makespan(r, extra, nt), abs(parts - want), -parts)
+        if key[0] < base and (best is None or key < best):
+            best, pick = key, r
+    return pick
 
 
 class _Plan:
@@ -465,12 +519,15 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
             pbuf, sbuf = ntasks * Cg * Lp, (O * Lp if scratch else 0)
         else:
             parts = 1 if nt <= 1 else max(1, min(npan, -(-_TASKS_PER_THREAD * nt // G)))
+            runs = [(q * npan // parts, (q + 1) * npan // parts) for q in range(parts)]
+            if nt > 1 and G == 1 and _BALANCE[0]:
+                runs = _balanced_runs(npan, 0, 1, nt, runs)
+                parts = len(runs)
             ntasks = G * parts
             ext = np.zeros((ntasks, _W), np.int64)
             t = 0
             for g in range(G):
-                for q in range(parts):
-                    p0, p1 = q * npan // parts, (q + 1) * npan // parts
+                for p0, p1 in runs:
                     c0, c1 = p0 * nr, min(p1 * nr, L)
                     ext[t, :8] = (Og, p1 * nr, Cg, Cg, Lp, p0 * nr, kc, 0)
                     ext[t, 8] = fn_addr
@@ -485,15 +542,19 @@ def _plan(C: int, H: int, W: int, O: int, G: int, has_b: bool, has_e: bool, relu
         tail = L % nr != 0
         per = max(1, (_PART_BYTES // (4 * nr)) // max(Og, Cg, 1))         # panels per part (cache)
         parts = max(1, -(-nfull // per))
+        lo = parts
         if nt > 1:
             parts = max(parts, -(-_TASKS_PER_THREAD * nt // G))
         parts = max(1, min(parts, nfull)) if nfull else 1
+        runs = [(q * nfull // parts, (q + 1) * nfull // parts) for q in range(parts)]
+        if nt > 1 and G == 1 and _BALANCE[0] and nfull > 0:
+            runs = _balanced_runs(nfull, 1 if tail else 0, lo, nt, runs)
+            parts = len(runs)
         ntasks = G * parts
         ext = np.zeros((ntasks, 88), np.int64)
         t = 0
         for g in range(G):
-            for q in range(parts):
-                p0, p1 = q * nfull // parts, (q + 1) * nfull // parts
+            for q, (p0, p1) in enumerate(runs):
                 c0, c1 = p0 * nr, p1 * nr
                 ext[t, :9] = (Og, c1, Cg, Cg, L, c0, kc, 0, L)
                 if kern is not None and any_epi and c1 > c0:
