@@ -537,6 +537,8 @@ class Executable:
                 plan.append(list(item))
         outs = [env[i] for i in out_slots]
         self._local.chain = None
+        # each list of native calls as one native call where its calls allow (native_chain.runner; checked below)
+        plan = [(_native_chain.runner(it) or it) if it.__class__ is list else it for it in plan]
         if chained and _native_chain.current(ep):
             ctens = tuple(cguards.values())
             ch = _Chain(ep, [(k, a) for k, a in guards.items()], ctemplate, plan, ctens, tuple(t._data for t in ctens))
