@@ -1082,6 +1082,46 @@ _NATIVE_PAR_FLOPS = 2e6
 # runs of tiles per thread: the threads claim them from a counter in the kernel, so a descheduled worker
 # (the machine is shared) leaves its share to the others instead of stalling the call
 _CHUNKS_PER_THREAD = 6
+# ... and the run's length: the one nearest that count whose claims, taken in turn by equally fast threads, end together
+# (_claim_run: a greedy claim simulated in tiles), from 2 runs a thread up to 1.5x the count.  A uniform run of
+# ceil(tiles / (threads * 6)) tiles left the parity of the last claims to chance: SqueezeNet's 48 -> 192 3x3 on 13x13
+# (87 tiles in runs of 8: 11 runs, one thread's 6 of 8 against the other's 5: 48 tiles' time against 43.5; now runs
+# of 11), 64 -> 256 (116 in runs of 10: 60 against 58), the 512 -> 1000 1x1 (464 in runs of 39: 234 against 232).
+# In-process alternating, 2 threads, us (runs of ceil(tiles / 2) / the uniform 6 a thread): 48 -> 192 66.5 / 72.0,
+# 64 -> 256 114.3 / 118.4; this rule / the uniform run (the box partly loaded: the second core part-time), 32 -> 128 on
+# 27x27 161.6 / 175.9, 48 -> 192 89.2 / 96.0, 64 -> 256 139.9 / 149.2, the stem, the 55x55 3x3 and the 512 -> 1000
+# 1x1 even.  NEE_CONV_DIRECT_CLAIM_BALANCE=0: the uniform run.  Which thread computes a tile never
+# changes its sums: the same bits
+_CLAIM_BALANCE = [os.environ.get("NEE_CONV_DIRECT_CLAIM_BALANCE", "1") not in ("0", "")]
+
+
+def _claim_makespan(ntiles: int, run: int, nthr: int) -> int:
+    """Tiles' time until ``nthr`` equally fast threads, each taking the next run of ``run`` tiles when free, are
+    done (the last run shorter)."""
+    free = [0] * nthr
+    left = ntiles
+    while left > 0:
+        i = free.index(min(free))
+        free[i] += min(run, left)
+        left -= run
+    return max(free)
+
+
+def _claim_run(ntiles: int, nthr: int) -> int:
+    """Tiles per claim of a conv of ``ntiles`` tiles split over ``nthr`` threads (see _CLAIM_BALANCE)."""
+    run0 = -(-ntiles // (nthr * _CHUNKS_PER_THREAD))
+    if not _CLAIM_BALANCE[0] or nthr < 2 or ntiles < 2 * nthr:
+        return run0
+    base = _claim_makespan(ntiles, run0, nthr)
+    want = -(-ntiles // run0)
+    best, pick = None, run0
+    for claims in range(2 * nthr, max(2 * nthr, (3 * want) // 2) + 1):
+        run = -(-ntiles // claims)
+        m = _claim_makespan(ntiles, run, nthr)
+        key = (m, abs(-(-ntiles // run) - want), -claims)
+        if m < base and (best is None or key < best):
+            best, pick = key, run
+    return pick
 FORCE = [None]            # tests / benchmarks: "pix" or "chan"
 # a conv split over the threads (from _NATIVE_PAR_FLOPS, more than one thread) runs the "chan" kernel: the "pix"
 # kernel (its 12 or 6 output channels a tile, picked on one thread by lane use) gained little from a second
@@ -1312,7 +1352,7 @@ class _Prep:
         # one params array per call (its claim counter): every thread calls the kernel once and claims runs
         # of tiles until none are left (a thread scheduled late finds none and returns)
         base = lay.base.copy()
-        base[lay.t0] = -(-ntiles // (self.nthr * _CHUNKS_PER_THREAD)) if par else ntiles
+        base[lay.t0] = _claim_run(ntiles, self.nthr) if par else ntiles
         base[lay.t1] = 0
         base.flags.writeable = False
         self.base = base
