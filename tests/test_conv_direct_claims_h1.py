@@ -78,3 +78,44 @@ def test_balanced_runs_bitwise_and_against_torch(force, monkeypatch):
                                        err_msg=str((C, H, W, O, k, s, p, g, force)))
     finally:
         nee.set_num_threads(old)
+
+
+# ---------------------------------------------------------------- whole 8-pixel rows below _SHORT_K (_CHAN_FULL_ROWS)
+def test_full_rows_plan():
+    if D.VEC != 16:
+        pytest.skip("the 16-lane tiles only")
+    assert D.plan(64, 111, 111, 113, 27, "chan")[1:3] == (2, 8)          # SqueezeNet's stem
+    assert D.plan(64, 112, 112, 114, 27)[1:3] == (2, 8)
+    assert D.plan(64, 55, 55, 57, 144)[1:3] == (4, 6)                    # K = 144: the 4 x 6 tile stays
+    assert D.plan(48, 13, 13, 15, 16)[1:3] == (3, 7)                     # lane use decides first
+
+
+@pytest.mark.parametrize("nthreads_", [1, 2])
+def test_full_rows_bitwise_and_against_torch(nthreads_, monkeypatch):
+    old = nee.get_num_threads()
+    nee.set_num_threads(nthreads_)
+    try:
+        for C, H, W, O, k, s, p in [(3, 45, 39, 64, 3, 2, 0), (3, 31, 33, 64, 3, 1, 1), (2, 23, 29, 128, 3, 1, 1),
+                                    (3, 57, 61, 96, 3, 2, 1), (1, 17, 19, 64, 5, 1, 2)]:
+            x = RNG.standard_normal((1, C, H, W), dtype=np.float32)
+            w = (RNG.standard_normal((O, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)
+            b = RNG.standard_normal(O, dtype=np.float32)
+            winograd.freeze(w)
+            OH, OW = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+            outs = []
+            for full in (False, True):
+                monkeypatch.setattr(D, "_CHAN_FULL_ROWS", [full])
+                monkeypatch.setattr(D, "FORCE", ["chan"])
+                D._layouts.clear()
+                res = np.full((1, O, OH, OW), np.nan, np.float32)
+                assert D.conv2d(x, w, b, res, s, s, p, p, p, p, 1, 1, True)
+                outs.append(res)
+            D._layouts.clear()
+            assert np.array_equal(outs[0], outs[1]), (C, H, W, O, k, s, p)
+            want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)),
+                                                         torch.from_numpy(w.astype(np.float64)),
+                                                         torch.from_numpy(b.astype(np.float64)), stride=s,
+                                                         padding=p)).numpy()
+            np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(want).max())))
+    finally:
+        nee.set_num_threads(old)

@@ -1043,6 +1043,14 @@ _CHAN_BONUS = 1.1
 # 56x56 pix 98 vs chan 133 us, 8 -> 64 1x1 73 vs 90, 12 -> 64 88 vs 106, 16 -> 64 108 vs 113; from K = 24 on
 # even: 24 -> 128 78 vs 78, 32 -> 128 90 vs 89)
 _CHAN_STORE_K = 4
+# ... and among "chan" shapes of even lane use (within 0.02), below _SHORT_K pairs the 16-lane kernel takes R = 8 (2 x 8):
+# its tile's rows are whole 8-pixel rows (one unmasked row store each, the plain 8 x 8 transposition), where the
+# stores weigh most.  AMD Zen 5, conv + relu, min of 30-100 interleaved calls, us (4 x 6 / 2 x 8): SqueezeNet's 3 -> 64
+# 3x3 stride-2 stem on 224x224 1 thread 287 / 261, 290 / 271, 2 threads (box loaded) 276 / 253, 270 / 251; 3 -> 64
+# 3x3 on 112x112 327 / 257.  From K = 32 on the 4 x 6 tile stays (16 -> 64 3x3 on 55x55, 48 -> 192 on 13x13 139 / 153
+# us, 512 -> 64 1x1 on 13x13 54 / 61).  The sums' order does not depend on the tile: the same bits.
+# NEE_CONV_DIRECT_FULL_ROWS=0: the first shape of even use (4 x 6)
+_CHAN_FULL_ROWS = [os.environ.get("NEE_CONV_DIRECT_FULL_ROWS", "1") not in ("0", "")]
 
 
 def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
@@ -1055,10 +1063,12 @@ def plan(O: int, OH: int, OW: int, Wq: int, K: int = 0, kind=None):
     Lw = (OH - 1) * Wq + OW
     best = None
     if kind in (None, "chan"):
+        full = VEC == 16 and _CHAN_FULL_ROWS[0] and 0 < K < _SHORT_K
         for NB, R in CHAN_SHAPES:
             cw = NB * VEC
             use = O * L / ((-(-O // cw) * cw) * (-(-L // R) * R))
-            if best is None or use > best[3] + 0.02:
+            if best is None or use > best[3] + 0.02 or \
+                    (full and R == 8 and best[2] != 8 and use >= best[3] - 0.02):
                 best = ("chan", NB, R, use)
     if kind in (None, "pix"):
         pix = None
