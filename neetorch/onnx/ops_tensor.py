@@ -214,7 +214,10 @@ def _check_idx_eager(idx, n):
     from ..trace.tracer import is_tracing
     if is_tracing():
         return
-    a = np.asarray(idx.numpy(force=True))
+    _check_idx_np(np.asarray(idx.numpy(force=True)), n)
+
+
+def _check_idx_np(a, n):
     bad = (a < -n) | (a >= n)
     if bad.any():
         from ..ops.indexing import IndexOutOfRangeError
@@ -232,6 +235,16 @@ def _in_range(c, n):
 @op("Gather")
 def _gather(ctx, node, x, idx):
     axis = node.get("axis", 0) % x.ndim
+    if idx.ndim == 0 and idx.dtype in (nee.int64, nee.int32):
+        # a constant scalar index (``logits[:, -1]``, a head's slot): a view of x, no gather step
+        from ..trace.tracer import TraceError
+        try:
+            c = ctx.static(idx)
+        except TraceError:
+            c = None
+        if c is not None:
+            _check_idx_np(c, x.shape[axis])
+            return x.select(axis, int(c) % x.shape[axis])
     idx = idx.to(nee.int64) if idx.dtype is not nee.int64 else idx
     _check_idx_eager(idx, x.shape[axis])
     idx = _wrap_idx(idx, x.shape[axis])
