@@ -22,14 +22,6 @@ F = torch.nn.functional
 pytestmark = pytest.mark.skipif(not P.available(), reason="no llvmlite native target")
 
 
-@pytest.fixture(params=[1, 2])
-def nthreads(request):
-    old = nee.get_num_threads()
-    nee.set_num_threads(request.param)
-    yield request.param
-    nee.set_num_threads(old)
-
-
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(P, "_runners", {})

@@ -729,13 +729,14 @@ def _reg_rows(a, tname, is_max, sw, ks, V, v, vp, sfx, rsh):
     a('  %rn = add i64 %r, %rstep')
     a('  %rc = icmp slt i64 %rn, %r1')
     a('  br i1 %rc, label %row, label %unit_end')
-    a('unit_end:')
-    a('  %u1 = add i64 %u, 1')
-    a('  %uc = icmp slt i64 %u1, %gt1')
-    a('  br i1 %uc, label %unit, label %claim')
-    a('done:')
-    a('  ret void')
-    a('}')
+    _unit_end_ir(a)
+
+
+def _unit_end_ir(a) -> None:
+    """The kernels' last blocks: the next unit of the claim (block ``unit``) or the next claim, and ``done``."""
+    for line in ("unit_end:", "  %u1 = add i64 %u, 1", "  %uc = icmp slt i64 %u1, %gt1",
+                 "  br i1 %uc, label %unit, label %claim", "done:", "  ret void", "}"):
+        a(line)
 
 
 def _ops(a, is_max, V, v, plain=False):
@@ -1011,13 +1012,7 @@ def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
     a('hrow_end:')
     a('  %bc = icmp slt i64 %b1, %r1')
     a('  br i1 %bc, label %batch, label %unit_end')
-    a('unit_end:')
-    a('  %u1 = add i64 %u, 1')
-    a('  %uc = icmp slt i64 %u1, %gt1')
-    a('  br i1 %uc, label %unit, label %claim')
-    a('done:')
-    a('  ret void')
-    a('}')
+    _unit_end_ir(a)
 
 
 def kernel(dt: np.dtype, is_max: bool, sw: int, ks=None, V: int = 0, reg: int = 0):
