@@ -59,7 +59,10 @@ def _act_node(n, prev, x0, O):
     or of ``prev`` and ``x0``."""
     nm, ins = n.op.name, n.inputs
     if nm in _UNARY_ACTS and len(ins) == 1 and ins[0] is prev:
-        return list(_UNARY_ACTS[nm])
+        st = _UNARY_ACTS[nm]
+        if prev is not x0 and any(kind == "mulx" for kind, _ in st):
+            return None     # (hardswish's x * v is of its own input; a step's x is the chain's first value)
+        return list(st)
     if nm in conv_act.EW_OPS and len(ins) == 1 and ins[0] is prev and getattr(n.op, "expr", None):
         # the op's expression as the fused group's kernel writes it (elementwise._group_pieces)
         return [("ew", n.op.expr["py"](prev.dtype))]
