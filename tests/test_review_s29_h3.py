@@ -229,7 +229,8 @@ def test_packed_jit_epilogues_odd_widths(nthreads, N):
     a = nee.tensor(RNG.standard_normal((2, 9, K)).astype(np.float32))
     W = nee.tensor((RNG.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32))
     B = nee.tensor(RNG.standard_normal(N).astype(np.float32))
-    gm, bt = nee.tensor(RNG.standard_normal(N).astype(np.float32)), nee.tensor(RNG.standard_normal(N).astype(np.float32))
+    gm = nee.tensor(RNG.standard_normal(N).astype(np.float32))
+    bt = nee.tensor(RNG.standard_normal(N).astype(np.float32))
     r = nee.tensor(RNG.standard_normal((2, 9, N)).astype(np.float32))
     fs = [lambda x, y: F.layer_norm(x @ W + y, (N,), gm, bt), lambda x, y: nee.softmax(x @ W + B, -1) + y,
           lambda x, y: F.gelu(x @ W + B) * y]
@@ -349,3 +350,35 @@ def test_register_pools_odd_sizes(nthreads, kind):
                                 got = F.avg_pool2d(nee.tensor(x), k, s, p, ceil_mode=ceil).numpy()
                                 ref = TF.avg_pool2d(_t(x), k, s, p, ceil_mode=ceil).numpy()
                                 np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@needs_avx2
+@pytest.mark.parametrize("M,K,N", [(600, 200, 45), (1030, 129, 13), (600, 200, 1)])
+def test_packed_epilogue_tiles_odd_widths_8_lanes(nthreads, monkeypatch, M, K, N):
+    """The 8-lane kernel's long products (PK_AVX2_RULE on: 2 PK_MC rows and up, K over PK_AVX2_LONG_K) with an
+    elementwise epilogue run packed in epilogue tiles (linalg.PK_EPI_TILES): a ragged last panel there too."""
+    assert L._pk_host_ok()
+    old = L.PK_VEC
+    seen = []
+    orig = L._pk_caller0
+
+    def spy(out, a, b, rows_only=False, tiles=False):
+        r = orig(out, a, b, rows_only, tiles)
+        seen.append(tiles and r is not None)
+        return r
+    monkeypatch.setattr(L, "_pk_caller0", spy)
+    L._pk_set_width(8)
+    try:
+        a = nee.tensor(RNG.standard_normal((1, M, K)).astype(np.float32))
+        W = nee.tensor((RNG.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32))
+        B = nee.tensor(RNG.standard_normal(N).astype(np.float32))
+
+        def f(x):
+            return F.gelu(x @ W + B)
+        j = nee.jit(f, freeze=True)
+        for _ in range(3):
+            got = j(a).numpy()
+        assert any(seen), "the epilogue-tiles path was not taken"
+        np.testing.assert_allclose(got, f(a).numpy(), rtol=1e-4, atol=1e-4)
+    finally:
+        L._pk_set_width(old)
