@@ -1172,28 +1172,27 @@ def _row_table(H, W, OH, KH, sh, ph, V):
     """The fixed-window kernels' per-output-row words (dilation 1): (offset of the first valid window row in the
     plane) << 8 | (count of valid window rows, 0..KH), then the plane offset past the last element the row's tail
     vectors read with plain loads (row offset + whole-vector columns + (count - 1) rows + one vector)."""
+    xro, nk = _window_rows(H, W, OH, KH, sh, ph)
+    te = xro + (W // V) * V + (nk - 1) * W + V
+    return np.concatenate([(xro << 8) | nk, te])
+
+
+def _window_rows(H, W, OH, KH, sh, ph):
+    """(plane offset of each output row's first valid window row, count of valid window rows 0..KH): dilation 1."""
     hs = np.arange(OH, dtype=np.int64) * sh - ph
     k0 = np.maximum(-hs, 0)
     k1 = np.where(H - hs > 0, np.minimum(H - hs, KH), 0)
     nk = np.maximum(k1 - k0, 0)
-    xro = np.where(nk > 0, hs + k0, 0) * W
     if nk.max(initial=0) > 255 or KH > 255:
         raise AssertionError("pool_native: window too tall for the row table")
-    te = xro + (W // V) * V + (nk - 1) * W + V
-    return np.concatenate([(xro << 8) | nk, te])
+    return np.where(nk > 0, hs + k0, 0) * W, nk
 
 
 def _reg_table(H, W, OH, OW, KH, KW, sh, sw, ph, pw, V):
     """The register kernel's words after the params: _row_table's first OH (first valid window row, count), then
     per output vector of a row (ceil(OW / V)) and column vector m < NV, the mask of its lanes inside the row (column
     j * sw - PW + m * V + lane in [0, W))."""
-    hs = np.arange(OH, dtype=np.int64) * sh - ph
-    k0 = np.maximum(-hs, 0)
-    k1 = np.where(H - hs > 0, np.minimum(H - hs, KH), 0)
-    nk = np.maximum(k1 - k0, 0)
-    xro = np.where(nk > 0, hs + k0, 0) * W
-    if nk.max(initial=0) > 255 or KH > 255:
-        raise AssertionError("pool_native: window too tall for the row table")
+    xro, nk = _window_rows(H, W, OH, KH, sh, ph)
     NV, car = reg_vectors(sw, KW, V)
     nit = -(-OW // V)
     c = (np.arange(nit, dtype=np.int64)[:, None, None] * V * sw - pw + np.arange(NV)[None, :, None] * V
