@@ -52,7 +52,7 @@ import os
 
 import numpy as np
 
-from .. import threads
+from .. import native_chain, threads
 from . import conv_act
 from .conv_direct import builtin, claim_ir, gather_lanes_ir, plane_band_ir, source_key
 
@@ -1097,17 +1097,34 @@ def _pad_runner(N, C, H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, relu, P, nt)
 
 def _launch(f, base, C, dt, par, nt):
     """``run(x, w, b, res)``: kernel ``f`` with a fresh copy of params ``base`` (its claim counter), on the native
-    workers when ``par``."""
+    workers when ``par``.  ``run.calls(x, w, b, res)`` (not on the Python pool): the launch as native_chain's list
+    of one call, on a params copy of its own whose claim counter the replay resets (the kernel writes nothing
+    else of its params)."""
     zero = np.zeros(C, dt)
     if par:
         from . import conv_direct
         g = conv_direct._native_parallel(f, 5, nt)
-        if g is not None:
-            return lambda x, w, b, res: g(x, w, zero if b is None else b, res, base.copy())
+        if g is None:
+            def pooled(x, w, b, res):
+                p = base.copy()
+                bb = zero if b is None else b
+                threads.run_parallel(lambda _: f(x, w, bb, res, p), [None] * nt)
+            return pooled
+        caller, pre = g.direct
 
-        def pooled(x, w, b, res):
+        def run(x, w, b, res):
+            g(x, w, zero if b is None else b, res, base.copy())
+
+        def calls(x, w, b, res):
             p = base.copy()
-            bb = zero if b is None else b
-            threads.run_parallel(lambda _: f(x, w, bb, res, p), [None] * nt)
-        return pooled
-    return lambda x, w, b, res: f(x, w, zero if b is None else b, res, base.copy())
+            fn, args, _ = native_chain.lower(caller, (*pre, x, w, zero if b is None else b, res, p))
+            return [(fn, args, (p, _P_CTR))]
+    else:
+        def run(x, w, b, res):
+            f(x, w, zero if b is None else b, res, base.copy())
+
+        def calls(x, w, b, res):
+            p = base.copy()
+            return [(f, (x, w, zero if b is None else b, res, p), (p, _P_CTR))]
+    run.calls = calls
+    return run
