@@ -751,12 +751,69 @@ def pointwise_convs_as_matmuls(g: Graph) -> Graph:
     return g
 
 
+def _live_taps(n_in: int, n_out: int, k: int, s: int, pad0: int, d: int) -> tuple | None:
+    """(first, last) kernel tap along one dim whose input positions ``o * s - pad0 + t * d`` (o < n_out) meet
+    [0, n_in) for some output, or None when no tap does."""
+    live = [t for t in range(k) if any(0 <= o * s - pad0 + t * d < n_in for o in range(n_out))]
+    return (live[0], live[-1]) if live else None
+
+
+def trim_dead_conv_taps(g: Graph) -> Graph:
+    """A conv2d whose outer kernel rows / columns only ever read the zero padding (a dilated conv on a small map:
+    DeepLabV3's ASPP, dilations 12 / 24 / 36 over a 14 x 14 or 28 x 28 feature map, where its 3x3 kernel is a 1x1
+    but for the centre) runs on the live taps alone: the weight sliced to them (a new constant), the padding
+    reduced by the dropped taps' span on each side, so every output and every sum of products over real input
+    stays as it was and the dropped terms were products with zero.  Only for graphs whose constants never change
+    (``g.consts_frozen``: ONNX sessions, ``nee.jit(freeze=...)``), with static sizes, and where the dropped weights
+    are finite (``inf * 0`` is NaN: such a weight keeps its taps).  A padding side cannot go below zero (the
+    trimmed conv's output size is the same at every input size, so a shape-polymorphic graph stays valid)."""
+    if not getattr(g, "consts_frozen", False):
+        return g
+    for n in g.nodes:
+        if n.name != "conv2d" or len(n.inputs) not in (2, 3) or n.inputs[1] not in g.consts:
+            continue
+        x, wv = n.inputs[0], n.inputs[1]
+        out = n.outputs[0]
+        if len(x.shape) != 4 or len(wv.shape) != 4 or not all(isinstance(v, int) for v in x.shape + out.shape):
+            continue
+        a = n.attrs
+        (sh, sw), (dh, dw), pad = a.get("stride", (1, 1)), a.get("dilation", (1, 1)), a.get("padding", (0, 0, 0, 0))
+        if len(pad) != 4 or not pad[0] + pad[1] + pad[2] + pad[3]:
+            continue
+        pt, pb, pl, pr = pad
+        KH, KW = wv.shape[2:]
+        H, W = x.shape[2:]
+        OH, OW = out.shape[2:]
+        rows, cols = _live_taps(H, OH, KH, sh, pt, dh), _live_taps(W, OW, KW, sw, pl, dw)
+        if rows is None or cols is None or (rows == (0, KH - 1) and cols == (0, KW - 1)):
+            continue
+        (r0, r1), (c0, c1) = rows, cols
+        new_pad = (pt - r0 * dh, pb - (KH - 1 - r1) * dh, pl - c0 * dw, pr - (KW - 1 - c1) * dw)
+        if min(new_pad) < 0:
+            continue
+        t = g.consts[wv]
+        w = t.numpy(force=True)
+        keep = np.zeros(w.shape, bool)
+        keep[:, :, r0:r1 + 1, c0:c1 + 1] = True
+        if w.dtype.kind != "f" or not np.isfinite(w[~keep]).all():
+            continue
+        from ..tensor.creation import from_numpy
+        wt = from_numpy(np.ascontiguousarray(w[:, :, r0:r1 + 1, c0:c1 + 1]))
+        if str(t.device) != "cpu":
+            wt = wt.to(t.device)
+        wt._backend().mark_immutable(wt._data)
+        n.inputs = [x, g.add_const(wt, (wv.name or "w") + ".live_taps")] + n.inputs[2:]
+        n.attrs = {**a, "padding": new_pad}
+    return g
+
+
 PIPELINE = [
     ("fold_constants", fold_constants),
     ("merge_equal_constants", merge_equal_constants),
     ("simplify", simplify),
     ("drop_repeated_setitems", drop_repeated_setitems),
     ("cse", eliminate_common_subexpressions),
+    ("trim_dead_conv_taps", trim_dead_conv_taps),
     ("dce", eliminate_dead_code),
     ("pointwise_convs_as_matmuls", pointwise_convs_as_matmuls),
     ("hoist_elementwise_over_views", hoist_elementwise_over_views),

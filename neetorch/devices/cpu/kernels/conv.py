@@ -644,11 +644,11 @@ def bind_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     sh, sw = attrs["stride"]
     pt, pb, pl, pr = attrs["padding"]
     dh, dw = attrs["dilation"]
-    # conv2d_into's order: depthwise_native first, then the path conv_direct.route picks
+    # conv2d_into's order: depthwise_native first, the live taps' products, then the path conv_direct.route picks
     if _depthwise_shape(x.shape[1], G, O, Cg, KH, KW):
         # b + b2 as its bias
         return None if e is not None else _bind_depthwise(x, w, b, b2, out, sh, sw, pt, pl, dh, dw, relu)
-    if Cg == 0:
+    if Cg == 0 or _live_taps_pay(x, w, G, attrs, out.shape[2], out.shape[3]):
         return None
     st0 = (conv_direct.MODE[0], conv_direct.FORCE[0], _WINO_FORCE[0])
     r = conv_direct.route(x, w, out, attrs, True)
@@ -913,6 +913,10 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
         _finish_epilogue(res, None, e, relu and not act[0])
         _finish(out, res)
         return
+    if _live_taps_pay(x, w, G, attrs, OH, OW) and _conv_live_taps(x, w, res, G, attrs, OH, OW):
+        _finish_epilogue(res, b, e, relu)
+        _finish(out, res)
+        return
     # the residual goes into the direct kernel's stores where it can be read in place
     ed = e if (e is not None and e.flags.c_contiguous and e.shape == res.shape and e.dtype == res.dtype
                and not np.may_share_memory(e, res)) else None
@@ -990,6 +994,118 @@ def conv2d_into(out, ins, attrs, b2=None, e=None, relu=False, pre=None):
     # the GEMM paths: bias, residual and relu in one pass
     _finish_epilogue(res, b, e, relu)
     _finish(out, res)
+
+
+# ---------------------------------------------------------------- live taps: one product per kernel tap
+# A dilated conv on a small map (DeepLabV3's ASPP: 3x3 at dilation 12 / 24 / 36 over a 14 x 14 or 28 x 28 feature
+# map) reads the zero padding for most of its (output, tap) pairs: the im2col GEMM and the direct kernels multiply
+# all of them.  When the live pairs are at most LIVE_TAPS_MAX of all, each tap is one product over the box of
+# outputs whose input it reads, out[:, box] += W[:, :, ki, kj] @ x[:, its input box], with the rest untouched:
+# DeepLabV3-MobileNetV3's 960 -> 256 3x3 at dilation 12 on 14 x 14 (18% of its pairs live), 2 threads, 2.4-2.6 ->
+# 1.4-1.9 ms: the products of the few-row boxes stream their tap's weights (1 MB each) at well under the memory's
+# speed.  (Taps no output reads at all are dropped from the graph first: jit/passes.py trim_dead_conv_taps.)
+# Float32 / float64 convs of at least 8 input channels a group with finite weights, where the products skipped
+# come to LIVE_TAPS_MIN_SAVED flops (fewer: the per-tap calls cost more than they save); NEE_CONV_LIVE_TAPS=0: never.
+LIVE_TAPS = [os.environ.get("NEE_CONV_LIVE_TAPS", "1") not in ("0", "")]
+LIVE_TAPS_MAX = 0.5
+LIVE_TAPS_MIN_SAVED = 5e7
+
+
+def _live_boxes(H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw) -> list:
+    """[(ki, kj, oh0, oh1, ow0, ow1)]: per kernel tap, the box of outputs whose input position is inside the
+    (H, W) input (taps with an empty box left out)."""
+    def span(n_in, n_out, s, p0, off):
+        lo = max(0, -(-(p0 - off) // s))
+        hi = min(n_out, (n_in - 1 + p0 - off) // s + 1)
+        return lo, hi
+    boxes = []
+    for ki in range(KH):
+        r0, r1 = span(H, OH, sh, pt, ki * dh)
+        if r0 >= r1:
+            continue
+        for kj in range(KW):
+            c0, c1 = span(W, OW, sw, pl, kj * dw)
+            if c0 < c1:
+                boxes.append((ki, kj, r0, r1, c0, c1))
+    return boxes
+
+
+def _live_taps_pay(x, w, G, attrs, OH, OW) -> bool:
+    """Whether :func:`_conv_live_taps` takes this conv (at most LIVE_TAPS_MAX of its (output, tap) pairs live)."""
+    O, Cg, KH, KW = w.shape
+    if not LIVE_TAPS[0] or KH * KW < 2 or Cg < 8 or x.dtype not in (_F32, np.float64) or w.dtype != x.dtype or \
+            x.ndim != 4 or OH * OW == 0:
+        return False
+    sh, sw = attrs["stride"]
+    pt, pb, pl, pr = attrs["padding"]
+    if not (pt or pb or pl or pr):
+        return False
+    dh, dw = attrs["dilation"]
+    boxes = _live_boxes(x.shape[2], x.shape[3], OH, OW, KH, KW, sh, sw, pt, pl, dh, dw)
+    live = sum((r1 - r0) * (c1 - c0) for _, _, r0, r1, c0, c1 in boxes)
+    full = KH * KW * OH * OW
+    return live <= LIVE_TAPS_MAX * full and 2.0 * x.shape[0] * O * Cg * (full - live) >= LIVE_TAPS_MIN_SAVED
+
+
+def _tap_weights(w, G):
+    """w (O, Cg, KH, KW) of G groups -> (KH, KW, G, Cg, O / G) C-contiguous, each tap's group block frozen (ours,
+    replaced with w's contents: the packed product kernels then keep their panels of it, linalg.matmul_into); an
+    empty array when w is not all finite (a dropped padding product, 0 * inf, would have been NaN)."""
+    if not np.isfinite(w).all():
+        return np.empty(0, w.dtype)
+    O, Cg, KH, KW = w.shape
+    t = np.ascontiguousarray(w.reshape(G, O // G, Cg, KH, KW).transpose(3, 4, 0, 2, 1))
+    for blk in t.reshape(KH * KW * G, Cg, O // G):
+        winograd.freeze(blk)
+    return t
+
+
+def _conv_live_taps(x, w, res, G, attrs, OH, OW) -> bool:
+    """res (N, O, OH, OW) = the conv without its bias, one product per live tap and group over its box of outputs
+    (see LIVE_TAPS), channels last: out (box, O/G) = x (box, Cg) @ w_tap (Cg, O/G); False (nothing written) for
+    weights that are not all finite."""
+    from . import linalg
+    wt = winograd.weights(w, ("live_taps", G), lambda a, m: _tap_weights(a, m[1])) if w.flags.c_contiguous else None
+    if wt is None:
+        wt = _tap_weights(w, G)
+    if wt.size == 0:
+        return False
+    N, C, H, W = x.shape
+    O, Cg, KH, KW = w.shape
+    Og = O // G
+    sh, sw = attrs["stride"]
+    pt, pb, pl, pr = attrs["padding"]
+    dh, dw = attrs["dilation"]
+    boxes = _live_boxes(H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw)
+    boxes.sort(key=lambda b: (b[2] != 0 or b[3] != OH or b[4] != 0 or b[5] != OW))   # a whole-output box first
+    xt = _buffer(H * W * C, x.dtype, "taps_xt").reshape(H, W, C)       # the image channels last
+    acc = _buffer(OH * OW * O, x.dtype, "taps_acc").reshape(OH, OW, G, Og)
+    for n in range(N):
+        np.copyto(xt, x[n].transpose(1, 2, 0))
+        first = True
+        for ki, kj, r0, r1, c0, c1 in boxes:
+            h, wd = r1 - r0, c1 - c0
+            i0, j0 = r0 * sh - pt + ki * dh, c0 * sw - pl + kj * dw
+            src = xt[i0:i0 + (h - 1) * sh + 1:sh, j0:j0 + (wd - 1) * sw + 1:sw]
+            if src.flags.c_contiguous:
+                a = src.reshape(h * wd, G, Cg)
+            else:
+                a = _buffer(h * wd * C, x.dtype, "taps_x").reshape(h, wd, C)
+                np.copyto(a, src)
+                a = a.reshape(h * wd, G, Cg)
+            whole = first and h == OH and wd == OW
+            if not whole and first:
+                acc[...] = 0
+            first = False
+            dst = acc.reshape(OH * OW, G, Og) if whole else \
+                _buffer(h * wd * O, x.dtype, "taps_out").reshape(h * wd, G, Og)
+            for g in range(G):
+                linalg.matmul_into(dst[:, g], a[:, g], wt[ki, kj, g])
+            if not whole:
+                box = acc[r0:r1, c0:c1]
+                np.add(box, dst.reshape(h, wd, G, Og), out=box)
+        np.copyto(res[n], acc.reshape(OH, OW, O).transpose(2, 0, 1))
+    return True
 
 
 def _prologue_packed(out, x, ins, attrs, b2, e, relu, pre) -> bool:
