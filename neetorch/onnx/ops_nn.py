@@ -64,29 +64,9 @@ def _conv(ctx, node, x, w, b=None):
     if nsp == 1:
         return F.conv1d(x, w, b, stride=s[0], padding=p[0], dilation=d[0], groups=g)
     if nsp == 3:
-        return _conv3d(ctx, x, w, b, s, p, d, g)
+        # (its depth taps side by side as channels of one 2-D conv over the output frames)
+        return F.conv3d(x, w, b, stride=tuple(s), padding=tuple(p), dilation=tuple(d), groups=g)
     return F.conv2d(x, w, b, stride=tuple(s), padding=tuple(p), dilation=tuple(d), groups=g)
-
-
-def _conv3d(ctx, x, w, b, s, p, d, g):
-    """3-D convolution as a sum over depth taps of 2-D convolutions (depth folded into the batch)."""
-    if p[0]:
-        x = nee.pad(x, (0, 0, 0, 0, p[0], p[0]), mode="constant", value=0.0)
-    N, C, D, H, W = x.shape
-    kd = w.shape[2]
-    od = (D - (kd - 1) * d[0] - 1) // s[0] + 1
-    xt = x.permute(0, 2, 1, 3, 4)  # N, D, C, H, W
-    acc = None
-    for j in range(kd):
-        idx = ctx.const(np.arange(od, dtype=np.int64) * s[0] + j * d[0])
-        xs = nee.index_select(xt, 1, idx).reshape(N * od, C, H, W)
-        y = F.conv2d(xs, w.select(2, j), None, stride=tuple(s[1:]), padding=tuple(p[1:]), dilation=tuple(d[1:]),
-                     groups=g)
-        acc = y if acc is None else acc + y
-    y = acc.reshape(N, od, acc.shape[1], acc.shape[2], acc.shape[3]).permute(0, 2, 1, 3, 4)
-    if b is not None:
-        y = y + b.reshape(-1, 1, 1, 1)
-    return y
 
 
 class _Fake:
