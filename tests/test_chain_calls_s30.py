@@ -1,9 +1,15 @@
-"""Depthwise convs in the step chain (devices/cpu/kernels/depthwise_native.py ``_launch``'s ``calls``,
+"""Native calls of bound steps in the step chain: depthwise convs and softmax.
+
+Depthwise convs in the step chain (devices/cpu/kernels/depthwise_native.py ``_launch``'s ``calls``,
 kernels/conv.py ``_bind_depthwise``): a compiled graph's depthwise conv step replays as native calls with the steps
 around it instead of breaking the chain into a Python step.  Checked: the chain holds no Python step, its results
 are bitwise the unchained steps' (1 and 2 threads, with and without a bias, a second per-channel bias, relu and
 heavier activations, stride 1 / 2, batch 2), new contents of the same input array are followed, and an ONNX
-MobileNetV3 session's chain has only native calls before its output step."""
+MobileNetV3 session's chain has only native calls before its output step.
+
+A bound one-launch softmax (devices/cpu/kernels/nn.py ``bind_softmax``) carries its native call too, so a
+classifier's closing softmax replays with the steps before it: the same bits as the unchained steps, new contents of
+the same input array followed."""
 import numpy as np
 import pytest
 
@@ -20,6 +26,23 @@ def _t(rng, *s):
 def _chain(f):
     (ex,) = [e[0] for e in f._fast.values() if isinstance(e, tuple)]
     return getattr(ex._local, "chain", None)
+
+
+def _chained(monkeypatch, fn, xa, nt):
+    """(the unchained jit, the chained jit, the chained one's input tensor on ``xa``, its 5th result, the unchained
+    one's 4th, the chain) at ``nt`` threads (the caller restores the thread count)."""
+    nee.set_num_threads(nt)
+    monkeypatch.setattr(E, "_CHAIN", [1 << 62])
+    ref = nee.jit(fn)
+    want = [ref(nee.from_numpy(xa)).numpy() for _ in range(4)][-1]
+    monkeypatch.setattr(E, "_CHAIN", [3])
+    f = nee.jit(fn)
+    x = nee.from_numpy(xa)
+    for _ in range(5):
+        got = f(x).numpy()
+    ch = _chain(f)
+    assert isinstance(ch, E._Chain)
+    return ref, f, x, got, want, ch
 
 
 def _python_steps(ch):
@@ -61,17 +84,7 @@ def test_depthwise_step_is_chained_natively_and_bitwise(monkeypatch, nt, shape, 
     xa = _t(rng, *shape)
     n0 = nee.get_num_threads()
     try:
-        nee.set_num_threads(nt)
-        monkeypatch.setattr(E, "_CHAIN", [1 << 62])
-        ref = nee.jit(fn)
-        want = [ref(nee.from_numpy(xa)).numpy() for _ in range(4)][-1]
-        monkeypatch.setattr(E, "_CHAIN", [3])
-        f = nee.jit(fn)
-        x = nee.from_numpy(xa)
-        for _ in range(5):
-            got = f(x).numpy()
-        ch = _chain(f)
-        assert isinstance(ch, E._Chain)
+        ref, f, x, got, want, ch = _chained(monkeypatch, fn, xa, nt)
         if not (bias and b2):
             # (a bias and a second one: replayed only where both are frozen constants, their sum made once; a
             # jit's captured tensors may be written in place, so that step runs its Python runner)
@@ -104,3 +117,23 @@ def test_onnx_mobilenet_v3_chain_is_native(monkeypatch):
             assert not _python_steps(ch), [x.step for x in _python_steps(ch)]
     for a, b in zip(outs[False], outs[True]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1000), (3, 37), (2, 5, 64)])
+def test_softmax_chained_bitwise(monkeypatch, log, shape):
+    rng = np.random.default_rng(shape[1])
+    sm = F.log_softmax if log else F.softmax
+
+    def fn(x):
+        return sm(x, dim=-1) * 3.0    # (the softmax feeds another step: its output in the arena)
+    xa = _t(rng, *shape)
+    n0 = nee.get_num_threads()
+    try:
+        ref, f, x, got, want, ch = _chained(monkeypatch, fn, xa, 1)
+        assert not [s for s in _python_steps(ch) if "softmax" in str(s.step[1])]
+        np.testing.assert_array_equal(got, want)
+        xa[...] = _t(rng, *shape)
+        np.testing.assert_array_equal(f(x).numpy(), ref(nee.from_numpy(xa.copy())).numpy())
+    finally:
+        nee.set_num_threads(n0)
