@@ -1031,20 +1031,30 @@ def _live_boxes(H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw) -> list:
 
 
 def _live_taps_pay(x, w, G, attrs, OH, OW) -> bool:
-    """Whether :func:`_conv_live_taps` takes this conv (at most LIVE_TAPS_MAX of its (output, tap) pairs live)."""
+    """Whether :func:`_conv_live_taps` takes this conv (at most LIVE_TAPS_MAX of its (output, tap) pairs live;
+    remembered per geometry: conv2d_into asks on every call)."""
     O, Cg, KH, KW = w.shape
     if not LIVE_TAPS[0] or KH * KW < 2 or Cg < 8 or x.dtype not in (_F32, np.float64) or w.dtype != x.dtype or \
             x.ndim != 4 or OH * OW == 0:
         return False
-    sh, sw = attrs["stride"]
-    pt, pb, pl, pr = attrs["padding"]
-    if not (pt or pb or pl or pr):
+    pad = attrs["padding"]
+    if not any(pad):
         return False
-    dh, dw = attrs["dilation"]
-    boxes = _live_boxes(x.shape[2], x.shape[3], OH, OW, KH, KW, sh, sw, pt, pl, dh, dw)
-    live = sum((r1 - r0) * (c1 - c0) for _, _, r0, r1, c0, c1 in boxes)
-    full = KH * KW * OH * OW
-    return live <= LIVE_TAPS_MAX * full and 2.0 * x.shape[0] * O * Cg * (full - live) >= LIVE_TAPS_MIN_SAVED
+    key = (x.shape, w.shape, attrs["stride"], pad, attrs["dilation"], OH, OW, LIVE_TAPS_MAX, LIVE_TAPS_MIN_SAVED)
+    r = _live_rule.get(key)
+    if r is None:
+        (sh, sw), (dh, dw) = attrs["stride"], attrs["dilation"]
+        boxes = _live_boxes(x.shape[2], x.shape[3], OH, OW, KH, KW, sh, sw, pad[0], pad[2], dh, dw)
+        live = sum((r1 - r0) * (c1 - c0) for _, _, r0, r1, c0, c1 in boxes)
+        full = KH * KW * OH * OW
+        r = live <= LIVE_TAPS_MAX * full and 2.0 * x.shape[0] * O * Cg * (full - live) >= LIVE_TAPS_MIN_SAVED
+        if len(_live_rule) > 4096:
+            _live_rule.clear()
+        _live_rule[key] = r
+    return r
+
+
+_live_rule: dict = {}
 
 
 def _tap_weights(w, G):
