@@ -494,19 +494,10 @@ def _reg_rows(a, tname, is_max, sw, ks, V, v, vp, sfx, rsh):
         return acc
 
     def out_ptrs(f, orp, dvr, j):
-        a(f'  %{f}.op.f = getelementptr {tname}, {tname}* {orp}, i64 {j}')
-        a(f'  %{f}.op = bitcast {tname}* %{f}.op.f to {vp}')
-        if not is_max:
-            a(f'  %{f}.dvp.f = getelementptr {tname}, {tname}* {dvr}, i64 {j}')
-            a(f'  %{f}.dvp = bitcast {tname}* %{f}.dvp.f to {vp}')
+        _out_ptrs_ir(a, tname, vp, f + ".", orp, dvr, j, is_max)
 
     def store_full(f, acc):
-        if is_max:
-            a(f'  store {v} {acc}, {vp} %{f}.op, align 4')
-        else:
-            a(f'  %{f}.dvv = load {v}, {vp} %{f}.dvp, align 4')
-            a(f'  %{f}.q = fdiv {v} {acc}, %{f}.dvv')
-            a(f'  store {v} %{f}.q, {vp} %{f}.op, align 4')
+        _store_full_ir(a, v, vp, f + ".", acc, is_max)
 
     def store_checked(f, acc, j, nxt):
         # a whole-vector store where it ends inside the output rows of the claimed run (the lanes past the row
@@ -730,6 +721,26 @@ def _reg_rows(a, tname, is_max, sw, ks, V, v, vp, sfx, rsh):
     a('  %rc = icmp slt i64 %rn, %r1')
     a('  br i1 %rc, label %row, label %unit_end')
     _unit_end_ir(a)
+
+
+def _out_ptrs_ir(a, tname, vp, p, orp, dvr, j, is_max) -> None:
+    """The register kernels' output vector pointer ``%{p}op`` at column ``j`` of output row ``orp`` and, for an
+    average, the divisors' ``%{p}dvp`` in divisor row ``dvr`` (names prefixed ``p``)."""
+    a(f'  %{p}op.f = getelementptr {tname}, {tname}* {orp}, i64 {j}')
+    a(f'  %{p}op = bitcast {tname}* %{p}op.f to {vp}')
+    if not is_max:
+        a(f'  %{p}dvp.f = getelementptr {tname}, {tname}* {dvr}, i64 {j}')
+        a(f'  %{p}dvp = bitcast {tname}* %{p}dvp.f to {vp}')
+
+
+def _store_full_ir(a, v, vp, p, acc, is_max) -> None:
+    """The whole-vector store of ``acc`` at ``%{p}op``: a max as it is, an average divided by its divisors."""
+    if is_max:
+        a(f'  store {v} {acc}, {vp} %{p}op, align 4')
+    else:
+        a(f'  %{p}dvv = load {v}, {vp} %{p}dvp, align 4')
+        a(f'  %{p}q = fdiv {v} {acc}, %{p}dvv')
+        a(f'  store {v} %{p}q, {vp} %{p}op, align 4')
 
 
 def _unit_end_ir(a) -> None:
@@ -965,10 +976,7 @@ def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
         a('hk_end:')
         a(f'  %hres = phi {v} [ {h0}, %hj ], [ %hnew, %hk ]')
         hres = "%hres"
-    a(f'  %op.f = getelementptr {tname}, {tname}* %orp, i64 %j')
-    a(f'  %op = bitcast {tname}* %op.f to {vp}')
-    a(f'  %dvp.f = getelementptr {tname}, {tname}* %dvr, i64 %j')
-    a(f'  %dvp = bitcast {tname}* %dvp.f to {vp}')
+    _out_ptrs_ir(a, tname, vp, "", "%orp", "%dvr", "%j", is_max)
     # a whole-vector store where the vector ends inside the output rows of this claimed run of units (lanes past
     # the row land on the next rows' outputs, which this thread writes later): masked stores (slow on AMD cores)
     # only at a run's end
@@ -978,12 +986,7 @@ def _passes(a, tname, is_max, sw, ks, V, v, vp, sfx, KHc):
     a('  %jfull = icmp sle i64 %jend, %runend')
     a('  br i1 %jfull, label %hst, label %hmask')
     a('hst:')
-    if is_max:
-        a(f'  store {v} {hres}, {vp} %op, align 4')
-    else:
-        a(f'  %dvv = load {v}, {vp} %dvp, align 4')
-        a(f'  %hq = fdiv {v} {hres}, %dvv')
-        a(f'  store {v} %hq, {vp} %op, align 4')
+    _store_full_ir(a, v, vp, "", hres, is_max)
     a('  br label %hj_end')
     a('hmask:')
     a('  %orl = sub i64 %OW, %j')
