@@ -267,6 +267,9 @@ def run_strided(kern, out, ins: list) -> None:
     key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins),
            threads.NUM_THREADS)
     metas = _launch_cache.get(key)
+    if metas is _DENSE:
+        _dense_launch(kern, outs, ins, shape)
+        return
     if metas is not None:
         bufs = [layout.flat(a)[0] for a in outs] + [layout.flat(a)[0] for a in ins]
         if len(metas) == 1:
@@ -287,6 +290,8 @@ def run_strided(kern, out, ins: list) -> None:
         strides.append(layout.broadcast_strides(shape, a, sa) if a.shape != shape else sa)
     cshape, cstrides = layout.collapse(shape, strides)
     if len(cshape) > layout.MAX_RANK and _dense_launch(kern, outs, ins, shape):
+        if len(_launch_cache) < 16384:
+            _launch_cache[key] = _DENSE     # (the layouts decide it: later launches skip the collapse)
         return
     if len(cshape) > layout.MAX_RANK:
         # more than 4 non-mergeable dims left (_dense_launch declined): loop over the leading ones here
@@ -323,6 +328,7 @@ def _dense_launch(kern, outs, ins, shape) -> bool:
 
 
 _launch_cache: dict = {}
+_DENSE = object()            # _launch_cache's mark of a launch _dense_launch takes
 _natives: dict = {}          # launch key -> (descriptor, caller, stacked metas, dummy) or False
 NATIVE_CHUNKS = [os.environ.get("NEE_CPU_NATIVE_CHUNKS", "1") not in ("0", "")]
 

@@ -939,7 +939,7 @@ def _bind_strided(kern, outs, ins):
     nt0 = threads.NUM_THREADS
     key = (kern, shape, tuple(o.strides for o in outs), tuple((a.shape, a.strides) for a in ins), nt0)
     metas = ew._launch_cache.get(key)
-    if metas is None:
+    if metas is None or metas is ew._DENSE:      # (the dense launch: run_strided each call)
         return None
     for x in list(outs) + list(ins):
         if not isinstance(x, np.ndarray) or x.size == 0 or layout.flat(x)[1] != 0:
