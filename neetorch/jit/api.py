@@ -125,7 +125,7 @@ def _inner(op) -> tuple:
 
 
 class JitFunction:
-    def __init__(self, fn, dynamic=None, name=None, buckets="pow2", freeze=False):
+    def __init__(self, fn, dynamic=None, name=None, buckets="pow2", freeze=False, auto=False):
         if freeze not in (False, True, "views"):
             raise ValueError(f"jit: freeze must be False, True or 'views', got {freeze!r}")
         self.fn = fn
@@ -143,12 +143,13 @@ class JitFunction:
         self._mod_sigs: dict = {}
         # {argument position or keyword: dim or tuple of dims} declared dynamic; True: every dim of every tensor
         # argument (sizes 0 and 1 excepted, as torch); "auto": a dim becomes dynamic when a call brings a second
-        # size for it (torch.compile's automatic dynamic shapes)
+        # size for it (torch.compile's automatic dynamic shapes); ``auto=True`` with a dict: those dims, and
+        # the others automatically
         if dynamic is not None and not isinstance(dynamic, dict) and dynamic not in (True, False, "auto"):
             raise ValueError(f"jit: dynamic must be a dict {{argument: dims}}, True, False, 'auto' or None, got "
                              f"{dynamic!r}")
         self._all_dynamic = dynamic is True
-        self._auto = dynamic == "auto"
+        self._auto = dynamic == "auto" or bool(auto) and dynamic is not True
         self._seen: dict = {}      # "auto": argument -> the shape its first call had
         self.dynamic = {k: ((d,) if isinstance(d, int) else tuple(d))
                         for k, d in (dynamic if isinstance(dynamic, dict) else {}).items()}

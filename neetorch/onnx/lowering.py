@@ -237,6 +237,10 @@ def unsupported_nodes(graph, opset: int | None = None) -> list:
     return bad
 
 
+#: ops whose output shape depends on the values of their (non-constant) inputs: no graph can hold them
+DATA_DEPENDENT_OPS = frozenset({"NonZero", "NonMaxSuppression", "Unique", "Compress"})
+
+
 class Program:
     """A lowered ONNX graph: ``program(*input_tensors) -> tuple of output tensors``.
 
@@ -270,6 +274,13 @@ class Program:
         """The names of the nodes that run on the host (they read or write strings)."""
         return [n.name for n in self.nodes if n.host]
 
+    def data_dependent_nodes(self) -> list:
+        """Names of the nodes whose output shapes depend on their input values whatever the inputs are
+        (:data:`DATA_DEPENDENT_OPS`): graph breaks from the start, without a failed trace first.  Others
+        (an If on a computed condition, a Reshape to a shape computed from values) are found when the trace
+        meets them (``TraceError.onnx_node``)."""
+        return [n.name for n in self.nodes if n.key in DATA_DEPENDENT_OPS]
+
     def declared_np(self, name):
         """The declared ONNX element type of a value, as numpy (None if unknown)."""
         et = self._declared.get(name)
@@ -282,19 +293,25 @@ class Program:
         run_nodes(self.ctx, self.nodes, env)
         return tuple(env[n] for n in self.output_names)
 
-    def segments(self) -> list | None:
-        """None for a graph without host nodes; else the graph as a list of :class:`Segment`, in run order,
-        alternating ``"host"`` (string nodes, run eagerly on numpy) and ``"nee"`` (numeric nodes: one traceable
-        function each, for ``nee.jit``).  Nodes computing only constants (Constant, shape arithmetic on
-        initializers, string constants) are evaluated here, once, into :attr:`consts`, so they split nothing.
-        Each node goes to the earliest segment of its kind after the segments of its producers: a model
-        whose strings are only at its start and/or end (string inputs mapped to numbers, class labels mapped
-        back to strings) becomes host / nee / host."""
-        if not any(n.host for n in self.nodes):
+    def segments(self, breaks=()) -> list | None:
+        """None for a graph without host nodes or ``breaks``; else the graph as a list of :class:`Segment`, in
+        run order, alternating untraced segments (``"host"`` when they hold string nodes, run on numpy, else
+        ``"eager"``: the nodes named in ``breaks``, whose output shapes or control flow depend on values -
+        NonZero, NonMaxSuppression, an If on a computed condition - run as eager nee ops) and ``"nee"``
+        (numeric nodes: one traceable function each, for ``nee.jit``).  Nodes computing only constants
+        (Constant, shape arithmetic on initializers, string constants) are evaluated here, once, into
+        :attr:`consts`, so they split nothing.  Each node goes to the earliest segment of its kind after the
+        segments of its producers: a model whose strings are only at its start and/or end (string inputs
+        mapped to numbers, class labels mapped back to strings) becomes host / nee / host; a detector's
+        backbone and heads compile as one segment before its first NonZero / NonMaxSuppression."""
+        breaks = set(breaks)
+        if not any(n.host or n.name in breaks for n in self.nodes):
             return None
         static = set(self.consts)
         pre, rest = [], []
         for n in self.nodes:
+            if n.outputs and all(o in self.consts for o in n.outputs if o) and any(n.outputs):
+                continue   # (evaluated by an earlier call)
             refs = [i for i in n.inputs if i] + sorted(_outer_refs(n.proto))
             if (all(i in static for i in refs) and not _has_subgraph(n.proto)
                     and not n.op_type.startswith(("Random", "Bernoulli", "Multinomial", "Dropout"))):
@@ -310,7 +327,7 @@ class Program:
                         self.consts[o] = env[o]
         seg_of, placed = {}, []
         for n in rest:
-            kind = 0 if n.host else 1  # segment k runs host nodes when k is even
+            kind = 0 if n.host or n.name in breaks else 1  # segment k runs untraced nodes when k is even
             lo = 0
             for i in [i for i in n.inputs if i] + sorted(_outer_refs(n.proto)):
                 if i in seg_of:
@@ -340,7 +357,8 @@ class Program:
                         ins.append(i)
             outs = [o for n in nodes for o in n.outputs
                     if o and (o in self.output_names or any(u != k for u in uses.get(o, ())))]
-            out.append(Segment(self, "host" if k % 2 == 0 else "nee", nodes, ins, outs, len(out)))
+            kind = "nee" if k % 2 else "host" if any(n.host for n in nodes) else "eager"
+            out.append(Segment(self, kind, nodes, ins, outs, len(out)))
         return out
 
 
@@ -375,7 +393,8 @@ def _outer_refs(proto) -> set:
 
 class Segment:
     """Consecutive nodes of one kind of a split graph (:meth:`Program.segments`): ``kind`` is ``"host"``
-    (string nodes, eager on numpy) or ``"nee"`` (numeric nodes); ``segment(*values)`` runs its nodes on
+    (string nodes, eager on numpy), ``"eager"`` (nodes that cannot be traced, run as eager nee ops) or
+    ``"nee"`` (numeric nodes); ``segment(*values)`` runs its nodes on
     the values named ``inputs`` (plus the program's constants) and returns those named ``outputs``
     (what later segments and the graph's outputs read).  A ``"nee"`` segment is what ``nee.jit`` traces."""
 
@@ -439,11 +458,17 @@ def _run_nodes(ctx, nodes, env):
         except Exception as e:
             from ..trace.tracer import TraceError
             if isinstance(e, TraceError):
+                # ``onnx_node``: the outermost node of this graph that could not be traced (a node inside a
+                # Loop / If body names its enclosing node here, once the error leaves the body): the session
+                # runs that node eagerly and compiles the rest (InferenceSession's graph breaks)
                 if str(e).startswith("node "):
+                    e.onnx_node = n.name
                     raise
                 # the session's fallback reason then names the node (NonZero's data-dependent shape, ...), not
                 # only the caller's frame the tracer saw
-                raise TraceError(f"node {n.name} ({n.op_type}): {e}") from e
+                err = TraceError(f"node {n.name} ({n.op_type}): {e}")
+                err.onnx_node = n.name
+                raise err from e
             raise LoweringError(f"node {n.name} ({n.op_type}): {type(e).__name__}: {e}") from e
         if not isinstance(res, tuple):  # a list is one value: a sequence
             res = (res,)

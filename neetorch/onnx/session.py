@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -143,6 +144,11 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
 
 
+#: a compiled segment (strings or graph breaks split the graph) specialized for more than this many exact input
+#: sizes (sizes shape buckets do not cover: a box count after NonMaxSuppression) runs eagerly from then on
+SEGMENT_SPECIALIZATIONS = int(os.environ.get("NEE_ONNX_SEGMENT_SPECIALIZATIONS", "8"))
+
+
 class InferenceSession(OrtSessionAPI):
     """Run an ONNX model with neetorch; onnxruntime's ``InferenceSession`` API (:mod:`.ort_api`).
 
@@ -264,12 +270,19 @@ class InferenceSession(OrtSessionAPI):
         self.info = {"mode": "jit" if jit else "eager", "fallback_reason": None, "notes": notes,
                      "dynamic": {self._inputs[i].name: d for i, d in dynamic.items()}, "opset": self.opset,
                      "folded": folded}
-        # string values: the nodes on strings run on the host (numpy), the numeric rest in traced segments
-        self._segments = self._program.segments()
+        # string values: the nodes on strings run on the host (numpy), the numeric rest in traced segments;
+        # graph breaks: nodes whose output shapes depend on values (NonZero, NonMaxSuppression, ...) run eagerly
+        # between compiled segments (seeded by op type here, found by the first trace for the others)
+        self._breaks = set(self._program.data_dependent_nodes()) if jit else set()
+        self._segments = self._program.segments(self._breaks)
         #: names of the nodes that run on the host because they read or write strings ([] for none)
         self.host_nodes = self._program.host_nodes
         self._seg_jits = []
-        freeze = "views" if optimize else False
+        self._seg_cache = {}     # (node names, inputs, outputs) -> the segment's jit (kept across re-splits)
+        self._split_lock = threading.Lock()
+        self._break_why = {}     # graph breaks the trace found: node -> its trace error
+        self._jit_args = (nee, jit, buckets, "views" if optimize else False)
+        freeze = self._jit_args[3]
         if self._segments is not None:
             self._jit = None
             self._init_segments(nee, jit, buckets, freeze)
@@ -286,35 +299,76 @@ class InferenceSession(OrtSessionAPI):
                   f"{len(g.node)} node(s), folded {folded}")
 
     def _init_segments(self, nee, jit, buckets, freeze=False):
-        """A graph with string values runs as host / nee segments (``Program.segments``): each numeric segment
-        gets its own ``nee.jit`` (dims declared symbolic in the model are dynamic), each host segment runs
-        eagerly on numpy; ``info["host"]`` and :meth:`placement_summary` say which nodes ran on the host."""
+        """A graph with string values or graph breaks runs as segments (``Program.segments``): each numeric
+        segment gets its own ``nee.jit`` (dims declared symbolic in the model are dynamic, and a dim that a
+        later call brings another size for: ``dynamic="auto"``, as the sizes after a NonZero vary with the
+        data), host segments run eagerly on numpy, eager segments (the breaks) as eager nee ops;
+        ``info["host"]`` / ``info["breaks"]`` and :meth:`placement_summary` name those nodes."""
+        from ..jit.api import JitFunction
         declared = {}
         g = self._program.graph
         for vi in list(g.input) + list(g.value_info) + list(g.output):
             d = _dims(vi.type)
             if d is not None:
                 declared[vi.name] = d
+        self._seg_jits = []
         for seg in self._segments:
             if seg.kind != "nee" or not jit:
                 self._seg_jits.append(None)
                 continue
-            dyn = {}
-            for i, name in enumerate(seg.inputs):
-                dims = tuple(k for k, d in enumerate(declared.get(name) or ()) if not isinstance(d, int))
-                if dims:
-                    dyn[i] = dims
-            self._seg_jits.append(nee.jit(seg, dynamic=dyn, buckets=buckets, name=seg.__name__, freeze=freeze))
-        kinds = [f"{s.kind}({len(s.nodes)})" for s in self._segments]
+            key = (tuple(n.name for n in seg.nodes), tuple(seg.inputs), tuple(seg.outputs))
+            jf = self._seg_cache.get(key)
+            if jf is None:
+                dyn = {}
+                for i, name in enumerate(seg.inputs):
+                    dims = tuple(k for k, d in enumerate(declared.get(name) or ()) if not isinstance(d, int))
+                    if dims:
+                        dyn[i] = dims
+                jf = self._seg_cache[key] = JitFunction(seg, dynamic=dyn, buckets=buckets, name=seg.__name__,
+                                                        freeze=freeze, auto=True)
+            self._seg_jits.append(jf)
+        kinds = " -> ".join(f"{s.kind}({len(s.nodes)})" for s in self._segments) or "none"
         n_host = len(self.host_nodes)
-        self.info["host"] = (f"{n_host} node(s) on string tensors run on the host (numpy), not compiled: "
-                             f"{_names(self.host_nodes)}; segments: {' -> '.join(kinds) or 'none'}")
+        if n_host:
+            self.info["host"] = (f"{n_host} node(s) on string tensors run on the host (numpy), not compiled: "
+                                 f"{_names(self.host_nodes)}; segments: {kinds}")
+        brk = [n for n in self._program.nodes if n.name in self._breaks and not n.host]
+        if brk:
+            self.info["breaks"] = (f"{len(brk)} node(s) whose output shapes or control flow depend on values run "
+                                   f"eagerly between compiled segments: {_names([f'{n.name} ({n.op_type})' for n in brk])}; "
+                                   f"segments: {kinds}")
+            #: per break node, why it is one (its op type's output shape depends on values, or the trace error)
+            self.info["break_reasons"] = {n.name: self._break_why.get(n.name, f"{n.op_type}: its output shape "
+                                                                               f"depends on its input values")
+                                          for n in brk}
         if jit:
-            self.info["mode"] = "jit+host" if any(s.kind == "nee" for s in self._segments) else "host"
+            compiled = any(s.kind == "nee" for s in self._segments)
+            self.info["mode"] = ("jit+" if compiled else "") + ("host" if n_host else "eager")
         from .. import _env
         if _env.DEBUG >= 1:
             import sys
-            print(f"[neetorch] onnx {self._program.__name__}: {self.info['host']}", file=sys.stderr)
+            print(f"[neetorch] onnx {self._program.__name__}: {self.info.get('host') or self.info['breaks']}",
+                  file=sys.stderr)
+
+    def _break_at(self, err) -> bool:
+        """A trace failed at a node (``err.onnx_node``, set by the lowering): that node becomes a graph break,
+        run eagerly between compiled segments, and the graph is split again (segments already compiled are
+        kept: :attr:`_seg_cache`).  False when the error names no node of this graph not already a break (the
+        caller then runs what failed eagerly, as before)."""
+        node = getattr(err, "onnx_node", None)
+        nee, jit, buckets, freeze = self._jit_args
+        if not jit or node is None or node not in {n.name for n in self._program.nodes}:
+            return False
+        with self._split_lock:
+            if node in self._breaks:   # (another thread's run split the graph there meanwhile)
+                return self._segments is not None
+            self._breaks.add(node)
+            self._break_why[node] = str(err)
+            self._segments = self._program.segments(self._breaks)
+            self._jit = None
+            self._init_segments(nee, jit, buckets, freeze)
+            self.info["fallback_reason"] = None
+        return True
 
     # ------------------------------------------------------------ onnxruntime API
     def get_inputs(self):
@@ -468,6 +522,8 @@ class InferenceSession(OrtSessionAPI):
             try:
                 return self._jit(*tensors)
             except _TraceError as e:
+                if self._break_at(e):
+                    return self._run_segments(tensors)
                 self.info["mode"] = "eager"
                 self.info["fallback_reason"] = f"jit trace failed, running eagerly: {e}"
                 self._jit = None
@@ -483,7 +539,16 @@ class InferenceSession(OrtSessionAPI):
             if jf is not None and all(isinstance(t, _Tensor) for t in args):
                 try:
                     outs = jf(*args)
+                    st = jf.stats
+                    if st["specializations"] - st["bucket_specializations"] > SEGMENT_SPECIALIZATIONS:
+                        # sizes after a break vary with the data (a detector's box count): a segment specialized
+                        # for this many exact sizes (shape buckets did not cover them) runs eagerly from now on
+                        self._seg_jits[k] = None
+                        self.info.setdefault("eager_segments", []).append(
+                            f"{seg.__name__}: specialized for {st['specializations']} input sizes, now eager")
                 except _TraceError as e:
+                    if self._break_at(e):
+                        return self._run_segments(values)
                     self._seg_jits[k] = None
                     self.info["fallback_reason"] = f"jit trace of {seg.__name__} failed, running it eagerly: {e}"
                     outs = seg(*args)
@@ -504,9 +569,14 @@ class InferenceSession(OrtSessionAPI):
         that ran on the host."""
         if self._segments is not None:
             from ..jit.placement import summarize
-            parts = [f"host (numpy, string tensors): {len(self.host_nodes)} node(s): {_names(self.host_nodes)}"]
+            parts = []
+            if self.host_nodes:
+                parts.append(f"host (numpy, string tensors): {len(self.host_nodes)} node(s): {_names(self.host_nodes)}")
             for seg, jf in zip(self._segments, self._seg_jits):
-                if seg.kind == "nee":
+                if seg.kind == "eager":
+                    parts.append(f"{seg.__name__}: eager, a graph break ({len(seg.nodes)} node(s): "
+                                 f"{_names([n.name for n in seg.nodes])})")
+                elif seg.kind == "nee":
                     if jf is None:
                         parts.append(f"{seg.__name__}: eager ({len(seg.nodes)} node(s))")
                     else:
