@@ -1364,7 +1364,9 @@ def _col2im(ctx, node, x, image_shape, block_shape):
 
 @op("NonMaxSuppression")
 def _nms(ctx, node, boxes, scores, max_out=None, iou_thr=None, score_thr=None):
-    """IoU matrix and score order on nee; the greedy selection (data-dependent output size) reads them back."""
+    """Box corners, areas and the score order on nee; the greedy selection (data-dependent output size: a graph
+    break) on the host, one Numba pass (:func:`.host_kernels.nms_greedy`)."""
+    from .host_kernels import nms_greedy
     mo = max(int(ctx.scalar(max_out, 0)), 0)
     it = float(ctx.scalar(iou_thr, 0.0))
     st = ctx.scalar(score_thr, None)
@@ -1376,29 +1378,9 @@ def _nms(ctx, node, boxes, scores, max_out=None, iou_thr=None, score_thr=None):
         y1, y2 = nee.minimum(a, c), nee.maximum(a, c)
         x1, x2 = nee.minimum(b_, d), nee.maximum(b_, d)
     area = (x2 - x1) * (y2 - y1)
-    iw = nee.clamp(nee.minimum(x2.unsqueeze(2), x2.unsqueeze(1)) - nee.maximum(x1.unsqueeze(2), x1.unsqueeze(1)), 0.0)
-    ih = nee.clamp(nee.minimum(y2.unsqueeze(2), y2.unsqueeze(1)) - nee.maximum(y1.unsqueeze(2), y1.unsqueeze(1)), 0.0)
-    inter = iw * ih
-    union = area.unsqueeze(2) + area.unsqueeze(1) - inter
-    ok = (inter > 0) & (area.unsqueeze(2) > 0) & (area.unsqueeze(1) > 0) & (union > 0)
-    iou = nee.where(ok, inter / nee.where(union > 0, union, nee.ones((), dtype=union.dtype)),
-                    nee.zeros((), dtype=inter.dtype))
     _, order = nee.sort(scores, dim=-1, descending=True, stable=True)
-    iou_v, order_v, sc_v = ctx.static(iou), ctx.static(order), ctx.static(scores)
-    sel = []
-    B, C = sc_v.shape[0], sc_v.shape[1]
-    for b in range(B):
-        for c in range(C):
-            chosen = []
-            for j in order_v[b, c]:
-                if len(chosen) >= mo:
-                    break
-                if st is not None and not sc_v[b, c, j] > st:
-                    continue
-                if all(not iou_v[b, j, k] > it for k in chosen):
-                    chosen.append(int(j))
-                    sel.append((b, c, int(j)))
-    return ctx.const(np.asarray(sel, dtype=np.int64).reshape(-1, 3))
+    sel = nms_greedy(*(ctx.static(t) for t in (x1, y1, x2, y2, area, scores, order)), mo, it, st)
+    return ctx.const(sel, own=True)
 
 
 @op("ai.onnx.preview:FlexAttention")
