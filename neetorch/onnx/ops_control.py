@@ -2,8 +2,9 @@
 
 Bodies run as nested lowered graphs that see the enclosing scope.  A branch condition
 or trip count is read at lowering time: static under tracing when it comes from
-constants/shapes; data-dependent ones make the trace fail, and the session runs the
-model eagerly (reported in ``session.info``).  Sequences are Python lists of tensors.
+constants/shapes; a data-dependent one makes the trace fail at that node, and the session
+runs the node eagerly as a graph break, the rest compiled (``session.info["breaks"]``).
+Sequences are Python lists of tensors.
 """
 from __future__ import annotations
 

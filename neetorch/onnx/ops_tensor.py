@@ -12,11 +12,20 @@ def _i64(ctx, vals):
     return ctx.const(np.asarray(vals, dtype=np.int64))
 
 
+_CONST_VALUES: dict = {}   # id(TensorProto) -> (proto, its numpy value): a Loop body's Constants, once
+
+
 @op("Constant")
 def _constant(ctx, node):
     a = node.attrs
     if "value" in a:
-        return ctx.const(tensor_to_numpy(a["value"]))
+        v = a["value"]
+        e = _CONST_VALUES.get(id(v))
+        if e is None or e[0] is not v:   # (ctx.const copies: the cached array is never handed out)
+            if len(_CONST_VALUES) > 4096:
+                _CONST_VALUES.clear()
+            e = _CONST_VALUES[id(v)] = (v, tensor_to_numpy(v))
+        return ctx.const(e[1])
     if "value_float" in a:
         return ctx.const(np.float32(a["value_float"]))
     if "value_floats" in a:
