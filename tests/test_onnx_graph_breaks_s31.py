@@ -201,3 +201,38 @@ def test_first_runs_from_two_threads():
         for g, w in zip(got[i], r.run(None, {"x": xs[i]})):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
     assert s.info["mode"] == "jit+eager" and len(s.info["break_reasons"]) == 1, s.info
+
+
+def test_first_run_resumes_after_each_break_found(monkeypatch):
+    # an NMS (a break by op type), then a TopK whose K is computed and a Range whose limit is (breaks the trace
+    # finds one after the other): the first run splits the graph twice and resumes each time with what it has
+    # computed, so the NMS runs once per call
+    from neetorch.onnx import host_kernels
+    calls = []
+    real = host_kernels.nms_greedy
+    monkeypatch.setattr(host_kernels, "nms_greedy", lambda *a: calls.append(1) or real(*a))
+    m = _model([
+        h.make_node("NonMaxSuppression", ["boxes", "scores", "mo", "it"], ["sel"]),
+        h.make_node("Cast", ["sel"], ["self"], to=T.FLOAT), h.make_node("ReduceSum", ["self"], ["ss"], keepdims=0),
+        h.make_node("Relu", ["scores"], ["r"]), h.make_node("Reshape", ["r", "flat"], ["rf"]),
+        h.make_node("Greater", ["rf", "half"], ["big"]), h.make_node("Cast", ["big"], ["bigi"], to=T.INT64),
+        h.make_node("ReduceSum", ["bigi"], ["nbig"], keepdims=0),
+        h.make_node("Min", ["nbig", "three"], ["k0"]), h.make_node("Reshape", ["k0", "one"], ["k"]),
+        h.make_node("TopK", ["rf", "k"], ["v", "i"]),
+        h.make_node("ReduceSum", ["v"], ["vs"], keepdims=0), h.make_node("Cast", ["nbig"], ["nbigf"], to=T.FLOAT),
+        h.make_node("Range", ["zf", "nbigf", "onef"], ["rg"]),
+        h.make_node("Add", ["rg", "vs"], ["y0"]), h.make_node("Add", ["y0", "ss"], ["y"])],
+        [_const("mo", np.array([4], np.int64)), _const("it", np.array([0.5], np.float32)),
+         _const("half", np.float32(0.5)), _const("three", np.array(3, np.int64)), _ONE,
+         _const("flat", np.array([1, -1], np.int64)), _const("zf", np.float32(0)), _const("onef", np.float32(1))],
+        [("boxes", T.FLOAT, [1, 12, 4]), ("scores", T.FLOAT, [1, 2, 12])])
+    feeds = []
+    for seed in range(3):
+        r = np.random.default_rng(seed)
+        b = r.uniform(0, 10, (1, 12, 2)).astype(np.float32)
+        feeds.append({"boxes": np.concatenate([b, b + r.uniform(0.5, 3, (1, 12, 2)).astype(np.float32)], -1),
+                      "scores": r.random((1, 2, 12)).astype(np.float32)})
+    s = _compare(m, feeds)
+    assert len(calls) == len(feeds), calls
+    assert s.info["mode"] == "jit+eager" and "(TopK)" in s.info["breaks"] and "(Range)" in s.info["breaks"], s.info
+    assert len(s.info["break_reasons"]) == 3, s.info

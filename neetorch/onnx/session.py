@@ -532,9 +532,17 @@ class InferenceSession(OrtSessionAPI):
                 raise
         return self._program(*tensors)
 
-    def _run_segments(self, values):
-        env = dict(zip(self._program.input_names, values))
-        for k, (seg, jf) in enumerate(zip(self._segments, self._seg_jits)):
+    def _run_segments(self, values, env=None):
+        """Run the segments in order.  When a trace finds a new graph break the graph is split again and the run
+        resumes on the new split with the values computed so far (``env``): a segment whose outputs are all
+        there already is not run again (a detector's first run found 10 breaks, and ran its NMS 14 times)."""
+        resume = env is not None
+        if env is None:
+            env = dict(zip(self._program.input_names, values))
+        segments, jits = self._segments, self._seg_jits   # (another thread's re-split replaces both lists)
+        for k, (seg, jf) in enumerate(zip(segments, jits)):
+            if resume and seg.outputs and all(o in env for o in seg.outputs):
+                continue
             args = [env[n] if n in env else self._program.consts[n] for n in seg.inputs]
             if jf is not None and all(isinstance(t, _Tensor) for t in args):
                 try:
@@ -543,13 +551,13 @@ class InferenceSession(OrtSessionAPI):
                     if st["specializations"] - st["bucket_specializations"] > SEGMENT_SPECIALIZATIONS:
                         # sizes after a break vary with the data (a detector's box count): a segment specialized
                         # for this many exact sizes (shape buckets did not cover them) runs eagerly from now on
-                        self._seg_jits[k] = None
+                        jits[k] = None
                         self.info.setdefault("eager_segments", []).append(
                             f"{seg.__name__}: specialized for {st['specializations']} input sizes, now eager")
                 except _TraceError as e:
                     if self._break_at(e):
-                        return self._run_segments(values)
-                    self._seg_jits[k] = None
+                        return self._run_segments(values, env)
+                    jits[k] = None
                     self.info["fallback_reason"] = f"jit trace of {seg.__name__} failed, running it eagerly: {e}"
                     outs = seg(*args)
                 except Exception as e:  # noqa: BLE001
