@@ -236,3 +236,12 @@ def test_first_run_resumes_after_each_break_found(monkeypatch):
     assert len(calls) == len(feeds), calls
     assert s.info["mode"] == "jit+eager" and "(TopK)" in s.info["breaks"] and "(Range)" in s.info["breaks"], s.info
     assert len(s.info["break_reasons"]) == 3, s.info
+
+
+def test_command_line_names_the_breaks(tmp_path, capsys):
+    from neetorch.onnx.__main__ import main
+    p = tmp_path / "nz.onnx"
+    p.write_bytes(_nonzero_model())
+    assert main([str(p), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "mode: jit+eager" in out and "graph breaks:" in out and "(NonZero)" in out, out

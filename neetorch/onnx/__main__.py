@@ -68,6 +68,8 @@ def main(argv=None) -> int:
         print(f"{o.name}: shape {shp} dtype {getattr(v, 'dtype', 'seq')}")
     print(f"providers: {sess.get_providers()} (device {sess.device})")
     print(f"mode: {sess.info['mode']}" + (f" ({sess.info['fallback_reason']})" if sess.info["fallback_reason"] else ""))
+    if sess.info.get("breaks"):
+        print(f"graph breaks: {sess.info['breaks']}")
     print(f"first run (trace + compile): {first * 1e3:.1f} ms")
     if ts:
         print(f"steady state: mean {np.mean(ts) * 1e3:.3f} ms, min {np.min(ts) * 1e3:.3f} ms over {len(ts)} runs")

@@ -393,7 +393,7 @@ def _one_hot_encoder(ctx, node, x):
                   np.arange(cats.size, dtype=np.int64), -1, node)
     oh = idx.unsqueeze(-1) == ctx.const(np.arange(cats.size, dtype=np.int64))
     # zeros=0: a value outside the categories is an error (a value check: under nee.jit the trace
-    # fails and the session runs eagerly, saying so in info["fallback_reason"])
+    # fails here and the session runs this node eagerly, a graph break named in info["break_reasons"])
     if not node.get("zeros", 1) and _values_check(node, ctx, nee.any(idx < 0), "zeros=0"):
         raise _err(node, f"zeros=0 and an input value is not one of the categories {cats.tolist()[:10]}")
     return oh.to(nee.float32)
