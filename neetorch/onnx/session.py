@@ -281,11 +281,11 @@ class InferenceSession(OrtSessionAPI):
         self._seg_cache = {}     # (node names, inputs, outputs) -> the segment's jit (kept across re-splits)
         self._split_lock = threading.Lock()
         self._break_why = {}     # graph breaks the trace found: node -> its trace error
-        self._jit_args = (nee, jit, buckets, "views" if optimize else False)
-        freeze = self._jit_args[3]
+        freeze = "views" if optimize else False
+        self._jit_args = (jit, buckets, freeze)   # (a re-split at a graph break makes the segments' jits again)
         if self._segments is not None:
             self._jit = None
-            self._init_segments(nee, jit, buckets, freeze)
+            self._init_segments(*self._jit_args)
         else:
             # initializers belong to the session and never change: the jit may lay them out anew
             # (freeze="views": transposed weights of products stored row-major, passes.freeze_constants)
@@ -298,7 +298,7 @@ class InferenceSession(OrtSessionAPI):
         self._log(f"session on {self.device} ({', '.join(self._ort_providers)}): {self.info['mode']}, "
                   f"{len(g.node)} node(s), folded {folded}")
 
-    def _init_segments(self, nee, jit, buckets, freeze=False):
+    def _init_segments(self, jit, buckets, freeze=False):
         """A graph with string values or graph breaks runs as segments (``Program.segments``): each numeric
         segment gets its own ``nee.jit`` (dims declared symbolic in the model are dynamic, and a dim that a
         later call brings another size for: ``dynamic="auto"``, as the sizes after a NonZero vary with the
@@ -356,7 +356,7 @@ class InferenceSession(OrtSessionAPI):
         kept: :attr:`_seg_cache`).  False when the error names no node of this graph not already a break (the
         caller then runs what failed eagerly, as before)."""
         node = getattr(err, "onnx_node", None)
-        nee, jit, buckets, freeze = self._jit_args
+        jit = self._jit_args[0]
         if not jit or node is None or node not in {n.name for n in self._program.nodes}:
             return False
         with self._split_lock:
@@ -366,7 +366,7 @@ class InferenceSession(OrtSessionAPI):
             self._break_why[node] = str(err)
             self._segments = self._program.segments(self._breaks)
             self._jit = None
-            self._init_segments(nee, jit, buckets, freeze)
+            self._init_segments(*self._jit_args)
             self.info["fallback_reason"] = None
         return True
 
